@@ -1,0 +1,86 @@
+"""Every exception Scroll raises, in one place.
+
+Hierarchy::
+
+    ScrollError
+    ├── ConfigError            a setting or profile value is out of range
+    ├── EventLogError          the Event Log refused or could not serve a request
+    │   ├── AppendOnlyViolation    an UPDATE or DELETE reached the events table
+    │   ├── InvalidEvent           an event failed validation before it was written
+    │   └── EventNotFound          no event has the requested seq
+    ├── PayloadError           a payload reference could not be loaded
+    │   ├── PayloadMissing         the payload file is gone
+    │   └── PayloadCorrupt         the payload file no longer matches its hash
+    └── IngestError            an import file is malformed; nothing of it was ingested
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AppendOnlyViolation",
+    "ConfigError",
+    "EventLogError",
+    "EventNotFound",
+    "IngestError",
+    "InvalidEvent",
+    "PayloadCorrupt",
+    "PayloadError",
+    "PayloadMissing",
+    "ScrollError",
+]
+
+
+class ScrollError(Exception):
+    """Base class of every error Scroll raises on purpose."""
+
+
+class ConfigError(ScrollError, ValueError):
+    """A setting or profile value is invalid."""
+
+
+class EventLogError(ScrollError):
+    """The Event Log refused or could not serve a request."""
+
+
+class AppendOnlyViolation(EventLogError):
+    """Something tried to change or remove an event; the log only grows."""
+
+
+class InvalidEvent(EventLogError, ValueError):
+    """An event failed validation; nothing was written."""
+
+
+class EventNotFound(EventLogError, LookupError):
+    """No event carries the requested seq."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(f"no event with seq {seq}")
+        self.seq = seq
+
+
+class PayloadError(ScrollError):
+    """A payload reference could not be loaded."""
+
+    def __init__(self, ref: str, reason: str) -> None:
+        super().__init__(f"payload {ref}: {reason}")
+        self.ref = ref
+        self.reason = reason
+
+
+class PayloadMissing(PayloadError):
+    """The payload file named by a reference does not exist."""
+
+
+class PayloadCorrupt(PayloadError):
+    """The payload file no longer hashes to its reference."""
+
+
+class IngestError(ScrollError, ValueError):
+    """An import file is malformed. Nothing of that file was ingested."""
+
+    def __init__(self, path: str, location: str | None, reason: str) -> None:
+        where = f"{path}:{location}" if location else path
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.location = location
+        self.reason = reason

@@ -1,0 +1,662 @@
+"""The Event Log: an append-only, searchable record of everything an agent saw and did.
+
+Every message, model turn and tool result is appended under an immutable, monotonically
+increasing ``seq``. The database refuses UPDATE and DELETE on its own (see ``logschema``),
+large contents move to the content-addressed payload store behind lazy handles, and an
+FTS5 index over content and headline answers BM25 searches.
+
+One write path, many readers: all writes go through a single connection guarded by a lock
+and ``BEGIN IMMEDIATE`` (so several processes can share one file under WAL); each thread
+reads through its own ``query_only`` connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+from . import ftsquery
+from .errors import AppendOnlyViolation, EventLogError, EventNotFound, InvalidEvent
+from .logschema import APPEND_ONLY_MESSAGE, migrate
+from .payloads import (
+    MEDIA_BYTES,
+    MEDIA_TEXT,
+    ArtifactRef,
+    PayloadStore,
+    ToolResultRef,
+    encode_payload,
+    ref_of,
+)
+from .timeutil import format_ts, now_ts
+from .tokens import TokenCounter, default_counter
+
+__all__ = [
+    "KIND_CONTEXT_MSG",
+    "KIND_MODEL_TURN",
+    "KIND_TOOL_RESULT",
+    "Event",
+    "EventLog",
+    "Hit",
+    "SessionSummary",
+]
+
+KIND_CONTEXT_MSG = "context_msg"
+KIND_MODEL_TURN = "model_turn"
+KIND_TOOL_RESULT = "tool_result"
+
+DEFAULT_PAYLOAD_THRESHOLD = 8192
+BUSY_TIMEOUT_S = 30.0
+
+# bm25() column weights for (content, headline). A headline is the model's own one-line
+# summary of a turn, written to be found again, so a match there counts for more than the
+# same word somewhere in a long tool output.
+SEARCH_RANK_WEIGHTS = (1.0, 2.0)
+
+# Characters of context FTS5 keeps around each match in a snippet.
+SNIPPET_TOKENS = 16
+
+_EVENT_COLUMNS = (
+    "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
+    "payload_ref, payload_size, payload_media, headline, metadata, created_at, tokens, dedup_key"
+)
+_APPEND_KEYS = frozenset(
+    {
+        "session_id",
+        "kind",
+        "content",
+        "role",
+        "agent_id",
+        "name",
+        "tool_call_id",
+        "tool_input",
+        "payload",
+        "headline",
+        "metadata",
+        "created_at",
+        "dedup_key",
+        "searchable",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One row of the log, exactly as stored."""
+
+    seq: int
+    session_id: str
+    agent_id: str
+    kind: str
+    role: str | None
+    name: str | None
+    content: str
+    tool_call_id: str | None
+    tool_input: Any
+    payload_ref: str | None
+    payload_size: int | None
+    payload_media: str | None
+    headline: str | None
+    metadata: dict[str, Any]
+    created_at: str
+    tokens: int
+    dedup_key: str | None
+    _store: PayloadStore | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def payload(self) -> ToolResultRef | ArtifactRef | None:
+        """A lazy handle on the full payload, or None when the content is all there is."""
+        if self.payload_ref is None or self._store is None:
+            return None
+        handle = ArtifactRef if self.payload_media == MEDIA_BYTES else ToolResultRef
+        return handle(
+            self.payload_ref, self.payload_size or 0, self.payload_media or "", self._store
+        )
+
+    @property
+    def is_preview(self) -> bool:
+        """True when ``content`` is a bounded preview of a larger text payload."""
+        return self.payload_ref is not None and self.payload_media == MEDIA_TEXT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "session_id": self.session_id,
+            "agent_id": self.agent_id,
+            "kind": self.kind,
+            "role": self.role,
+            "name": self.name,
+            "content": self.content,
+            "tool_call_id": self.tool_call_id,
+            "tool_input": self.tool_input,
+            "payload_ref": self.payload_ref,
+            "payload_size": self.payload_size,
+            "headline": self.headline,
+            "metadata": self.metadata,
+            "created_at": self.created_at,
+            "tokens": self.tokens,
+        }
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result; ``score`` is higher for better matches."""
+
+    seq: int
+    session_id: str
+    agent_id: str
+    kind: str
+    role: str | None
+    name: str | None
+    created_at: str
+    score: float
+    snippet: str
+    headline: str | None
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    agent_id: str
+    events: int
+    tokens: int
+    first_seq: int
+    last_seq: int
+    first_at: str
+    last_at: str
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A validated event ready for INSERT."""
+
+    values: tuple[Any, ...]
+    session_id: str
+    dedup_key: str | None
+    payload: bytes | None
+
+
+class EventLog:
+    """Open, create or migrate the Event Log at ``path``.
+
+    ``payload_dir`` defaults to a ``payloads`` folder beside the database. Content longer
+    than ``payload_threshold`` characters is stored whole in the payload store and the row
+    keeps the first ``payload_threshold`` characters as its preview.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        payload_dir: str | os.PathLike[str] | None = None,
+        payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        if payload_threshold < 1:
+            raise ValueError("payload_threshold must be at least 1 character")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.payloads = PayloadStore(
+            Path(payload_dir) if payload_dir else self.path.parent / "payloads"
+        )
+        self.payload_threshold = payload_threshold
+        self.tokens = token_counter or default_counter()
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._closed = False
+        self._writer = self._connect()
+        self._writer.execute("PRAGMA journal_mode=WAL")
+        migrate(self._writer)
+
+    # ------------------------------------------------------------------ connections
+    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+        )
+        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        db.execute("PRAGMA synchronous=NORMAL")
+        if readonly:
+            db.execute("PRAGMA query_only=1")
+        return db
+
+    def _reader(self) -> sqlite3.Connection:
+        if self._closed:
+            raise EventLogError(f"event log {self.path} is closed")
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._connect(readonly=True)
+            self._local.db = db
+            with self._write_lock:  # only to guard the list; close() releases them all
+                self._readers.append(db)
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self._closed:
+            raise EventLogError(f"event log {self.path} is closed")
+        with self._write_lock:
+            db = self._writer
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._write_lock:
+            self._writer.close()
+            for db in self._readers:
+                db.close()
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+    def append(
+        self,
+        *,
+        session_id: str,
+        kind: str,
+        content: str | bytes,
+        role: str | None = None,
+        agent_id: str = "main",
+        name: str | None = None,
+        tool_call_id: str | None = None,
+        tool_input: Any = None,
+        payload: Any = None,
+        headline: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        created_at: str | datetime | date | None = None,
+        dedup_key: str | None = None,
+        searchable: bool = True,
+    ) -> int:
+        """Append one event and return its seq (the existing seq for a repeated dedup key)."""
+        return self.append_many(
+            [
+                {
+                    "session_id": session_id,
+                    "kind": kind,
+                    "content": content,
+                    "role": role,
+                    "agent_id": agent_id,
+                    "name": name,
+                    "tool_call_id": tool_call_id,
+                    "tool_input": tool_input,
+                    "payload": payload,
+                    "headline": headline,
+                    "metadata": metadata,
+                    "created_at": created_at,
+                    "dedup_key": dedup_key,
+                    "searchable": searchable,
+                }
+            ]
+        )[0]
+
+    def append_many(self, events: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Append events in one transaction, all or nothing; return their seqs in order."""
+        rows = [self._prepare(i, event) for i, event in enumerate(events)]
+        if not rows:
+            return []
+        counts = self.tokens.count_many([row.values[5] for row in rows])
+        for row in rows:
+            if row.payload is not None:
+                self.payloads.put(row.payload)
+        try:
+            with self._write() as db:
+                return self._insert(db, rows, counts)
+        except sqlite3.IntegrityError as exc:
+            if APPEND_ONLY_MESSAGE in str(exc):
+                raise AppendOnlyViolation(str(exc)) from exc
+            raise InvalidEvent(f"the log refused the batch: {exc}") from exc
+
+    def _insert(self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]) -> list[int]:
+        # Resolve dedup keys first: those already in the log, and repeats inside the batch.
+        existing: dict[tuple[str, str], int] = {}
+        keyed = [(r.session_id, r.dedup_key) for r in rows if r.dedup_key is not None]
+        for session_id, key in set(keyed):
+            found = db.execute(
+                "SELECT seq FROM events WHERE session_id = ? AND dedup_key = ?", (session_id, key)
+            ).fetchone()
+            if found:
+                existing[(session_id, key)] = found[0]
+        fresh: list[tuple[Any, ...]] = []
+        slots: list[tuple[str, str] | int] = []
+        pending: dict[tuple[str, str], int] = {}
+        for row, tokens in zip(rows, counts, strict=True):
+            ident = (row.session_id, row.dedup_key) if row.dedup_key is not None else None
+            if ident is not None and ident in existing:
+                slots.append(ident)
+                continue
+            if ident is not None and ident in pending:
+                slots.append(pending[ident])
+                continue
+            if ident is not None:
+                pending[ident] = len(fresh)
+            slots.append(len(fresh))
+            fresh.append((*row.values, tokens))
+        seqs: list[int] = []
+        if fresh:
+            before = _sequence(db)
+            db.executemany(
+                "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
+                "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
+                "metadata, created_at, dedup_key, searchable, tokens) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                fresh,
+            )
+            after = _sequence(db)
+            # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT hands
+            # out consecutive seqs; check it rather than trust it.
+            if after - before != len(fresh):
+                raise EventLogError("seq allocation was not contiguous; batch rolled back")
+            seqs = list(range(before + 1, after + 1))
+        return [existing[s] if isinstance(s, tuple) else seqs[s] for s in slots]
+
+    def _prepare(self, index: int, event: Mapping[str, Any]) -> _Row:
+        where = f"event {index}"
+        unknown = set(event) - _APPEND_KEYS
+        if unknown:
+            raise InvalidEvent(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        session_id = _required_text(event, "session_id", where)
+        kind = _required_text(event, "kind", where)
+        agent_id = event.get("agent_id") or "main"
+        role = _optional_text(event, "role", where)
+        name = _optional_text(event, "name", where)
+        tool_call_id = _optional_text(event, "tool_call_id", where)
+        headline = _optional_text(event, "headline", where)
+        dedup_key = _optional_text(event, "dedup_key", where)
+        if not isinstance(agent_id, str):
+            raise InvalidEvent(f"{where}: agent_id must be a string")
+
+        raw_created = event.get("created_at")
+        try:
+            created_at = now_ts() if raw_created is None else format_ts(raw_created)
+        except ValueError as exc:
+            raise InvalidEvent(f"{where}: invalid created_at: {exc}") from None
+
+        metadata = event.get("metadata") or {}
+        if not isinstance(metadata, Mapping):
+            raise InvalidEvent(f"{where}: metadata must be a mapping")
+        metadata_json = _to_json(dict(metadata), where, "metadata")
+        tool_input = event.get("tool_input")
+        tool_input_json = None if tool_input is None else _to_json(tool_input, where, "tool_input")
+
+        content, payload_value = self._split_content(
+            event.get("content"), event.get("payload"), where
+        )
+        payload_bytes: bytes | None = None
+        payload_ref = payload_size = payload_media = None
+        if payload_value is not None:
+            try:
+                payload_bytes, payload_media = encode_payload(payload_value)
+            except (TypeError, ValueError) as exc:
+                raise InvalidEvent(f"{where}: payload cannot be stored: {exc}") from None
+            payload_ref = ref_of(payload_bytes)
+            payload_size = len(payload_bytes)
+        searchable = 1 if event.get("searchable", True) else 0
+        values = (
+            session_id,
+            agent_id,
+            kind,
+            role,
+            name,
+            content,
+            tool_call_id,
+            tool_input_json,
+            payload_ref,
+            payload_size,
+            payload_media,
+            headline,
+            metadata_json,
+            created_at,
+            dedup_key,
+            searchable,
+        )
+        return _Row(values, session_id, dedup_key, payload_bytes)
+
+    def _split_content(self, content: Any, payload: Any, where: str) -> tuple[str, Any]:
+        """Return the inline content and the value (if any) for the payload store.
+
+        Nothing the caller gave is dropped: undecodable bytes and over-long text go whole
+        to the payload store, and the row keeps a readable, bounded preview.
+        """
+        if content is None:
+            raise InvalidEvent(f"{where}: content is required (use '' for none)")
+        full: Any = None
+        if isinstance(content, bytes | bytearray):
+            try:
+                content = bytes(content).decode("utf-8")
+            except UnicodeDecodeError:
+                full = bytes(content)
+                content = full.decode("utf-8", "replace")
+        elif not isinstance(content, str):
+            raise InvalidEvent(
+                f"{where}: content must be str or bytes, not {type(content).__name__}"
+            )
+        if full is None and _has_surrogates(content):
+            full = content
+            content = content.encode("utf-8", "replace").decode("utf-8")
+        if full is None and len(content) > self.payload_threshold:
+            full = content
+        if full is not None and payload is not None:
+            raise InvalidEvent(
+                f"{where}: content needs the payload store (over {self.payload_threshold} chars "
+                "or not UTF-8) but a separate payload was also given; pass the full text as "
+                "payload and a short preview as content"
+            )
+        if full is not None:
+            payload = full
+        return content[: self.payload_threshold], payload
+
+    # ------------------------------------------------------------------ reading
+    def _event(self, row: Sequence[Any]) -> Event:
+        return Event(
+            seq=row[0],
+            session_id=row[1],
+            agent_id=row[2],
+            kind=row[3],
+            role=row[4],
+            name=row[5],
+            content=row[6],
+            tool_call_id=row[7],
+            tool_input=None if row[8] is None else json.loads(row[8]),
+            payload_ref=row[9],
+            payload_size=row[10],
+            payload_media=row[11],
+            headline=row[12],
+            metadata=json.loads(row[13]) if row[13] else {},
+            created_at=row[14],
+            tokens=row[15],
+            dedup_key=row[16],
+            _store=self.payloads,
+        )
+
+    def get(self, seq: int) -> Event:
+        row = (
+            self._reader()
+            .execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?", (int(seq),))
+            .fetchone()
+        )
+        if row is None:
+            raise EventNotFound(seq)
+        return self._event(row)
+
+    def range(self, lo: int, hi: int) -> list[Event]:
+        """Events with ``lo <= seq <= hi`` in seq order."""
+        rows = self._reader().execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq",
+            (int(lo), int(hi)),
+        )
+        return [self._event(r) for r in rows]
+
+    def session_events(
+        self, session_id: str, after_seq: int = 0, limit: int | None = 100
+    ) -> list[Event]:
+        """A session's events with seq greater than ``after_seq``, oldest first."""
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq"
+        params: tuple[Any, ...] = (session_id, int(after_seq))
+        if limit is not None:
+            sql += " LIMIT ?"
+            params += (int(limit),)
+        return [self._event(r) for r in self._reader().execute(sql, params)]
+
+    def by_tool_call(self, tool_call_id: str) -> list[Event]:
+        """The events that carry ``tool_call_id`` (the call and its result), in seq order."""
+        rows = self._reader().execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE tool_call_id = ? ORDER BY seq",
+            (tool_call_id,),
+        )
+        return [self._event(r) for r in rows]
+
+    def sessions(self) -> list[SessionSummary]:
+        rows = self._reader().execute(
+            "SELECT session_id, min(agent_id), count(*), coalesce(sum(tokens), 0), min(seq), "
+            "max(seq), min(created_at), max(created_at) FROM events GROUP BY session_id "
+            "ORDER BY max(seq) DESC"
+        )
+        return [SessionSummary(*r) for r in rows]
+
+    def count(self, session_id: str | None = None) -> int:
+        db = self._reader()
+        if session_id is None:
+            row = db.execute("SELECT count(*) FROM events").fetchone()
+        else:
+            row = db.execute(
+                "SELECT count(*) FROM events WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return int(row[0])
+
+    def last_seq(self) -> int:
+        row = self._reader().execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+        return int(row[0])
+
+    # ------------------------------------------------------------------ search
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        kind: str | Sequence[str] | None = None,
+        since: str | datetime | date | None = None,
+        until: str | datetime | date | None = None,
+    ) -> list[Hit]:
+        """BM25 search over content and headline. Never raises on the query text.
+
+        Terms are OR-ed after stop-word removal; ties go to the older event. ``since`` and
+        ``until`` bound ``created_at`` half-open, ``[since, until)``. An empty query with a
+        date bound lists that range in seq order.
+        """
+        k = max(0, int(k))
+        if k == 0:
+            return []
+        where, params = _filters(session_id, agent_id, kind, since, until)
+        terms = ftsquery.query_terms(query if isinstance(query, str) else str(query))
+        db = self._reader()
+        if not terms:
+            if since is None and until is None:
+                return []
+            sql = (
+                "SELECT e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at, "
+                "0.0, substr(e.content, 1, 200), e.headline FROM events e "
+                f"WHERE e.searchable = 1{where} ORDER BY e.seq LIMIT ?"
+            )
+            return [Hit(*row) for row in db.execute(sql, (*params, k))]
+        w_content, w_headline = SEARCH_RANK_WEIGHTS
+        sql = (
+            "SELECT e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at, "
+            f"-bm25(events_fts, {w_content}, {w_headline}) AS score, "
+            f"snippet(events_fts, 0, '[', ']', '…', {SNIPPET_TOKENS}), e.headline "
+            "FROM events_fts JOIN events e ON e.seq = events_fts.rowid "
+            f"WHERE events_fts MATCH ?{where} ORDER BY score DESC, e.seq LIMIT ?"
+        )
+        match = ftsquery.match_expression(terms)
+        return [Hit(*row) for row in db.execute(sql, (match, *params, k))]
+
+
+def _filters(
+    session_id: str | None,
+    agent_id: str | None,
+    kind: str | Sequence[str] | None,
+    since: str | datetime | date | None,
+    until: str | datetime | date | None,
+) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if session_id is not None:
+        clauses.append("e.session_id = ?")
+        params.append(session_id)
+    if agent_id is not None:
+        clauses.append("e.agent_id = ?")
+        params.append(agent_id)
+    if kind is not None:
+        kinds = [kind] if isinstance(kind, str) else list(kind)
+        clauses.append(f"e.kind IN ({', '.join('?' * len(kinds))})" if kinds else "0")
+        params.extend(kinds)
+    for bound, op in ((since, ">="), (until, "<")):
+        if bound is None:
+            continue
+        try:
+            stamp = format_ts(bound)
+        except ValueError as exc:
+            raise InvalidEvent(f"invalid date bound: {exc}") from None
+        clauses.append(f"e.created_at {op} ?")
+        params.append(stamp)
+    return "".join(f" AND {c}" for c in clauses), params
+
+
+def _sequence(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _required_text(event: Mapping[str, Any], key: str, where: str) -> str:
+    value = event.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidEvent(f"{where}: {key} must be a non-empty string")
+    if _has_surrogates(value) or "\x00" in value:
+        raise InvalidEvent(f"{where}: {key} contains characters that cannot be stored")
+    return value
+
+
+def _optional_text(event: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = event.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{where}: {key} must be a string, not {type(value).__name__}")
+    if _has_surrogates(value):
+        raise InvalidEvent(f"{where}: {key} is not valid UTF-8")
+    return value
+
+
+def _to_json(value: Any, where: str, key: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidEvent(f"{where}: {key} is not JSON-serialisable: {exc}") from None

@@ -1,0 +1,56 @@
+"""Turning arbitrary user or model text into a safe FTS5 MATCH expression.
+
+Any string is a valid query: text is split the way FTS5's unicode61 tokenizer splits it,
+stop words are dropped so a question does not match every row, and every remaining term
+is quoted, so operators, quotes, parentheses and column filters in the input are only ever
+words. Terms are OR-ed; BM25 does the ranking.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MAX_TERMS", "STOP_WORDS", "match_expression", "query_terms"]
+
+# A longer query adds cost without adding ranking signal; keep the first distinct terms.
+MAX_TERMS = 48
+
+# unicode61 keeps letters, numbers and private-use characters; everything else separates.
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+
+STOP_WORDS = frozenset(
+    """
+    a about above after again against all am an and any are aren't as at be because been
+    before being below between both but by can cannot could did didn do does doesn doing
+    don down during each few for from further had hadn has hasn have haven having he her
+    here hers herself him himself his how i if in into is isn it its itself just ll me
+    more most my myself no nor not now of off on once only or other ought our ours
+    ourselves out over own re s same shan she should shouldn so some such t than that the
+    their theirs them themselves then there these they this those through to too under
+    until up ve very was wasn we were weren what when where which while who whom why will
+    with won would wouldn you your yours yourself yourselves d m o y ain did does also
+    ever many much might must shall may get got tell told say said please
+    """.split()
+)
+
+
+def query_terms(query: str) -> list[str]:
+    """Distinct lowercase terms of ``query`` without stop words (all of them if only stop
+    words remain), at most MAX_TERMS, in order of first appearance."""
+    words = [w.casefold() for w in _TOKEN.findall(query)]
+    kept = [w for w in words if w not in STOP_WORDS]
+    seen: dict[str, None] = {}
+    for word in kept or words:
+        seen.setdefault(word, None)
+        if len(seen) >= MAX_TERMS:
+            break
+    return list(seen)
+
+
+def quote_term(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def match_expression(terms: list[str]) -> str:
+    """An FTS5 expression matching any of ``terms`` (empty string for no terms)."""
+    return " OR ".join(quote_term(t) for t in terms)

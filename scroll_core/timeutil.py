@@ -1,0 +1,46 @@
+"""Timestamps as the Event Log stores them: ISO-8601 UTC with fixed width.
+
+Every ``created_at`` is written as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` so that plain string
+comparison in SQL orders and bounds them correctly.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+__all__ = ["format_ts", "now_ts", "parse_ts"]
+
+_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def parse_ts(value: str | datetime | date) -> datetime:
+    """Parse a timestamp or date into an aware UTC datetime (naive input is taken as UTC).
+
+    Raises ValueError with the offending value when it is not a timestamp.
+    """
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, date):
+        dt = datetime(value.year, value.month, value.day)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"not an ISO-8601 timestamp: {value!r}") from None
+    else:
+        raise ValueError(f"not a timestamp: {value!r} ({type(value).__name__})")
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def format_ts(value: str | datetime | date) -> str:
+    """Normalise a timestamp to the stored fixed-width UTC form."""
+    return parse_ts(value).strftime(_FORMAT)
+
+
+def now_ts() -> str:
+    return datetime.now(UTC).strftime(_FORMAT)

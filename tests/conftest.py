@@ -1,0 +1,35 @@
+"""Shared fixtures: a fresh temporary Event Log, and where the shared data lives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scroll_core import EventLog
+
+REPO = Path(__file__).resolve().parents[1]
+# CI lays shared/ beside the checkout; the data is read in place, never copied in.
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture
+def log(tmp_path):
+    """A fresh Event Log in a temporary folder."""
+    with EventLog(tmp_path / "eventlog.sqlite3") as event_log:
+        yield event_log
+
+
+@pytest.fixture
+def log_small(tmp_path):
+    """A fresh Event Log whose payload threshold is 100 characters."""
+    with EventLog(tmp_path / "small.sqlite3", payload_threshold=100) as event_log:
+        yield event_log
+
+
+@pytest.fixture
+def shared_data():
+    """The folder of real data written by others; tests that need it skip without it."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA

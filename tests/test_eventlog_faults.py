@@ -1,0 +1,161 @@
+"""Bad input and faults: nothing the caller gave is lost, and a crash leaves a sound log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from scroll_core import ArtifactRef, EventLog, InvalidEvent, ToolResultRef
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_nul_characters_round_trip_and_stay_searchable(log):
+    seq = log.append(session_id="s", kind="tool_result", content="before\x00after marker")
+    assert log.get(seq).content == "before\x00after marker"
+    assert seq in [h.seq for h in log.search("marker")]
+
+
+def test_non_utf8_bytes_are_kept_losslessly(log):
+    raw = b"caf\xe9 \xff\xfe binary tail"
+    seq = log.append(session_id="s", kind="tool_result", content=raw)
+    event = log.get(seq)
+    assert "caf\ufffd" in event.content
+    assert isinstance(event.payload, ArtifactRef)
+    assert event.payload.load() == raw
+
+
+def test_valid_utf8_bytes_are_stored_as_text(log):
+    seq = log.append(session_id="s", kind="tool_result", content="naïve".encode())
+    assert log.get(seq).content == "naïve"
+    assert log.get(seq).payload is None
+
+
+def test_text_with_lone_surrogates_is_kept_losslessly(log):
+    text = "ok \udcff still ok"
+    seq = log.append(session_id="s", kind="tool_result", content=text)
+    event = log.get(seq)
+    assert "\udcff" not in event.content
+    assert isinstance(event.payload, ToolResultRef)
+    assert event.payload.load() == text
+
+
+def test_a_100_mb_payload_is_stored_once_and_the_row_stays_small(tmp_path):
+    big = "0123456789abcdef" * (100 * 1024 * 1024 // 16)
+    with EventLog(tmp_path / "log.sqlite3") as log:
+        seq = log.append(session_id="s", kind="tool_result", content=big, tool_call_id="c1")
+        event = log.get(seq)
+        assert len(event.content) == log.payload_threshold
+        assert event.payload.size == len(big)
+        assert event.tokens == log.tokens.count(event.content)
+        assert event.payload.load() == big
+    assert (tmp_path / "log.sqlite3").stat().st_size < 5 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    "stamp", ["", "yesterday", "2024-02-30", "2024-13-01T00:00:00Z", "12:00", "2024-01-01T25:00"]
+)
+def test_invalid_timestamps_are_refused_and_nothing_is_written(log, stamp):
+    with pytest.raises(InvalidEvent, match="invalid created_at"):
+        log.append(session_id="s", kind="context_msg", content="x", created_at=stamp)
+    assert log.count() == 0
+
+
+def test_timestamps_with_offsets_are_stored_in_utc(log):
+    seq = log.append(session_id="s", kind="k", content="x", created_at="2024-01-01T01:30:00+05:30")
+    assert log.get(seq).created_at == "2023-12-31T20:00:00.000000Z"
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {repo!r})
+    from scroll_core import EventLog, CharRatioCounter
+    log = EventLog({path!r}, token_counter=CharRatioCounter())
+    i = 0
+    while True:
+        batch = [dict(session_id="w", kind="tool_result", content=f"row {{i}} {{j}} " * 20)
+                 for j in range(5)]
+        seqs = log.append_many(batch)
+        print(" ".join(map(str, seqs)), flush=True)
+        i += 1
+    """
+)
+
+
+def test_a_writer_killed_mid_stream_loses_nothing_it_reported(tmp_path):
+    path = str(tmp_path / "log.sqlite3")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER.format(repo=REPO, path=path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    reported: list[int] = []
+    assert proc.stdout is not None
+    while len(reported) < 2000:
+        line = proc.stdout.readline()
+        assert line, "writer exited early"
+        reported.extend(int(s) for s in line.split())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    with EventLog(path) as log:
+        assert log._reader().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        present = {e.seq for e in log.range(reported[0], reported[-1])}
+        assert set(reported) <= present
+        assert len(log.search("row", k=5)) == 5
+    # The FTS index still agrees with the table (raises SQLITE_CORRUPT_VTAB if not).
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO events_fts(events_fts, rank) VALUES ('integrity-check', 1)")
+    db.close()
+
+
+def test_two_processes_append_to_one_log_without_clashing(tmp_path):
+    path = str(tmp_path / "log.sqlite3")
+    EventLog(path).close()
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {REPO!r})
+        from scroll_core import EventLog, CharRatioCounter
+        log = EventLog({path!r}, token_counter=CharRatioCounter())
+        for i in range(200):
+            log.append(session_id=sys.argv[1], kind="context_msg", content=f"m{{i}}")
+        """
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, name]) for name in ("p1", "p2")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    with EventLog(path) as log:
+        assert log.count("p1") == log.count("p2") == 200
+        assert log.last_seq() == 400
+
+
+def test_threads_read_while_one_writes(log):
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                log.search("alpha")
+                log.sessions()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for i in range(300):
+        log.append(session_id="s", kind="context_msg", content=f"alpha {i}")
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert log.count() == 300

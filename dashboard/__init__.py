@@ -1,0 +1,1 @@
+"""The Scroll console: the Django project and its one app, in one package."""

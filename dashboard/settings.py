@@ -1,0 +1,174 @@
+"""Settings of the Scroll console.
+
+Everything an operator may change comes from an environment variable with a safe
+default, so `make run` works with nothing configured (the embedded default: SQLite
+for Django and the Event Log under one data folder, the in-memory channel layer).
+
+SCROLL_DATA_DIR        data folder (default: var/ under the repository root)
+SCROLL_EVENTLOG_PATH   Event Log file (default: <data>/eventlog.sqlite3)
+SCROLL_SECRET_KEY      Django secret key (default: generated once, kept in <data>/secret_key)
+SCROLL_DEBUG           "1" turns DEBUG on (default off)
+SCROLL_ALLOWED_HOSTS   comma-separated (default: localhost,127.0.0.1)
+SCROLL_CSRF_TRUSTED_ORIGINS  comma-separated origins, for a console behind a proxy
+SCROLL_DATABASE_URL    postgres://user:pass@host:port/name to use PostgreSQL for Django
+SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (channels-redis)
+SCROLL_SERVE_STATIC    "0" stops the ASGI app serving static files itself (default on)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.utils import get_random_secret_key
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _persisted_secret_key(data_dir: Path) -> str:
+    """Read the secret key kept in the data folder, creating it on first start.
+
+    O_EXCL makes two processes starting at once agree on one key: the loser of the
+    race reads the winner's file.
+    """
+    path = data_dir / "secret_key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text(encoding="utf-8").strip()
+        if not key:
+            raise ImproperlyConfigured(
+                f"{path} is empty; delete it to generate a new key"
+            ) from None
+        return key
+    key = get_random_secret_key()
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(key + "\n")
+    return key
+
+
+def _database_from_url(url: str) -> dict[str, Any]:
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(
+            f"SCROLL_DATABASE_URL must be a postgres:// URL, not {parts.scheme or url!r}"
+        )
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+    }
+
+
+SCROLL_DATA_DIR = Path(os.environ.get("SCROLL_DATA_DIR") or BASE_DIR / "var").resolve()
+SCROLL_DATA_DIR.mkdir(parents=True, exist_ok=True)
+SCROLL_EVENTLOG_PATH = Path(
+    os.environ.get("SCROLL_EVENTLOG_PATH") or SCROLL_DATA_DIR / "eventlog.sqlite3"
+)
+SCROLL_PAYLOAD_DIR = SCROLL_DATA_DIR / "payloads"
+# Rows per page in the console's session and event lists.
+SCROLL_PAGE_SIZE = 50
+
+SECRET_KEY = os.environ.get("SCROLL_SECRET_KEY") or _persisted_secret_key(SCROLL_DATA_DIR)
+DEBUG = _env_flag("SCROLL_DEBUG", False)
+ALLOWED_HOSTS = _env_list("SCROLL_ALLOWED_HOSTS", "localhost,127.0.0.1")
+CSRF_TRUSTED_ORIGINS = _env_list("SCROLL_CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    # daphne first: its runserver replaces Django's, so `runserver` serves ASGI.
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "dashboard.urls"
+ASGI_APPLICATION = "dashboard.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if os.environ.get("SCROLL_DATABASE_URL"):
+    DATABASES = {"default": _database_from_url(os.environ["SCROLL_DATABASE_URL"])}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": SCROLL_DATA_DIR / "console.sqlite3",
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if os.environ.get("SCROLL_REDIS_URL"):
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [os.environ["SCROLL_REDIS_URL"]]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = SCROLL_DATA_DIR / "staticfiles"
+# The embedded default has no web server in front, so the ASGI app serves static files.
+SCROLL_SERVE_STATIC = _env_flag("SCROLL_SERVE_STATIC", True)

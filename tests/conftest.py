@@ -33,3 +33,16 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture
+def console_log(settings, tmp_path):
+    """The console's Event Log, moved to a fresh temporary data folder for this test."""
+    from dashboard.eventlog import get_event_log
+
+    data = tmp_path / "data"
+    data.mkdir()
+    settings.SCROLL_DATA_DIR = data
+    settings.SCROLL_EVENTLOG_PATH = data / "eventlog.sqlite3"
+    settings.SCROLL_PAYLOAD_DIR = data / "payloads"
+    return get_event_log()

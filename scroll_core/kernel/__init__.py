@@ -1,0 +1,27 @@
+"""The persistent sandboxed kernel: host-side client, pool, sandbox tiers and ``ms``.
+
+The child side lives in ``child/`` (standard library only); everything else runs in the host.
+"""
+
+from __future__ import annotations
+
+from .client import Kernel, KernelStatus
+from .config import KernelConfig
+from .errors import HostFunctionRefused, KernelError, KernelProtocolError, SandboxUnavailable
+from .results import ExecError, ExecResult, NamespaceDigest
+from .sandbox import bwrap_status, resolve_tier
+
+__all__ = [
+    "ExecError",
+    "ExecResult",
+    "HostFunctionRefused",
+    "Kernel",
+    "KernelConfig",
+    "KernelError",
+    "KernelProtocolError",
+    "KernelStatus",
+    "NamespaceDigest",
+    "SandboxUnavailable",
+    "bwrap_status",
+    "resolve_tier",
+]

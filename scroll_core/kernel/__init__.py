@@ -8,6 +8,7 @@ from __future__ import annotations
 from .client import Kernel, KernelStatus
 from .config import KernelConfig
 from .errors import HostFunctionRefused, KernelError, KernelProtocolError, SandboxUnavailable
+from .manager import KernelManager
 from .results import ExecError, ExecResult, NamespaceDigest
 from .sandbox import bwrap_status, resolve_tier
 
@@ -18,6 +19,7 @@ __all__ = [
     "Kernel",
     "KernelConfig",
     "KernelError",
+    "KernelManager",
     "KernelProtocolError",
     "KernelStatus",
     "NamespaceDigest",

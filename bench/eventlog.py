@@ -1,0 +1,191 @@
+"""Event Log throughput and search latency against plain SQLite + FTS5 in the same run.
+
+    python bench/eventlog.py --json [--quick] [--events N]
+
+Ingest: our ``EventLog.append_many`` (validation, token counting, dedup, payload routing)
+against a bare ``executemany`` of the same rows into an equivalent table with the same
+FTS5 index and trigger. Search: the same question-like queries through ``EventLog.search``
+against the sanitized MATCH expression run straight on FTS5 with the same bm25 weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import emit, median, percentile
+
+from scroll_core import EventLog
+from scroll_core.eventlog import SEARCH_RANK_WEIGHTS
+from scroll_core.ftsquery import match_expression, query_terms
+from scroll_core.logschema import m001_initial
+
+BATCH = 1000
+SEED = 20261129
+KINDS = ("context_msg", "model_turn", "tool_result")
+STOP = "what when where did the a of in to is was how who which".split()
+
+
+def make_vocabulary(rng: random.Random, size: int = 6000) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randint(3, 10))))
+    return sorted(words)
+
+
+def make_rows(n: int, rng: random.Random, vocab: list[str]) -> list[dict[str, Any]]:
+    # Zipf-like word choice so some terms are common and most are rare, as in real logs.
+    weights = [1.0 / (i + 1) for i in range(len(vocab))]
+    rows = []
+    for i in range(n):
+        words = rng.choices(vocab, weights=weights, k=rng.randint(5, 60))
+        rows.append(
+            {
+                "session_id": f"s{i // 5000}",
+                "kind": KINDS[i % 3],
+                "role": ("user", "assistant", "tool")[i % 3],
+                "content": " ".join(words),
+                "created_at": f"2026-{1 + (i // 100000) % 12:02d}-01T00:00:{i % 60:02d}Z",
+                "dedup_key": f"e{i}",
+            }
+        )
+    return rows
+
+
+def make_queries(rng: random.Random, vocab: list[str], n: int = 300) -> list[str]:
+    queries = []
+    for _ in range(n):
+        terms = rng.sample(vocab[:3000], rng.randint(1, 4))
+        queries.append(" ".join(rng.sample(STOP, 3) + terms) + "?")
+    return queries
+
+
+def raw_schema() -> str:
+    """The Event Log's own schema, less the append-only triggers: an equivalent table, the
+    same indexes and the same FTS5 table and insert trigger."""
+    db = sqlite3.connect(":memory:")
+    m001_initial(db)
+    sql = [
+        row[0] + ";"
+        for row in db.execute(
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name != 'sqlite_sequence' "
+            "AND NOT (type = 'table' AND name LIKE 'events_fts_%') "
+            "AND name NOT IN ('events_no_update', 'events_no_delete') ORDER BY rowid"
+        )
+    ]
+    db.close()
+    return "\n".join(sql)
+
+
+def open_raw(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(raw_schema())
+    return db
+
+
+def raw_tuples(rows: list[dict[str, Any]], log: EventLog) -> list[tuple[Any, ...]]:
+    """The very rows the Event Log will store, worked out before the clock starts: the
+    baseline pays nothing for validation or token counting."""
+    prepared = [log._prepare(i, row) for i, row in enumerate(rows)]
+    counts = log.tokens.count_many([r.values[5] for r in prepared])
+    return [(*r.values, n) for r, n in zip(prepared, counts, strict=True)]
+
+
+def ingest_both(
+    rows: list[dict[str, Any]], log: EventLog, raw: sqlite3.Connection
+) -> tuple[float, float]:
+    """Alternate batches between the two sides so load from elsewhere on the machine falls on
+    both alike; return (ours seconds, raw seconds)."""
+    tuples = raw_tuples(rows, log)
+    ours_s = raw_s = 0.0
+    for i in range(0, len(rows), BATCH):
+        start = time.perf_counter()
+        raw.execute("BEGIN IMMEDIATE")
+        raw.executemany(
+            "INSERT INTO events (session_id, agent_id, kind, role, name, content, tool_call_id, "
+            "tool_input, payload_ref, payload_size, payload_media, headline, metadata, "
+            "created_at, dedup_key, searchable, tokens) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            tuples[i : i + BATCH],
+        )
+        raw.execute("COMMIT")
+        mid = time.perf_counter()
+        log.append_many(rows[i : i + BATCH])
+        ours_s += time.perf_counter() - mid
+        raw_s += mid - start
+    return ours_s, raw_s
+
+
+def time_queries_both(ours, raw, queries: list[str]) -> tuple[list[float], list[float]]:
+    """Time each query on both sides back to back, so machine load falls on both alike."""
+    for q in queries[:20]:  # warm the page cache for both sides alike
+        ours(q)
+        raw(q)
+    ours_ms: list[float] = []
+    raw_ms: list[float] = []
+    for q in queries:
+        for run, out in ((raw, raw_ms), (ours, ours_ms)):
+            start = time.perf_counter()
+            run(q)
+            out.append((time.perf_counter() - start) * 1000)
+    return ours_ms, raw_ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="100,000 events instead of 1,000,000")
+    parser.add_argument("--events", type=int, help="number of events (overrides --quick)")
+    args = parser.parse_args()
+    n = args.events or (100_000 if args.quick else 1_000_000)
+
+    rng = random.Random(SEED)
+    vocab = make_vocabulary(rng)
+    rows = make_rows(n, rng, vocab)
+    queries = make_queries(rng, vocab)
+
+    with tempfile.TemporaryDirectory(prefix="scroll-bench-") as tmp:
+        raw_db = open_raw(Path(tmp) / "raw.sqlite3")
+        log = EventLog(Path(tmp) / "ours.sqlite3")
+        ours_s, raw_s = ingest_both(rows, log, raw_db)
+        w_content, w_headline = SEARCH_RANK_WEIGHTS
+        raw_sql = (
+            f"SELECT rowid, bm25(events_fts, {w_content}, {w_headline}) AS r, "
+            "snippet(events_fts, 0, '[', ']', '…', 16) FROM events_fts "
+            "WHERE events_fts MATCH ? ORDER BY r, rowid LIMIT 10"
+        )
+        ours_ms, raw_ms = time_queries_both(
+            lambda q: log.search(q, k=10),
+            lambda q: raw_db.execute(raw_sql, (match_expression(query_terms(q)),)).fetchall(),
+            queries,
+        )
+        log.close()
+        raw_db.close()
+
+    ours_rate = n / ours_s
+    raw_rate = n / raw_s
+    result = {
+        "events": n,
+        "ingest_events_per_s": round(ours_rate),
+        "raw_fts5_events_per_s": round(raw_rate),
+        "ingest_ratio": round(ours_rate / raw_rate, 3),
+        "search_queries": len(queries),
+        "search_p50_ms": round(median(ours_ms), 3),
+        "search_p99_ms": round(percentile(ours_ms, 99), 3),
+        "raw_search_p50_ms": round(median(raw_ms), 3),
+        "raw_search_p99_ms": round(percentile(raw_ms, 99), 3),
+        "search_overhead_ratio": round(median(ours_ms) / median(raw_ms), 3),
+    }
+    emit(result, args.json)
+
+
+if __name__ == "__main__":
+    main()

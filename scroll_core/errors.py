@@ -11,7 +11,9 @@ Hierarchy::
     ├── PayloadError           a payload reference could not be loaded
     │   ├── PayloadMissing         the payload file is gone
     │   └── PayloadCorrupt         the payload file no longer matches its hash
-    └── IngestError            an import file is malformed; nothing of it was ingested
+    ├── IngestError            an import file is malformed; nothing of it was ingested
+    └── ModelError             a model provider failed or refused a request (status, message)
+        └── ContextOverflow        the provider says the prompt exceeds its context window
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 __all__ = [
     "AppendOnlyViolation",
     "ConfigError",
+    "ContextOverflow",
     "EventLogError",
     "EventNotFound",
     "IngestError",
     "InvalidEvent",
+    "ModelError",
     "PayloadCorrupt",
     "PayloadError",
     "PayloadMissing",
@@ -84,3 +88,37 @@ class IngestError(ScrollError, ValueError):
         self.path = path
         self.location = location
         self.reason = reason
+
+
+class ModelError(ScrollError):
+    """A model call failed: the provider answered with an error, or could not be reached.
+
+    ``status`` is the HTTP status when the provider answered (None for timeouts and
+    connection failures), ``code`` the provider's error code when it gave one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        status: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        parts = [f"model {model}" if model else "model call"]
+        if status is not None:
+            parts.append(f"HTTP {status}")
+        if code:
+            parts.append(code)
+        super().__init__(f"{': '.join(parts)}: {message}")
+        self.message = message
+        self.model = model
+        self.status = status
+        self.code = code
+
+
+class ContextOverflow(ModelError):
+    """The provider refused the prompt as longer than its context window.
+
+    The agent loop answers this with a forced compress and one retry.
+    """

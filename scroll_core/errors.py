@@ -24,6 +24,7 @@ __all__ = [
     "ContextOverflow",
     "EventLogError",
     "EventNotFound",
+    "EvictionIndexError",
     "IngestError",
     "InvalidEvent",
     "ModelError",
@@ -122,3 +123,31 @@ class ContextOverflow(ModelError):
 
     The agent loop answers this with a forced compress and one retry.
     """
+
+
+class EvictionIndexError(ScrollError, ValueError):
+    """An eviction index operation or checkpoint would break its invariant (blocks tile the
+    evicted range with no gap); nothing was changed."""
+
+
+class ContextWindowUnfit(ScrollError):
+    """Even after folding and eviction the working view is over the hard limit.
+
+    The numbers say what does not fit: usually the fixed prefix or the active turn alone
+    (a single huge message) is larger than the window allows.
+    """
+
+    def __init__(
+        self, *, tokens: int, hard_limit: int, context_size: int, sections: dict[str, int]
+    ) -> None:
+        parts = ", ".join(f"{name} {count:,}" for name, count in sections.items())
+        super().__init__(
+            f"context window unfit: the view needs {tokens:,} tokens but the hard limit is "
+            f"{hard_limit:,} (context size {context_size:,} minus the output reserve) after "
+            f"folding every tool result and evicting everything before the active turn "
+            f"({parts})"
+        )
+        self.tokens = tokens
+        self.hard_limit = hard_limit
+        self.context_size = context_size
+        self.sections = dict(sections)

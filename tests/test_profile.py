@@ -1,0 +1,91 @@
+"""The profile: defaults from the reference, derived numbers, validation naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from scroll_core.errors import ConfigError
+from scroll_core.profile import Profile
+
+
+def test_defaults_are_the_reference_constants():
+    p = Profile(context_size=128_000)
+    assert p.trigger_tokens == 102_400
+    assert p.tail_tokens == 12_800
+    assert p.output_reserve == 4096
+    assert p.hard_limit == 128_000 - 4096
+    assert (p.protected_recent_tool_results, p.pre_trim_min_chars, p.tier_cap) == (5, 200, 10)
+    assert p.print_cap == 32_000
+
+
+@pytest.mark.parametrize(
+    ("context_size", "tail", "reserve"),
+    [
+        (1_000_000, 40_000, 4096),  # capped at 40000
+        (200_000, 20_000, 4096),  # reserve_ratio * C
+        (8_000, 800, 400),  # 0.1 * C below the 10000 floor
+        (2_000, 200, 100),
+    ],
+)
+def test_tail_and_output_reserve_follow_the_formulas(context_size, tail, reserve):
+    p = Profile(context_size=context_size)
+    assert p.tail_tokens == tail
+    assert p.output_reserve == reserve
+
+
+def test_the_floor_applies_when_reserve_ratio_is_small():
+    p = Profile(context_size=200_000, reserve_ratio=0.01)
+    assert p.tail_tokens == 10_000
+
+
+def test_a_trigger_of_one_is_clamped_to_the_hard_limit():
+    p = Profile(context_size=10_000, trigger_ratio=1.0)
+    assert p.trigger_tokens == p.hard_limit == 9_500
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"trigger_ratio": 0}, "trigger_ratio"),
+        ({"trigger_ratio": 1.2}, "trigger_ratio"),
+        ({"reserve_ratio": 1.0}, "reserve_ratio"),
+        ({"tail_cap_tokens": -1}, "tail_cap_tokens"),
+        ({"pre_trim_min_chars": -5}, "pre_trim_min_chars"),
+        ({"protected_recent_tool_results": -1}, "protected_recent_tool_results"),
+        ({"tier_cap": 1}, "tier_cap"),
+        ({"print_cap": 0}, "print_cap"),
+        ({"context_size": 100}, "context_size"),
+        ({"context_size": 1000.5}, "context_size"),
+        ({"exec_timeout_s": 0}, "exec_timeout_s"),
+        ({"index_budget_ratio": 0}, "index_budget_ratio"),
+        ({"tier_cap": True}, "tier_cap"),
+        ({"trigger_ratio": float("nan")}, "trigger_ratio"),
+        ({"trigger_ratio": 0.1, "reserve_ratio": 0.5}, "trigger"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(changes, field):
+    with pytest.raises(ConfigError, match=field):
+        Profile(**changes)
+    with pytest.raises(ConfigError, match=field):
+        Profile().replace(**changes)
+
+
+def test_from_mapping_converts_strings_and_refuses_unknown_keys():
+    p = Profile.from_mapping({"context_size": "32000", "trigger_ratio": "0.75", "tier_cap": 8.0})
+    assert (p.context_size, p.trigger_ratio, p.tier_cap) == (32_000, 0.75, 8)
+    with pytest.raises(ConfigError, match="trigger_ration"):
+        Profile.from_mapping({"trigger_ration": 0.8})
+    with pytest.raises(ConfigError, match="tier_cap"):
+        Profile.from_mapping({"tier_cap": "ten"})
+    with pytest.raises(ConfigError, match="tier_cap"):
+        Profile.from_mapping({"tier_cap": 2.5})
+
+
+def test_to_dict_round_trips_and_replace_validates():
+    p = Profile(context_size=64_000, trigger_ratio=0.7)
+    assert Profile.from_mapping(p.to_dict()) == p
+    q = p.replace(tier_cap=4)
+    assert q.tier_cap == 4 and p.tier_cap == 10
+    with pytest.raises(ConfigError, match="unknown"):
+        p.replace(colour="blue")
+    assert p.derived()["trigger_tokens"] == 44_800

@@ -12,6 +12,8 @@ Hierarchy::
     │   ├── PayloadMissing         the payload file is gone
     │   └── PayloadCorrupt         the payload file no longer matches its hash
     ├── IngestError            an import file is malformed; nothing of it was ingested
+    ├── EvictionIndexError     an eviction index operation or checkpoint breaks its invariant
+    ├── ContextWindowUnfit     the working view cannot be brought under the hard limit
     └── ModelError             a model provider failed or refused a request (status, message)
         └── ContextOverflow        the provider says the prompt exceeds its context window
 """
@@ -22,6 +24,7 @@ __all__ = [
     "AppendOnlyViolation",
     "ConfigError",
     "ContextOverflow",
+    "ContextWindowUnfit",
     "EventLogError",
     "EventNotFound",
     "EvictionIndexError",

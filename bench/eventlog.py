@@ -21,9 +21,9 @@ from typing import Any
 from _common import emit, median, percentile
 
 from scroll_core import EventLog
-from scroll_core.eventlog import SEARCH_RANK_WEIGHTS
 from scroll_core.ftsquery import match_expression, query_terms
 from scroll_core.logschema import m001_initial
+from scroll_core.search import SearchTuning
 
 BATCH = 1000
 SEED = 20261129
@@ -156,9 +156,9 @@ def main() -> None:
         raw_db = open_raw(Path(tmp) / "raw.sqlite3")
         log = EventLog(Path(tmp) / "ours.sqlite3")
         ours_s, raw_s = ingest_both(rows, log, raw_db)
-        w_content, w_headline = SEARCH_RANK_WEIGHTS
+        weights = ", ".join(map(str, SearchTuning().rank_weights))
         raw_sql = (
-            f"SELECT rowid, bm25(events_fts, {w_content}, {w_headline}) AS r, "
+            f"SELECT rowid, bm25(events_fts, {weights}) AS r, "
             "snippet(events_fts, 0, '[', ']', '…', 16) FROM events_fts "
             "WHERE events_fts MATCH ? ORDER BY r, rowid LIMIT 10"
         )

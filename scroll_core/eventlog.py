@@ -24,7 +24,6 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from . import ftsquery
 from .errors import AppendOnlyViolation, EventLogError, EventNotFound, InvalidEvent
 from .logschema import APPEND_ONLY_MESSAGE, migrate
 from .payloads import (
@@ -36,6 +35,7 @@ from .payloads import (
     encode_payload,
     ref_of,
 )
+from .search import Hit, SearchFilters, SearchTuning, run_search
 from .timeutil import format_ts, now_ts
 from .tokens import TokenCounter, default_counter
 
@@ -60,10 +60,6 @@ _PIPELINE_CHUNK = 50
 # What SQLite says when a (session_id, dedup_key) pair is already taken.
 _DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
 
-# bm25() column weights for (content, headline). A headline is the model's own one-line
-# summary of a turn, written to be found again, so a match there counts for more than the
-# same word somewhere in a long tool output.
-SEARCH_RANK_WEIGHTS = (1.0, 2.0)
 
 _EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
@@ -148,22 +144,6 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Hit:
-    """One search result; ``score`` is higher for better matches."""
-
-    seq: int
-    session_id: str
-    agent_id: str
-    kind: str
-    role: str | None
-    name: str | None
-    created_at: str
-    score: float
-    snippet: str
-    headline: str | None
-
-
-@dataclass(frozen=True)
 class SessionSummary:
     session_id: str
     agent_id: str
@@ -200,6 +180,7 @@ class EventLog:
         payload_dir: str | os.PathLike[str] | None = None,
         payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
         token_counter: TokenCounter | None = None,
+        search_tuning: SearchTuning | None = None,
     ) -> None:
         if payload_threshold < 1:
             raise ValueError("payload_threshold must be at least 1 character")
@@ -210,6 +191,7 @@ class EventLog:
         )
         self.payload_threshold = payload_threshold
         self.tokens = token_counter or default_counter()
+        self.search_tuning = search_tuning or SearchTuning()
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -592,92 +574,20 @@ class EventLog:
         since: str | datetime | date | None = None,
         until: str | datetime | date | None = None,
     ) -> list[Hit]:
-        """BM25 search over content and headline. Never raises on the query text.
+        """BM25 search over content, headline and name. Never raises on the query text.
 
-        Terms are OR-ed after stop-word removal; ties go to the older event. ``since`` and
-        ``until`` bound ``created_at`` half-open, ``[since, until)``. An empty query with a
-        date bound lists that range in seq order.
+        Terms are OR-ed after stop-word removal; a turn also gains from matches in the turns
+        next to it in its session (see ``search.SearchTuning``); ties go to the older event.
+        ``since`` and ``until`` bound ``created_at`` half-open, ``[since, until)``. An empty
+        query with a date bound lists that range in seq order.
         """
-        k = max(0, int(k))
-        if k == 0:
-            return []
-        where, params = _filters(session_id, agent_id, kind, since, until)
-        terms = ftsquery.query_terms(query if isinstance(query, str) else str(query))
-        db = self._reader()
-        if not terms:
-            if since is None and until is None:
-                return []
-            sql = (
-                "SELECT e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at, "
-                "0.0, substr(e.content, 1, 200), e.headline FROM events e "
-                f"WHERE e.searchable = 1{where} ORDER BY e.seq LIMIT ?"
-            )
-            return [Hit(*row) for row in db.execute(sql, (*params, k))]
-        match = ftsquery.match_expression(terms)
-        w_content, w_headline = SEARCH_RANK_WEIGHTS
-        rank = f"bm25(events_fts, {w_content}, {w_headline})"
-        if where:
-            sql = (
-                f"SELECT e.seq, -{rank} AS score FROM events_fts JOIN events e "
-                f"ON e.seq = events_fts.rowid WHERE events_fts MATCH ?{where} "
-                "ORDER BY score DESC, e.seq LIMIT ?"
-            )
-        else:
-            # Rank inside FTS5 alone, then read only the k winning rows: joining every match
-            # to the events table first would cost a lookup per match, not per hit.
-            sql = (
-                f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
-                "ORDER BY score DESC, rowid LIMIT ?"
-            )
-        top = db.execute(sql, (match, *params, k)).fetchall()
-        if not top:
-            return []
-        marks = ", ".join("?" * len(top))
-        rows = {
-            row[0]: row
-            for row in db.execute(
-                "SELECT seq, session_id, agent_id, kind, role, name, created_at, content, "
-                f"headline FROM events WHERE seq IN ({marks})",
-                [seq for seq, _ in top],
-            )
-        }
-        hits = []
-        for seq, score in top:
-            r = rows[seq]
-            snippet = ftsquery.make_snippet(r[7], terms)
-            hits.append(Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8]))
-        return hits
-
-
-def _filters(
-    session_id: str | None,
-    agent_id: str | None,
-    kind: str | Sequence[str] | None,
-    since: str | datetime | date | None,
-    until: str | datetime | date | None,
-) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if session_id is not None:
-        clauses.append("e.session_id = ?")
-        params.append(session_id)
-    if agent_id is not None:
-        clauses.append("e.agent_id = ?")
-        params.append(agent_id)
-    if kind is not None:
-        kinds = [kind] if isinstance(kind, str) else list(kind)
-        clauses.append(f"e.kind IN ({', '.join('?' * len(kinds))})" if kinds else "0")
-        params.extend(kinds)
-    for bound, op in ((since, ">="), (until, "<")):
-        if bound is None:
-            continue
-        try:
-            stamp = format_ts(bound)
-        except ValueError as exc:
-            raise InvalidEvent(f"invalid date bound: {exc}") from None
-        clauses.append(f"e.created_at {op} ?")
-        params.append(stamp)
-    return "".join(f" AND {c}" for c in clauses), params
+        return run_search(
+            self._reader(),
+            query,
+            k,
+            SearchFilters(session_id, agent_id, kind, since, until),
+            self.search_tuning,
+        )
 
 
 def _existing_keys(db: sqlite3.Connection, rows: list[_Row]) -> dict[tuple[str, str], int]:

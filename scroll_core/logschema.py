@@ -65,7 +65,7 @@ def m001_initial(db: sqlite3.Connection) -> None:
     db.execute(
         """
         CREATE VIRTUAL TABLE events_fts USING fts5(
-            content, headline,
+            content, headline, name,
             content='events', content_rowid='seq',
             tokenize='porter unicode61'
         )
@@ -75,8 +75,8 @@ def m001_initial(db: sqlite3.Connection) -> None:
         """
         CREATE TRIGGER events_fts_insert AFTER INSERT ON events WHEN new.searchable = 1
         BEGIN
-            INSERT INTO events_fts(rowid, content, headline)
-            VALUES (new.seq, new.content, coalesce(new.headline, ''));
+            INSERT INTO events_fts(rowid, content, headline, name)
+            VALUES (new.seq, new.content, coalesce(new.headline, ''), coalesce(new.name, ''));
         END
         """
     )

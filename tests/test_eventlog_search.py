@@ -28,16 +28,45 @@ def notes(log):
 def test_it_finds_terms_with_bm25_and_reports_seq_and_snippet(notes):
     log, seqs = notes
     hits = log.search("beagle")
-    assert [h.seq for h in hits] == [seqs[1]]
+    assert hits[0].seq == seqs[1]
+    assert hits[0].matched
     assert "[beagle]" in hits[0].snippet
     assert hits[0].score > 0
     assert hits[0].session_id == "s1"
     assert hits[0].created_at.startswith("2023-07-01")
 
 
+def matched(hits):
+    return {h.seq for h in hits if h.matched}
+
+
 def test_it_ors_terms_so_one_matching_word_is_enough(notes):
     log, seqs = notes
-    assert {h.seq for h in log.search("beagle Lisbon")} == {seqs[1], seqs[4]}
+    assert matched(log.search("beagle Lisbon")) == {seqs[1], seqs[4]}
+
+
+def test_turns_beside_a_match_rank_after_it_as_context(log):
+    question = log.append(
+        session_id="s", kind="context_msg", content="Which city hosted the summit?"
+    )
+    reply = log.append(session_id="s", kind="context_msg", content="It was Geneva, in March.")
+    log.append(session_id="other", kind="context_msg", content="unrelated words here")
+    hits = log.search("summit city")
+    assert [h.seq for h in hits] == [question, reply]
+    assert [h.matched for h in hits] == [True, False]
+    assert hits[1].score < hits[0].score
+
+
+def test_neighbours_come_only_from_the_same_session(log):
+    log.append(session_id="a", kind="context_msg", content="zebra crossing")
+    log.append(session_id="b", kind="context_msg", content="next door but another session")
+    assert [h.session_id for h in log.search("zebra")] == ["a"]
+
+
+def test_neighbours_respect_the_filters(log):
+    first = log.append(session_id="s", kind="context_msg", content="quokka sighting")
+    log.append(session_id="s", kind="tool_result", content="a tool output nearby")
+    assert [h.seq for h in log.search("quokka", kind="context_msg")] == [first]
 
 
 def test_it_stems_words(notes):
@@ -48,17 +77,18 @@ def test_it_stems_words(notes):
 def test_stop_words_do_not_match_every_row(notes):
     log, seqs = notes
     hits = log.search("What did Alice do in the summer?")
-    assert {h.seq for h in hits} == {seqs[0], seqs[3]}
+    assert matched(hits) == {seqs[0], seqs[3]}
 
 
 def test_a_query_of_only_stop_words_still_searches_them(log):
     seq = log.append(session_id="s", kind="context_msg", content="to be or not to be")
-    assert [h.seq for h in log.search("not")] == [seq]
+    assert matched(log.search("not")) == {seq}
 
 
 def test_ties_go_to_the_older_event(log):
     seqs = [
-        log.append(session_id="s", kind="context_msg", content="same words here") for _ in range(4)
+        log.append(session_id=f"s{i}", kind="context_msg", content="same words here")
+        for i in range(4)
     ]
     assert [h.seq for h in log.search("words")] == seqs
 
@@ -83,12 +113,12 @@ def test_more_matching_terms_rank_higher(notes):
 )
 def test_filters_narrow_the_hits(notes, kwargs, expected):
     log, seqs = notes
-    assert sorted(h.seq for h in log.search("Alice", **kwargs)) == [seqs[i] for i in expected]
+    assert sorted(matched(log.search("Alice", **kwargs))) == [seqs[i] for i in expected]
 
 
 def test_date_bounds_are_half_open(notes):
     log, seqs = notes
-    assert [h.seq for h in log.search("beagle", since="2023-07-01T00:00:00Z")] == [seqs[1]]
+    assert matched(log.search("beagle", since="2023-07-01T00:00:00Z")) == {seqs[1]}
     assert log.search("beagle", until="2023-07-01T00:00:00Z") == []
 
 
@@ -144,7 +174,7 @@ def test_any_string_is_a_valid_query(notes, query):
 
 def test_a_hostile_query_still_finds_its_words(notes):
     log, seqs = notes
-    assert [h.seq for h in log.search('beagle" OR content:*')] == [seqs[1]]
+    assert matched(log.search('beagle" OR content:*')) == {seqs[1]}
 
 
 def test_an_invalid_date_bound_is_a_clear_error(notes):

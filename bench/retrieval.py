@@ -1,0 +1,163 @@
+"""Evidence retrieval on LoCoMo through ``EventLog.search``, model-free.
+
+    python bench/retrieval.py --dataset locomo --json
+
+Ingests ``../shared/data/locomo/locomo10.json`` through the importer, then for every QA item
+with resolvable evidence asks ``EventLog.search(question, k=10)`` within its conversation.
+A hit counts for its own seq only. Reports evidence recall@1/5/10 (share of an item's
+evidence turns in the top k, averaged over items) and any-evidence hit@10, overall and by
+category. ``variants`` repeats the measurement for each retrieval change in the same run,
+so what each one bought is measured rather than remembered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from _common import SHARED_DATA, emit
+
+from scroll_core import EventLog
+from scroll_core.ftsquery import match_expression, query_terms
+from scroll_core.ingest import ingest
+from scroll_core.search import SearchTuning
+
+CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop", 5: "adversarial"}
+_DIA_ID = re.compile(r"D\d+:\d+")
+
+Search = Callable[[str, str, int], list[int]]
+
+
+def evidence_ids(raw: list[str]) -> list[str]:
+    """Dialog ids of an item; LoCoMo has a few ids joined by ';' or spaces."""
+    found: list[str] = []
+    for item in raw:
+        found.extend(_DIA_ID.findall(item))
+    return list(dict.fromkeys(found))
+
+
+def load_items(path: Path, seq_of: dict[tuple[str, str], int]) -> tuple[list[dict[str, Any]], int]:
+    items, unresolved = [], 0
+    for sample in json.loads(path.read_text()):
+        session = f"locomo:{sample['sample_id']}"
+        for qa in sample["qa"]:
+            ids = evidence_ids(qa.get("evidence") or [])
+            seqs = [seq_of[(session, d)] for d in ids if (session, d) in seq_of]
+            unresolved += len(ids) - len(seqs)
+            if seqs:
+                items.append(
+                    {
+                        "session": session,
+                        "question": qa["question"],
+                        "evidence": set(seqs),
+                        "category": CATEGORIES.get(qa.get("category"), "unknown"),
+                    }
+                )
+    return items, unresolved
+
+
+def score(items: list[dict[str, Any]], search: Search) -> dict[str, Any]:
+    per_cat: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
+    for item in items:
+        top = search(item["question"], item["session"], 10)
+        evidence = item["evidence"]
+        recalls = [len(evidence & set(top[:k])) / len(evidence) for k in (1, 5, 10)]
+        row = (*recalls, 1.0 if evidence & set(top[:10]) else 0.0)
+        per_cat["all"].append(row)
+        per_cat[item["category"]].append(row)
+
+    def summary(rows: list[tuple[float, ...]]) -> dict[str, Any]:
+        cols = list(zip(*rows, strict=True))
+        names = ("recall_at_1", "recall_at_5", "recall_at_10", "hit_at_10")
+        out: dict[str, Any] = {
+            n: round(sum(c) / len(c), 4) for n, c in zip(names, cols, strict=True)
+        }
+        out["items"] = len(rows)
+        return out
+
+    result = summary(per_cat.pop("all"))
+    result["by_category"] = {cat: summary(rows) for cat, rows in sorted(per_cat.items())}
+    return result
+
+
+def plain_fts5(db: sqlite3.Connection) -> Search:
+    """The published reference point: BM25 over single turns' content, terms OR-ed after
+    stop-word removal, nothing else."""
+
+    def search(question: str, session: str, k: int) -> list[int]:
+        terms = query_terms(question)
+        if not terms:
+            return []
+        sql = (
+            "SELECT f.rowid FROM events_fts f JOIN events e ON e.seq = f.rowid "
+            "WHERE events_fts MATCH ? AND e.session_id = ? ORDER BY bm25(events_fts), f.rowid "
+            "LIMIT ?"
+        )
+        match = "{content} : (" + match_expression(terms) + ")"
+        return [r[0] for r in db.execute(sql, (match, session, k))]
+
+    return search
+
+
+def scroll_search(log: EventLog, tuning: SearchTuning) -> Search:
+    def search(question: str, session: str, k: int) -> list[int]:
+        log.search_tuning = tuning
+        return [h.seq for h in log.search(question, k, session_id=session)]
+
+    return search
+
+
+def variants() -> dict[str, SearchTuning]:
+    """Each retrieval change on its own, in the order they were added."""
+    default = SearchTuning()
+    return {
+        # The speaker's name indexed but worth nothing as a match: only bm25's statistics move.
+        "name_indexed": replace(default, rank_weights=(1.0, 2.0, 0.0), neighbour_weights=()),
+        "name_weighted": replace(default, neighbour_weights=()),
+        "neighbours_1": replace(default, neighbour_weights=default.neighbour_weights[:1]),
+        "scroll_search": default,
+    }
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != "by_category"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", choices=["locomo"], default="locomo")
+    parser.add_argument("--data", type=Path, default=SHARED_DATA / "locomo" / "locomo10.json")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not args.data.is_file():
+        parser.error(f"LoCoMo not found at {args.data}")
+
+    with tempfile.TemporaryDirectory(prefix="scroll-retrieval-") as tmp:
+        log = EventLog(Path(tmp) / "eventlog.sqlite3")
+        ingest(log, "locomo", args.data, progress=False)
+        seq_of = {}
+        for summary in log.sessions():
+            for event in log.session_events(summary.session_id, limit=None):
+                seq_of[(event.session_id, event.metadata["dia_id"])] = event.seq
+        items, unresolved = load_items(args.data, seq_of)
+        raw = sqlite3.connect(f"file:{log.path}?mode=ro", uri=True)
+        result = score(items, scroll_search(log, SearchTuning()))
+        result["variants"] = {"plain_fts5_bm25": headline(score(items, plain_fts5(raw)))}
+        for name, tuning in variants().items():
+            result["variants"][name] = headline(score(items, scroll_search(log, tuning)))
+        result["unresolved_evidence_ids"] = unresolved
+        raw.close()
+        log.close()
+    emit(result, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""BM25 search over the Event Log, with neighbouring turns as a ranking signal.
+
+Two steps, so the cost follows the number of hits and not the number of matches:
+
+1. FTS5 ranks the matches by bm25 and hands back the best ``candidates`` seqs (joining the
+   events table only when a filter needs its columns).
+2. The candidates and the turns next to them are read once; each turn's score becomes its
+   own bm25 plus a share of the bm25 of the turns beside it in the same session. A reply
+   rarely repeats the words of the question it answers, so evidence often sits one turn
+   away from the best lexical match.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from . import ftsquery
+from .errors import InvalidEvent
+from .timeutil import format_ts
+
+__all__ = ["Hit", "SearchFilters", "SearchTuning", "run_search"]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result; ``score`` is higher for better matches."""
+
+    seq: int
+    session_id: str
+    agent_id: str
+    kind: str
+    role: str | None
+    name: str | None
+    created_at: str
+    score: float
+    snippet: str
+    headline: str | None
+    # False for a turn that matched no term itself and ranks by the turns beside it.
+    matched: bool = True
+
+
+@dataclass(frozen=True)
+class SearchTuning:
+    """The ranking knobs, measured on LoCoMo by ``bench/retrieval.py`` (see the README).
+
+    ``rank_weights`` are bm25 column weights for (content, headline, name). A headline is
+    the model's own summary of a turn, written to be found again, so it counts double. The
+    name column (speaker or tool) matters less as a match than as a statistic: indexed,
+    a speaker's name is common, so a question naming a person stops ranking the turns that
+    merely greet that person above the ones that person wrote.
+
+    ``neighbour_weights[d]`` is the share of the bm25 of the turns ``d`` places before and
+    after (same session) added to a turn's score; an empty tuple switches that off.
+    """
+
+    rank_weights: tuple[float, float, float] = (1.0, 2.0, 0.5)
+    neighbour_weights: tuple[float, ...] = (0.4, 0.2)
+    candidates: int = 30
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    session_id: str | None = None
+    agent_id: str | None = None
+    kind: str | Sequence[str] | None = None
+    since: str | datetime | date | None = None
+    until: str | datetime | date | None = None
+    sql: str = field(init=False, default="")
+    params: tuple[Any, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if self.session_id is not None:
+            clauses.append("e.session_id = ?")
+            params.append(self.session_id)
+        if self.agent_id is not None:
+            clauses.append("e.agent_id = ?")
+            params.append(self.agent_id)
+        if self.kind is not None:
+            kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
+            clauses.append(f"e.kind IN ({', '.join('?' * len(kinds))})" if kinds else "0")
+            params.extend(kinds)
+        for bound, op in ((self.since, ">="), (self.until, "<")):
+            if bound is None:
+                continue
+            try:
+                stamp = format_ts(bound)
+            except ValueError as exc:
+                raise InvalidEvent(f"invalid date bound: {exc}") from None
+            clauses.append(f"e.created_at {op} ?")
+            params.append(stamp)
+        object.__setattr__(self, "sql", "".join(f" AND {c}" for c in clauses))
+        object.__setattr__(self, "params", tuple(params))
+
+    @property
+    def has_dates(self) -> bool:
+        return self.since is not None or self.until is not None
+
+
+_HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at"
+
+
+def run_search(
+    db: sqlite3.Connection,
+    query: str,
+    k: int,
+    filters: SearchFilters,
+    tuning: SearchTuning,
+) -> list[Hit]:
+    k = max(0, int(k))
+    if k == 0:
+        return []
+    terms = ftsquery.query_terms(query if isinstance(query, str) else str(query))
+    if not terms:
+        return _list_range(db, k, filters) if filters.has_dates else []
+    base = _candidates(db, terms, max(k, tuning.candidates), filters, tuning)
+    if not base:
+        return []
+    pool = set(base)
+    reach = len(tuning.neighbour_weights)
+    for seq in base:
+        pool.update(range(seq - reach, seq + reach + 1))
+    marks = ", ".join("?" * len(pool))
+    # Only which session each turn belongs to is needed to score; contents are read for
+    # the k winners alone.
+    session_of = dict(
+        db.execute(
+            f"SELECT e.seq, e.session_id FROM events e "
+            f"WHERE e.seq IN ({marks}) AND e.searchable = 1{filters.sql}",
+            (*pool, *filters.params),
+        ).fetchall()
+    )
+    scores: dict[int, float] = {}
+    for seq, session in session_of.items():
+        total = base.get(seq, 0.0)
+        for distance, weight in enumerate(tuning.neighbour_weights, start=1):
+            for other in (seq - distance, seq + distance):
+                if other in base and session_of[other] == session:
+                    total += weight * base[other]
+        if total > 0:
+            scores[seq] = total
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
+    marks = ", ".join("?" * len(ranked))
+    rows = {
+        row[0]: row
+        for row in db.execute(
+            f"SELECT {_HIT_COLUMNS}, e.content, e.headline FROM events e WHERE e.seq IN ({marks})",
+            [seq for seq, _ in ranked],
+        )
+    }
+    hits = []
+    for seq, score in ranked:
+        r = rows[seq]
+        snippet = ftsquery.make_snippet(r[7], terms)
+        hits.append(
+            Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in base)
+        )
+    return hits
+
+
+def _candidates(
+    db: sqlite3.Connection,
+    terms: list[str],
+    limit: int,
+    filters: SearchFilters,
+    tuning: SearchTuning,
+) -> dict[int, float]:
+    weights = ", ".join(str(float(w)) for w in tuning.rank_weights)
+    rank = f"bm25(events_fts, {weights})"
+    if filters.sql:
+        sql = (
+            f"SELECT e.seq, -{rank} AS score FROM events_fts JOIN events e "
+            f"ON e.seq = events_fts.rowid WHERE events_fts MATCH ?{filters.sql} "
+            "ORDER BY score DESC, e.seq LIMIT ?"
+        )
+    else:
+        # Rank inside FTS5 alone: joining every match to the events table first would cost
+        # a lookup per match rather than per candidate.
+        sql = (
+            f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
+            "ORDER BY score DESC, rowid LIMIT ?"
+        )
+    match = ftsquery.match_expression(terms)
+    return dict(db.execute(sql, (match, *filters.params, limit)).fetchall())
+
+
+def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[Hit]:
+    sql = (
+        f"SELECT {_HIT_COLUMNS}, 0.0, substr(e.content, 1, {ftsquery.SNIPPET_CHARS}), "
+        f"e.headline FROM events e WHERE e.searchable = 1{filters.sql} ORDER BY e.seq LIMIT ?"
+    )
+    return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]

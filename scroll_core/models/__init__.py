@@ -4,5 +4,14 @@ from __future__ import annotations
 
 from .base import ChatModel, ModelReply, ToolCall, Usage
 from .openai_compat import OpenAICompatibleModel
+from .policy import POLICY_NAME, PolicyModel
 
-__all__ = ["ChatModel", "ModelReply", "OpenAICompatibleModel", "ToolCall", "Usage"]
+__all__ = [
+    "POLICY_NAME",
+    "ChatModel",
+    "ModelReply",
+    "OpenAICompatibleModel",
+    "PolicyModel",
+    "ToolCall",
+    "Usage",
+]

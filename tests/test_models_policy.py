@@ -1,0 +1,288 @@
+"""The policy baseline writes real ``ms`` programs that run in the sandboxed kernel."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from scroll_core import EventLog
+from scroll_core.kernel import Kernel, KernelConfig
+from scroll_core.kernel.ms import MsCapability
+from scroll_core.models import ChatModel, PolicyModel
+from scroll_core.models.policy import (
+    POLICY_NAME,
+    analyse_question,
+    format_headline,
+)
+from scroll_core.prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, system_prompt, tool_definitions
+
+HEADLINE = re.compile(r"^⟦[^|⟦⟧]+ \| status: [^;|⟧]+; next: [^|⟧]+ \| anchors: [^|⟧]+⟧$")
+
+FILLER = [
+    ("Melanie", "I painted a sunrise over the lake last weekend."),
+    ("Caroline", "Work has been busy, lots of meetings this week."),
+    ("Melanie", "The kids loved the museum trip."),
+    ("Caroline", "I am reading a novel about a lighthouse keeper."),
+]
+
+
+@pytest.fixture(scope="module")
+def event_log(tmp_path_factory):
+    path = tmp_path_factory.mktemp("policy") / "eventlog.sqlite3"
+    with EventLog(path) as log:
+        day = 1
+        for round_ in range(6):
+            for i, (speaker, text) in enumerate(FILLER):
+                log.append(
+                    session_id=f"s{round_}",
+                    kind="chat_turn",
+                    role="user",
+                    name=speaker,
+                    content=text,
+                    created_at=f"2023-04-{day:02d}T10:{i:02d}:00Z",
+                )
+            day += 2
+        log.append(
+            session_id="s7",
+            kind="chat_turn",
+            role="user",
+            name="Melanie",
+            content="How was your week?",
+            created_at="2023-05-08T09:00:00Z",
+        )
+        log.append(
+            session_id="s7",
+            kind="chat_turn",
+            role="user",
+            name="Caroline",
+            content="Great news. I went to the LGBTQ support group yesterday and it was powerful.",
+            created_at="2023-05-08T09:01:00Z",
+        )
+        log.append(
+            session_id="s7",
+            kind="chat_turn",
+            role="user",
+            name="Melanie",
+            content="My dog Biscuit chewed my sneakers again!",
+            created_at="2023-05-08T09:02:00Z",
+        )
+        log.append(
+            session_id="s8",
+            kind="chat_turn",
+            role="user",
+            name="Caroline",
+            content="I adopted a cat and named her Pepper.",
+            created_at="2023-06-20T18:00:00Z",
+        )
+        yield log
+
+
+@pytest.fixture(scope="module")
+def ms(event_log):
+    cap = MsCapability(event_log, agent_id="main")
+    yield cap
+    cap.close()
+
+
+@pytest.fixture(scope="module")
+def kernel(ms):
+    with Kernel(KernelConfig(sandbox="process"), host_functions=ms.functions()) as k:
+        yield k
+
+
+def converse(model, kernel, question, *, max_steps=4):
+    """Drive the policy as the agent loop would: call, run tool calls, feed results back."""
+    messages = [
+        {"role": "system", "content": system_prompt()},
+        {"role": "user", "content": question},
+    ]
+    tools = tool_definitions()
+    replies = []
+    for _ in range(max_steps):
+        reply = model.complete(messages, tools)
+        replies.append(reply)
+        messages.append(reply.to_message())
+        if not reply.tool_calls:
+            return reply, replies, messages
+        for call in reply.tool_calls:
+            result = kernel.execute(call.arguments["code"])
+            output = result.stdout if result.ok else f"{result.error.type}: {result.error.message}"
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+    raise AssertionError("the policy did not finish")
+
+
+def headline_of(content):
+    last = content.rstrip().splitlines()[-1]
+    assert HEADLINE.match(last), last
+    return last
+
+
+def test_it_is_a_labelled_baseline_that_fits_the_protocol():
+    model = PolicyModel()
+    assert isinstance(model, ChatModel)
+    assert model.name == POLICY_NAME == "scroll-policy-baseline"
+    assert model.baseline is True
+    assert "not an LLM" in repr(model)
+
+
+def test_step_one_writes_an_ms_program_with_separate_bounded_searches():
+    question = "What is the name of Melanie's dog?"
+    reply = PolicyModel().complete([{"role": "user", "content": question}], tool_definitions())
+    assert reply.finish_reason == "tool_calls" and reply.model == POLICY_NAME
+    (call,) = reply.tool_calls
+    assert call.name == RECALL_TOOL
+    code = call.arguments["code"]
+    assert "ms.search(query, k=5" in code
+    assert "'Melanie name dog'" in code and "'name dog'" in code  # entity and terms apart
+    assert "ms.expand(lo, hi)" in code and "print(" in code
+    assert "ms.sql_query" not in code  # no time named, no date filter
+    compile(code, "<policy>", "exec")
+    headline_of(reply.content)
+
+
+def test_it_finds_a_planted_fact_in_the_sandboxed_kernel(kernel):
+    model = PolicyModel()
+    answer, replies, messages = converse(model, kernel, "What is the name of Melanie's dog?")
+    assert len(replies) == 2
+    printed = messages[-2]["content"]
+    assert "*[27] 2023-05-08 Melanie: My dog Biscuit chewed my sneakers again!" in printed
+    assert all(len(line) < 400 for line in printed.splitlines())  # a compact projection
+    assert "Biscuit" in answer.content and "seq 27" in answer.content
+    assert ABSTENTION not in answer.content
+    headline = headline_of(answer.content)
+    assert "status: answered from seq 27" in headline and "dog" in headline
+
+
+def test_a_named_time_filters_by_day_deterministically(kernel, ms):
+    question = "When did Caroline go to the LGBTQ support group in May 2023?"
+    calls_before = len(ms.calls)
+    answer, replies, _ = converse(PolicyModel(), kernel, question)
+    code = replies[0].tool_calls[0].arguments["code"]
+    assert "substr(created_at,1,10) BETWEEN ? AND ?" in code
+    assert "since, until = '2023-05-01', '2023-06-01'" in code
+    names = [c.name for c in ms.calls[calls_before:]]
+    assert names.count("search") == 3 and "sql_query" in names and "expand" in names
+    searches = [c for c in ms.calls[calls_before:] if c.name == "search"]
+    assert all(c.kwargs.get("k") == 5 and c.kwargs.get("since") for c in searches)
+    assert answer.content.startswith("From our conversations: On 2023-05-08 (seq 26), Caroline")
+    assert "LGBTQ support group" in answer.content
+
+
+def test_expand_is_not_redundant(kernel, ms):
+    before = len(ms.calls)
+    converse(PolicyModel(), kernel, "What is the name of Melanie's dog?")
+    spans = [tuple(c.args) for c in ms.calls[before:] if c.name == "expand"]
+    covered = [set(range(lo, hi + 1)) for lo, hi in spans]
+    assert all(a.isdisjoint(b) for i, a in enumerate(covered) for b in covered[i + 1 :])
+
+
+def test_it_abstains_with_the_exact_phrase_when_nothing_relevant_is_printed(kernel):
+    answer, _, _ = converse(PolicyModel(), kernel, "What is my accountant's phone number?")
+    assert answer.content.splitlines()[0] == ABSTENTION
+    assert "status: abstained" in headline_of(answer.content)
+
+
+def test_it_is_deterministic_for_the_same_inputs(kernel):
+    first = converse(PolicyModel(), kernel, "What did Caroline adopt?")
+    second = converse(PolicyModel(), kernel, "What did Caroline adopt?")
+    assert first[1] == second[1]  # every reply, tool call ids included
+    assert "Pepper" in first[0].content
+
+
+def test_the_live_question_is_never_its_own_evidence(tmp_path):
+    with EventLog(tmp_path / "log.sqlite3") as log:
+        log.append(session_id="a", kind="context_msg", role="user", content="zebra stripes?")
+        ms = MsCapability(log)
+        with Kernel(KernelConfig(sandbox="process"), host_functions=ms.functions()) as kernel:
+            answer, _, _ = converse(PolicyModel(), kernel, "zebra stripes?")
+        ms.close()
+    assert answer.content.splitlines()[0] == ABSTENTION
+
+
+def test_hostile_question_text_stays_a_string(kernel):
+    question = "What about 'x'); import os; os.system('id') #\"\nand\\n Biscuit?"
+    reply = PolicyModel().complete([{"role": "user", "content": question}], tool_definitions())
+    result = kernel.execute(reply.tool_calls[0].arguments["code"])
+    assert result.ok, result.error
+    assert "question = " + repr(" ".join(question.split())) in reply.tool_calls[0].arguments["code"]
+
+
+def test_a_failed_program_is_retried_once_with_a_plain_search(kernel):
+    model = PolicyModel()
+    messages = [{"role": "user", "content": "What did Caroline adopt?"}]
+    first = model.complete(messages, tool_definitions())
+    messages += [
+        first.to_message(),
+        {
+            "role": "tool",
+            "tool_call_id": first.tool_calls[0].id,
+            "content": "Traceback (most recent call last):\nNameError: name 'ms' is not defined",
+        },
+    ]
+    retry = model.complete(messages, tool_definitions())
+    (call,) = retry.tool_calls
+    assert "fallback" in call.arguments["code"] and "ms.search(" in call.arguments["code"]
+    out = kernel.execute(call.arguments["code"]).stdout
+    messages += [retry.to_message(), {"role": "tool", "tool_call_id": call.id, "content": out}]
+    answer = model.complete(messages, tool_definitions())
+    assert not answer.tool_calls and "Pepper" in answer.content
+
+
+def test_a_python_block_in_the_request_runs_with_repl_exec(kernel):
+    request = "Please compute this:\n```python\ntotal = sum(range(10))\nprint(total * 2)\n```"
+    answer, replies, _ = converse(PolicyModel(), kernel, request)
+    assert replies[0].tool_calls[0].name == REPL_TOOL
+    assert (
+        replies[0].tool_calls[0].arguments["code"] == "total = sum(range(10))\nprint(total * 2)\n"
+    )
+    assert "The cell printed:\n90" in answer.content
+    assert "anchors: total" in headline_of(answer.content)
+
+
+def test_without_recall_tools_it_abstains_rather_than_guessing():
+    reply = PolicyModel().complete([{"role": "user", "content": "Where is Biscuit?"}], [])
+    assert not reply.tool_calls and reply.content.startswith(ABSTENTION)
+    headline_of(reply.content)
+
+
+def test_repl_exec_stands_in_for_recall_when_it_is_the_only_tool(kernel):
+    tools = [t for t in tool_definitions() if t["function"]["name"] == REPL_TOOL]
+    model = PolicyModel()
+    messages = [{"role": "user", "content": "What is the name of Melanie's dog?"}]
+    first = model.complete(messages, tools)
+    assert first.tool_calls[0].name == REPL_TOOL
+    out = kernel.execute(first.tool_calls[0].arguments["code"]).stdout
+    messages += [
+        first.to_message(),
+        {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": out},
+    ]
+    assert "Biscuit" in model.complete(messages, tools).content
+
+
+@pytest.mark.parametrize(
+    ("text", "since", "until"),
+    [
+        ("What happened on 2023-05-08?", "2023-05-08", "2023-05-09"),
+        ("What happened on May 8, 2023?", "2023-05-08", "2023-05-09"),
+        ("What happened on 8th May 2023?", "2023-05-08", "2023-05-09"),
+        ("What did we plan in December 2023?", "2023-12-01", "2024-01-01"),
+        ("What did we do in 2022?", "2022-01-01", "2023-01-01"),
+        ("What did we do yesterday?", None, None),
+    ],
+)
+def test_named_times_become_half_open_day_ranges(text, since, until):
+    question = analyse_question(text)
+    assert (question.since, question.until) == (since, until)
+
+
+def test_entities_and_terms_are_read_separately():
+    q = analyse_question('When did Caroline meet "Project Falcon" people in New York?')
+    assert q.entities == ("Project Falcon", "Caroline", "New York")
+    assert q.terms == ("meet", "people")
+    assert q.specific == ("meet",)
+
+
+def test_headline_fields_cannot_break_the_format():
+    line = format_headline("a | b ⟦x⟧", "ok; fine", "n|m", ["x|y", "", "z"])
+    assert HEADLINE.match(line), line

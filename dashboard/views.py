@@ -10,16 +10,13 @@ from dashboard.eventlog import get_event_log
 from scroll_core.eventlog import EventLog, SessionSummary
 
 SEARCH_HITS = 50
-# How far back the "older" link may scan the log for the previous page before it gives
-# up and points at the session's first page instead.
-OLDER_SCAN_LIMIT = 5000
 
 
 def _get_summary(log: EventLog, session_id: str) -> SessionSummary:
-    for summary in log.sessions():
-        if summary.session_id == session_id:
-            return summary
-    raise Http404("No such session in the Event Log")
+    summary = log.session(session_id)
+    if summary is None:
+        raise Http404("No such session in the Event Log")
+    return summary
 
 
 def _get_cursor(request: HttpRequest, name: str) -> int | None:
@@ -29,25 +26,10 @@ def _get_cursor(request: HttpRequest, name: str) -> int | None:
     return int(raw)
 
 
-def _older_cursor(log: EventLog, summary: SessionSummary, first_seq: int, size: int) -> int | None:
-    """The `after` cursor of the page just before the one that starts at `first_seq`.
-
-    The log only reads forwards by session, so walk back through widening windows of
-    the global seq range until a page's worth of this session's events is found.
-    """
-    if first_seq <= summary.first_seq:
-        return None
-    seqs: list[int] = []
-    hi, width, scanned = first_seq - 1, size, 0
-    while hi >= summary.first_seq and len(seqs) < size:
-        if scanned > OLDER_SCAN_LIMIT:
-            return summary.first_seq - 1
-        lo = max(summary.first_seq, hi - width + 1)
-        window = log.range(lo, hi)
-        seqs = [e.seq for e in window if e.session_id == summary.session_id] + seqs
-        scanned += len(window)
-        hi, width = lo - 1, width * 2
-    return seqs[-size] - 1 if len(seqs) >= size else summary.first_seq - 1
+def _older_cursor(log: EventLog, session_id: str, first_seq: int, size: int) -> int | None:
+    """The ``after`` cursor of the page just before the one that starts at ``first_seq``."""
+    older = log.session_events_before(session_id, first_seq, limit=size)
+    return older[0].seq - 1 if older else None
 
 
 @require_GET
@@ -79,7 +61,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         "after": after,
         "last_seq": events[-1].seq if events else None,
         "newer_after": events[-1].seq if has_newer else None,
-        "older_after": _older_cursor(log, summary, first_seq, size),
+        "older_after": _older_cursor(log, session_id, first_seq, size),
     }
     # An htmx pager request swaps just the page of rows (STYLE: one template, two uses).
     template = "dashboard/_event_rows.html" if request.htmx else "dashboard/session.html"

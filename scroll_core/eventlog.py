@@ -65,6 +65,10 @@ _EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
     "payload_ref, payload_size, payload_media, headline, metadata, created_at, tokens, dedup_key"
 )
+_SUMMARY_SELECT = (
+    "SELECT session_id, min(agent_id), count(*), coalesce(sum(tokens), 0), min(seq), "
+    "max(seq), min(created_at), max(created_at) FROM events"
+)
 _APPEND_KEYS = frozenset(
     {
         "session_id",
@@ -141,6 +145,13 @@ class Event:
             "created_at": self.created_at,
             "tokens": self.tokens,
         }
+
+
+class Seqs(list[int]):
+    """The seqs of an append, in input order; ``inserted`` counts the events that were new
+    (the rest repeated a dedup key already in the log)."""
+
+    inserted: int = 0
 
 
 @dataclass(frozen=True)
@@ -295,11 +306,13 @@ class EventLog:
             ]
         )[0]
 
-    def append_many(self, events: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Append events in one transaction, all or nothing; return their seqs in order."""
+    def append_many(self, events: Iterable[Mapping[str, Any]]) -> Seqs:
+        """Append events in one transaction, all or nothing; return their seqs in order
+        (``.inserted`` on the result counts the new ones)."""
         numbered = list(enumerate(events))
+        seqs = Seqs()
         if not numbered:
-            return []
+            return seqs
         if len(numbered) <= _PIPELINE_CHUNK:
             rows = self._prepare_chunk(numbered)
             chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]]
@@ -313,12 +326,13 @@ class EventLog:
             for i in range(0, len(numbered), _PIPELINE_CHUNK):
                 rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
                 chunks.append((rows, pool.submit(self._count, rows)))
-        seqs: list[int] = []
         try:
             with self._write() as db:
                 for rows, counts in chunks:
                     tokens = counts.result() if isinstance(counts, Future) else counts
-                    seqs.extend(self._insert_rows(db, rows, tokens))
+                    chunk_seqs, inserted = self._insert_rows(db, rows, tokens)
+                    seqs.extend(chunk_seqs)
+                    seqs.inserted += inserted
         except sqlite3.IntegrityError as exc:
             if APPEND_ONLY_MESSAGE in str(exc):
                 raise AppendOnlyViolation(str(exc)) from exc
@@ -341,9 +355,9 @@ class EventLog:
 
     def _insert_rows(
         self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]
-    ) -> list[int]:
-        """INSERT what is new in ``rows`` and return every row's seq (the existing seq for a
-        repeated dedup key). Runs inside the caller's write transaction."""
+    ) -> tuple[list[int], int]:
+        """INSERT what is new in ``rows``; return every row's seq (the existing seq for a
+        repeated dedup key) and how many were new. Runs inside the caller's transaction."""
         before = _sequence(db)
         # Fast path: insert everything at once. A repeated dedup key (a re-import, or a key
         # repeated inside the batch) trips the unique index and stops executemany at that
@@ -367,7 +381,7 @@ class EventLog:
         # consecutive seqs; check it rather than trust it.
         if _sequence(db) - before != inserted:
             raise EventLogError("seq allocation was not contiguous; batch rolled back")
-        return [existing[s] if isinstance(s, tuple) else before + 1 + s for s in slots]
+        return [existing[s] if isinstance(s, tuple) else before + 1 + s for s in slots], inserted
 
     @staticmethod
     def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
@@ -532,6 +546,30 @@ class EventLog:
             params += (int(limit),)
         return [self._event(r) for r in self._reader().execute(sql, params)]
 
+    def session_events_before(
+        self, session_id: str, before_seq: int, limit: int = 100
+    ) -> list[Event]:
+        """The ``limit`` events of a session just before ``before_seq``, oldest first."""
+        rows = (
+            self._reader()
+            .execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq < ? "
+                "ORDER BY seq DESC LIMIT ?",
+                (session_id, int(before_seq), int(limit)),
+            )
+            .fetchall()
+        )
+        return [self._event(r) for r in reversed(rows)]
+
+    def session(self, session_id: str) -> SessionSummary | None:
+        """One session's summary, or None when the log has no event of it."""
+        row = (
+            self._reader()
+            .execute(f"{_SUMMARY_SELECT} WHERE session_id = ? GROUP BY session_id", (session_id,))
+            .fetchone()
+        )
+        return SessionSummary(*row) if row else None
+
     def by_tool_call(self, tool_call_id: str) -> list[Event]:
         """The events that carry ``tool_call_id`` (the call and its result), in seq order."""
         rows = self._reader().execute(
@@ -542,9 +580,7 @@ class EventLog:
 
     def sessions(self) -> list[SessionSummary]:
         rows = self._reader().execute(
-            "SELECT session_id, min(agent_id), count(*), coalesce(sum(tokens), 0), min(seq), "
-            "max(seq), min(created_at), max(created_at) FROM events GROUP BY session_id "
-            "ORDER BY max(seq) DESC"
+            f"{_SUMMARY_SELECT} GROUP BY session_id ORDER BY max(seq) DESC"
         )
         return [SessionSummary(*r) for r in rows]
 

@@ -72,12 +72,10 @@ def ingest(
     events = _unique(parsed.events)
     sessions = tuple(dict.fromkeys(e["session_id"] for e in events))
     show = sys.stderr.isatty() if progress is None else progress
-    before = log.count()
     try:
-        log.append_many(_progress(events, show, path.name))
+        appended = log.append_many(_progress(events, show, path.name)).inserted
     except InvalidEvent as exc:
         raise IngestError(str(path), None, f"the event log refused an event: {exc}") from exc
-    appended = log.count() - before
     return IngestReport(
         format=fmt,
         path=str(path),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import IngestError
+from ..eventlog import Seqs
 from ..timeutil import format_ts, parse_ts
 
 __all__ = [
@@ -45,9 +46,7 @@ _MORE_LOCATIONS = 8
 class AppendLog(Protocol):
     """The part of the Event Log an import needs."""
 
-    def append_many(self, events: Any) -> list[int]: ...
-
-    def count(self, session_id: str | None = None) -> int: ...
+    def append_many(self, events: Any) -> Seqs: ...
 
 
 class Bad(Exception):

@@ -27,7 +27,6 @@ from .eventlog import (
     Event,
     EventLog,
     Hit,
-    Seqs,
     SessionSummary,
 )
 from .eviction import CompressRecord, compress
@@ -70,7 +69,6 @@ __all__ = [
     "Prefix",
     "Profile",
     "ScrollError",
-    "Seqs",
     "SessionSummary",
     "TiktokenCounter",
     "TokenCounter",

@@ -18,6 +18,20 @@ def test_the_public_core_is_pinned():
         "PayloadMissing",
         "PayloadCorrupt",
         "IngestError",
+        "Profile",
+        "EvictionIndex",
+        "EvictionIndexError",
+        "ContextWindowUnfit",
+        "ContextState",
+        "Prefix",
+        "ViewReport",
+        "WorkingView",
+        "CompressRecord",
+        "build_view",
+        "compress",
+        "parse_headline",
+        "format_headline",
+        "SEAM_BANNER",
     } <= exported
     for name in exported:
         assert getattr(scroll_core, name) is not None

@@ -27,6 +27,7 @@ from .eventlog import (
     Event,
     EventLog,
     Hit,
+    Seqs,
     SessionSummary,
 )
 from .eviction import CompressRecord, compress
@@ -69,6 +70,7 @@ __all__ = [
     "Prefix",
     "Profile",
     "ScrollError",
+    "Seqs",
     "SessionSummary",
     "TiktokenCounter",
     "TokenCounter",

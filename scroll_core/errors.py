@@ -14,6 +14,11 @@ Hierarchy::
     ├── IngestError            an import file is malformed; nothing of it was ingested
     ├── EvictionIndexError     an eviction index operation or checkpoint breaks its invariant
     ├── ContextWindowUnfit     the working view cannot be brought under the hard limit
+    ├── KernelError            a kernel could not be started or driven
+    │   ├── SandboxUnavailable     the required sandbox tier cannot run here (fail closed)
+    │   ├── KernelProtocolError    the kernel sent something the host will not accept
+    │   └── HostFunctionRefused    a host-function name or call was rejected
+    ├── QueryRefused           ms.sql_query will not run a statement (write, pragma, too long)
     └── ModelError             a model provider failed or refused a request (status, message)
         └── ContextOverflow        the provider says the prompt exceeds its context window
 """
@@ -28,12 +33,17 @@ __all__ = [
     "EventLogError",
     "EventNotFound",
     "EvictionIndexError",
+    "HostFunctionRefused",
     "IngestError",
     "InvalidEvent",
+    "KernelError",
+    "KernelProtocolError",
     "ModelError",
     "PayloadCorrupt",
     "PayloadError",
     "PayloadMissing",
+    "QueryRefused",
+    "SandboxUnavailable",
     "ScrollError",
 ]
 
@@ -154,3 +164,23 @@ class ContextWindowUnfit(ScrollError):
         self.hard_limit = hard_limit
         self.context_size = context_size
         self.sections = dict(sections)
+
+
+class KernelError(ScrollError):
+    """A kernel could not be started or driven."""
+
+
+class SandboxUnavailable(KernelError):
+    """The requested sandbox tier is not available; no kernel was started."""
+
+
+class KernelProtocolError(KernelError):
+    """The kernel broke the wire protocol (malformed, oversized or unexpected message)."""
+
+
+class HostFunctionRefused(KernelError, ValueError):
+    """A host-function name is invalid, or a call named a function that is not registered."""
+
+
+class QueryRefused(ScrollError, ValueError):
+    """A query the read-only connection will not run (writes, pragmas, attach, too long)."""

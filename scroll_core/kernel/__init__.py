@@ -5,9 +5,9 @@ The child side lives in ``child/`` (standard library only); everything else runs
 
 from __future__ import annotations
 
+from ..errors import HostFunctionRefused, KernelError, KernelProtocolError, SandboxUnavailable
 from .client import Kernel, KernelStatus
 from .config import KernelConfig
-from .errors import HostFunctionRefused, KernelError, KernelProtocolError, SandboxUnavailable
 from .manager import KernelManager
 from .results import ExecError, ExecResult, NamespaceDigest
 from .sandbox import bwrap_status, resolve_tier

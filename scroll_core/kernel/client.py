@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ..errors import KernelError, KernelProtocolError
 from .child.wire import write_all
 from .config import KernelConfig
-from .errors import KernelError, KernelProtocolError
 from .hostfns import HostFunctions
 from .protocol import LineReader, decode_message, encode
 from .results import ExecError, ExecResult, ExecStatus, NamespaceDigest, truncation_notice

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import HostFunctionRefused
+from ..errors import HostFunctionRefused
 from .protocol import to_wire
 
 __all__ = ["HostFunctions"]

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import KernelError
 from .client import Kernel, KernelStatus
 from .config import KernelConfig
-from .errors import KernelError
 
 __all__ = ["KernelManager"]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from ..errors import QueryRefused
 from ..eventlog import Event, EventLog
 from ..timeutil import parse_ts
 from .protocol import to_wire
@@ -42,10 +43,6 @@ SCHEMA_NOTES = (
     "returns the full text. events_fts(content, headline) supports MATCH with bm25(). "
     "sql_query is read-only, capped in rows and time; aggregate in SQL or in the kernel."
 )
-
-
-class QueryRefused(ValueError):
-    """A query the read-only connection will not run (writes, pragmas, attach, too long)."""
 
 
 @dataclass

@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import KernelProtocolError
 from .child.wire import MAX_CHILD_LINE, encode
-from .errors import KernelProtocolError
 
 __all__ = ["CHILD_OPS", "LineReader", "decode_message", "encode", "to_wire"]
 

@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import SandboxUnavailable
 from .config import KernelConfig
-from .errors import SandboxUnavailable
 
 __all__ = ["TIER_STRENGTH", "LaunchSpec", "bwrap_status", "launch_spec", "resolve_tier"]
 

@@ -6,7 +6,7 @@ Order, cheapest recovery first (DESIGN.md, "Eviction"):
 2. count; stop if at or below the trigger;
 3. batch-fold completed tool results into ``[scroll folded]`` pointers, largest saving first,
    skipping the active turn, the ``protected_recent_tool_results`` newest results and results
-   of ``pre_trim_min_chars`` or fewer characters; stop as soon as the view is under;
+   of ``pre_trim_min_chars`` or fewer characters; stop if that got the view under;
 4. split pairing-safely (a tool call and its result never separate; the active turn stays)
    into an evicted middle and a protected tail of ``tail_tokens``; add the middle to the index
    as one tier-0 block carrying its turns' headlines; rebuild;
@@ -27,12 +27,12 @@ from typing import Any, Literal
 
 from .errors import ContextWindowUnfit
 from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, EventLog
-from .kernel.results import NamespaceDigest
 from .profile import Profile
 from .tokens import TokenCounter
 from .view import (
     MESSAGE_OVERHEAD_TOKENS,
     ContextState,
+    Digest,
     Prefix,
     ViewEntry,
     WorkingView,
@@ -105,15 +105,15 @@ def compress(
     *,
     log: EventLog,
     prefix: Prefix,
-    digest: NamespaceDigest | str | None = None,
+    digest: Digest | str | None = None,
     counter: TokenCounter | None = None,
     force: bool = False,
 ) -> CompressRecord:
     """Run Algorithm 1 on ``state`` and return what it did, with the resulting view.
 
     ``force`` (after a provider's context-overflow error) runs the folding and eviction
-    steps even when the count says the view fits: every eligible result is pre-folded and
-    the middle is evicted down to the protected tail.
+    steps even when the count says the view fits: eligible results are pre-folded and the
+    middle is evicted down to the protected tail.
 
     Raises ``ContextWindowUnfit`` when even the prefix plus the active turn, every result
     folded, is over the hard limit; the state then keeps what was folded and evicted (all of
@@ -146,17 +146,15 @@ def compress(
     if before <= trigger and not force:
         return done("none", current)
 
-    # Step 3: batch-fold completed results, largest saving first.
+    # Step 3: batch-fold every eligible completed result, largest saving first. Folding the
+    # whole batch at once (rather than just enough) rewrites the middle of the view once
+    # instead of on every following step, which keeps the provider's prefix cache useful.
     active_at = _active_index(current.entries, state.active_start)
-    total = before
     pre_folded: list[int] = []
     saved = 0
     for entry, saving in _prefold_candidates(current.entries, active_at, state, profile, counter):
-        if total <= trigger and not force:
-            break
         state.folded.add(entry.event.seq)
         pre_folded.append(entry.event.seq)
-        total -= saving
         saved += saving
     if pre_folded:
         current = view()

@@ -21,18 +21,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import EventNotFound, ScrollError
 from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventLog
 from .index import SEAM_BANNER, EvictionIndex, RenderLevel
-from .kernel.results import NamespaceDigest
 from .profile import Profile
 from .tokens import TokenCounter
 
 __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
     "ContextState",
+    "Digest",
     "Prefix",
     "ViewEntry",
     "ViewReport",
@@ -47,6 +47,12 @@ CHECKPOINT_VERSION = 1
 DIGEST_HEADER = "[kernel namespace] Variables that persist between your cells:"
 FOLD_MARK = "[scroll folded]"
 _FOLD_HEAD_CHARS = 60
+
+
+class Digest(Protocol):
+    """What the view needs of a namespace digest (``kernel.NamespaceDigest`` is one)."""
+
+    def render(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -349,7 +355,7 @@ def build_view(
     *,
     log: EventLog,
     prefix: Prefix,
-    digest: NamespaceDigest | str | None = None,
+    digest: Digest | str | None = None,
     counter: TokenCounter | None = None,
 ) -> WorkingView:
     """Assemble the view for the next model call from ``state`` (no side effects on the log)."""
@@ -368,7 +374,7 @@ def build_view(
         index_tokens = rendered.tokens + banner_tokens + MESSAGE_OVERHEAD_TOKENS
         level = rendered.level
 
-    digest_text = digest.render() if isinstance(digest, NamespaceDigest) else (digest or "")
+    digest_text = digest if isinstance(digest, str) else (digest.render() if digest else "")
     digest_tokens = 0
     if digest_text.strip():
         section = f"{DIGEST_HEADER}\n{digest_text}"

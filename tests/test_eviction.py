@@ -143,11 +143,11 @@ def test_pre_fold_alone_can_avoid_eviction(clog):
     record = compress(state, profile_with_trigger(total - 100), log=clog, prefix=PREFIX)
     assert record.action == "prefold"
     assert record.evicted is None and len(state.index) == 0
-    assert len(record.pre_folded) == 1  # one result saves enough; the rest stay whole
+    # One batch: every completed result but the five newest (8 - 5 = 3), oldest first at
+    # equal size.
+    assert [clog.get(s).tool_call_id for s in record.pre_folded] == ["call_1", "call_2", "call_3"]
     assert record.tokens_after <= total - 100
-    assert record.pre_folded_saved > 100
-    (folded,) = record.pre_folded
-    assert clog.get(folded).tool_call_id == "call_1"  # all equal size: the oldest goes first
+    assert record.pre_folded_saved == total - record.tokens_after
 
 
 def test_pre_fold_takes_the_largest_saving_first(clog):
@@ -159,7 +159,8 @@ def test_pre_fold_takes_the_largest_saving_first(clog):
     state = state_for(clog)
     total = view_tokens(state, clog)
     record = compress(state, profile_with_trigger(total - 600), log=clog, prefix=PREFIX)
-    assert [clog.get(s).tool_call_id for s in record.pre_folded] == ["call_2"]
+    # The five newest (300 chars) are protected; the rest go in order of saving.
+    assert [clog.get(s).tool_call_id for s in record.pre_folded] == ["call_2", "call_3", "call_1"]
 
 
 def test_results_of_exactly_pre_trim_min_chars_are_not_pre_folded(clog):
@@ -312,13 +313,13 @@ def test_the_folded_pointer_says_exactly_how_to_recover_the_result(clog):
     record = compress(
         state, profile_with_trigger(view_tokens(state, clog) - 10), log=clog, prefix=PREFIX
     )
-    (seq,) = record.pre_folded
+    seq = record.pre_folded[0]
     tool_messages = [m for m in record.view.messages() if m["role"] == "tool"]
     folded = [m for m in tool_messages if m["content"].startswith(FOLD_MARK)]
-    assert len(folded) == 1
+    assert len(folded) == len(record.pre_folded) == 3
     cid = clog.get(seq).tool_call_id
-    assert folded[0]["tool_call_id"] == cid
-    assert f"ms.recall_tool('{cid}')" in folded[0]["content"]
+    pointer = next(m for m in folded if m["tool_call_id"] == cid)
+    assert f"ms.recall_tool('{cid}')" in pointer["content"]
     assert [e.seq for e in clog.by_tool_call(cid)][-1] == seq  # still there, verbatim
 
 
@@ -405,3 +406,33 @@ def test_force_evicts_even_under_the_trigger(clog):
     assert compress(state, profile, log=clog, prefix=PREFIX).action == "none"
     record = compress(state, profile, log=clog, prefix=PREFIX, force=True)
     assert record.forced and record.evicted is not None
+
+
+class FakeDigest:
+    def render(self) -> str:
+        return "rows: list[Hit] len=40\ntotal: int = 7"
+
+
+def test_a_namespace_digest_sits_between_the_index_and_the_live_turn(clog):
+    chat = Session(clog)
+    for k in range(40):
+        chat.turn(k)
+    chat.user("live")
+    state = state_for(clog)
+    record = compress(
+        state, Profile(context_size=4_000), log=clog, prefix=PREFIX, digest=FakeDigest()
+    )
+    archive = record.view.archive
+    assert archive.index("[scroll index]") < archive.index("rows: list[Hit] len=40")
+    assert archive.index("total: int = 7") < archive.index(SEAM_BANNER)
+    assert archive.endswith(SEAM_BANNER)
+
+
+def test_without_an_index_the_archive_is_only_the_digest(clog):
+    chat = Session(clog)
+    chat.turn(0)
+    state = state_for(clog)
+    view = build_view(state, Profile(), log=clog, prefix=PREFIX, digest=FakeDigest())
+    assert view.report.index == 0 and SEAM_BANNER not in view.archive
+    assert view.messages()[0] == {"role": "system", "content": PREFIX.system}
+    assert build_view(state, Profile(), log=clog, prefix=PREFIX).archive == ""

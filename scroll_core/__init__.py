@@ -9,15 +9,22 @@ from __future__ import annotations
 from .errors import (
     AppendOnlyViolation,
     ConfigError,
+    ContextOverflow,
     ContextWindowUnfit,
     EventLogError,
     EventNotFound,
     EvictionIndexError,
+    HostFunctionRefused,
     IngestError,
     InvalidEvent,
+    KernelError,
+    KernelProtocolError,
+    ModelError,
     PayloadCorrupt,
     PayloadError,
     PayloadMissing,
+    QueryRefused,
+    SandboxUnavailable,
     ScrollError,
 )
 from .eventlog import (
@@ -33,21 +40,38 @@ from .eventlog import (
 from .eviction import CompressRecord, compress
 from .headlines import Headline, HeadlineParse, format_headline, parse_headline
 from .index import SEAM_BANNER, EvictionIndex, IndexBlock, IndexRender
+from .models import (
+    POLICY_NAME,
+    ChatModel,
+    ModelReply,
+    OpenAICompatibleModel,
+    PolicyModel,
+    ToolCall,
+    Usage,
+)
 from .payloads import ArtifactRef, PayloadStore, ToolResultRef
 from .profile import Profile
+from .prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, system_prompt, tool_definitions
+from .search import SearchTuning
 from .tokens import CharRatioCounter, TiktokenCounter, TokenCounter
 from .view import ContextState, Prefix, ViewReport, WorkingView, build_view
 
 __all__ = [
+    "ABSTENTION",
     "KIND_CONTEXT_MSG",
     "KIND_MODEL_TURN",
     "KIND_TOOL_RESULT",
+    "POLICY_NAME",
+    "RECALL_TOOL",
+    "REPL_TOOL",
     "SEAM_BANNER",
     "AppendOnlyViolation",
     "ArtifactRef",
     "CharRatioCounter",
+    "ChatModel",
     "CompressRecord",
     "ConfigError",
+    "ContextOverflow",
     "ContextState",
     "ContextWindowUnfit",
     "Event",
@@ -59,26 +83,40 @@ __all__ = [
     "Headline",
     "HeadlineParse",
     "Hit",
+    "HostFunctionRefused",
     "IndexBlock",
     "IndexRender",
     "IngestError",
     "InvalidEvent",
+    "KernelError",
+    "KernelProtocolError",
+    "ModelError",
+    "ModelReply",
+    "OpenAICompatibleModel",
     "PayloadCorrupt",
     "PayloadError",
     "PayloadMissing",
     "PayloadStore",
+    "PolicyModel",
     "Prefix",
     "Profile",
+    "QueryRefused",
+    "SandboxUnavailable",
     "ScrollError",
+    "SearchTuning",
     "Seqs",
     "SessionSummary",
     "TiktokenCounter",
     "TokenCounter",
+    "ToolCall",
     "ToolResultRef",
+    "Usage",
     "ViewReport",
     "WorkingView",
     "build_view",
     "compress",
     "format_headline",
     "parse_headline",
+    "system_prompt",
+    "tool_definitions",
 ]

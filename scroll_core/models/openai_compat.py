@@ -25,9 +25,10 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
+if TYPE_CHECKING:
+    import openai
 
 from ..errors import ConfigError, ContextOverflow, ModelError
 from .base import ModelReply, ToolCall, Usage
@@ -114,6 +115,10 @@ class OpenAICompatibleModel:
             or env.get("OPENAI_API_KEY", "").strip()
             or _PLACEHOLDER_KEY
         )
+        # Imported here: the client library takes about a second to import, which every
+        # `import scroll_core` (CLI, benches, kernel host) would otherwise pay.
+        import openai
+
         self._client = openai.OpenAI(
             api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0
         )
@@ -143,6 +148,8 @@ class OpenAICompatibleModel:
             request["max_tokens"] = self.max_output_tokens
         if self.extra_body:
             request["extra_body"] = self.extra_body
+        import openai
+
         attempt = 0
         while True:
             attempt += 1
@@ -167,6 +174,8 @@ class OpenAICompatibleModel:
 
     def _classify(self, exc: openai.APIError) -> tuple[ModelError, float | None]:
         """The error to raise, and None or the provider's suggested wait if it is retryable."""
+        import openai
+
         if isinstance(exc, openai.APITimeoutError):
             return ModelError(f"timed out after {self.timeout:g}s", model=self.name), 0.0
         if isinstance(exc, openai.APIConnectionError):

@@ -53,7 +53,10 @@ KIND_CONTEXT_MSG = "context_msg"
 KIND_MODEL_TURN = "model_turn"
 KIND_TOOL_RESULT = "tool_result"
 
-DEFAULT_PAYLOAD_THRESHOLD = 8192
+# Above the default print cap (32,000 characters plus its notice), so whatever a kernel cell
+# prints is stored inline and shown whole in the working view; larger contents (imported
+# tool outputs, artifacts) move to the payload store behind a preview of this length.
+DEFAULT_PAYLOAD_THRESHOLD = 32768
 BUSY_TIMEOUT_S = 30.0
 # Rows per INSERT of a large batch; token counting of other chunks overlaps it.
 _PIPELINE_CHUNK = 50

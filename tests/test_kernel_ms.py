@@ -34,7 +34,7 @@ def event_log(tmp_path_factory):
             kind="tool_result",
             name="lookup",
             tool_call_id="call-1",
-            content="zebra facts " + "stripes " * 3000,
+            content="zebra facts " + "stripes " * 5000,
             created_at="2024-01-02T10:02:00Z",
         )
         log.append(
@@ -105,7 +105,7 @@ def test_expand_returns_exact_events_with_lazy_payloads(kernel, ms):
     assert out == "3 tool_result True\n"
     assert len(ms.calls) == before + 1  # the payload was not fetched yet
     out = run(kernel, "full = e.payload.load()\nprint(len(full), full.count('stripes'))")
-    assert out == f"{len('zebra facts ' + 'stripes ' * 3000)} 3000\n"
+    assert out == f"{len('zebra facts ' + 'stripes ' * 5000)} 5000\n"
     assert ms.calls[-1].name == "_payload"
 
 

@@ -132,8 +132,8 @@ def test_an_htmx_pager_request_gets_only_the_rows(client, console_log, settings)
 
 
 def test_large_payloads_show_their_size(client, console_log):
-    console_log.append(session_id="alpha", kind="tool_result", content="x" * 20000)
+    console_log.append(session_id="alpha", kind="tool_result", content="x" * 40000)
 
     html = client.get("/sessions/alpha/").content.decode()
 
-    assert "19.5\xa0KB" in html
+    assert "39.1\xa0KB" in html

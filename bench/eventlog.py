@@ -11,6 +11,7 @@ against the sanitized MATCH expression run straight on FTS5 with the same bm25 w
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import sqlite3
 import tempfile
@@ -41,10 +42,10 @@ def make_vocabulary(rng: random.Random, size: int = 6000) -> list[str]:
 
 def make_rows(n: int, rng: random.Random, vocab: list[str]) -> list[dict[str, Any]]:
     # Zipf-like word choice so some terms are common and most are rare, as in real logs.
-    weights = [1.0 / (i + 1) for i in range(len(vocab))]
+    cum_weights = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(vocab))))
     rows = []
     for i in range(n):
-        words = rng.choices(vocab, weights=weights, k=rng.randint(5, 60))
+        words = rng.choices(vocab, cum_weights=cum_weights, k=rng.randint(5, 60))
         rows.append(
             {
                 "session_id": f"s{i // 5000}",

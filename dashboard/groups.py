@@ -1,0 +1,31 @@
+"""Channels group names shared by the span sink (sender) and the consumers (receivers).
+
+Group names may only hold ASCII letters, digits, hyphens, underscores and periods and
+must stay under 100 characters, while session ids carry ':' and '/' ("locomo:conv-26"),
+so a session's group is named by a short hash of its id.
+
+Messages sent to these groups:
+    {"type": "span.finished", "span": <SpanRecord dict>}        SPANS and the session group
+    {"type": "alert.changed", "alert": <Alert dict>}             ALERTS
+    {"type": "session.changed", "session_id": ..., "summary": {...}}  SPANS and the session group
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["ALERTS", "SPANS", "session_group", "session_safe_id"]
+
+SPANS = "scroll.spans"
+ALERTS = "scroll.alerts"
+SESSION_PREFIX = "scroll.session."
+
+
+def session_safe_id(session_id: str) -> str:
+    """The first 16 hex digits of sha1(session_id): safe in a group name."""
+    return hashlib.sha1(session_id.encode("utf-8")).hexdigest()[:16]
+
+
+def session_group(session_id: str) -> str:
+    """The group carrying the spans of one session: ``scroll.session.<sha1[:16]>``."""
+    return SESSION_PREFIX + session_safe_id(session_id)

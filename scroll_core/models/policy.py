@@ -30,8 +30,10 @@ from datetime import date, timedelta
 from typing import Any
 
 from ..ftsquery import STOP_WORDS, query_terms
+from ..index import SEAM_BANNER
 from ..prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL
 from ..tokens import CharRatioCounter, TokenCounter
+from ..view import DIGEST_HEADER
 from .base import ModelReply, ToolCall, Usage, message_text
 
 __all__ = [
@@ -359,6 +361,19 @@ def format_headline(task: str, status: str, next_action: str, anchors: list[str]
 # -- the turn and the rules --------------------------------------------------------------
 
 
+def live_request(text: str) -> str:
+    """The user's request without the archive the working view puts in front of it.
+
+    When the live conversation starts with the request, the view joins the index, the seam
+    banner and the namespace digest to it; the request is what follows them.
+    """
+    if SEAM_BANNER in text:
+        text = text.rsplit(SEAM_BANNER, 1)[1]
+    elif text.startswith(DIGEST_HEADER):
+        text = text.partition("\n\n")[2]
+    return text.strip()
+
+
 @dataclass
 class Turn:
     """The live turn as the policy sees it: the latest user message and what followed."""
@@ -382,7 +397,7 @@ class Turn:
                 break
         if start is None:
             return turn
-        turn.user_text = message_text(messages[start]).strip()
+        turn.user_text = live_request(message_text(messages[start]))
         for message in messages[start + 1 :]:
             if message.get("role") == "assistant":
                 for raw in message.get("tool_calls") or []:

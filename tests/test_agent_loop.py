@@ -249,3 +249,13 @@ def test_recall_cells_and_their_results_are_never_searchable(clog, kernel):
     repl_events = [e.seq for e in clog.session_events(S, limit=None) if e.name == REPL_TOOL]
     assert set(repl_events) <= set(found)  # ordinary cells stay searchable
     assert second.user_seq in found
+
+
+def test_the_namespace_digest_of_the_last_cell_is_in_the_next_view(clog, kernel):
+    model = ScriptedModel(reply("", repl("rows = list(range(40))\nprint(len(rows))")), reply("40"))
+    with session(clog, model, kernel) as agent:
+        result = agent.ask("count")
+    archive = model.requests[1][1]["content"]
+    assert "[kernel namespace]" in archive and "rows: list" in archive and "len=40" in archive
+    assert "[kernel namespace]" not in model.requests[0][1]["content"]
+    assert result.steps[1].model_call.view["digest"] > 0

@@ -206,7 +206,7 @@ class Session:
                 break
             calls = self._record_reply(record, reply)
             if not calls:
-                result.answer = record_answer(self.log, record)
+                result.answer = _answer_text(self.log, record)
                 result.headline = record.headline
                 result.answer_seq = record.assistant_seq
             else:
@@ -593,7 +593,7 @@ class Session:
         )
 
 
-def record_answer(log: EventLog, record: StepRecord) -> str | None:
+def _answer_text(log: EventLog, record: StepRecord) -> str | None:
     """The final answer's text (headline stripped), as stored."""
     if record.assistant_seq is None:
         return None

@@ -1,0 +1,177 @@
+"""Admin: tuning profiles (validated and audited), alert rules and the console's records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db import transaction
+from django.http import HttpRequest
+
+from dashboard import profiles
+from dashboard.models import (
+    PROFILE_FIELDS,
+    Alert,
+    AlertRule,
+    CompressEvent,
+    ProfileChange,
+    RunRecord,
+    SpanRecord,
+    TuningProfile,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records the console writes: browsable, never edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ProfileChangeInline(admin.TabularInline):
+    model = ProfileChange
+    extra = 0
+    can_delete = False
+    fields = ("changed_at", "changed_by", "field", "old_value", "new_value")
+    readonly_fields = fields
+    ordering = ("-changed_at", "-id")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(TuningProfile)
+class TuningProfileAdmin(admin.ModelAdmin):
+    list_display = ("name", "context_size", "trigger_ratio", "tier_cap", "print_cap", "updated_at")
+    search_fields = ("name", "description")
+    fieldsets = [
+        (None, {"fields": ("name", "description")}),
+        ("Window and trigger", {"fields": ("context_size", "trigger_ratio")}),
+        (
+            "Protected tail",
+            {
+                "fields": (
+                    "reserve_ratio",
+                    "tail_cap_tokens",
+                    "tail_floor_tokens",
+                    "tail_floor_ratio",
+                )
+            },
+        ),
+        (
+            "Folding and the index",
+            {
+                "fields": (
+                    "protected_recent_tool_results",
+                    "pre_trim_min_chars",
+                    "tier_cap",
+                    "index_budget_ratio",
+                )
+            },
+        ),
+        (
+            "Kernel and output",
+            {
+                "fields": (
+                    "print_cap",
+                    "exec_timeout_s",
+                    "output_reserve_cap",
+                    "output_reserve_ratio",
+                )
+            },
+        ),
+    ]
+    inlines = [ProfileChangeInline]
+
+    def save_model(self, request: HttpRequest, obj: TuningProfile, form: Any, change: bool) -> None:
+        # The form already ran clean() (the core Profile accepted these values).
+        with transaction.atomic():
+            before = profiles.snapshot(obj) if change else {}
+            super().save_model(request, obj, form, change)
+            changed = profiles.record_changes(obj, before, request.user)
+        if change and changed:
+            names = ", ".join(c.field for c in changed)
+            self.message_user(
+                request,
+                f"Changed {names}; live sessions on this profile apply it at their next compress.",
+                messages.INFO,
+            )
+
+
+assert set(PROFILE_FIELDS) <= {
+    name for _, opts in TuningProfileAdmin.fieldsets for name in opts["fields"]
+}, "every Profile knob must be editable in admin"
+
+
+@admin.register(ProfileChange)
+class ProfileChangeAdmin(ReadOnlyAdmin):
+    list_display = ("changed_at", "profile", "field", "old_value", "new_value", "changed_by")
+    list_filter = ("profile", "field")
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    list_display = ("kind", "threshold", "window", "enabled")
+    list_editable = ("threshold", "window", "enabled")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # one seeded rule per kind
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    list_display = ("last_seen", "rule", "session_id", "state", "count", "message")
+    list_filter = ("state", "rule")
+    search_fields = ("session_id", "message")
+    readonly_fields = (
+        "rule",
+        "session_id",
+        "key",
+        "message",
+        "count",
+        "first_seen",
+        "last_seen",
+        "span_id",
+        "acknowledged_by",
+        "acknowledged_at",
+        "resolved_at",
+    )
+    actions = ["acknowledge", "resolve"]
+
+    @admin.action(description="Acknowledge selected alerts")
+    def acknowledge(self, request: HttpRequest, queryset: Any) -> None:
+        from dashboard.alerts import acknowledge
+
+        for alert in queryset.filter(state=Alert.OPEN):
+            acknowledge(alert, request.user)
+
+    @admin.action(description="Resolve selected alerts")
+    def resolve(self, request: HttpRequest, queryset: Any) -> None:
+        from dashboard.alerts import resolve
+
+        for alert in queryset.exclude(state=Alert.RESOLVED):
+            resolve(alert, request.user)
+
+
+@admin.register(RunRecord)
+class RunRecordAdmin(ReadOnlyAdmin):
+    list_display = ("session_id", "kind", "status", "model_name", "profile", "steps", "created_at")
+    list_filter = ("status", "kind")
+    search_fields = ("session_id", "task")
+
+
+@admin.register(CompressEvent)
+class CompressEventAdmin(ReadOnlyAdmin):
+    list_display = ("session_id", "turn", "step", "action", "tokens_before", "tokens_after")
+    list_filter = ("action",)
+    search_fields = ("session_id",)
+
+
+@admin.register(SpanRecord)
+class SpanRecordAdmin(ReadOnlyAdmin):
+    list_display = ("name", "session_id", "status", "duration_ms", "span_id")
+    list_filter = ("status",)
+    search_fields = ("name", "session_id", "trace_id")

@@ -1,0 +1,285 @@
+""" "Rotting index" alerts, evaluated as spans arrive.
+
+``AlertEngine.observe(span)`` looks at one finished span (a ``SpanRecord`` dict) and raises,
+or bumps, the alerts its rules call for; thresholds and windows come from ``AlertRule`` rows
+(admin), re-read every few seconds. An alert already open or acknowledged for the same rule,
+session and key has its ``count`` and ``last_seen`` bumped instead of a second row; after it
+is resolved the next trigger opens a new one.
+
+What each rule reads from a span (attribute names as ``scroll_core.telemetry`` writes them):
+
+index_gap         ``scroll.index_gap`` true, or ``error.type`` EvictionIndexError
+headline_quality  chat spans' ``scroll.headline_quality`` missing or malformed, or a headline
+                  (``scroll.headline``) equal to the session's previous one; threshold such
+                  replies among the last ``window`` chat spans of the session
+span_reread       ``scroll.blocks`` of expand/recall spans: the same evicted block retrieved
+                  ``threshold`` (3) or more times in one session
+print_truncation  execute_tool spans with ``scroll.truncated``; threshold among the last
+                  ``window`` cells of the session
+kernel_failure    execute_tool spans with ``scroll.status`` timeout or killed, a
+                  ``scroll.kernel.restart`` span, or ``error.type`` KernelError
+context_unfit     ``error.type`` ContextWindowUnfit, or ``scroll.stop_reason`` context_unfit
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from dashboard.models import Alert, AlertRule
+
+__all__ = ["AlertEngine", "Trigger", "acknowledge", "open_alert_count", "raise_alert", "resolve"]
+
+log = logging.getLogger("dashboard.alerts")
+
+BAD_HEADLINES = frozenset({"missing", "malformed"})
+KERNEL_FAILURES = frozenset({"timeout", "killed"})
+KERNEL_ERRORS = frozenset({"KernelError", "KernelProtocolError", "SandboxUnavailable"})
+RULE_CACHE_S = 2.0
+# Per-session memory is bounded: sessions beyond this many are forgotten oldest first.
+MAX_SESSIONS = 2000
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A rule fired: raise (or bump) the alert for (kind, session, key)."""
+
+    kind: str
+    session_id: str
+    message: str
+    key: str = ""
+    span_id: str = ""
+
+
+def _attr(span: Mapping[str, Any], name: str) -> Any:
+    return (span.get("attributes") or {}).get(name)
+
+
+def _is_chat(span: Mapping[str, Any]) -> bool:
+    return _attr(span, "gen_ai.operation.name") == "chat" or str(span.get("name", "")).startswith(
+        "chat "
+    )
+
+
+def _is_cell(span: Mapping[str, Any]) -> bool:
+    return _attr(span, "gen_ai.operation.name") == "execute_tool" or str(
+        span.get("name", "")
+    ).startswith("execute_tool ")
+
+
+class _SessionState:
+    __slots__ = ("blocks", "cells", "chats", "last_headline")
+
+    def __init__(self) -> None:
+        self.chats: deque[bool] = deque(maxlen=1000)  # True: a bad headline
+        self.cells: deque[bool] = deque(maxlen=1000)  # True: truncated
+        self.blocks: dict[str, int] = defaultdict(int)
+        self.last_headline: str | None = None
+
+
+class AlertEngine:
+    """Evaluates the rules against each span; thread-safe, one per span sink."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[str, _SessionState] = {}
+        self._rules: dict[str, AlertRule] = {}
+        self._rules_at = 0.0
+
+    # -- rules ---------------------------------------------------------------------------
+    def rules(self) -> dict[str, AlertRule]:
+        now = time.monotonic()
+        if now - self._rules_at > RULE_CACHE_S or not self._rules:
+            self._rules = {r.kind: r for r in AlertRule.objects.all()}
+            self._rules_at = now
+        return self._rules
+
+    def refresh_rules(self) -> None:
+        self._rules_at = 0.0
+
+    def _state(self, session_id: str) -> _SessionState:
+        state = self._sessions.get(session_id)
+        if state is None:
+            if len(self._sessions) >= MAX_SESSIONS:
+                self._sessions.pop(next(iter(self._sessions)))
+            state = self._sessions[session_id] = _SessionState()
+        return state
+
+    # -- evaluation ----------------------------------------------------------------------
+    def triggers(self, span: Mapping[str, Any]) -> list[Trigger]:
+        """The rules this span fires (no database writes)."""
+        rules = {k: r for k, r in self.rules().items() if r.enabled}
+        session_id = str(span.get("session_id") or "")
+        span_id = str(span.get("span_id") or "")
+        name = str(span.get("name") or "")
+        error_type = _attr(span, "error.type")
+        found: list[Trigger] = []
+
+        def fire(kind: str, message: str, key: str = "") -> None:
+            if kind in rules:
+                found.append(Trigger(kind, session_id, message, key, span_id))
+
+        with self._lock:
+            state = self._state(session_id)
+            if _attr(span, "scroll.index_gap") or error_type == "EvictionIndexError":
+                detail = span.get("status_message") or "the index blocks no longer tile"
+                fire(AlertRule.INDEX_GAP, f"Index gap in {name}: {detail}")
+
+            if (
+                error_type == "ContextWindowUnfit"
+                or _attr(span, "scroll.stop_reason") == "context_unfit"
+            ):
+                detail = span.get("status_message") or "compress could not get under the limit"
+                fire(AlertRule.CONTEXT_UNFIT, f"Context window unfit: {detail}")
+
+            if _is_chat(span):
+                quality = _attr(span, "scroll.headline_quality")
+                headline = _attr(span, "scroll.headline")
+                duplicate = bool(headline) and headline == state.last_headline
+                if headline:
+                    state.last_headline = str(headline)
+                if quality is not None or headline is not None:
+                    state.chats.append(quality in BAD_HEADLINES or duplicate)
+                    rule = rules.get(AlertRule.HEADLINE_QUALITY)
+                    if rule is not None and state.chats[-1]:
+                        bad = _recent_true(state.chats, rule.window)
+                        if bad >= rule.threshold:
+                            what = "duplicate" if duplicate else str(quality)
+                            fire(
+                                AlertRule.HEADLINE_QUALITY,
+                                f"Headline quality falling: {bad} of the last "
+                                f"{_window_len(state.chats, rule.window)} replies had a missing, "
+                                f"malformed or duplicate headline (latest: {what})",
+                            )
+
+            if _is_cell(span):
+                status = _attr(span, "scroll.status")
+                if status in KERNEL_FAILURES:
+                    fire(
+                        AlertRule.KERNEL_FAILURE,
+                        f"Kernel {status} in {name}: "
+                        f"{span.get('status_message') or 'the cell did not finish'}",
+                    )
+                truncated = bool(_attr(span, "scroll.truncated"))
+                state.cells.append(truncated)
+                rule = rules.get(AlertRule.PRINT_TRUNCATION)
+                if rule is not None and truncated:
+                    count = _recent_true(state.cells, rule.window)
+                    if count >= rule.threshold:
+                        fire(
+                            AlertRule.PRINT_TRUNCATION,
+                            f"Print cap hit {count} times in the last "
+                            f"{_window_len(state.cells, rule.window)} cells: the agent prints "
+                            "raw results instead of aggregating in the kernel",
+                        )
+            elif name == "scroll.kernel.restart" or error_type in KERNEL_ERRORS:
+                fire(
+                    AlertRule.KERNEL_FAILURE,
+                    f"Kernel failure ({name}): {span.get('status_message') or 'restarted'}",
+                )
+
+            blocks = _attr(span, "scroll.blocks")
+            if isinstance(blocks, list | tuple):
+                rule = rules.get(AlertRule.SPAN_REREAD)
+                for block in dict.fromkeys(str(b) for b in blocks):
+                    state.blocks[block] += 1
+                    count = state.blocks[block]
+                    if rule is not None and count >= rule.threshold:
+                        fire(
+                            AlertRule.SPAN_REREAD,
+                            f"Evicted block {block} re-read {count} times: compute over it "
+                            "in the kernel instead of expanding it again",
+                            key=block,
+                        )
+        return found
+
+    def observe(self, span: Mapping[str, Any]) -> list[Alert]:
+        """Evaluate ``span`` and raise or bump its alerts; returns the alerts changed."""
+        changed = []
+        for trigger in self.triggers(span):
+            alert = raise_alert(trigger, self.rules()[trigger.kind])
+            if alert is not None:
+                changed.append(alert)
+        return changed
+
+
+def _recent_true(values: deque[bool], window: int) -> int:
+    items = list(values)[-window:] if window else list(values)
+    return sum(items)
+
+
+def _window_len(values: deque[bool], window: int) -> int:
+    return min(len(values), window) if window else len(values)
+
+
+def raise_alert(trigger: Trigger, rule: AlertRule) -> Alert | None:
+    """Open an alert, or bump the live one for the same rule, session and key."""
+    now = timezone.now()
+    with transaction.atomic():
+        alert = (
+            Alert.objects.select_for_update()
+            .filter(rule=rule, session_id=trigger.session_id, key=trigger.key)
+            .exclude(state=Alert.RESOLVED)
+            .order_by("-id")
+            .first()
+        )
+        if alert is None:
+            return Alert.objects.create(
+                rule=rule,
+                session_id=trigger.session_id,
+                key=trigger.key,
+                message=trigger.message,
+                span_id=trigger.span_id,
+                first_seen=now,
+                last_seen=now,
+            )
+        alert.count += 1
+        alert.last_seen = now
+        alert.message = trigger.message
+        alert.span_id = trigger.span_id
+        alert.save(update_fields=["count", "last_seen", "message", "span_id"])
+        return alert
+
+
+def acknowledge(alert: Alert, user: Any) -> Alert:
+    """Open -> acknowledged, remembering who; notifies the console."""
+    if alert.state == Alert.OPEN:
+        alert.state = Alert.ACKNOWLEDGED
+        alert.acknowledged_by = user if getattr(user, "is_authenticated", False) else None
+        alert.acknowledged_at = timezone.now()
+        alert.save(update_fields=["state", "acknowledged_by", "acknowledged_at"])
+        _notify(alert)
+    return alert
+
+
+def resolve(alert: Alert, user: Any = None) -> Alert:
+    """Open or acknowledged -> resolved; a later trigger opens a new alert."""
+    if alert.state != Alert.RESOLVED:
+        alert.state = Alert.RESOLVED
+        alert.resolved_at = timezone.now()
+        fields = ["state", "resolved_at"]
+        if alert.acknowledged_by is None and getattr(user, "is_authenticated", False):
+            alert.acknowledged_by = user
+            fields.append("acknowledged_by")
+        alert.save(update_fields=fields)
+        _notify(alert)
+    return alert
+
+
+def open_alert_count() -> int:
+    """Alerts still open (not acknowledged, not resolved): the header's badge."""
+    return Alert.objects.filter(state=Alert.OPEN).count()
+
+
+def _notify(alert: Alert) -> None:
+    from dashboard.spans import push_alert
+
+    push_alert(alert)

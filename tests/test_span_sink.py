@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from dashboard import groups
+from dashboard.models import Alert, SpanRecord
+from dashboard.spans import ConsoleSpanSink
+from scroll_core import telemetry
+from scroll_core.telemetry import SpanRecord as CoreSpan
+
+_ids = itertools.count(1)
+
+
+def _core(name="scroll.search", session="s1", **attributes):
+    now = time.time_ns()
+    return CoreSpan(
+        trace_id="ab" * 16,
+        span_id=f"{next(_ids):016x}",
+        parent_id=None,
+        name=name,
+        start_ns=now - 2_000_000,
+        end_ns=now,
+        duration_ms=2.0,
+        status="ok",
+        status_message=None,
+        attributes=attributes,
+        session_id=session,
+    )
+
+
+class Listener:
+    """A channel joined to groups on the in-memory layer, read without a consumer."""
+
+    def __init__(self, *names):
+        self.layer = get_channel_layer()
+        self.channel = async_to_sync(self.layer.new_channel)()
+        for name in names:
+            async_to_sync(self.layer.group_add)(name, self.channel)
+
+    def receive(self):
+        return async_to_sync(self.layer.receive)(self.channel)
+
+
+@pytest.fixture
+def sink():
+    sink = ConsoleSpanSink(start=False)
+    yield sink
+    sink.close()
+
+
+@pytest.mark.django_db
+def test_it_stores_spans_and_sends_them_to_the_global_and_session_groups(sink):
+    listener = Listener(groups.SPANS, groups.session_group("locomo:conv-26"))
+
+    rows = sink.process([_core(session="locomo:conv-26", **{"scroll.k": 5})])
+
+    stored = SpanRecord.objects.get()
+    assert stored.session_id == "locomo:conv-26"
+    assert stored.attributes == {"scroll.k": 5}
+    first, second = listener.receive(), listener.receive()
+    assert first == second == {"type": "span.finished", "span": rows[0].to_dict()}
+    assert first["span"]["name"] == "scroll.search"
+
+
+@pytest.mark.django_db
+def test_a_span_that_trips_a_rule_sends_an_alert(sink):
+    listener = Listener(groups.ALERTS)
+
+    sink.process([_core("scroll.compress", **{"error.type": "ContextWindowUnfit"})])
+
+    message = listener.receive()
+    assert message["type"] == "alert.changed"
+    assert message["alert"]["kind"] == "context_unfit"
+    assert Alert.objects.get().session_id == "s1"
+
+
+@pytest.mark.django_db
+def test_retention_prunes_the_oldest_spans(sink, settings):
+    settings.SCROLL_SPAN_RETENTION = 3
+    sink.process([_core(name=f"op{i}") for i in range(5)])
+
+    assert sink.prune() == 2
+    assert list(SpanRecord.objects.order_by("id").values_list("name", flat=True)) == [
+        "op2",
+        "op3",
+        "op4",
+    ]
+
+
+@pytest.mark.django_db
+def test_a_span_id_seen_twice_is_stored_once(sink):
+    span = _core()
+    sink.process([span])
+    sink.process([span, _core()])
+
+    assert SpanRecord.objects.count() == 2
+
+
+def test_a_full_queue_drops_and_counts_without_blocking_or_raising():
+    sink = ConsoleSpanSink(maxsize=2, start=False)
+    began = time.perf_counter()
+    for _ in range(5):
+        sink.on_span(_core())
+
+    assert time.perf_counter() - began < 0.5
+    assert sink.stats()["dropped"] == 3
+    assert sink.stats()["queued"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_spans_of_instrumented_code_reach_the_database_from_the_worker_thread():
+    sink = ConsoleSpanSink()
+    telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
+    try:
+        with (
+            telemetry.span("scroll.expand", session="demo", blocks=["0:1-9"]),
+            telemetry.span("scroll.search", k=5),
+        ):
+            pass
+        assert sink.flush(5.0)
+    finally:
+        telemetry.reset()
+        sink.close()
+
+    rows = {r.name: r for r in SpanRecord.objects.all()}
+    assert set(rows) == {"scroll.expand", "scroll.search"}
+    assert rows["scroll.search"].session_id == "demo"  # inherited from its parent
+    assert rows["scroll.search"].parent_id == rows["scroll.expand"].span_id
+    assert rows["scroll.expand"].attributes["scroll.blocks"] == ["0:1-9"]
+    assert sink.stats()["errors"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_failure_is_logged_and_never_reaches_the_agent(monkeypatch, caplog):
+    sink = ConsoleSpanSink()
+
+    def broken(rows):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(sink, "_store", broken)
+    telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
+    try:
+        with telemetry.span("scroll.search", session="s"):
+            pass
+        assert sink.flush(5.0)
+    finally:
+        telemetry.reset()
+        sink.close()
+
+    assert sink.stats()["errors"] == 1
+    assert "span batch of 1 failed" in caplog.text

@@ -6,6 +6,7 @@ The framework-free core: the append-only Event Log, payload store, token countin
 
 from __future__ import annotations
 
+from .agent import Session, StepRecord, TurnResult
 from .errors import (
     AppendOnlyViolation,
     ConfigError,
@@ -105,11 +106,14 @@ __all__ = [
     "ScrollError",
     "SearchTuning",
     "Seqs",
+    "Session",
     "SessionSummary",
+    "StepRecord",
     "TiktokenCounter",
     "TokenCounter",
     "ToolCall",
     "ToolResultRef",
+    "TurnResult",
     "Usage",
     "ViewReport",
     "WorkingView",

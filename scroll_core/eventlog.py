@@ -36,6 +36,7 @@ from .payloads import (
     ref_of,
 )
 from .search import Hit, SearchFilters, SearchTuning, run_search
+from .telemetry import SESSION, span
 from .timeutil import format_ts, now_ts
 from .tokens import TokenCounter, default_counter
 
@@ -313,9 +314,24 @@ class EventLog:
         """Append events in one transaction, all or nothing; return their seqs in order
         (``.inserted`` on the result counts the new ones)."""
         numbered = list(enumerate(events))
-        seqs = Seqs()
         if not numbered:
-            return seqs
+            return Seqs()
+        with span("scroll.append", events=len(numbered)) as traced:
+            seqs = self._append_numbered(numbered)
+            if traced.recording:
+                sessions = {event.get("session_id") for _, event in numbered}
+                traced.set(
+                    inserted=seqs.inserted,
+                    seq_lo=min(seqs),
+                    seq_hi=max(seqs),
+                    sessions=len(sessions),
+                )
+                if len(sessions) == 1:
+                    traced.set_attributes({SESSION: sessions.pop()})
+        return seqs
+
+    def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
+        seqs = Seqs()
         if len(numbered) <= _PIPELINE_CHUNK:
             rows = self._prepare_chunk(numbered)
             chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]]
@@ -620,13 +636,26 @@ class EventLog:
         ``since`` and ``until`` bound ``created_at`` half-open, ``[since, until)``. An empty
         query with a date bound lists that range in seq order.
         """
-        return run_search(
-            self._reader(),
-            query,
-            k,
-            SearchFilters(session_id, agent_id, kind, since, until),
-            self.search_tuning,
-        )
+        with span(
+            "scroll.search",
+            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": agent_id},
+            query=query,
+            k=k,
+            filter_session=session_id,
+            filter_kind=kind,
+            since=since,
+            until=until,
+        ) as traced:
+            hits = run_search(
+                self._reader(),
+                query,
+                k,
+                SearchFilters(session_id, agent_id, kind, since, until),
+                self.search_tuning,
+            )
+            if traced.recording:
+                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
+            return hits
 
 
 def _existing_keys(db: sqlite3.Connection, rows: list[_Row]) -> dict[tuple[str, str], int]:

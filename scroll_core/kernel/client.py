@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ..errors import KernelError, KernelProtocolError
+from ..telemetry import span, tool_span
 from .child.wire import write_all
 from .config import KernelConfig
 from .hostfns import HostFunctions
@@ -118,10 +119,12 @@ class Kernel:
 
     def restart(self) -> None:
         """Replace the process with a fresh one; every variable is lost."""
-        with self._lock:
+        with self._lock, span("scroll.kernel.restart", kernel_tier=self.tier) as traced:
+            old_pid = self.pid
             self._kill()
             self.restarts += 1
             self._start()
+            traced.set(restarts=self.restarts, old_pid=old_pid, kernel_pid=self.pid)
 
     def close(self) -> None:
         with self._lock:
@@ -184,8 +187,18 @@ class Kernel:
 
     # -- cells ----------------------------------------------------------------------------
 
-    def execute(self, code: str, timeout: float | None = None) -> ExecResult:
-        """Run ``code`` in the persistent namespace and return what it printed."""
+    def execute(
+        self,
+        code: str,
+        timeout: float | None = None,
+        *,
+        tool: str = "repl_exec",
+        tool_call_id: str | None = None,
+    ) -> ExecResult:
+        """Run ``code`` in the persistent namespace and return what it printed.
+
+        ``tool`` and ``tool_call_id`` name the model's tool call in telemetry: the cell is
+        an ``execute_tool {tool}`` span and the ``ms`` calls it makes are its children."""
         if not isinstance(code, str):
             raise TypeError("code must be a str")
         with self._lock:
@@ -193,7 +206,15 @@ class Kernel:
             self.cells += 1
             self.busy = True
             try:
-                return self._execute(code, self.config.timeout_s if timeout is None else timeout)
+                with tool_span(
+                    tool, tool_call_id=tool_call_id, kernel_tier=self.tier, code_chars=len(code)
+                ) as traced:
+                    result = self._execute(
+                        code, self.config.timeout_s if timeout is None else timeout
+                    )
+                    if traced.recording:
+                        _trace_result(traced, result, self.pid)
+                    return result
             finally:
                 self.busy = False
                 self.last_used = time.monotonic()
@@ -387,6 +408,24 @@ class Kernel:
     def _diag(self) -> str:
         tail = b"".join(self._stderr_tail).decode("utf-8", "replace").strip()
         return f": {tail[-1500:]}" if tail else ""
+
+
+def _trace_result(traced: Any, result: ExecResult, pid: int | None) -> None:
+    traced.set(
+        status=result.status,
+        duration_ms=round(result.duration_ms, 3),
+        truncated=result.truncated,
+        hidden_chars=result.hidden_chars,
+        variables_lost=result.variables_lost,
+        limit=result.limit,
+        host_calls=result.host_calls,
+        stdout_chars=len(result.stdout),
+        denials=len(result.denials),
+        kernel_pid=pid,
+    )
+    if result.status != "ok":
+        error_type = result.error.type if result.error is not None else result.status
+        traced.error(result.notice or result.status, error_type)
 
 
 def _drain(stream: IO[bytes], tail: deque[bytes]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import QueryRefused
 from ..eventlog import Event, EventLog
+from ..telemetry import span
 from ..timeutil import parse_ts
 from .protocol import to_wire
 
@@ -31,6 +32,16 @@ MAX_EXPAND = 500
 MAX_SQL_CHARS = 100_000
 MAX_SEQS_RECORDED = 1000
 ALL = "*"
+# The span each ms call opens (a child of the cell's ``execute_tool`` span); the rest are
+# ``scroll.ms.<name>``.
+SPAN_NAMES = {
+    "search": "search_memory",
+    "expand": "scroll.expand",
+    "sql_query": "scroll.sql_query",
+    "recall_tool": "scroll.recall_tool",
+}
+# Calls whose seqs are mapped to the evicted blocks they hit (retrieval counts per block).
+_RESOLVED = frozenset({"expand", "recall_tool"})
 
 _ALLOWED_SQL_ACTIONS = frozenset(
     {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
@@ -69,8 +80,13 @@ class MsCapability:
         session_id: str | None = None,
         row_cap: int = DEFAULT_ROW_CAP,
         sql_time_limit_s: float = DEFAULT_SQL_TIME_LIMIT_S,
+        block_resolver: Callable[[int], Any] | None = None,
     ) -> None:
         self.log = log
+        # seq -> the evicted block holding it (an IndexBlock, its key, or None); e.g. the
+        # session's ``index.block_for``. Used only to say in telemetry which block an
+        # expand hit.
+        self.block_resolver = block_resolver
         self.agent_id = agent_id
         self.session_id = session_id
         self.row_cap = row_cap
@@ -97,6 +113,56 @@ class MsCapability:
         }
         return {f"ms.{name}": self._recorded(name, fn) for name, fn in table.items()}
 
+    def _span_attributes(self, name: str, record: MsCall, value: Any) -> dict[str, Any]:
+        """What a span says about one finished call: its range, size and the blocks hit."""
+        attrs: dict[str, Any] = {"result_chars": record.result_chars, "events": len(record.seqs)}
+        if record.seqs:
+            attrs["seq_lo"], attrs["seq_hi"] = record.seqs[0], record.seqs[-1]
+        args = record.args
+        if name == "expand" and args:
+            attrs["requested_lo"] = args[0]
+            attrs["requested_hi"] = args[1] if len(args) > 1 else args[0]
+        elif name == "search":
+            attrs["query"] = args[0] if args else record.kwargs.get("query")
+            attrs["hits"] = len(record.seqs)
+            attrs["hit_seqs"] = record.seqs
+        elif name == "sql_query":
+            attrs["sql"] = args[0] if args else record.kwargs.get("sql")
+            if isinstance(value, dict):
+                attrs["rows"] = value.get("row_count")
+                attrs["truncated"] = value.get("truncated")
+        elif name == "recall_tool":
+            attrs["tool_call_id"] = args[0] if args else record.kwargs.get("tool_call_id")
+        if name in _RESOLVED and self.block_resolver is not None and record.seqs:
+            blocks = self._blocks(record.seqs)
+            attrs["evicted"] = bool(blocks)
+            if blocks:
+                attrs["block"] = blocks[0][0]
+                attrs["blocks"] = [key for key, _ in blocks]
+                attrs["tier"] = blocks[0][1]
+        return attrs
+
+    def _blocks(self, seqs: list[int]) -> list[tuple[str, int | None]]:
+        """The distinct evicted blocks holding ``seqs`` (sorted), as (key, tier)."""
+        resolver = self.block_resolver
+        assert resolver is not None
+        found: list[tuple[str, int | None]] = []
+        last: Any = None
+        for seq in seqs:
+            if last is not None and hasattr(last, "contains") and last.contains(seq):
+                continue
+            try:
+                block = resolver(seq)
+            except Exception:  # telemetry must never fail the model's call
+                block = None
+            if block is None:
+                continue
+            key = block if isinstance(block, str) else str(getattr(block, "key", block))
+            if not found or found[-1][0] != key:
+                found.append((key, getattr(block, "tier", None)))
+            last = block
+        return found
+
     def begin_turn(self, first_seq: int | None) -> None:
         """Events from ``first_seq`` on belong to the active turn: search skips them."""
         self.active_from_seq = first_seq
@@ -108,20 +174,26 @@ class MsCapability:
                 self._db = None
 
     def _recorded(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        span_name = SPAN_NAMES.get(name, f"scroll.ms.{name}")
+        operation = {"gen_ai.operation.name": "search_memory"} if name == "search" else None
+
         def call(*args: Any, **kwargs: Any) -> Any:
             record = MsCall(name=name, args=list(args), kwargs=dict(kwargs))
-            began = time.perf_counter()
-            try:
-                value, seqs = fn(*args, **kwargs)
-            except Exception as exc:
-                record.error = f"{type(exc).__name__}: {exc}"
-                raise
-            finally:
-                record.duration_ms = (time.perf_counter() - began) * 1000
-                self.calls.append(record)
-            wire = to_wire(value)
-            record.seqs = sorted(set(seqs))[:MAX_SEQS_RECORDED]
-            record.result_chars = len(json.dumps(wire, default=str))
+            with span(span_name, operation, ms_call=name, agent=self.agent_id) as traced:
+                began = time.perf_counter()
+                try:
+                    value, seqs = fn(*args, **kwargs)
+                except Exception as exc:
+                    record.error = f"{type(exc).__name__}: {exc}"
+                    raise
+                finally:
+                    record.duration_ms = (time.perf_counter() - began) * 1000
+                    self.calls.append(record)
+                wire = to_wire(value)
+                record.seqs = sorted(set(seqs))[:MAX_SEQS_RECORDED]
+                record.result_chars = len(json.dumps(wire, default=str))
+                if traced.recording:
+                    traced.set(**self._span_attributes(name, record, value))
             return wire
 
         call.__name__ = name

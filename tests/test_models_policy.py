@@ -286,3 +286,25 @@ def test_entities_and_terms_are_read_separately():
 def test_headline_fields_cannot_break_the_format():
     line = format_headline("a | b ⟦x⟧", "ok; fine", "n|m", ["x|y", "", "z"])
     assert HEADLINE.match(line), line
+
+
+def test_its_own_earlier_lookups_are_not_evidence(tmp_path):
+    with EventLog(tmp_path / "log.sqlite3") as log:
+        log.append(session_id="a", kind="chat_turn", name="Ann", content="My okapi is named Zed.")
+        # An earlier recall printout right beside the fact, as the agent loop stores it.
+        log.append(
+            session_id="a",
+            kind="tool_result",
+            name=RECALL_TOOL,
+            tool_call_id="c0",
+            content="*[1] 2023-01-01 Ann: My okapi is named Zed. (an old printout)",
+            searchable=False,
+        )
+        ms = MsCapability(log)
+        with Kernel(KernelConfig(sandbox="process"), host_functions=ms.functions()) as kernel:
+            answer, _, messages = converse(PolicyModel(), kernel, "What is the okapi named?")
+        ms.close()
+    printed = "\n".join(m["content"] for m in messages if m["role"] == "tool")
+    assert "[1]" in printed
+    assert "old printout" not in printed
+    assert "Zed" in answer.content

@@ -628,13 +628,15 @@ class EventLog:
         kind: str | Sequence[str] | None = None,
         since: str | datetime | date | None = None,
         until: str | datetime | date | None = None,
+        before_seq: int | None = None,
     ) -> list[Hit]:
         """BM25 search over content, headline and name. Never raises on the query text.
 
         Terms are OR-ed after stop-word removal; a turn also gains from matches in the turns
         next to it in its session (see ``search.SearchTuning``); ties go to the older event.
-        ``since`` and ``until`` bound ``created_at`` half-open, ``[since, until)``. An empty
-        query with a date bound lists that range in seq order.
+        ``since`` and ``until`` bound ``created_at`` half-open, ``[since, until)``;
+        ``before_seq`` keeps only older events (the agent's active turn stays out, neighbours
+        included). An empty query with a date bound lists that range in seq order.
         """
         with span(
             "scroll.search",
@@ -650,7 +652,7 @@ class EventLog:
                 self._reader(),
                 query,
                 k,
-                SearchFilters(session_id, agent_id, kind, since, until),
+                SearchFilters(session_id, agent_id, kind, since, until, before_seq),
                 self.search_tuning,
             )
             if traced.recording:

@@ -69,6 +69,7 @@ class SearchFilters:
     kind: str | Sequence[str] | None = None
     since: str | datetime | date | None = None
     until: str | datetime | date | None = None
+    before_seq: int | None = None
     sql: str = field(init=False, default="")
     params: tuple[Any, ...] = field(init=False, default=())
 
@@ -85,6 +86,9 @@ class SearchFilters:
             kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
             clauses.append(f"e.kind IN ({', '.join('?' * len(kinds))})" if kinds else "0")
             params.extend(kinds)
+        if self.before_seq is not None:
+            clauses.append("e.seq < ?")
+            params.append(int(self.before_seq))
         for bound, op in ((self.since, ">="), (self.until, "<")):
             if bound is None:
                 continue

@@ -213,3 +213,22 @@ def test_sql_query_only_reads(ms, event_log, sql):
     with pytest.raises(QueryRefused):
         ms.sql_query(sql)
     assert event_log.count() == count
+
+
+def test_the_active_turn_stays_out_of_search_even_as_a_neighbour(tmp_path):
+    with EventLog(tmp_path / "log.sqlite3") as log:
+        log.append(session_id="s", kind="model_turn", content="an earlier, unrelated reply")
+        first_active = log.append(session_id="s", kind="context_msg", content="the ferry leaves?")
+        cap = MsCapability(log, session_id="s")
+        cap.begin_turn(first_active)
+        _, seqs = cap.search("ferry")
+        cap.close()
+    # The earlier reply shares no word with the query; only the live question next to it
+    # could have lent it a score.
+    assert seqs == []
+
+
+def test_before_seq_bounds_the_log_search(log):
+    for text in ("kiwi one", "kiwi two", "kiwi three"):
+        log.append(session_id="s", kind="context_msg", content=text)
+    assert sorted(h.seq for h in log.search("kiwi", before_seq=3)) == [1, 2]

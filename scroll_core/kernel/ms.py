@@ -221,16 +221,14 @@ class MsCapability:
             since, until = day.isoformat(), (day + timedelta(days=1)).isoformat()
         hits = self.log.search(
             query,
-            k + 50 if self.active_from_seq is not None else k,
+            k,
             session_id=None if session in (None, ALL) else session,
             agent_id=self._agent(agent),
             kind=kind,
             since=since,
             until=until,
+            before_seq=self.active_from_seq,
         )
-        if self.active_from_seq is not None:
-            hits = [h for h in hits if h.seq < self.active_from_seq]
-        hits = hits[:k]
         return [to_wire(h) for h in hits], [h.seq for h in hits]
 
     def expand(self, lo: int, hi: int | None = None) -> tuple[Any, list[int]]:

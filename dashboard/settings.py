@@ -13,6 +13,7 @@ SCROLL_CSRF_TRUSTED_ORIGINS  comma-separated origins, for a console behind a pro
 SCROLL_DATABASE_URL    postgres://user:pass@host:port/name to use PostgreSQL for Django
 SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (channels-redis)
 SCROLL_SERVE_STATIC    "0" stops the ASGI app serving static files itself (default on)
+SCROLL_GRAFANA_URL     base URL of a Grafana with Tempo, for "open this trace in Grafana" links
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # The open-alert count in every page's header.
+                "dashboard.context_processors.console",
             ],
         },
     },
@@ -153,7 +156,14 @@ if os.environ.get("SCROLL_REDIS_URL"):
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # The in-memory layer drops a message silently once a consumer's queue holds `capacity`;
+    # a live page falls behind by at most this many spans before that happens.
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 1000},
+        }
+    }
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -172,3 +182,8 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = SCROLL_DATA_DIR / "staticfiles"
 # The embedded default has no web server in front, so the ASGI app serves static files.
 SCROLL_SERVE_STATIC = _env_flag("SCROLL_SERVE_STATIC", True)
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+SCROLL_GRAFANA_URL = os.environ.get("SCROLL_GRAFANA_URL", "").rstrip("/")

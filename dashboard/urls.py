@@ -1,13 +1,26 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from dashboard import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Session ids carry ':' and '/' (e.g. "locomo:conv-26"), hence <path:>.
     path("sessions/<path:session_id>/", views.session, name="session"),
+    path("events/<int:seq>/", views.event, name="event"),
+    path("traces/", views.traces, name="traces"),
+    path("traces/spans/<str:span_id>/", views.span, name="span"),
+    path("alerts/", views.alerts, name="alerts"),
+    path("alerts/<int:alert_id>/acknowledge/", views.alert_acknowledge, name="alert_acknowledge"),
+    path("alerts/<int:alert_id>/resolve/", views.alert_resolve, name="alert_resolve"),
+    path("kernels/", views.kernels, name="kernels"),
+    path("kernels/<str:action>/<path:session_id>/", views.kernel_action, name="kernel_action"),
+    path("runs/", views.runs, name="runs"),
+    path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("admin/", admin.site.urls),
 ]

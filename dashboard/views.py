@@ -1,22 +1,67 @@
+"""The console's pages: plain function views, one per URL, every one behind login.
+
+A page and its live fragment share one template: an htmx request (or ``?part=``) renders only
+the partial the page includes, so every ``hx-get`` also works as a plain link.
+"""
+
 from __future__ import annotations
 
-from django.conf import settings
-from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import plotly
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+)
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from dashboard import alerts as alert_rules
+from dashboard import live
 from dashboard.eventlog import get_event_log
+from dashboard.groups import session_safe_id
+from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
+from scroll_core.errors import EventNotFound
 from scroll_core.eventlog import EventLog, SessionSummary
 
 SEARCH_HITS = 50
+# Spans shown on the traces page and in a session's feed before live rows arrive.
+SPAN_ROWS = 100
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-def _get_summary(log: EventLog, session_id: str) -> SessionSummary:
-    summary = log.session(session_id)
-    if summary is None:
-        raise Http404("No such session in the Event Log")
-    return summary
+@dataclass(frozen=True)
+class SessionRow:
+    """One line of the sessions table: the Event Log's summary joined with the run."""
+
+    session_id: str
+    agent_id: str
+    events: int
+    tokens: int
+    last_at: str
+    run: RunRecord | None
+    open_alerts: int
+
+    @property
+    def safe_id(self) -> str:
+        return session_safe_id(self.session_id)
+
+
+def _get_summary(log: EventLog, session_id: str) -> SessionSummary | None:
+    return log.session(session_id)
 
 
 def _get_cursor(request: HttpRequest, name: str) -> int | None:
@@ -32,20 +77,154 @@ def _older_cursor(log: EventLog, session_id: str, first_seq: int, size: int) -> 
     return older[0].seq - 1 if older else None
 
 
+def _open_alerts_by_session() -> dict[str, int]:
+    rows = Alert.objects.filter(state=Alert.OPEN).values("session_id").annotate(n=Count("id"))
+    return {row["session_id"]: row["n"] for row in rows}
+
+
+def session_row(log: EventLog, session_id: str) -> SessionRow:
+    """The sessions-table row of one session (the consumers render live rows with it)."""
+    summary = log.session(session_id)
+    run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()
+    return SessionRow(
+        session_id=session_id,
+        agent_id=summary.agent_id if summary else "",
+        events=summary.events if summary else 0,
+        tokens=summary.tokens if summary else 0,
+        last_at=summary.last_at if summary else "",
+        run=run,
+        open_alerts=Alert.objects.filter(state=Alert.OPEN, session_id=session_id).count(),
+    )
+
+
+def _budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
+    """View composition after each compress, stacked by section, with trigger and C lines."""
+    x = [p.at.isoformat() for p in points]
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "stackgroup": "view",
+            "name": section,
+            "x": x,
+            "y": [p.sections()[section] for p in points],
+        }
+        for section in ("prefix", "index", "digest", "folded", "tail")
+    ]
+    for name, attr, dash in (("trigger", "trigger_tokens", "dash"), ("C", "context_size", "dot")):
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": name,
+                "x": x,
+                "y": [getattr(p, attr) for p in points],
+                "line": {"dash": dash, "color": "#b3261e" if name == "trigger" else "#333"},
+            }
+        )
+    layout = {
+        "margin": {"t": 10, "r": 10, "b": 40, "l": 60},
+        "height": 280,
+        "yaxis": {"title": {"text": "tokens"}},
+        "legend": {"orientation": "h"},
+    }
+    return {"data": traces, "layout": layout}
+
+
+def _retrievals(session_id: str) -> Counter[str]:
+    """How often each evicted block was hit by an expand (scroll.blocks of scroll.expand)."""
+    counts: Counter[str] = Counter()
+    spans = SpanRecord.objects.filter(session_id=session_id, name="scroll.expand")
+    for attributes in spans.values_list("attributes", flat=True)[:5000]:
+        for block in (attributes or {}).get("scroll.blocks") or ():
+            counts[str(block)] += 1
+    return counts
+
+
+def _retrieval_figure(counts: Counter[str]) -> dict[str, Any]:
+    keys = sorted(counts, key=lambda k: (-counts[k], k))[:40]
+    return {
+        "data": [{"type": "bar", "x": keys, "y": [counts[k] for k in keys], "name": "expands"}],
+        "layout": {
+            "margin": {"t": 10, "r": 10, "b": 80, "l": 40},
+            "height": 240,
+            "yaxis": {"title": {"text": "retrievals"}},
+        },
+    }
+
+
+def _runner() -> Any:
+    """dashboard.runner, imported on first use: it owns the live sessions and kernels."""
+    import importlib
+    from types import SimpleNamespace
+
+    try:
+        return importlib.import_module("dashboard.runner")
+    except ModuleNotFoundError as exc:
+        if exc.name != "dashboard.runner":
+            raise
+        # A console built without the runner still browses logs, spans and alerts.
+        return SimpleNamespace()
+
+
+def _index_blocks(session_id: str, counts: Counter[str]) -> list[dict[str, Any]]:
+    """The session's index, tier by tier, from its live session when the runner has it."""
+    index = getattr(_runner(), "session_index", lambda _sid: None)(session_id)
+    if index is None:
+        return []
+    blocks = [block.to_dict() | {"key": block.key} for block in index.blocks]
+    for block in blocks:
+        block["retrievals"] = counts.get(block["key"], 0)
+    return sorted(blocks, key=lambda b: (-b["tier"], b["lo_seq"]))
+
+
+@require_GET
+@cache_control(max_age=86400, public=True)
+def plotly_js(request: HttpRequest) -> FileResponse:
+    """Plotly's bundle from the installed package: no CDN, no network."""
+    return FileResponse(PLOTLY_JS.open("rb"), content_type="text/javascript")
+
+
+@login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     log = get_event_log()
     page = Paginator(log.sessions(), settings.SCROLL_PAGE_SIZE).get_page(request.GET.get("page"))
+    ids = [s.session_id for s in page.object_list]
+    runs = {r.session_id: r for r in RunRecord.objects.select_related("profile")}
+    alerts = _open_alerts_by_session()
+    rows = [
+        SessionRow(
+            s.session_id,
+            s.agent_id,
+            s.events,
+            s.tokens,
+            s.last_at,
+            runs.get(s.session_id),
+            alerts.get(s.session_id, 0),
+        )
+        for s in page.object_list
+    ]
+    # Runs that have not written an event yet still belong in the table.
+    waiting = [
+        SessionRow(r.session_id, "", 0, 0, "", r, alerts.get(r.session_id, 0))
+        for r in runs.values()
+        if r.active and r.session_id not in ids and log.session(r.session_id) is None
+    ]
     query = request.GET.get("q", "").strip()
     hits = log.search(query, k=SEARCH_HITS) if query else []
-    ctx = {"page": page, "query": query, "hits": hits}
+    ctx = {"page": page, "rows": waiting + rows, "query": query, "hits": hits}
     return render(request, "dashboard/home.html", ctx)
 
 
+@login_required
 @require_GET
 def session(request: HttpRequest, session_id: str) -> HttpResponse:
     log = get_event_log()
     summary = _get_summary(log, session_id)
+    run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()
+    if summary is None and run is None:
+        raise Http404("No such session in the Event Log")
     after = _get_cursor(request, "after")
     if after is None:
         return HttpResponseBadRequest("after must be a non-negative integer seq")
@@ -55,14 +234,205 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
     has_newer = len(events) > size
     events = events[:size]
     first_seq = events[0].seq if events else after + 1
+    query = request.GET.get("q", "").strip()
+    counts = _retrievals(session_id)
+    points = list(CompressEvent.objects.filter(session_id=session_id).order_by("at", "id"))
     ctx = {
+        "session_id": session_id,
+        "safe_id": session_safe_id(session_id),
         "summary": summary,
+        "run": run,
         "events": events,
         "after": after,
         "last_seq": events[-1].seq if events else None,
         "newer_after": events[-1].seq if has_newer else None,
         "older_after": _older_cursor(log, session_id, first_seq, size),
+        "query": query,
+        "hits": log.search(query, k=SEARCH_HITS, session_id=session_id) if query else [],
+        "budget": _budget_figure(points),
+        "compressions": points[-20:][::-1],
+        "retrieval_chart": _retrieval_figure(counts),
+        "blocks": _index_blocks(session_id, counts),
+        "kernel": _kernel_of(session_id),
+        "changes": run.profile_changes() if run else [],
+        "spans": [
+            live.span_row(s.to_dict())
+            for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
+        ],
     }
-    # An htmx pager request swaps just the page of rows (STYLE: one template, two uses).
+    # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.
+    if request.GET.get("part") == "charts":
+        return render(request, "dashboard/_session_charts.html", ctx)
     template = "dashboard/_event_rows.html" if request.htmx else "dashboard/session.html"
     return render(request, template, ctx)
+
+
+@login_required
+@require_GET
+def event(request: HttpRequest, seq: int) -> HttpResponse:
+    """One event whole (inline expand on the session page; a page of its own otherwise)."""
+    try:
+        found = get_event_log().get(seq)
+    except EventNotFound:
+        raise Http404("No such event") from None
+    payload_text = None
+    if found.payload is not None:
+        try:
+            loaded = found.payload.load()
+            payload_text = loaded if isinstance(loaded, str) else repr(loaded)
+        except Exception as exc:  # a missing or corrupt payload is shown, not raised
+            payload_text = f"(payload unavailable: {exc})"
+    ctx = {"e": found, "payload_text": payload_text}
+    template = "dashboard/_event_full.html" if request.htmx else "dashboard/event.html"
+    return render(request, template, ctx)
+
+
+@login_required
+@require_GET
+def traces(request: HttpRequest) -> HttpResponse:
+    filters = live.SpanFilter.from_query(request.GET)
+    spans = SpanRecord.objects.all()
+    if filters.session:
+        spans = spans.filter(session_id=filters.session)
+    if filters.operation:
+        spans = spans.filter(name__startswith=filters.operation)
+    if filters.errors:
+        spans = spans.filter(status="error")
+    if filters.slow_ms is not None:
+        spans = spans.filter(duration_ms__gte=filters.slow_ms)
+    ctx = {
+        "filters": filters,
+        "ws_query": filters.query_string(),
+        "spans": [live.span_row(s.to_dict()) for s in spans[:SPAN_ROWS]],
+        "operations": SpanRecord.objects.values_list("name", flat=True).distinct()[:200],
+    }
+    template = "dashboard/_span_table.html" if request.htmx else "dashboard/traces.html"
+    return render(request, template, ctx)
+
+
+@login_required
+@require_GET
+def span(request: HttpRequest, span_id: str) -> HttpResponse:
+    record = get_object_or_404(SpanRecord, span_id=span_id)
+    ctx = {
+        "span": record,
+        "s": live.span_row(record.to_dict()),
+        "parent": SpanRecord.objects.filter(span_id=record.parent_id).first(),
+        "children": SpanRecord.objects.filter(parent_id=record.span_id).order_by("start_ns"),
+        "attributes": sorted(record.attributes.items()),
+        "grafana_url": _grafana_trace_url(record.trace_id),
+    }
+    return render(request, "dashboard/span.html", ctx)
+
+
+def _grafana_trace_url(trace_id: str) -> str | None:
+    base = settings.SCROLL_GRAFANA_URL
+    if not base:
+        return None
+    return f"{base}/explore?schemaVersion=1&panes=" + _tempo_pane(trace_id)
+
+
+def _tempo_pane(trace_id: str) -> str:
+    import json
+    from urllib.parse import quote
+
+    pane = {
+        "t": {
+            "datasource": "tempo",
+            "queries": [
+                {
+                    "refId": "A",
+                    "datasource": {"type": "tempo"},
+                    "queryType": "traceql",
+                    "query": trace_id,
+                }
+            ],
+            "range": {"from": "now-24h", "to": "now"},
+        }
+    }
+    return quote(json.dumps(pane, separators=(",", ":")))
+
+
+@login_required
+@require_GET
+def alerts(request: HttpRequest) -> HttpResponse:
+    rows = Alert.objects.select_related("rule", "acknowledged_by")
+    ctx = {
+        "open": rows.filter(state=Alert.OPEN)[:200],
+        "acknowledged": rows.filter(state=Alert.ACKNOWLEDGED)[:200],
+        "resolved": rows.filter(state=Alert.RESOLVED)[:50],
+    }
+    return render(request, "dashboard/alerts.html", ctx)
+
+
+@login_required
+@require_POST
+def alert_acknowledge(request: HttpRequest, alert_id: int) -> HttpResponse:
+    alert_rules.acknowledge(get_object_or_404(Alert, pk=alert_id), request.user)
+    return redirect("alerts")
+
+
+@login_required
+@require_POST
+def alert_resolve(request: HttpRequest, alert_id: int) -> HttpResponse:
+    alert_rules.resolve(get_object_or_404(Alert, pk=alert_id), request.user)
+    return redirect("alerts")
+
+
+def _kernel_of(session_id: str) -> dict[str, Any] | None:
+    return next((k for k in _kernels() if k["session_id"] == session_id), None)
+
+
+def _kernels() -> list[dict[str, Any]]:
+    statuses = getattr(_runner(), "kernel_statuses", lambda: [])()
+    return [dict(k) for k in statuses]
+
+
+@login_required
+@require_GET
+def kernels(request: HttpRequest) -> HttpResponse:
+    return render(request, "dashboard/kernels.html", {"kernels": _kernels()})
+
+
+@staff_member_required
+@require_POST
+def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpResponse:
+    runner = _runner()
+    act = {
+        "restart": getattr(runner, "restart_kernel", None),
+        "stop": getattr(runner, "stop_kernel", None),
+    }.get(action)
+    if act is None:
+        raise Http404("No such kernel action")
+    try:
+        act(session_id)
+    except LookupError:
+        raise Http404("No kernel for that session") from None
+    messages.success(request, f"Kernel of {session_id}: {action} requested.")
+    return redirect("kernels")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def runs(request: HttpRequest) -> HttpResponse:
+    runner = _runner()
+    if request.method == "POST":
+        task = request.POST.get("task", "").strip()
+        profile = TuningProfile.objects.filter(pk=request.POST.get("profile") or 0).first()
+        model = request.POST.get("model", "").strip()
+        if not task or profile is None:
+            messages.error(request, "A run needs a task and a profile.")
+        elif not hasattr(runner, "start_run"):
+            messages.error(request, "This console has no runner.")
+        else:
+            run = runner.start_run(
+                task=task, profile=profile, model=model or None, user=request.user
+            )
+            messages.success(request, f"Started {run.session_id}.")
+            return redirect("session", run.session_id)
+    ctx = {
+        "runs": RunRecord.objects.select_related("profile")[:100],
+        "profiles": TuningProfile.objects.all(),
+        "models": getattr(runner, "available_models", lambda: [])(),
+    }
+    return render(request, "dashboard/runs.html", ctx)

@@ -4,6 +4,14 @@ import pytest
 from django.urls import reverse
 
 
+@pytest.fixture
+def client(client, db, django_user_model):
+    """A client logged in as an ordinary (non-staff) user: every page needs a login."""
+    user = django_user_model.objects.create_user("viewer", password="pw")
+    client.force_login(user)
+    return client
+
+
 def _add(log, session_id, content, **extra):
     return log.append(
         session_id=session_id, kind="context_msg", role="user", content=content, **extra

@@ -1,6 +1,15 @@
 from __future__ import annotations
 
+import pytest
 from django.urls import reverse
+
+
+@pytest.fixture
+def client(client, db, django_user_model):
+    """A client logged in as an ordinary (non-staff) user: every page needs a login."""
+    user = django_user_model.objects.create_user("viewer", password="pw")
+    client.force_login(user)
+    return client
 
 
 def _fill(log, session_id, n, *, start=0):

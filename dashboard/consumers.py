@@ -1,0 +1,144 @@
+"""WebSocket consumers of the live pages: thin, one per kind of page.
+
+Each consumer refuses an anonymous socket (closes before accepting), joins its groups, then
+accepts. Handlers are named after the message ``type`` (``span.finished`` ->
+``span_finished``) and answer with HTML fragments carrying ``hx-swap-oob`` so htmx's ws
+extension swaps them into the page: the same partial templates the pages include, rendered
+server-side, so live rows and reloaded rows are identical and event text is always escaped.
+
+Every consumer also joins the alerts group: the open-alert count in the header is live on
+every page.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from dashboard import live
+from dashboard.groups import ALERTS, SESSION_PREFIX, SPANS
+
+# A span is rendered once per process and shared by every socket that shows it; the cache
+# holds the newest few so a burst fanned out to many sockets renders each span once.
+_RENDER_CACHE_SIZE = 2048
+_render_cache: OrderedDict[tuple[str, str], str] = OrderedDict()
+_SAFE_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def _render_cached(template: str, key: str, context: dict[str, Any]) -> str:
+    cache_key = (template, key)
+    html = _render_cache.get(cache_key)
+    if html is None:
+        html = render_to_string(template, context)
+        _render_cache[cache_key] = html
+        if len(_render_cache) > _RENDER_CACHE_SIZE:
+            _render_cache.popitem(last=False)
+    return html
+
+
+def render_span_fragment(span: dict[str, Any]) -> str:
+    """The span row (and, for an eviction or compress, its timeline row) as an OOB fragment."""
+    row = live.span_row(span)
+    return _render_cached("dashboard/_span_oob.html", row["span_id"], {"s": row})
+
+
+class _LiveConsumer(AsyncWebsocketConsumer):
+    """Shared connect/disconnect and the alert handler; subclasses name their groups."""
+
+    def _groups(self) -> list[str]:
+        return [ALERTS]
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        self.joined = self._groups()
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "joined", ()):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def alert_changed(self, event: dict[str, Any]) -> None:
+        count = await self._open_alert_count()
+        html = render_to_string(
+            "dashboard/_alert_oob.html", {"alert": live.alert_row(event["alert"]), "count": count}
+        )
+        await self.send(text_data=html)
+
+    async def span_finished(self, event: dict[str, Any]) -> None:
+        if self._wants(event["span"]):
+            await self.send(text_data=render_span_fragment(event["span"]))
+
+    async def session_changed(self, event: dict[str, Any]) -> None:
+        row = await self._session_row(event["session_id"])
+        await self.send(text_data=render_to_string("dashboard/_session_oob.html", {"r": row}))
+
+    def _wants(self, span: dict[str, Any]) -> bool:
+        return True
+
+    @database_sync_to_async
+    def _open_alert_count(self) -> int:
+        return live.open_alert_count()
+
+    @database_sync_to_async
+    def _session_row(self, session_id: str) -> Any:
+        from dashboard.eventlog import get_event_log
+        from dashboard.views import session_row
+
+        return session_row(get_event_log(), session_id)
+
+
+class AlertsConsumer(_LiveConsumer):
+    """Pages with nothing else live: just the header count (and the alerts page's rows)."""
+
+    async def span_finished(self, event: dict[str, Any]) -> None:
+        return None
+
+    async def session_changed(self, event: dict[str, Any]) -> None:
+        return None
+
+
+class FeedConsumer(_LiveConsumer):
+    """Every span and session change: the sessions table and the traces stream.
+
+    The traces page passes its filters in the query string (``session``, ``op``,
+    ``errors=1``, ``slow_ms``) so only matching spans are sent; the sessions page passes
+    ``spans=0``: it wants session changes only.
+    """
+
+    def _groups(self) -> list[str]:
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        flat = {k: v[-1] for k, v in query.items()}
+        self.filters = live.SpanFilter.from_query(flat)
+        self.spans = flat.get("spans") != "0"
+        return [SPANS, ALERTS]
+
+    def _wants(self, span: dict[str, Any]) -> bool:
+        return self.spans and self.filters.matches(span)
+
+
+class SessionConsumer(_LiveConsumer):
+    """One session's spans (``ws/sessions/<sha1(session_id)[:16]>/``)."""
+
+    def _groups(self) -> list[str]:
+        safe_id = self.scope["url_route"]["kwargs"]["safe_id"]
+        if not _SAFE_ID.match(safe_id):
+            raise ValueError("malformed session group id")
+        return [SESSION_PREFIX + safe_id, ALERTS]
+
+    async def connect(self) -> None:
+        safe_id = self.scope["url_route"]["kwargs"]["safe_id"]
+        if not _SAFE_ID.match(safe_id):
+            await self.close()
+            return
+        await super().connect()

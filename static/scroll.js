@@ -1,0 +1,45 @@
+// Scroll console: draw the Plotly charts, keep live tables bounded, and refresh a
+// session's charts after a compress. Live rows arrive as hx-swap-oob fragments over
+// the WebSocket (htmx's ws extension); this file only reacts to them.
+(function () {
+  "use strict";
+  var MAX_LIVE_ROWS = 300;
+
+  function drawCharts(root) {
+    if (typeof Plotly === "undefined") return;
+    root.querySelectorAll(".chart[data-figure]").forEach(function (el) {
+      var data = document.getElementById(el.dataset.figure);
+      if (!data) return;
+      var fig = JSON.parse(data.textContent);
+      Plotly.react(el, fig.data, fig.layout, {displaylogo: false, responsive: true});
+    });
+  }
+
+  function trim(id) {
+    var body = document.getElementById(id);
+    if (!body) return;
+    while (body.children.length > MAX_LIVE_ROWS) body.removeChild(body.lastElementChild);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    // plotly.min.js loads deferred too; charts draw once both are in.
+    if (typeof Plotly === "undefined") {
+      window.addEventListener("load", function () { drawCharts(document); });
+    } else {
+      drawCharts(document);
+    }
+  });
+
+  document.addEventListener("htmx:afterSwap", function (evt) { drawCharts(evt.target.parentNode || document); });
+  document.addEventListener("htmx:oobAfterSwap", function (evt) {
+    trim("span-rows");
+    trim("timeline");
+    var target = evt.detail && evt.detail.target;
+    if (target && target.id === "timeline") {
+      // An eviction or compress landed: the budget chart has a new point.
+      document.body.dispatchEvent(new CustomEvent("scroll:compressed"));
+    }
+  });
+  document.addEventListener("htmx:wsOpen", function () { document.body.dataset.live = "open"; });
+  document.addEventListener("htmx:wsClose", function () { document.body.dataset.live = "closed"; });
+})();

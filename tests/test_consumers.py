@@ -1,0 +1,180 @@
+"""The live pages' consumers: refused when anonymous, fragments for htmx when logged in."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+
+from dashboard.groups import ALERTS, SPANS, session_group, session_safe_id
+from dashboard.routing import websocket_urlpatterns
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _span(name="scroll.evict", session_id="locomo:conv-26", span_id="a" * 16, **extra):
+    span = {
+        "trace_id": "b" * 32,
+        "span_id": span_id,
+        "parent_id": None,
+        "name": name,
+        "start_ns": 1_700_000_000_000_000_000,
+        "end_ns": 1_700_000_000_020_000_000,
+        "duration_ms": 20.0,
+        "status": "ok",
+        "status_message": None,
+        "attributes": {"scroll.seq_lo": 4, "scroll.seq_hi": 40, "scroll.tier": 0},
+        "session_id": session_id,
+        "kind": "internal",
+        "events": [],
+    }
+    span.update(extra)
+    return span
+
+
+@pytest.fixture
+async def user():
+    from django.contrib.auth import get_user_model
+
+    return await sync_to_async(get_user_model().objects.create_user)("viewer", password="pw")
+
+
+async def _connect(path, user):
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    return communicator, connected
+
+
+@pytest.mark.parametrize("path", ["/ws/alerts/", "/ws/feed/", f"/ws/sessions/{'0' * 16}/"])
+async def test_it_refuses_anonymous_sockets(path):
+    communicator, connected = await _connect(path, AnonymousUser())
+    try:
+        assert not connected
+    finally:
+        await communicator.disconnect()
+
+
+async def test_it_refuses_anonymous_sockets_through_the_real_stack():
+    from dashboard.asgi import application
+
+    communicator = WebsocketCommunicator(
+        application,
+        "/ws/feed/",
+        headers=[(b"origin", b"http://localhost"), (b"host", b"localhost")],
+    )
+    try:
+        connected, _ = await communicator.connect()
+        assert not connected
+    finally:
+        await communicator.disconnect()
+
+
+async def test_session_socket_refuses_a_malformed_group_id(user):
+    communicator, connected = await _connect("/ws/sessions/not-a-hash/", user)
+    try:
+        assert not connected
+    finally:
+        await communicator.disconnect()
+
+
+async def test_session_socket_gets_its_sessions_spans_as_oob_rows(user):
+    sid = "locomo:conv-26"
+    communicator, connected = await _connect(f"/ws/sessions/{session_safe_id(sid)}/", user)
+    try:
+        assert connected
+        await get_channel_layer().group_send(
+            session_group(sid), {"type": "span.finished", "span": _span(session_id=sid)}
+        )
+        html = await communicator.receive_from(timeout=2)
+        assert 'hx-swap-oob="afterbegin:#span-rows"' in html
+        assert f'id="span-{"a" * 16}"' in html
+        # An eviction also lands on the timeline.
+        assert 'hx-swap-oob="afterbegin:#timeline"' in html
+        assert "scroll.seq_lo=4" in html
+    finally:
+        await communicator.disconnect()
+
+
+async def test_feed_socket_applies_the_traces_filters(user):
+    communicator, connected = await _connect("/ws/feed/?op=scroll.expand&errors=1", user)
+    try:
+        assert connected
+        layer = get_channel_layer()
+        await layer.group_send(SPANS, {"type": "span.finished", "span": _span("scroll.evict")})
+        await layer.group_send(
+            SPANS, {"type": "span.finished", "span": _span("scroll.expand", span_id="c" * 16)}
+        )
+        wanted = _span("scroll.expand", span_id="d" * 16, status="error")
+        await layer.group_send(SPANS, {"type": "span.finished", "span": wanted})
+        html = await communicator.receive_from(timeout=2)
+        assert f'id="span-{"d" * 16}"' in html
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_span_content_with_html_is_escaped(user):
+    communicator, _ = await _connect("/ws/feed/", user)
+    try:
+        evil = _span(
+            "scroll.search",
+            span_id="e" * 16,
+            attributes={"scroll.query": "<script>alert(1)</script>"},
+            status="error",
+            status_message="<img src=x onerror=alert(2)>",
+        )
+        await get_channel_layer().group_send(SPANS, {"type": "span.finished", "span": evil})
+        html = await communicator.receive_from(timeout=2)
+        assert "<script>" not in html and "<img" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    finally:
+        await communicator.disconnect()
+
+
+async def test_alert_change_updates_the_header_count_on_every_socket(user):
+    from dashboard.models import Alert, AlertRule
+
+    def make():
+        rule, _ = AlertRule.objects.get_or_create(kind=AlertRule.SPAN_REREAD)
+        return Alert.objects.create(rule=rule, session_id="s1", message="t0:1-9 re-read 3 times")
+
+    alert = await sync_to_async(make)()
+    alert_dict = await sync_to_async(alert.to_dict)()
+    communicator, _ = await _connect("/ws/alerts/", user)
+    try:
+        await get_channel_layer().group_send(ALERTS, {"type": "alert.changed", "alert": alert_dict})
+        html = await communicator.receive_from(timeout=2)
+        assert '<span id="alert-count" hx-swap-oob="true" class="badge hot"' in html
+        assert ">1</span>" in html
+        assert 'hx-swap-oob="afterbegin:#alerts-open"' in html
+        assert "re-read 3 times" in html
+    finally:
+        await communicator.disconnect()
+
+
+async def test_alerts_socket_ignores_spans(user):
+    communicator, _ = await _connect("/ws/alerts/", user)
+    try:
+        await get_channel_layer().group_send(SPANS, {"type": "span.finished", "span": _span()})
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_session_change_replaces_the_sessions_row(user, console_log):
+    communicator, _ = await _connect("/ws/feed/?spans=0", user)
+    try:
+        await get_channel_layer().group_send(
+            SPANS, {"type": "session.changed", "session_id": "run:1", "summary": {}}
+        )
+        html = await communicator.receive_from(timeout=2)
+        assert (
+            f'<tr id="session-{session_safe_id("run:1")}" class="session" hx-swap-oob="true">'
+            in html
+        )
+    finally:
+        await communicator.disconnect()

@@ -126,7 +126,7 @@ def test_a_call_whose_cell_never_reported_is_run_on_resume(clog, kernel):
         def register(self, functions):
             self.real.register(functions)
 
-        def execute(self, code, timeout=None):
+        def execute(self, code, timeout=None, **options):
             raise Crash()
 
     model = ScriptedModel(reply("running", repl("print('late result')", "call_late")))

@@ -259,3 +259,18 @@ def test_the_namespace_digest_of_the_last_cell_is_in_the_next_view(clog, kernel)
     assert "[kernel namespace]" in archive and "rows: list" in archive and "len=40" in archive
     assert "[kernel namespace]" not in model.requests[0][1]["content"]
     assert result.steps[1].model_call.view["digest"] > 0
+
+
+def test_the_profile_print_cap_reaches_a_running_kernel(clog, kernel):
+    model = ScriptedModel(
+        reply("Printing.", repl("rows = list(range(400))\nprint(rows)", "call_p")),
+        reply("Done."),
+    )
+    profile = Profile(context_size=model.context_size, print_cap=200)
+    with session(clog, model, kernel, profile=profile) as agent:
+        result = agent.ask("Print the rows.")
+    (tool,) = result.steps[0].tools
+    assert tool.truncated
+    shown = next(m for m in model.requests[1] if m["role"] == "tool")["content"]
+    assert shown.startswith(str(list(range(400)))[:200])
+    assert "variables" in shown and "persist" in shown

@@ -68,7 +68,15 @@ EMPTY_OUTPUT = "[the cell printed nothing]"
 class AgentKernel(Protocol):
     """What the loop needs of a kernel (``kernel.Kernel`` is one)."""
 
-    def execute(self, code: str, timeout: float | None = None) -> ExecResult: ...
+    def execute(
+        self,
+        code: str,
+        timeout: float | None = None,
+        *,
+        tool: str = ...,
+        tool_call_id: str | None = None,
+        print_cap: int | None = None,
+    ) -> ExecResult: ...
 
     def register(self, functions: Mapping[str, Callable[..., Any]]) -> None: ...
 
@@ -394,7 +402,12 @@ class Session:
                 mark = len(self.ms.calls)
                 try:
                     exec_result = kernel.execute(
-                        str(call.arguments["code"]), timeout=self.profile.exec_timeout_s
+                        str(call.arguments["code"]),
+                        timeout=self.profile.exec_timeout_s,
+                        tool=call.name,
+                        tool_call_id=call.id,
+                        # Read per cell, so a tuned profile reaches a running kernel.
+                        print_cap=self.profile.print_cap,
                     )
                 except KernelError as exc:
                     refusal = f"error: the kernel could not run the cell: {exc}"

@@ -194,8 +194,12 @@ class Kernel:
         *,
         tool: str = "repl_exec",
         tool_call_id: str | None = None,
+        print_cap: int | None = None,
     ) -> ExecResult:
         """Run ``code`` in the persistent namespace and return what it printed.
+
+        ``print_cap`` overrides the configured cap for this cell, so a profile change
+        reaches a kernel that is already running.
 
         ``tool`` and ``tool_call_id`` name the model's tool call in telemetry: the cell is
         an ``execute_tool {tool}`` span and the ``ms`` calls it makes are its children."""
@@ -209,8 +213,9 @@ class Kernel:
                 with tool_span(
                     tool, tool_call_id=tool_call_id, kernel_tier=self.tier, code_chars=len(code)
                 ) as traced:
+                    cap = self.config.print_cap if print_cap is None else max(1, int(print_cap))
                     result = self._execute(
-                        code, self.config.timeout_s if timeout is None else timeout
+                        code, self.config.timeout_s if timeout is None else timeout, cap
                     )
                     if traced.recording:
                         _trace_result(traced, result, self.pid)
@@ -219,7 +224,7 @@ class Kernel:
                 self.busy = False
                 self.last_used = time.monotonic()
 
-    def _execute(self, code: str, timeout: float) -> ExecResult:
+    def _execute(self, code: str, timeout: float, print_cap: int) -> ExecResult:
         began = time.perf_counter()
         if not self.alive:
             self.restart()
@@ -229,7 +234,7 @@ class Kernel:
         self._next_id += 1
         exec_id = self._next_id
         try:
-            self._send({"op": "exec", "id": exec_id, "code": code})
+            self._send({"op": "exec", "id": exec_id, "code": code, "print_cap": print_cap})
         except OSError:
             return self._died(began, None)
         deadline = time.monotonic() + timeout
@@ -268,13 +273,15 @@ class Kernel:
                     self._send(self.host_functions.serve(message))
                 continue
             if message["op"] == "result" and message.get("id") == exec_id:
-                result = self._from_child(message, began, timeout)
+                result = self._from_child(message, began, timeout, print_cap)
                 if lost is not None:
                     return _with(result, variables_lost=True, notice=lost)
                 return result
             # A stale pong or a forged message: ignore it, the cell is still running.
 
-    def _from_child(self, message: dict[str, Any], began: float, timeout: float) -> ExecResult:
+    def _from_child(
+        self, message: dict[str, Any], began: float, timeout: float, print_cap: int
+    ) -> ExecResult:
         raw_status = message.get("status")
         status: ExecStatus = "error"
         if raw_status in ("ok", "timeout", "denied"):
@@ -282,7 +289,7 @@ class Kernel:
         hidden = _int(message.get("hidden_chars"))
         stdout = _text(message.get("stdout"))
         if hidden:
-            stdout += truncation_notice(hidden, self.config.print_cap)
+            stdout += truncation_notice(hidden, print_cap)
         error = message.get("error")
         exec_error = None
         if isinstance(error, dict):

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dashboard import runner as runner_module
+from dashboard.models import CompressEvent, ProfileChange, RunRecord, TuningProfile
+from dashboard.profiles import save_profile
+from dashboard.runner import Runner, split_task
+from scroll_core.kernel import KernelConfig, KernelManager
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CELL = "Run this.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
+
+
+@pytest.fixture
+def runner(console_log, monkeypatch):
+    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
+    runner = Runner(workers=2, kernels=kernels)
+    monkeypatch.setattr(runner_module, "_runner", runner)
+    yield runner
+    runner.shutdown()
+
+
+def test_split_task_cuts_turns_on_separator_lines():
+    assert split_task("one\n---\n\ntwo\nlines\n ---\n") == ["one", "two\nlines"]
+    assert split_task("  \n---\n") == []
+
+
+def test_a_run_drives_a_session_in_the_background_and_records_each_compress(runner):
+    run = runner_module.start_run(f"{CELL}\n---\n{CELL}")
+    assert run.status == RunRecord.QUEUED
+
+    run = runner_module.wait_for_run(run.session_id, 60)
+
+    assert run.status == RunRecord.DONE, run.error
+    assert (run.turns, run.steps) == (2, 4)
+    assert "answer 42" in run.last_answer
+    assert run.model_name == "scroll-policy-baseline"
+    events = CompressEvent.objects.filter(run=run)
+    assert events.count() == 6  # turn start + after each of two steps, per turn
+    assert all(e.trigger_tokens == run.trigger_tokens for e in events)
+    assert run.last_report["total"] == run.view_tokens
+    # The kernel is given back when the run ends.
+    assert runner_module.kernel_statuses() == []
+
+
+def test_a_profile_edit_applies_at_the_next_compress(runner):
+    profile = TuningProfile.get_default()
+
+    def tune() -> str:
+        profile.trigger_ratio = 0.5
+        save_profile(profile)
+        return "tuned"
+
+    task = "Tune it.\n```python\nprint(tune.now())\n```"
+    run = runner.start(task, profile, host_functions={"tune.now": tune})
+    run = runner_module.wait_for_run(run.session_id, 60)
+
+    assert run.status == RunRecord.DONE, run.error
+    triggers = list(CompressEvent.objects.filter(run=run).values_list("trigger_tokens", flat=True))
+    # turn start (0.8 * C), then the compress after the cell that edited the profile (0.5 * C)
+    assert triggers[0] == int(0.8 * profile.context_size)
+    assert triggers[1:] == [int(0.5 * profile.context_size)] * (len(triggers) - 1)
+    assert [c.field for c in run.profile_changes()] == ["trigger_ratio"]
+    assert ProfileChange.objects.get().new_value == "0.5"
+
+
+def test_a_crashing_run_is_marked_failed_and_the_runner_keeps_working(runner):
+    bad = runner_module.start_run(CELL, model="no-such-model")
+    bad = runner_module.wait_for_run(bad.session_id, 30)
+
+    assert bad.status == RunRecord.FAILED
+    assert "SCROLL_MODEL_NAME" in bad.error
+    assert bad.ended_at is not None
+
+    good = runner_module.wait_for_run(runner_module.start_run(CELL).session_id, 60)
+    assert good.status == RunRecord.DONE, good.error
+
+
+def test_staff_can_restart_then_stop_a_kernel_and_its_run(runner):
+    run = runner.start(f"{CELL}\n---\n{CELL}", pause_s=30)
+    deadline = time.monotonic() + 30
+    while not runner_module.kernel_statuses() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    while RunRecord.objects.get(pk=run.pk).turns < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (status,) = runner_module.kernel_statuses()
+    assert status["session_id"] == run.session_id
+    assert status["tier"] == "process" and status["alive"]
+    assert status["memory_bytes"] > 0
+
+    runner_module.restart_kernel(run.session_id)
+    assert runner_module.kernel_statuses()[0]["restarts"] == 1
+
+    began = time.monotonic()
+    runner_module.stop_kernel(run.session_id)
+    run = runner_module.wait_for_run(run.session_id, 30)
+
+    assert run.status == RunRecord.STOPPED
+    assert time.monotonic() - began < 10
+    assert run.turns == 1
+    assert runner_module.kernel_statuses() == []
+    with pytest.raises(LookupError):
+        runner_module.restart_kernel(run.session_id)

@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	@echo ""
-	@echo "  Scroll console: http://$(HOST):$(PORT)/"
+	@echo "  Scroll console: http://$(HOST):$(PORT)/  (log in as admin; the password is"
+	@echo "  printed below when the account is first created, and kept in var/admin_password)"
 	@echo ""
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	SCROLL_DEMO=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 test: install lint typecheck
 	$(BIN)/pytest

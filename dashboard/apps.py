@@ -1,6 +1,89 @@
+"""Start-up wiring: telemetry with the console's span sink, the demo run, the first admin.
+
+Only a serving process starts these (``runserver``'s serving child, or an ASGI server such as
+daphne); ``migrate``, other commands and tests stay light. ``settings.SCROLL_STARTUP`` (or the
+``SCROLL_STARTUP`` environment variable) forces it either way. ``SCROLL_DEMO=1`` (set by
+``make run``) also starts the built-in demo session once the server is up.
+"""
+
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import threading
+
 from django.apps import AppConfig
+from django.conf import settings
+
+log = logging.getLogger("dashboard.apps")
+
+_started = False
+_start_lock = threading.Lock()
+SERVERS = frozenset({"daphne", "uvicorn", "gunicorn", "hypercorn"})
+
+
+def _flag(name: str) -> bool | None:
+    value = getattr(settings, name, None)
+    if value is None:
+        raw = os.environ.get(name, "").strip().lower()
+        if not raw:
+            return None
+        return raw in {"1", "true", "yes", "on"}
+    return bool(value)
+
+
+def startup_wanted(argv: list[str] | None = None) -> bool:
+    """Whether this process serves the console (and so should start telemetry and runs)."""
+    forced = _flag("SCROLL_STARTUP")
+    if forced is not None:
+        return forced
+    argv = sys.argv if argv is None else argv
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) in SERVERS:
+        return True
+    if len(argv) > 1 and argv[1] == "runserver":
+        # The autoreloader's parent only watches files; its child (RUN_MAIN) serves.
+        return os.environ.get("RUN_MAIN") == "true" or "--noreload" in argv
+    return False
+
+
+def start_console() -> None:
+    """Configure telemetry with the span sink, once per process; start the demo if asked."""
+    global _started
+    with _start_lock:
+        if _started:
+            return
+        _started = True
+    from dashboard.spans import install_sink
+
+    install_sink()
+    threading.Thread(target=_after_start, name="scroll-startup", daemon=True).start()
+
+
+def _after_start() -> None:
+    """Database work, off the app registry's import path."""
+    from django.db import connection
+
+    from dashboard import runner
+    from dashboard.console_admin import ensure_admin
+
+    try:
+        stale = runner.recover_stale_runs()
+        if stale:
+            log.warning("marked %d runs of a previous server process failed", stale)
+        ensure_admin(announce=True)
+        if _flag("SCROLL_DEMO"):
+            from dashboard.demo import start_demo
+
+            pause = float(os.environ.get("SCROLL_DEMO_PAUSE", "4"))
+            run = start_demo(pause_s=pause)
+            print(f"  Demo session running: {run.session_id}", flush=True)
+    except Exception:
+        log.exception("console start-up failed (run `manage.py migrate` first?)")
+    finally:
+        connection.close()
 
 
 class DashboardConfig(AppConfig):
@@ -11,3 +94,6 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         # Registers the receiver that closes the Event Log when tests move its path.
         from dashboard import eventlog  # noqa: F401
+
+        if startup_wanted():
+            start_console()

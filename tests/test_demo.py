@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import stat
+
+import pytest
+from django.core.management import call_command
+
+from dashboard import demo
+from dashboard import runner as runner_module
+from dashboard.apps import startup_wanted
+from dashboard.console_admin import ensure_admin, password_file
+from dashboard.models import CompressEvent, RunRecord, TuningProfile
+from dashboard.runner import Runner
+from scroll_core.kernel import KernelConfig, KernelManager
+
+
+def test_the_logs_are_the_same_every_time_and_tell_the_story():
+    assert demo.service_logs("payments-api", "13:30", "14:10") == demo.service_logs(
+        "payments-api", "13:30", "14:10"
+    )
+    spike = "\n".join(demo.service_logs("payments-api", "13:50", "14:30"))
+    assert "PoolTimeoutError" in spike and "size=8" in spike
+    morning = "\n".join(demo.service_logs("payments-api", "09:00", "10:00"))
+    assert "PoolTimeoutError" not in morning
+    assert demo.config_changes()[0].startswith("2024-03-12T09:14Z CFG-2291 by dana.k")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("billing", "09:00", "10:00"), "unknown service"),
+        (("payments-api", "10:00", "09:00"), "start must be before end"),
+        (("payments-api", "9am", "10:00"), "HH:MM"),
+    ],
+)
+def test_bad_log_requests_get_a_clear_error(args, words):
+    with pytest.raises(ValueError, match=words):
+        demo.service_logs(*args)
+
+
+def test_the_task_text_splits_back_into_the_turns():
+    assert runner_module.split_task(demo.task_text()) == list(demo.TURNS)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_evicts_early_and_recalls_evicted_facts(console_log, monkeypatch):
+    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
+    monkeypatch.setattr(runner_module, "_runner", Runner(workers=1, kernels=kernels))
+    TuningProfile.objects.get_or_create(name="demo", defaults={"context_size": 6000})
+
+    call_command("scroll_demo")
+
+    run = RunRecord.objects.get(kind="demo")
+    assert run.status == RunRecord.DONE
+    assert run.turns == len(demo.TURNS)
+    assert run.context_size == 6000
+    assert run.evictions >= 3
+    assert run.expands >= len(demo.RECALL_QUESTIONS)
+    first_eviction = CompressEvent.objects.filter(run=run, action="evict").order_by("id").first()
+    assert first_eviction.turn <= 4  # within the first few turns, i.e. the first minute
+    answers = [
+        e.content
+        for e in console_log.session_events(run.session_id, limit=None)
+        if e.kind == "model_turn" and not e.name and e.content.startswith("From our")
+    ]
+    # Each recall question is answered from events evicted long before it was asked.
+    assert len(answers) == len(demo.RECALL_QUESTIONS)
+    assert "CFG-2291" in answers[0] and "dana.k" in answers[0]
+    assert "v2.41.0" in answers[1]
+    assert "PoolTimeoutError" in answers[2] and "size=8" in answers[2]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "wanted"),
+    [
+        (["manage.py", "migrate"], {}, False),
+        (["manage.py", "runserver"], {}, False),  # the autoreloader's watcher
+        (["manage.py", "runserver"], {"RUN_MAIN": "true"}, True),
+        (["manage.py", "runserver", "--noreload"], {}, True),
+        (["/venv/bin/daphne", "dashboard.asgi:application"], {}, True),
+        (["pytest"], {}, False),
+        (["manage.py", "migrate"], {"SCROLL_STARTUP": "1"}, True),
+        (["manage.py", "runserver", "--noreload"], {"SCROLL_STARTUP": "0"}, False),
+    ],
+)
+def test_only_a_serving_process_starts_the_console(monkeypatch, argv, env, wanted):
+    monkeypatch.delenv("RUN_MAIN", raising=False)
+    monkeypatch.delenv("SCROLL_STARTUP", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    assert startup_wanted(argv) is wanted
+
+
+@pytest.mark.django_db
+def test_the_first_admin_gets_a_generated_password_kept_private(settings, tmp_path, capsys):
+    settings.SCROLL_DATA_DIR = tmp_path
+
+    first = ensure_admin(announce=True)
+    second = ensure_admin(announce=True)
+
+    assert first and len(first) >= 20 and second is None
+    assert password_file().read_text().strip() == first
+    assert stat.S_IMODE(password_file().stat().st_mode) == 0o600
+    out = capsys.readouterr().out
+    assert out.count(first) == 1
+    assert str(password_file()) in out
+
+    from django.contrib.auth import authenticate
+
+    assert authenticate(username="admin", password=first) is not None
+
+
+@pytest.mark.django_db
+def test_two_admins_never_share_a_password(settings, tmp_path, django_user_model):
+    settings.SCROLL_DATA_DIR = tmp_path
+    one = ensure_admin()
+    django_user_model.objects.all().delete()
+    assert ensure_admin() != one

@@ -106,29 +106,6 @@ def make_model(name: str | None, profile: Profile) -> Any:
     return OpenAICompatibleModel(name, context_size=profile.context_size)
 
 
-class _LiveSession(Session):
-    """A Session that re-reads its profile before every compress."""
-
-    profile_source: Callable[[], Profile] | None = None
-
-    def _compress(self, reason: Any, *, force: bool = False) -> Any:
-        source = self.profile_source
-        if source is not None:
-            try:
-                fresh = source()
-            except Exception:
-                log.exception("runner: re-reading the profile of %s failed", self.session_id)
-                fresh = self.profile
-            if fresh != self.profile:
-                old = self.profile.to_dict()
-                changed = sorted(k for k, v in fresh.to_dict().items() if old[k] != v)
-                with telemetry.span(
-                    "scroll.profile.applied", session=self.session_id, fields=changed
-                ):
-                    self.profile = fresh
-        return super()._compress(reason, force=force)
-
-
 class _Live:
     """What the runner keeps about one running session."""
 
@@ -219,7 +196,7 @@ class Runner:
             profile_id = run.profile_id
             profile = core_profile(profile_id)
             model = make_model(model_name, profile)
-            session = _LiveSession(
+            session = Session(
                 get_event_log(),
                 model,
                 session_id=live.session_id,
@@ -227,8 +204,9 @@ class Runner:
                 kernels=self.kernels,
                 max_steps=max_steps,
                 on_step=lambda record: self._on_step(live, run, record),
+                # Re-read before every compress: an admin change applies at the next one.
+                profile_source=lambda: core_profile(profile_id),
             )
-            session.profile_source = lambda: core_profile(profile_id)
             live.session = session
             with telemetry.session_scope(live.session_id):
                 if host_functions:

@@ -274,3 +274,29 @@ def test_the_profile_print_cap_reaches_a_running_kernel(clog, kernel):
     shown = next(m for m in model.requests[1] if m["role"] == "tool")["content"]
     assert shown.startswith(str(list(range(400)))[:200])
     assert "variables" in shown and "persist" in shown
+
+
+def test_a_profile_source_applies_a_tuned_profile_at_the_next_compress(clog, kernel):
+    model = ScriptedModel(reply("One."), reply("Two."))
+    first = Profile(context_size=model.context_size)
+    tuned = first.replace(trigger_ratio=0.5)
+    current = {"profile": first}
+    with session(clog, model, kernel, profile_source=lambda: current["profile"]) as agent:
+        agent.ask("first question")
+        assert agent.profile == first
+        current["profile"] = tuned
+        agent.ask("second question")
+        assert agent.profile == tuned
+
+
+def test_a_failing_profile_source_keeps_the_current_profile(clog, kernel):
+    model = ScriptedModel(reply("One."))
+    profile = Profile(context_size=model.context_size)
+
+    def broken():
+        raise RuntimeError("database is locked")
+
+    with session(clog, model, kernel, profile=profile, profile_source=broken) as agent:
+        result = agent.ask("a question")
+    assert result.ok
+    assert agent.profile == profile

@@ -45,6 +45,7 @@ from ..kernel.results import ExecResult, NamespaceDigest
 from ..models.base import ChatModel, ModelReply, ToolCall, Usage
 from ..profile import Profile
 from ..prompts import RECALL_TOOL, REPL_TOOL, TOOL_NAMES, system_prompt, tool_definitions
+from ..telemetry import span
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
 from .records import (
@@ -106,6 +107,7 @@ class Session:
         on_step: Callable[[StepRecord], None] | None = None,
         state: ContextState | None = None,
         run_id: str | None = None,
+        profile_source: Callable[[], Profile] | None = None,
     ) -> None:
         if not session_id:
             raise ScrollError("a session needs a session_id")
@@ -119,6 +121,9 @@ class Session:
         self.max_steps = max_steps
         self.counter = counter or log.tokens
         self.on_step = on_step
+        # Asked before every compress, so an operator's change to the profile applies to a
+        # live session at its next compress; a failing source keeps the current profile.
+        self.profile_source = profile_source
         self.prefix = Prefix.build(
             system if system is not None else system_prompt(print_cap=self.profile.print_cap),
             tool_definitions(),
@@ -465,7 +470,23 @@ class Session:
             ms_calls=ms_calls,
         )
 
+    def _refresh_profile(self) -> None:
+        if self.profile_source is None:
+            return
+        try:
+            fresh = self.profile_source()
+        except Exception as exc:  # the source is the operator's; the session must go on
+            with span("scroll.profile.unavailable", session=self.session_id, error=repr(exc)):
+                return
+        if fresh == self.profile:
+            return
+        old = self.profile.to_dict()
+        changed = sorted(k for k, v in fresh.to_dict().items() if old.get(k) != v)
+        with span("scroll.profile.applied", session=self.session_id, fields=changed):
+            self.profile = fresh
+
     def _compress(self, reason: CompressReason, *, force: bool = False) -> CompressStep:
+        self._refresh_profile()
         record = compress(
             self.state,
             self.profile,

@@ -823,7 +823,8 @@ class _SpanMetrics:
     """Metrics derived from finished spans, so instrumented code writes spans only.
 
     scroll.view.tokens (gauge)        tokens of the view after a compress
-    scroll.evictions, scroll.folds    one per scroll.evict / scroll.fold span
+    scroll.evictions                  one per scroll.evict span
+    scroll.folds                      scroll.fold spans: their ``scroll.folds`` or one each
     scroll.expands                    one per scroll.expand span
     scroll.block.retrievals           one per evicted block an expand hit (scroll.block)
     scroll.kernel.restarts            one per scroll.kernel.restart span
@@ -890,7 +891,11 @@ class _SpanMetrics:
             if isinstance(tokens, int):
                 self.evicted_tokens.add(tokens, base)
         elif name == SPAN_FOLD:
-            self.folds.add(1, _with_tier(base, attrs))
+            # One span may cover a batch of folds (``folds=n``); otherwise it is one fold.
+            folds = attrs.get("scroll.folds")
+            count = folds if isinstance(folds, int) and not isinstance(folds, bool) else 1
+            if count > 0:
+                self.folds.add(count, _with_tier(base, attrs))
         elif name == SPAN_COMPRESS:
             after = attrs.get("scroll.tokens_after")
             if isinstance(after, int):

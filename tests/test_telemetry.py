@@ -297,6 +297,10 @@ def test_metrics_follow_from_the_spans(tel, reader):
         pass
     with span("scroll.fold", session="s1", tier=1):
         pass
+    with span("scroll.fold", session="s1", tier=1, folds=4):
+        pass
+    with span("scroll.fold", session="s1", tier=1, folds=0):
+        pass
     with span("scroll.compress", session="s1", tokens_after=3100, trigger_tokens=6000):
         pass
     with span("scroll.kernel.restart", kernel_tier="process"):
@@ -312,7 +316,7 @@ def test_metrics_follow_from_the_spans(tel, reader):
     ]
     assert points["scroll.evictions"] == [({**s1, "scroll.tier": 0}, 1)]
     assert points["scroll.evicted.tokens"] == [(s1, 900)]
-    assert points["scroll.folds"] == [({**s1, "scroll.tier": 1}, 1)]
+    assert points["scroll.folds"] == [({**s1, "scroll.tier": 1}, 5)]
     assert points["scroll.view.tokens"] == [(s1, 3100)]
     assert points["scroll.view.trigger_tokens"] == [(s1, 6000)]
     assert points["scroll.kernel.restarts"] == [({"scroll.kernel_tier": "process"}, 1)]

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from .errors import ContextWindowUnfit
 from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, EventLog
 from .profile import Profile
+from .telemetry import span
 from .tokens import TokenCounter
 from .view import (
     MESSAGE_OVERHEAD_TOKENS,
@@ -109,6 +110,41 @@ def compress(
     counter: TokenCounter | None = None,
     force: bool = False,
 ) -> CompressRecord:
+    """Run Algorithm 1 on ``state`` as one ``scroll.compress`` span; see ``_compress``."""
+    with span(
+        "scroll.compress",
+        session=state.session_id,
+        forced=force,
+        context_size=profile.context_size,
+        trigger_tokens=profile.trigger_tokens,
+        hard_limit=profile.hard_limit,
+    ) as traced:
+        record = _compress(
+            state, profile, log=log, prefix=prefix, digest=digest, counter=counter, force=force
+        )
+        if traced.recording:
+            traced.set(
+                action=record.action,
+                tokens_before=record.tokens_before,
+                tokens_after=record.tokens_after,
+                evicted_events=record.evicted_events or None,
+                index_block=record.index_block,
+                index_blocks=len(state.index.blocks),
+            )
+            traced.set_attributes({"gen_ai.conversation.compacted": bool(state.index.blocks)})
+        return record
+
+
+def _compress(
+    state: ContextState,
+    profile: Profile,
+    *,
+    log: EventLog,
+    prefix: Prefix,
+    digest: Digest | str | None,
+    counter: TokenCounter | None,
+    force: bool,
+) -> CompressRecord:
     """Run Algorithm 1 on ``state`` and return what it did, with the resulting view.
 
     ``force`` (after a provider's context-overflow error) runs the folding and eviction
@@ -152,12 +188,15 @@ def compress(
     active_at = _active_index(current.entries, state.active_start)
     pre_folded: list[int] = []
     saved = 0
-    for entry, saving in _prefold_candidates(current.entries, active_at, state, profile, counter):
-        state.folded.add(entry.event.seq)
-        pre_folded.append(entry.event.seq)
-        saved += saving
-    if pre_folded:
-        current = view()
+    candidates = _prefold_candidates(current.entries, active_at, state, profile, counter)
+    if candidates:
+        with span("scroll.fold", mode="prefold") as traced:
+            for entry, saving in candidates:
+                state.folded.add(entry.event.seq)
+                pre_folded.append(entry.event.seq)
+                saved += saving
+            current = view()
+            traced.set(folds=len(pre_folded), seqs=pre_folded, tokens_saved=saved)
     record: dict[str, Any] = {"pre_folded": tuple(pre_folded), "pre_folded_saved": saved}
     if current.tokens <= trigger and not force:
         return done("prefold", current, **record)
@@ -170,15 +209,28 @@ def compress(
         middle = entries[:cut]
         headlines = _span_headlines(middle)
         raw_tokens = sum(e.event.tokens for e in middle)
-        block = state.index.add_eviction(
-            middle[0].event.seq,
-            middle[-1].event.seq,
-            headlines,
+        with span(
+            "scroll.evict",
+            seq_lo=middle[0].event.seq,
+            seq_hi=middle[-1].event.seq,
             events=len(middle),
             tokens=raw_tokens,
-        )
-        state.drop(e.event.seq for e in middle)
-        current = view()
+            tier=0,
+            headlines=[h for h in headlines if h],
+        ) as traced:
+            block = state.index.add_eviction(
+                middle[0].event.seq,
+                middle[-1].event.seq,
+                headlines,
+                events=len(middle),
+                tokens=raw_tokens,
+            )
+            # The one invariant to watch: an EvictionIndexError here marks this span failed,
+            # which the console turns into an index-gap alert.
+            state.index.check()
+            state.drop(e.event.seq for e in middle)
+            current = view()
+            traced.set(block=block.key, tier_profile=[len(t) for t in state.index.tiers])
         action = "evict"
         record.update(
             evicted=(block.lo_seq, block.hi_seq),
@@ -199,7 +251,9 @@ def compress(
         ):
             if total <= trigger:
                 break
-            state.folded.add(entry.event.seq)
+            with span("scroll.fold", mode="live_fold", seq=entry.event.seq, active=in_active) as f:
+                state.folded.add(entry.event.seq)
+                f.set(tokens_saved=saving)
             total -= saving
             (active_folded if in_active else live_folded).append(entry.event.seq)
         if live_folded or active_folded:

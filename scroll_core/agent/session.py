@@ -45,7 +45,7 @@ from ..kernel.results import ExecResult, NamespaceDigest
 from ..models.base import ChatModel, ModelReply, ToolCall, Usage
 from ..profile import Profile
 from ..prompts import RECALL_TOOL, REPL_TOOL, TOOL_NAMES, system_prompt, tool_definitions
-from ..telemetry import span
+from ..telemetry import chat_span, span, usage
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
 from .records import (
@@ -140,6 +140,8 @@ class Session:
         self.turn = 0
         self.turn_open = False
         self.ms = MsCapability(log, agent_id=agent_id, session_id=session_id)
+        # Lets each expand span name the evicted block it read (retrievals per block).
+        self.ms.block_resolver = lambda seq: self.state.index.block_for(seq)
         self.digest: NamespaceDigest | None = None
         self.history: list[TurnResult] = []
         self._kernel = kernel
@@ -185,6 +187,17 @@ class Session:
     # ------------------------------------------------------------------ the turn
     def ask(self, user_text: str) -> TurnResult:
         """Run one turn for ``user_text``; see the module docstring."""
+        with span("scroll.turn", session=self.session_id, agent=self.agent_id) as traced:
+            result = self._ask(user_text)
+            traced.set(
+                turn=result.turn,
+                stop_reason=result.stop_reason,
+                steps=len(result.steps),
+                headline=result.headline,
+            )
+            return result
+
+    def _ask(self, user_text: str) -> TurnResult:
         if not isinstance(user_text, str) or not user_text.strip():
             raise ScrollError("the user message must be a non-empty string")
         turn = self.turn if self.turn_open else self.turn + 1
@@ -268,7 +281,7 @@ class Session:
             messages = view.messages()
             began = time.perf_counter()
             try:
-                reply = self.model.complete(messages, self.prefix.tool_list())
+                reply = self._complete(record, view, messages, attempt)
             except ContextOverflow as exc:
                 record.model_calls.append(self._call_record(view, messages, began, attempt, exc))
                 if attempt == 2:
@@ -284,6 +297,38 @@ class Session:
             record.model_calls.append(self._call_record(view, messages, began, attempt, reply))
             return reply, None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _complete(
+        self, record: StepRecord, view: WorkingView, messages: list[dict[str, Any]], attempt: int
+    ) -> ModelReply:
+        """One model call as a ``chat {model}`` span (GenAI conventions plus the headline the
+        console's headline-quality alert reads)."""
+        with chat_span(
+            self.model.name,
+            session=self.session_id,
+            compacted=bool(self.state.index.blocks),
+            turn=record.turn,
+            step=record.step,
+            attempt=attempt,
+            view_tokens=view.tokens,
+        ) as traced:
+            reply = self.model.complete(messages, self.prefix.tool_list())
+            if traced.recording:
+                parsed = parse_headline(reply.content)
+                traced.set_attributes(
+                    usage(
+                        reply.usage.input_tokens,
+                        reply.usage.output_tokens,
+                        response_model=reply.model or None,
+                        finish_reasons=[reply.finish_reason],
+                    )
+                )
+                traced.set(
+                    tool_calls=len(reply.tool_calls),
+                    headline=parsed.stored,
+                    headline_quality=parsed.quality,
+                )
+            return reply
 
     def _call_record(
         self,

@@ -42,10 +42,14 @@ def _render_cached(template: str, key: str, context: dict[str, Any]) -> str:
     return html
 
 
-def render_span_fragment(span: dict[str, Any]) -> str:
-    """The span row (and, for an eviction or compress, its timeline row) as an OOB fragment."""
+def render_span_fragments(span: dict[str, Any]) -> list[str]:
+    """The span row, and for an eviction, fold or compress its timeline entry, as OOB frames."""
     row = live.span_row(span)
-    return _render_cached("dashboard/_span_oob.html", row["span_id"], {"s": row})
+    key = f"{row['trace_id']}:{row['span_id']}"
+    frames = [_render_cached("dashboard/_span_oob.html", key, {"s": row})]
+    if row["timeline"]:
+        frames.append(_render_cached("dashboard/_timeline_oob.html", key, {"s": row}))
+    return frames
 
 
 class _LiveConsumer(AsyncWebsocketConsumer):
@@ -70,14 +74,17 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     async def alert_changed(self, event: dict[str, Any]) -> None:
         count = await self._open_alert_count()
-        html = render_to_string(
-            "dashboard/_alert_oob.html", {"alert": live.alert_row(event["alert"]), "count": count}
-        )
-        await self.send(text_data=html)
+        alert = live.alert_row(event["alert"])
+        for part in ("count", "remove", "row"):
+            html = render_to_string(
+                "dashboard/_alert_oob.html", {"alert": alert, "count": count, "part": part}
+            )
+            await self.send(text_data=html.strip())
 
     async def span_finished(self, event: dict[str, Any]) -> None:
         if self._wants(event["span"]):
-            await self.send(text_data=render_span_fragment(event["span"]))
+            for frame in render_span_fragments(event["span"]):
+                await self.send(text_data=frame)
 
     async def session_changed(self, event: dict[str, Any]) -> None:
         row = await self._session_row(event["session_id"])

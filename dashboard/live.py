@@ -7,6 +7,7 @@ persisted span model; both go through ``span_row``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -60,6 +61,7 @@ def span_row(span: dict[str, Any]) -> dict[str, Any]:
         "error": span.get("status") == "error",
         "slow": duration >= DEFAULT_SLOW_MS,
         "timeline": name in TIMELINE_SPANS,
+        "css_name": re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-"),
         "summary": [(k, attributes[k]) for k in _ROW_ATTRIBUTES if k in attributes],
     }
 

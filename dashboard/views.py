@@ -6,6 +6,7 @@ the partial the page includes, so every ``hx-get`` also works as a plain link.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,6 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import (
-    FileResponse,
     Http404,
     HttpRequest,
     HttpResponse,
@@ -180,9 +180,18 @@ def _index_blocks(session_id: str, counts: Counter[str]) -> list[dict[str, Any]]
 
 @require_GET
 @cache_control(max_age=86400, public=True)
-def plotly_js(request: HttpRequest) -> FileResponse:
-    """Plotly's bundle from the installed package: no CDN, no network."""
-    return FileResponse(PLOTLY_JS.open("rb"), content_type="text/javascript")
+def plotly_js(request: HttpRequest) -> HttpResponse:
+    """Plotly's bundle from the installed package: no CDN, no network.
+
+    Read once and sent whole: a FileResponse streams a synchronous iterator, which the ASGI
+    handler can only consume with a warning.
+    """
+    return HttpResponse(_plotly_bundle(), content_type="text/javascript")
+
+
+@functools.cache
+def _plotly_bundle() -> bytes:
+    return PLOTLY_JS.read_bytes()
 
 
 @login_required

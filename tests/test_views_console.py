@@ -188,7 +188,7 @@ def test_inline_expand_returns_the_whole_event_to_htmx(client, console_log):
 def test_plotly_is_served_from_the_installed_package(client):
     response = client.get(reverse("plotly_js"))
 
-    body = b"".join(response.streaming_content)
+    body = response.content
     assert response.status_code == 200
     assert response["Content-Type"] == "text/javascript"
     assert b"plotly" in body[:2000].lower()

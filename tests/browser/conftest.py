@@ -1,0 +1,114 @@
+"""A live ASGI server (daphne, in a thread of the test process, so the test shares its
+in-memory channel layer and database) and a Playwright page on Debian's chromium.
+
+Without chromium or the playwright package the browser tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def asgi_server():
+    """daphne on 127.0.0.1 serving dashboard.asgi (the reactor runs once per process)."""
+    from daphne.endpoints import build_endpoint_description_strings
+    from daphne.server import Server
+
+    from dashboard.asgi import application
+
+    port = _free_port()
+    server = Server(
+        application=application,
+        endpoints=build_endpoint_description_strings(host="127.0.0.1", port=port),
+        signal_handlers=False,
+        verbosity=0,
+    )
+    thread = threading.Thread(target=server.run, name="daphne", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    else:
+        pytest.fail("daphne did not start listening on 127.0.0.1")
+    yield f"http://127.0.0.1:{port}"
+
+
+# Module scope: Playwright's sync API keeps an event loop running in the main thread while it
+# is open, which would stop the async tests that run after this module.
+@pytest.fixture(scope="module")
+def browser(django_db_setup, django_db_blocker):
+    if not (os.path.exists(CHROMIUM) and shutil.which(CHROMIUM)):
+        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright package is not installed (pip install -e '.[dev]')")
+    # Playwright's sync API keeps an event loop running in this thread, which Django takes
+    # for an async context; the tests' ORM calls are plain synchronous ones (Django's docs
+    # give this setting for exactly this case).
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def staff(transactional_db, django_user_model):
+    return django_user_model.objects.create_superuser("ops", "ops@example.invalid", "pw-ops-1")
+
+
+@pytest.fixture
+def page(browser, asgi_server, staff, settings, tmp_path):
+    """A logged-in page; ``page.base`` is the server's URL."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.base = asgi_server
+    pg.goto(asgi_server + "/login/")
+    pg.fill("input[name=username]", "ops")
+    pg.fill("input[name=password]", "pw-ops-1")
+    pg.click("button[type=submit]")
+    pg.wait_for_url(asgi_server + "/")
+    yield pg
+    context.close()
+
+
+def shoot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

@@ -1,0 +1,133 @@
+"""The console in a real browser: login, live updates without reload, alerts, escaping."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dashboard.groups import ALERTS, session_group, session_safe_id
+from tests.browser.conftest import shoot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SID = "demo:incident-1"
+
+
+def _span(name, span_id, **attributes):
+    now = time.time_ns()
+    return {
+        "trace_id": "b" * 32,
+        "span_id": span_id,
+        "parent_id": None,
+        "name": name,
+        "start_ns": now - 5_000_000,
+        "end_ns": now,
+        "duration_ms": 5.0,
+        "status": "ok",
+        "status_message": None,
+        "attributes": attributes,
+        "session_id": SID,
+        "kind": "internal",
+        "events": [],
+    }
+
+
+def _send(group, message):
+    """group_send on the server's own event loop, as the span sink's messages arrive."""
+    import asyncio
+
+    from channels.layers import get_channel_layer
+    from twisted.internet import reactor
+
+    loop = reactor._asyncioEventloop
+    asyncio.run_coroutine_threadsafe(get_channel_layer().group_send(group, message), loop).result(5)
+
+
+def _wait_live(page):
+    page.wait_for_function("document.body.dataset.live === 'open'", timeout=10_000)
+
+
+def test_login_is_required(browser, asgi_server, transactional_db):
+    context = browser.new_context()
+    pg = context.new_page()
+    pg.goto(asgi_server + "/traces/")
+    assert "/login/" in pg.url
+    shoot(pg, "login")
+    context.close()
+
+
+def test_a_new_eviction_appears_without_reloading(page, console_log):
+    console_log.append(session_id=SID, kind="context_msg", role="user", content="find the outage")
+    page.goto(f"{page.base}/sessions/{SID}/")
+    _wait_live(page)
+    page.evaluate("window.__marker = 'same page'")
+
+    _send(
+        session_group(SID),
+        {
+            "type": "span.finished",
+            "span": _span("scroll.evict", "e" * 16, **{"scroll.seq_lo": 1, "scroll.seq_hi": 40}),
+        },
+    )
+
+    page.wait_for_selector(f"#span-{'e' * 16}", timeout=10_000)
+    page.wait_for_selector("#timeline li.timeline-scroll-evict", timeout=5_000)
+    assert page.evaluate("window.__marker") == "same page"
+    assert "scroll.seq_hi=40" in page.inner_text("#timeline")
+    shoot(page, "session")
+
+
+def test_event_content_with_html_and_script_is_shown_as_text(page, console_log):
+    evil = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+    console_log.append(session_id="evil", kind="context_msg", role="user", content=evil)
+
+    page.goto(f"{page.base}/sessions/evil/")
+
+    assert page.evaluate("window.pwned") is None
+    assert evil in page.inner_text("table.events")
+
+
+def test_an_alert_is_raised_live_and_acknowledged(page):
+    from dashboard.models import Alert, AlertRule
+
+    page.goto(f"{page.base}/alerts/")
+    _wait_live(page)
+    assert page.inner_text("#alert-count") == "0"
+
+    rule, _ = AlertRule.objects.get_or_create(kind=AlertRule.SPAN_REREAD)
+    alert = Alert.objects.create(rule=rule, session_id=SID, message="t0:1-40 re-read 3 times")
+    _send(ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})
+
+    page.wait_for_function("document.getElementById('alert-count').textContent === '1'")
+    page.wait_for_selector(f"#alerts-open #alert-{alert.pk}")
+    shoot(page, "alerts")
+    page.click(f"#alert-{alert.pk} button[name=acknowledge]")
+    page.wait_for_selector(f"#alerts-acknowledged #alert-{alert.pk}")
+
+    alert.refresh_from_db()
+    assert alert.state == Alert.ACKNOWLEDGED
+    assert alert.acknowledged_by.username == "ops"
+    assert page.inner_text("#alert-count") == "0"
+
+
+def test_traces_stream_spans_live(page):
+    page.goto(f"{page.base}/traces/")
+    _wait_live(page)
+
+    _send(
+        "scroll.spans",
+        {"type": "span.finished", "span": _span("scroll.expand", "f" * 16, **{"scroll.seq_lo": 7})},
+    )
+
+    page.wait_for_selector(f"#span-{'f' * 16}", timeout=10_000)
+    shoot(page, "traces")
+
+
+def test_main_pages_render(page, console_log):
+    console_log.append(session_id=SID, kind="context_msg", role="user", content="hello")
+    for name, path in (("sessions", "/"), ("kernels", "/kernels/"), ("runs", "/runs/")):
+        page.goto(page.base + path)
+        assert page.locator("#alert-count").count() == 1
+        shoot(page, name)
+    assert session_safe_id(SID)

@@ -308,3 +308,14 @@ def test_its_own_earlier_lookups_are_not_evidence(tmp_path):
     assert "[1]" in printed
     assert "old printout" not in printed
     assert "Zed" in answer.content
+
+
+def test_its_headlines_parse_as_ok_with_the_canonical_parser():
+    from scroll_core.headlines import parse_headline
+
+    for anchors in (["Biscuit", "dog"], []):
+        parsed = parse_headline(
+            "answer\n" + format_headline("find the dog", "done", "wait", anchors)
+        )
+        assert parsed.quality == "ok"
+        assert parsed.headline is not None and parsed.headline.anchors

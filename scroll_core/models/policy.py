@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
+from .. import headlines
 from ..ftsquery import STOP_WORDS, query_terms
 from ..index import SEAM_BANNER
 from ..prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL
@@ -348,16 +349,16 @@ def compose_answer(question: Question, chosen: list[Evidence]) -> str:
 
 
 def format_headline(task: str, status: str, next_action: str, anchors: list[str]) -> str:
-    """``⟦task | status: …; next: … | anchors: …⟧`` with separators kept out of fields."""
+    """The headline line, in the one canonical form of ``headlines``, with each field cut to
+    a length a glance can take in. With no anchors, the task's own words stand in."""
 
-    def clean(text: str, limit: int) -> str:
-        text = " ".join(re.sub(r"[|⟦⟧;]", ",", text).split())
+    def cut(text: str, limit: int) -> str:
+        text = " ".join(text.split())
         return text if len(text) <= limit else text[: limit - 1] + "…"
 
-    anchor_text = ", ".join(dict.fromkeys(clean(a, 40) for a in anchors if a.strip()))
-    return (
-        f"⟦{clean(task, 80)} | status: {clean(status, 100)}; next: {clean(next_action, 80)} "
-        f"| anchors: {clean(anchor_text, 120) or 'none'}⟧"
+    kept = [cut(a, 40) for a in dict.fromkeys(a.strip() for a in anchors) if a]
+    return headlines.format_headline(
+        cut(task, 80), cut(status, 100), cut(next_action, 80), kept[:6] or [cut(task, 40)]
     )
 
 

@@ -1,0 +1,131 @@
+"""`manage.py scroll_replay`: a console run replayed from its compress rows, and bad input."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from dashboard.models import CompressEvent, RunRecord, TuningProfile
+from scroll_core.agent import Session
+from scroll_core.eventlog import KIND_CONTEXT_MSG
+from scroll_core.kernel import Kernel, KernelConfig
+from scroll_core.models import PolicyModel
+
+S = "replay-cmd"
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def recorded_run(console_log):
+    """A run of the policy model under a 4k profile, its compresses saved as the runner
+    saves them."""
+    row = TuningProfile.objects.create(
+        name="tight4k", context_size=4096, protected_recent_tool_results=1
+    )
+    run = RunRecord.objects.create(session_id=S, task="questions", profile=row, model_name="policy")
+    for turn in range(90):
+        text = "My cat Pepper naps on the piano." if turn == 5 else f"Day {turn}: a quiet walk."
+        console_log.append(
+            session_id=S,
+            kind=KIND_CONTEXT_MSG,
+            role="user",
+            name="Ann",
+            content=text,
+            created_at=f"2023-06-01T10:{turn % 60:02d}:00Z",
+        )
+
+    def save(step):
+        for item in step.compressions:
+            c, report = item.record, item.record.view.report
+            CompressEvent.objects.create(
+                run=run,
+                session_id=S,
+                turn=step.turn,
+                step=step.step,
+                reason=item.reason,
+                action=c.action,
+                forced=c.forced,
+                tokens_before=c.tokens_before,
+                tokens_after=c.tokens_after,
+                prefix_tokens=report.prefix,
+                digest_tokens=report.digest,
+                folds=len(c.pre_folded + c.live_folded + c.active_folded),
+                evicted_lo=c.evicted[0] if c.evicted else None,
+                evicted_hi=c.evicted[1] if c.evicted else None,
+            )
+
+    with (
+        Kernel(KernelConfig(sandbox="process")) as kernel,
+        Session(
+            console_log,
+            PolicyModel(context_size=4096),
+            session_id=S,
+            profile=row.to_core(),
+            kernel=kernel,
+            on_step=save,
+        ) as agent,
+    ):
+        for question in (
+            "What is Ann's cat called?",
+            "Where does Pepper nap?",
+            "What did Ann do on day 40?",
+            "Does Ann play the piano?",
+        ):
+            assert agent.ask(question).ok
+    return run
+
+
+def _replay(*args):
+    out = StringIO()
+    call_command("scroll_replay", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_it_reproduces_the_run_and_replays_a_tighter_trigger(recorded_run):
+    report = json.loads(_replay(S, "--json", "--set", "trigger_ratio=0.6", "--per-call"))
+    assert report["source"] == "compress_records" and report["exact_inputs"]
+    assert report["recorded_profile_name"] == "tight4k"
+    assert report["reproduction"]["exact"], report["reproduction"]["mismatches"]
+    assert report["reproduction"]["checked"] == CompressEvent.objects.filter(session_id=S).count()
+    assert report["changes"] == {"trigger_ratio": "0.6"}
+    assert report["replay"]["profile"]["trigger_ratio"] == 0.6
+    assert report["replay"]["profile"]["context_size"] == 4096
+    assert report["replay"]["evictions"] >= report["recorded"]["evictions"]
+    assert len(report["replay"]["per_call"]) == len(report["recorded"]["per_call"]) >= 8
+
+
+def test_policies_and_profiles_by_name(recorded_run):
+    none = json.loads(_replay(S, "--json", "--policy", "none"))
+    assert none["replay"]["overflow"] is not None and none["replay"]["evictions"] == 0
+    lossy = json.loads(_replay(S, "--json", "--policy", "summarise"))
+    assert lossy["replay"]["summaries"] >= 1
+    by_name = json.loads(_replay(S, "--json", "--profile", "default"))
+    assert by_name["replay"]["profile"]["context_size"] == TuningProfile.get_default().context_size
+    text = _replay(S)
+    assert "billed_prompt_tokens" in text and "recorded compresses reproduced: True" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "trigger_rato=0.7"], "trigger_rato: unknown profile setting"),
+        (["--set", "trigger_ratio=1.7"], "trigger_ratio must be in"),
+        (["--set", "print_cap=lots"], "print_cap must be a number"),
+        (["--set", "tier_cap=2.5"], "tier_cap must be an integer"),
+        (["--set", "trigger_ratio"], "KEY=VALUE"),
+        (["--set", "reserve_ratio=0.85"], "protected tail"),
+        (["--profile", "no-such-profile"], "no tuning profile named 'no-such-profile'"),
+        (["--policy", "magic"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_a_clear_error(recorded_run, args, message):
+    with pytest.raises(CommandError, match=message):
+        _replay(S, "--json", *args)
+
+
+def test_an_unknown_session_is_refused(console_log):
+    with pytest.raises(CommandError, match="no session 'nope'"):
+        _replay("nope")

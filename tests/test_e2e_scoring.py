@@ -44,3 +44,48 @@ def test_adversarial_items_count_only_abstention():
     assert answer_f1(None, "x", 5) == 0.0
     assert abstained("I don’t have that information from our conversations.")
     assert not abstained(None)
+
+
+def test_the_bench_prints_the_three_policies_side_by_side(shared_data):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "e2e.py"),
+            "--json",
+            "--conversations",
+            "1",
+            "--questions",
+            "12",
+            "--sandbox",
+            "process",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(done.stdout)
+    keys = {
+        "evidence_recall",
+        "answer_f1",
+        "abstention_accuracy",
+        "median_input_tokens",
+        "ms_calls_per_question",
+        "by_category",
+    }
+    for policy in ("scroll", "summarise", "none"):
+        assert keys <= set(result[policy]), policy
+        assert result[policy]["questions"] == 12
+    assert result["setup"]["kernel_tier"] == "process"
+    # Scroll reads evicted evidence back; summarise-and-discard destroyed it; an unmanaged
+    # prompt of the whole conversation does not fit a 4,096-token window at all.
+    assert result["scroll"]["evidence_recall"] > result["summarise"]["evidence_recall"]
+    assert result["scroll"]["ms_calls_per_question"] > 0
+    assert result["none"]["answered"] == 0.0
+    assert result["none"]["median_input_tokens"] > result["setup"]["context_size"]

@@ -7,6 +7,7 @@ load `application` from here.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -22,16 +23,32 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from dashboard.spans import remember_server_loop  # noqa: E402
+
+
+class RecordServerLoop:
+    """Record the server's event loop on every connection, so the span sink's worker thread
+    can hand its group sends to that loop (see dashboard.spans)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
+        remember_server_loop()
+        return await self.app(scope, receive, send)
+
 
 http_app = (
     ASGIStaticFilesHandler(django_asgi_app) if settings.SCROLL_SERVE_STATIC else django_asgi_app
 )
 
-application = ProtocolTypeRouter(
-    {
-        "http": http_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
-    }
+application = RecordServerLoop(
+    ProtocolTypeRouter(
+        {
+            "http": http_app,
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            ),
+        }
+    )
 )

@@ -23,6 +23,7 @@ from django.template.loader import render_to_string
 
 from dashboard import live
 from dashboard.groups import ALERTS, SESSION_PREFIX, SPANS
+from dashboard.spans import remember_server_loop
 
 # A span is rendered once per process and shared by every socket that shows it; the cache
 # holds the newest few so a burst fanned out to many sockets renders each span once.
@@ -59,6 +60,8 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         return [ALERTS]
 
     async def connect(self) -> None:
+        # The loop this consumer runs on is the one the span sink must send on.
+        remember_server_loop()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close()

@@ -5,16 +5,26 @@ the Channels groups of ``dashboard.groups``.
 record on a bounded queue and returns: it never blocks and never raises. A full queue drops
 the span and counts it in ``dropped``. One worker thread drains the queue in batches, writes
 ``SpanRecord`` rows (oldest pruned past ``SCROLL_SPAN_RETENTION``), runs the alert engine and
-sends ``span.finished`` / ``alert.changed`` messages with ``async_to_sync(group_send)``.
+sends ``span.finished`` / ``alert.changed`` messages (one hop per batch, see below).
 Every failure there is logged and counted in ``errors``; the agent never sees it.
+
+Sending from a worker thread: the in-memory channel layer keeps ``asyncio.Queue`` objects that
+belong to the server's event loop, and putting on them from another thread (which is what
+``async_to_sync`` does: it runs the coroutine on a loop of its own) neither is thread-safe nor
+reliably wakes the consumer waiting on the queue. So the ASGI application records the
+server's running loop the first time it is called (``remember_server_loop``, from
+``dashboard.asgi`` and the consumers' ``connect``), and ``send_groups`` schedules the sends
+on that loop with ``asyncio.run_coroutine_threadsafe``. Without a known, running server loop
+(a management command, a test without a server) it falls back to ``async_to_sync``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -31,7 +41,10 @@ __all__ = [
     "get_sink",
     "push_alert",
     "push_session",
+    "remember_server_loop",
     "send_group",
+    "send_groups",
+    "server_loop",
     "span_retention",
 ]
 
@@ -49,17 +62,73 @@ def span_retention() -> int:
     return max(1, int(getattr(settings, "SCROLL_SPAN_RETENTION", DEFAULT_RETENTION)))
 
 
+# How long a worker waits for the server's loop to take one batch of messages.
+SEND_TIMEOUT_S = 10.0
+
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def remember_server_loop(loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Record the ASGI server's event loop (call from a coroutine the server runs)."""
+    global _server_loop
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    if _server_loop is not loop:
+        _server_loop = loop
+
+
+def server_loop() -> asyncio.AbstractEventLoop | None:
+    """The recorded server loop while it runs; None when unknown, stopped or closed."""
+    loop = _server_loop
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return None
+    return loop
+
+
+async def _send_all(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> int:
+    failed = 0
+    for group, message in messages:
+        try:
+            await layer.group_send(group, message)
+        except Exception:
+            failed += 1
+            log.exception("console: sending %s to %s failed", message.get("type"), group)
+    return failed
+
+
+def send_groups(messages: Sequence[tuple[str, dict[str, Any]]]) -> bool:
+    """``group_send`` each ``(group, message)`` in order, from synchronous code.
+
+    On the server's loop when one is known (thread-safe for the in-memory layer), else
+    through ``async_to_sync``. False (logged) when any send failed.
+    """
+    layer = get_channel_layer()
+    if layer is None or not messages:
+        return layer is not None
+    loop = server_loop()
+    try:
+        if loop is None:
+            failed = async_to_sync(_send_all)(layer, messages)
+        else:
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                # Called from the server's own thread: schedule, never block the loop.
+                loop.create_task(_send_all(layer, messages))
+                return True
+            future = asyncio.run_coroutine_threadsafe(_send_all(layer, messages), loop)
+            failed = future.result(SEND_TIMEOUT_S)
+    except Exception:
+        log.exception("console: sending %d messages failed", len(messages))
+        return False
+    return failed == 0
+
+
 def send_group(group: str, message: dict[str, Any]) -> bool:
     """``group_send`` from synchronous code; False (logged) when the layer refuses it."""
-    layer = get_channel_layer()
-    if layer is None:
-        return False
-    try:
-        async_to_sync(layer.group_send)(group, message)
-    except Exception:
-        log.exception("console: sending %s to %s failed", message.get("type"), group)
-        return False
-    return True
+    return send_groups([(group, message)])
 
 
 def push_alert(alert: Alert) -> None:
@@ -68,8 +137,7 @@ def push_alert(alert: Alert) -> None:
 
 def push_session(run: RunRecord) -> None:
     message = {"type": "session.changed", "session_id": run.session_id, "summary": run.summary()}
-    send_group(groups.SPANS, message)
-    send_group(groups.session_group(run.session_id), message)
+    send_groups([(groups.SPANS, message), (groups.session_group(run.session_id), message)])
 
 
 class ConsoleSpanSink:
@@ -133,6 +201,7 @@ class ConsoleSpanSink:
     def process(self, records: Iterable[Any]) -> list[SpanRecord]:
         """Persist, evaluate and push one batch (the worker calls this; tests may too)."""
         rows = self._store([SpanRecord.from_core(r) for r in records if r is not None])
+        outbox: list[tuple[str, dict[str, Any]]] = []
         for row in rows:
             span = row.to_dict()
             try:
@@ -142,11 +211,16 @@ class ConsoleSpanSink:
                 log.exception("console: alert rules failed on %s", row.name)
                 changed = []
             message = {"type": "span.finished", "span": span}
-            send_group(groups.SPANS, message)
+            outbox.append((groups.SPANS, message))
             if row.session_id:
-                send_group(groups.session_group(row.session_id), message)
-            for alert in changed:
-                push_alert(alert)
+                outbox.append((groups.session_group(row.session_id), message))
+            outbox.extend(
+                (groups.ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})
+                for alert in changed
+            )
+        # The whole batch in one hop to the server's loop, in order.
+        if not send_groups(outbox):
+            self.errors += 1
         self._since_prune += len(rows)
         if self._since_prune >= PRUNE_EVERY:
             self._since_prune = 0

@@ -182,3 +182,23 @@ async def test_session_change_replaces_the_sessions_row(user, console_log):
         )
     finally:
         await communicator.disconnect()
+
+
+async def test_a_socket_records_the_servers_loop_and_thread_sends_reach_it(user):
+    import asyncio
+
+    from dashboard import spans
+
+    communicator, connected = await _connect("/ws/feed/", user)
+    try:
+        assert connected
+        assert spans.server_loop() is asyncio.get_running_loop()
+        # The span sink's worker is a plain thread: its send must land on this loop.
+        ok = await asyncio.to_thread(
+            spans.send_group, SPANS, {"type": "span.finished", "span": _span(span_id="7" * 16)}
+        )
+        assert ok
+        html = await communicator.receive_from(timeout=2)
+        assert f'id="span-{"7" * 16}"' in html
+    finally:
+        await communicator.disconnect()

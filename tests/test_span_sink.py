@@ -154,3 +154,91 @@ def test_a_database_failure_is_logged_and_never_reaches_the_agent(monkeypatch, c
 
     assert sink.stats()["errors"] == 1
     assert "span batch of 1 failed" in caplog.text
+
+
+class ServerLoop:
+    """An event loop running in a thread of its own, as daphne's runs beside the sink."""
+
+    def __init__(self):
+        import asyncio
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="server-loop")
+        self.thread.start()
+
+    def run(self, coro, timeout=5.0):
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture
+def server_loop():
+    from dashboard import spans
+
+    server = ServerLoop()
+    spans.remember_server_loop(server.loop)
+    yield server
+    server.close()
+    assert spans.server_loop() is None  # a stopped loop is never used again
+
+
+@pytest.mark.django_db
+def test_sends_from_the_worker_thread_run_on_the_servers_loop(sink, server_loop):
+    import asyncio
+    import threading
+
+    layer = get_channel_layer()
+    sent_on = []
+    real_group_send = layer.group_send
+
+    async def spy(group, message):
+        sent_on.append(threading.current_thread().name)
+        await real_group_send(group, message)
+
+    async def listen():
+        channel = await layer.new_channel()
+        await layer.group_add(groups.SPANS, channel)
+        # Already waiting on the queue when the span arrives: the wake-up has to come from
+        # the server's own loop, or this receive never returns.
+        return channel, asyncio.ensure_future(layer.receive(channel))
+
+    channel, waiting = server_loop.run(listen())
+    layer.group_send = spy
+    try:
+        # This (test) thread stands for the sink's worker: any thread but the server's.
+        sink.process([_core(session="t1")])
+
+        async def result():
+            return await asyncio.wait_for(waiting, 5)
+
+        message = server_loop.run(result(), timeout=6)
+    finally:
+        del layer.group_send
+        server_loop.run(layer.group_discard(groups.SPANS, channel))
+    assert message["type"] == "span.finished"
+    assert message["span"]["session_id"] == "t1"
+    assert sent_on and set(sent_on) == {"server-loop"}
+
+
+@pytest.mark.django_db
+def test_without_a_running_server_loop_it_falls_back_to_async_to_sync(sink):
+    import asyncio
+
+    from dashboard import spans
+
+    stopped = asyncio.new_event_loop()
+    spans.remember_server_loop(stopped)
+    try:
+        assert spans.server_loop() is None
+        listener = Listener(groups.SPANS)
+        sink.process([_core(session="t2")])
+        assert listener.receive()["span"]["session_id"] == "t2"
+    finally:
+        stopped.close()

@@ -34,14 +34,12 @@ def _span(name, span_id, **attributes):
 
 
 def _send(group, message):
-    """group_send on the server's own event loop, as the span sink's messages arrive."""
-    import asyncio
+    """Send from this (non-server) thread as the span sink's worker does: the message goes
+    through dashboard.spans, which hands it to the server's event loop."""
+    from dashboard.spans import send_group, server_loop
 
-    from channels.layers import get_channel_layer
-    from twisted.internet import reactor
-
-    loop = reactor._asyncioEventloop
-    asyncio.run_coroutine_threadsafe(get_channel_layer().group_send(group, message), loop).result(5)
+    assert server_loop() is not None, "the page's socket should have recorded daphne's loop"
+    assert send_group(group, message)
 
 
 def _wait_live(page):

@@ -91,7 +91,10 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     async def session_changed(self, event: dict[str, Any]) -> None:
         row = await self._session_row(event["session_id"])
-        await self.send(text_data=render_to_string("dashboard/_session_oob.html", {"r": row}))
+        parts = ("remove", "insert") if getattr(self, "session_rows", False) else ("replace",)
+        for part in parts:
+            html = render_to_string("dashboard/_session_oob.html", {"r": row, "part": part})
+            await self.send(text_data=html.strip())
 
     def _wants(self, span: dict[str, Any]) -> bool:
         return True
@@ -123,7 +126,9 @@ class FeedConsumer(_LiveConsumer):
 
     The traces page passes its filters in the query string (``session``, ``op``,
     ``errors=1``, ``slow_ms``) so only matching spans are sent; the sessions page passes
-    ``spans=0``: it wants session changes only.
+    ``spans=0``: it wants session changes only. Its first page also passes ``sessions=1``: a
+    changed session's row, new or not, then moves to the top of the table (which is ordered
+    by the newest event), so a brand-new session appears without a reload.
     """
 
     def _groups(self) -> list[str]:
@@ -131,6 +136,7 @@ class FeedConsumer(_LiveConsumer):
         flat = {k: v[-1] for k, v in query.items()}
         self.filters = live.SpanFilter.from_query(flat)
         self.spans = flat.get("spans") != "0"
+        self.session_rows = flat.get("sessions") == "1"
         return [SPANS, ALERTS]
 
     def _wants(self, span: dict[str, Any]) -> bool:

@@ -202,3 +202,40 @@ async def test_a_socket_records_the_servers_loop_and_thread_sends_reach_it(user)
         assert f'id="span-{"7" * 16}"' in html
     finally:
         await communicator.disconnect()
+
+
+async def test_a_brand_new_session_is_inserted_at_the_top_of_the_first_page(user, console_log):
+    sid = "run:new"
+    communicator, _ = await _connect("/ws/feed/?spans=0&sessions=1", user)
+    try:
+        await sync_to_async(console_log.append)(
+            session_id=sid, kind="context_msg", role="user", content="<b>hi</b>"
+        )
+        await get_channel_layer().group_send(
+            SPANS, {"type": "session.changed", "session_id": sid, "summary": {}}
+        )
+        remove = await communicator.receive_from(timeout=2)
+        insert = await communicator.receive_from(timeout=2)
+        safe = session_safe_id(sid)
+        # Any row it already had goes (no duplicate), the empty-table note too, ...
+        assert f'<div id="session-{safe}" hx-swap-oob="delete"></div>' in remove
+        assert '<div id="sessions-empty" hx-swap-oob="delete"></div>' in remove
+        # ... and the row lands first in the table body, counting the new event.
+        assert insert.startswith('<tbody hx-swap-oob="afterbegin:#session-rows">')
+        assert f'<tr id="session-{safe}" class="session">' in insert
+        assert f'href="/sessions/{sid}/"' in insert
+        assert '<td class="num">1</td>' in insert
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
+def test_the_first_sessions_page_asks_for_new_rows_and_later_pages_do_not(client, console_log):
+    from django.contrib.auth import get_user_model
+
+    client.force_login(get_user_model().objects.create_user("v2", password="pw"))
+    first = client.get("/").content.decode()
+    assert 'ws-connect="/ws/feed/?spans=0&amp;sessions=1"' in first
+    assert 'id="session-rows"' in first  # present even while the log is empty
+    searched = client.get("/?q=anything").content.decode()
+    assert 'ws-connect="/ws/feed/?spans=0"' in searched

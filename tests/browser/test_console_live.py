@@ -129,3 +129,17 @@ def test_main_pages_render(page, console_log):
         assert page.locator("#alert-count").count() == 1
         shoot(page, name)
     assert session_safe_id(SID)
+
+
+def test_a_brand_new_session_appears_in_the_sessions_table_without_reloading(page, console_log):
+    page.goto(page.base + "/")
+    _wait_live(page)
+    page.evaluate("window.__marker = 'same page'")
+    assert page.locator("#sessions-empty").count() == 1
+
+    console_log.append(session_id="run:fresh", kind="context_msg", role="user", content="go")
+    _send("scroll.spans", {"type": "session.changed", "session_id": "run:fresh", "summary": {}})
+
+    page.wait_for_selector(f"#session-rows #session-{session_safe_id('run:fresh')}")
+    assert page.locator("#sessions-empty").count() == 0
+    assert page.evaluate("window.__marker") == "same page"

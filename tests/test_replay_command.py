@@ -129,3 +129,40 @@ def test_bad_input_is_a_clear_error(recorded_run, args, message):
 def test_an_unknown_session_is_refused(console_log):
     with pytest.raises(CommandError, match="no session 'nope'"):
         _replay("nope")
+
+
+# ---------------------------------------------------------------------- the replay lab page
+@pytest.fixture
+def staff_client(client, django_user_model):
+    user = django_user_model.objects.create_user("op", password="pw-for-tests-only")
+    client.force_login(user)
+    return client
+
+
+def test_the_lab_needs_a_login(client, console_log):
+    response = client.get("/replay/")
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_the_lab_shows_the_run_and_the_replay_side_by_side(recorded_run, staff_client):
+    response = staff_client.get("/replay/", {"session": S, "trigger_ratio": "0.6"})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Reproduced the recorded compresses: <strong>True</strong>" in page
+    assert 'id="replay-budget"' in page and "billed_prompt_tokens" in page
+    report = response.context["report"]
+    assert report["replay"]["profile"]["trigger_ratio"] == 0.6
+    assert report["replay"]["evictions"] >= report["recorded"]["evictions"]
+
+
+def test_the_lab_refuses_bad_knobs_and_saves_good_ones(recorded_run, staff_client):
+    bad = staff_client.get("/replay/", {"session": S, "trigger_ratio": "3"})
+    assert bad.status_code == 400 and "trigger_ratio must be in" in bad.content.decode()
+    knobs = {**TuningProfile.objects.get(name="tight4k").knobs(), "trigger_ratio": "0.6"}
+    saved = staff_client.post("/replay/", {"session": S, "save": "1", "name": "tight-lab", **knobs})
+    assert saved.status_code == 302
+    row = TuningProfile.objects.get(name="tight-lab")
+    assert row.trigger_ratio == 0.6 and row.context_size == 4096
+    again = staff_client.post("/replay/", {"session": S, "save": "1", "name": "tight-lab", **knobs})
+    assert again.status_code == 400 and "name" in again.content.decode()
+    assert TuningProfile.objects.filter(name="tight-lab").count() == 1

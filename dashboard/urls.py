@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from dashboard import views
 
@@ -21,6 +21,7 @@ urlpatterns = [
     path("kernels/", views.kernels, name="kernels"),
     path("kernels/<str:action>/<path:session_id>/", views.kernel_action, name="kernel_action"),
     path("runs/", views.runs, name="runs"),
+    path("", include("dashboard.replay_views")),  # the replay lab (issue 6)
     path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("admin/", admin.site.urls),
 ]

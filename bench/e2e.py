@@ -17,8 +17,10 @@ process). The same questions are asked under the same window after
 * ``none``: no management; a question whose prompt (prefix, whole history, question) is over
   the window is refused, as a provider refuses it, and scores as unanswered.
 
-Per policy, overall and by category: evidence recall (the share of an item's evidence turns
-whose text appears in what its cells printed, i.e. reached the model), answer F1 by LoCoMo's
+Per policy, overall and by category: evidence reachable (the share of evidence turns the
+policy still holds anywhere: in view, or for Scroll by address in the log), evidence recall
+(the share of an item's evidence turns whose text appears in what its cells printed, i.e.
+reached the model), answer F1 by LoCoMo's
 rules (``locomo_scoring``), abstention accuracy on category 5, median input tokens per
 question (the views of its model calls, summed) beside the conversation's size, ms calls per
 question, retrievals per evicted span. Default: all 10 conversations (1,986 questions, each
@@ -110,9 +112,13 @@ def _question_row(
     qa: dict[str, Any],
     evidence_text: dict[str, str],
     refused_tokens: int = 0,
+    held: set[str] | None = None,
 ) -> dict[str, Any]:
     category, _, gold, ids = _item(qa)
     texts = [evidence_text[i] for i in ids if i in evidence_text]
+    known = [i for i in ids if i in evidence_text]
+    # Evidence the policy still holds anywhere (Scroll: all of it, by address).
+    reachable = len([i for i in known if held is None or i in held]) / len(known) if known else None
     answer = result.answer if result is not None and result.ok else None
     printed = ""
     ms_calls = 0
@@ -132,6 +138,7 @@ def _question_row(
         "category": category,
         "evidence": len(texts),
         "evidence_recall": len(reached) / len(texts) if texts else None,
+        "evidence_reachable": reachable,
         "f1": answer_f1(answer, gold, category),
         "abstained": abstained(answer),
         "input_tokens": input_tokens,
@@ -208,6 +215,7 @@ def run_copy(
     ]
     bounds = _chunk_bounds(events)
     kept = surviving(events, bounds, profile, log) if policy == "summarise" else list(events)
+    held = {str(e.metadata.get("dia_id")) for e in kept}
     text = _evidence_text(log, conv.session_id)
     rows: list[dict[str, Any]] = []
     spans: list[tuple[int, int]] = []
@@ -222,7 +230,7 @@ def run_copy(
         for qa in conv.qa[:limit]:
             need = prefix + history + log.tokens.count(str(qa["question"]))
             if need > profile.context_size:
-                rows.append(_question_row(log, None, qa, text, refused_tokens=need))
+                rows.append(_question_row(log, None, qa, text, refused_tokens=need, held=set()))
                 continue
             break
         else:
@@ -253,7 +261,7 @@ def run_copy(
             spans += [
                 c.record.evicted for s in result.steps for c in s.compressions if c.record.evicted
             ]
-            rows.append(_question_row(log, result, qa, text))
+            rows.append(_question_row(log, result, qa, text, held=held))
         kernels.release(session_id)
     return rows, spans
 
@@ -276,6 +284,9 @@ def summarise_rows(
         return {
             "questions": len(part),
             "evidence_recall": _mean(recall),
+            "evidence_reachable": _mean(
+                [r["evidence_reachable"] for r in part if r["evidence_reachable"] is not None]
+            ),
             "answer_f1": _mean([r["f1"] for r in part]),
             "abstention_accuracy": _mean([1.0 if r["abstained"] else 0.0 for r in adversarial]),
             "abstention_rate_answerable": _mean(

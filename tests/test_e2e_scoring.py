@@ -86,6 +86,7 @@ def test_the_bench_prints_the_three_policies_side_by_side(shared_data):
     # Scroll reads evicted evidence back; summarise-and-discard destroyed it; an unmanaged
     # prompt of the whole conversation does not fit a 4,096-token window at all.
     assert result["scroll"]["evidence_recall"] > result["summarise"]["evidence_recall"]
+    assert result["scroll"]["evidence_reachable"] == 1.0 > result["summarise"]["evidence_reachable"]
     assert result["scroll"]["ms_calls_per_question"] > 0
     assert result["none"]["answered"] == 0.0
     assert result["none"]["median_input_tokens"] > result["setup"]["context_size"]

@@ -38,6 +38,8 @@ __all__ = [
     "ViewReport",
     "WorkingView",
     "build_view",
+    "digest_section",
+    "digest_tokens",
     "fold_pointer",
 ]
 
@@ -374,12 +376,10 @@ def build_view(
         index_tokens = rendered.tokens + banner_tokens + MESSAGE_OVERHEAD_TOKENS
         level = rendered.level
 
-    digest_text = digest if isinstance(digest, str) else (digest.render() if digest else "")
-    digest_tokens = 0
-    if digest_text.strip():
-        section = f"{DIGEST_HEADER}\n{digest_text}"
+    section = digest_section(digest)
+    if section:
         archive_parts.append(section)
-        digest_tokens = counter.count(section) + 1
+    digest_size = _section_tokens(section, counter)
     if len(state.index):
         archive_parts.append(SEAM_BANNER)
 
@@ -402,7 +402,7 @@ def build_view(
     report = ViewReport(
         prefix=prefix.tokens,
         index=index_tokens,
-        digest=digest_tokens,
+        digest=digest_size,
         folded=folded_tokens,
         tail=tail_tokens,
         context_size=profile.context_size,
@@ -414,6 +414,22 @@ def build_view(
         index_level=level,
     )
     return WorkingView(prefix, "\n\n".join(archive_parts), tuple(entries), report)
+
+
+def digest_section(digest: Digest | str | None) -> str:
+    """The namespace digest as the view prints it (header, then the digest), or ``""``."""
+    text = digest if isinstance(digest, str) else (digest.render() if digest else "")
+    return f"{DIGEST_HEADER}\n{text}" if text.strip() else ""
+
+
+def digest_tokens(digest: Digest | str | None, counter: TokenCounter) -> int:
+    """What a view counts for ``digest``'s section (``ViewReport.digest``); 0 when empty."""
+    return _section_tokens(digest_section(digest), counter)
+
+
+def _section_tokens(section: str, counter: TokenCounter) -> int:
+    # Plus one, as the view counts it (replay's DigestStandIn inverts exactly this).
+    return counter.count(section) + 1 if section else 0
 
 
 _CONSTANT_TOKENS: dict[tuple[str, str], int] = {}

@@ -242,14 +242,85 @@ def test_planted_fact_lost_by_summarise_on_every_retry_recoverable_by_address(re
     assert seqs == [planted] and event["fields"]["content"] == PLANTED
 
 
-def test_log_only_trace_is_marked_inexact(recorded):
-    log, steps, _, _ = recorded
-    trace = load_trace(log, S)
-    assert not trace.exact and trace.notes
-    assert trace.retrievals and {r.name for r in trace.retrievals} == {"touched"}
+def test_the_log_alone_replays_the_recorded_run_exactly(recorded):
+    log, steps, planted, _ = recorded
+    trace = load_trace(log, S)  # no step records, no compress rows
+    assert trace.source == "log" and trace.exact and not trace.notes
     result = replay(trace, PROFILE)
-    assert len(result.calls) == sum(1 for s in steps if s["model_calls"])
-    assert reproduction(trace, result)["checked"] == 0
+    # Every compress does what the recorded one did, token for token ...
+    replayed = [
+        (
+            c.reason,
+            c.action,
+            list(c.evicted) if c.evicted else None,
+            c.folded,
+            c.tokens_before,
+            c.tokens_after,
+        )
+        for c in result.compresses
+    ]
+    assert replayed == _compress_log(steps)
+    # ... the digest the kernel left was in the view (so an empty one would not fit) ...
+    digests = [c["view"]["digest"] for s in steps for c in s["model_calls"]]
+    assert max(digests) > 0
+    # ... and every call's view is the one the model was given.
+    recorded_views = [s["model_calls"][-1]["view"]["total"] for s in steps if s["model_calls"]]
+    assert [c.total for c in result.calls] == recorded_views
+    check = reproduction(trace, result)
+    assert check["exact"] and check["calls_checked"] == len(recorded_views)
+    # Retrievals are the cells' own expand and recall_tool calls, as the step records list.
+    assert trace.retrievals == load_trace(log, S, steps=steps).retrievals
+    assert {r.name for r in trace.retrievals} <= {"expand", "recall_tool"}
+    assert any(planted in r.seqs for r in trace.retrievals)
+    # A tighter profile replayed from the log alone is caught as not the recorded run.
+    assert not reproduction(trace, replay(trace, PROFILE.replace(trigger_ratio=0.6)))["exact"]
+
+
+def _older_log(log, path):
+    """A copy of ``log`` as the loop wrote it before it kept what replay needs."""
+    newer = ("digest_tokens", "ms_calls", "ms_calls_total", "forced_compresses", "view_tokens")
+    older = EventLog(path, token_counter=CharRatioCounter())
+    older.append_many(
+        {
+            "session_id": e.session_id,
+            "agent_id": e.agent_id,
+            "kind": e.kind,
+            "role": e.role,
+            "name": e.name,
+            "content": e.payload.load() if e.payload is not None else e.content,
+            "tool_call_id": e.tool_call_id,
+            "tool_input": e.tool_input,
+            "headline": e.headline,
+            "metadata": {k: v for k, v in e.metadata.items() if k not in newer},
+            "created_at": e.created_at,
+            "dedup_key": e.dedup_key,
+        }
+        for e in log.session_events(S, limit=None)
+    )
+    return older
+
+
+def test_an_older_log_replays_as_before_marked_inexact(recorded, tmp_path):
+    log, steps, _, _ = recorded
+    older = _older_log(log, tmp_path / "older.sqlite3")
+    try:
+        assert [e.seq for e in older.session_events(S, limit=None)] == [
+            e.seq for e in log.session_events(S, limit=None)
+        ]
+        trace = load_trace(older, S)
+        assert not trace.exact and trace.notes
+        assert all(p.digest_tokens == 0 for p in trace.compresses)
+        assert all(c.input_tokens is None for c in trace.calls)
+        assert trace.retrievals and {r.name for r in trace.retrievals} == {"touched"}
+        result = replay(trace, PROFILE)
+        assert len(result.calls) == sum(1 for s in steps if s["model_calls"])
+        check = reproduction(trace, result)
+        assert check["checked"] == 0 and check["calls_checked"] == 0 and not check["exact"]
+        # The step records still make it exact.
+        with_steps = load_trace(older, S, steps=steps)
+        assert reproduction(with_steps, replay(with_steps, PROFILE))["exact"]
+    finally:
+        older.close()
 
 
 def test_step_records_that_do_not_fit_the_log_are_refused(recorded):

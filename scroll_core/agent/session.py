@@ -47,7 +47,7 @@ from ..profile import Profile
 from ..prompts import RECALL_TOOL, REPL_TOOL, TOOL_NAMES, system_prompt, tool_definitions
 from ..telemetry import chat_span, span, usage
 from ..tokens import TokenCounter
-from ..view import ContextState, Prefix, WorkingView
+from ..view import ContextState, Prefix, WorkingView, digest_tokens
 from .records import (
     CompressReason,
     CompressStep,
@@ -64,6 +64,9 @@ __all__ = ["CHECKPOINT_VERSION", "DEFAULT_MAX_STEPS", "AgentKernel", "Session"]
 CHECKPOINT_VERSION = 1
 DEFAULT_MAX_STEPS = 8
 EMPTY_OUTPUT = "[the cell printed nothing]"
+# Bounds on the ms calls a tool result's metadata lists (replay reads them as retrievals).
+LOGGED_MS_CALLS = 50
+LOGGED_MS_SEQS = 50
 
 
 class AgentKernel(Protocol):
@@ -377,6 +380,13 @@ class Session:
         }
         if parsed.quality == "malformed" and parsed.raw:
             metadata["headline_raw"] = parsed.raw
+        # What replay needs to rebuild this call's view from the log alone: the compresses a
+        # provider's overflow refusal forced before it, and the size of the view it was given.
+        metadata["forced_compresses"] = sum(
+            1 for c in record.compressions if c.reason == "overflow"
+        )
+        if record.model_call is not None:
+            metadata["view_tokens"] = record.model_call.view_tokens
         events: list[dict[str, Any]] = [
             self._event(
                 f"{key}:assistant",
@@ -485,6 +495,12 @@ class Session:
         seqs_touched = sorted({s for c in ms_calls for s in c.seqs})
         if seqs_touched:
             metadata["seqs_touched"] = seqs_touched[:200]
+        # For replay from the log alone: the digest the next compress puts in the view (after
+        # this cell) and each ms call with the seqs it touched (bounded).
+        metadata["digest_tokens"] = digest_tokens(self.digest, self.counter)
+        metadata["ms_calls"] = [_logged_ms(c) for c in ms_calls[:LOGGED_MS_CALLS]]
+        if len(ms_calls) > LOGGED_MS_CALLS:
+            metadata["ms_calls_total"] = len(ms_calls)
         result_seq = self._append(
             key,
             kind=KIND_TOOL_RESULT,
@@ -707,6 +723,15 @@ def _ms_record(call: Any) -> MsCallRecord:
         result_chars=call.result_chars,
         error=call.error,
     )
+
+
+def _logged_ms(call: MsCallRecord) -> dict[str, Any]:
+    logged: dict[str, Any] = {"name": call.name, "seqs": call.seqs[:LOGGED_MS_SEQS]}
+    if len(call.seqs) > LOGGED_MS_SEQS:
+        logged["seqs_total"] = len(call.seqs)
+    if call.error:
+        logged["error"] = True
+    return logged
 
 
 def _jsonable(value: Any) -> Any:

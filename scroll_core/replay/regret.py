@@ -66,12 +66,21 @@ def regret(trace: Trace, result: ReplayResult, recorded: ReplayResult) -> dict[s
 
 
 def reproduction(trace: Trace, result: ReplayResult) -> dict[str, Any]:
-    """Compare a replay's compresses with the recorded ones: action, evicted range, folds
-    and token counts where the records hold them."""
+    """Compare a replay's compresses with the recorded ones (action, evicted range, folds and
+    token counts where the records hold them) and each call's view with the size the model
+    was given (where the step records or the log hold it)."""
     recorded = [p.recorded for p in trace.compresses]
+    calls = [c for c in result.calls if c.recorded_tokens is not None]
+    call_mismatches = [
+        f"call {c.index} (turn {c.turn}, step {c.step}): view recorded {c.recorded_tokens}, "
+        f"replayed {c.total}"
+        for c in calls
+        if c.recorded_tokens != c.total
+    ]
     if len(recorded) != len(result.compresses):
         return {
             "checked": 0,
+            "calls_checked": len(calls),
             "exact": False,
             "mismatches": [
                 f"{len(result.compresses)} compresses replayed, {len(recorded)} recorded"
@@ -100,9 +109,11 @@ def reproduction(trace: Trace, result: ReplayResult) -> dict[str, Any]:
         for name, want, have in pairs:
             if want is not None and want != have:
                 mismatches.append(f"{where}: {name} recorded {want!r}, replayed {have!r}")
+    mismatches += call_mismatches
     return {
         "checked": checked,
-        "exact": checked > 0 and not mismatches,
+        "calls_checked": len(calls),
+        "exact": (checked > 0 or len(calls) > 0) and not mismatches,
         "mismatches": mismatches[:_LISTED],
     }
 

@@ -4,12 +4,19 @@ was called, and which events the recorded cells retrieved.
 The Event Log alone gives the structure: the agent loop files every event under a dedup key
 ``<run>:t<turn>:user`` or ``<run>:t<turn>:s<step>:assistant|call<i>|result<i>``, so the
 loop's compress points (after each user message, after each step) and model calls (one per
-assistant text event) can be read back. Recorded step data (``StepRecord.to_dict()``, or the
-console's compress rows) adds what the log does not hold: the size of the namespace digest at
-each compress, the forced compresses after a provider's overflow refusal, and each ``ms`` call
-with the seqs it touched. Without it the digest is taken as empty, and the seqs a cell touched
-(``seqs_touched`` in the result's metadata, every ``ms`` call together) stand for its
-retrievals; ``Trace.exact`` says which it is.
+assistant text event) can be read back. The loop also writes what replay needs into the
+events' metadata: each tool result's ``digest_tokens`` (the namespace digest's size in the
+view after that cell) and ``ms_calls`` (each ``ms`` call with the seqs it touched, bounded),
+and each assistant event's ``forced_compresses`` (after a provider's overflow refusal) and
+``view_tokens``. A session whose loop events all carry them replays exactly from the log
+alone. Recorded step data (``StepRecord.to_dict()``, or the console's compress rows) holds
+the same and more (each compress's outcome, to check the replay against); when given, it is
+used instead. Older logs without these fields replay with the digest taken as empty and every
+seq a cell touched (``seqs_touched``) standing for a retrieval; ``Trace.exact`` says which.
+
+Two cases stay out of the log's reach: a turn whose retry after an overflow was refused again
+(no assistant event carries its forced compress), and a session resumed from a checkpoint
+(its fresh kernel has no digest until its first cell).
 
 Sessions written by something else (an imported transcript) fall back to one compress just
 before every assistant event.
@@ -17,9 +24,11 @@ before every assistant event.
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ScrollError
@@ -200,11 +209,17 @@ def load_trace(
         trace.source, trace.exact = "compress_records", True
     else:
         recorded = None
-        trace.notes.append(
-            "no step records: the namespace digest is taken as empty and every seq a cell "
-            "touched (search hits included) stands for a retrieval"
-        )
-    trace.timeline = _align(skeleton, recorded) if recorded is not None else _plain(skeleton)
+        trace.exact = _log_is_complete(keyed)
+        if not trace.exact:
+            trace.notes.append(
+                "no step records and a log written before the loop kept digest sizes: the "
+                "namespace digest is taken as empty and every seq a cell touched (search hits "
+                "included) stands for a retrieval"
+            )
+    if recorded is not None:
+        trace.timeline = _align(skeleton, recorded)
+    else:
+        trace.timeline = _from_log(skeleton, keyed)
     calls = trace.calls
     if step_dicts is not None:
         trace.retrievals = _step_retrievals(step_dicts, calls)
@@ -214,7 +229,12 @@ def load_trace(
             for p in trace.timeline
         ]
     else:
-        trace.retrievals = _log_retrievals(events, calls)
+        trace.retrievals = _log_retrievals(events, calls, trace.notes)
+        viewed = {m.seq: m.view_tokens for m in skeleton if m.kind == "call"}
+        trace.timeline = [
+            replace(p, input_tokens=viewed.get(p.seq)) if isinstance(p, CallPoint) else p
+            for p in trace.timeline
+        ]
     return trace
 
 
@@ -226,6 +246,9 @@ class _Mark:
     reason: str
     turn: int
     step: int | None
+    run: str = ""
+    forced: int = 0  # calls: compresses an overflow refusal forced just before
+    view_tokens: int | None = None  # calls: the view the model was given, when logged
 
 
 def _skeleton(keyed: Sequence[tuple[Event, re.Match[str] | None]]) -> list[_Mark]:
@@ -240,38 +263,89 @@ def _skeleton(keyed: Sequence[tuple[Event, re.Match[str] | None]]) -> list[_Mark
         run, turn = match["run"], int(match["turn"])
         if match["user"]:
             if group is not None:
-                marks.append(_Mark("compress", last_seq, "after_step", group[1], group[2]))
+                marks.append(
+                    _Mark("compress", last_seq, "after_step", group[1], group[2], group[0])
+                )
                 group = None
-            marks.append(_Mark("compress", event.seq, "turn_start", turn, None))
+            marks.append(_Mark("compress", event.seq, "turn_start", turn, None, run))
         else:
             step = int(match["step"])
             key = (run, turn, step)
             if key != group:
                 if group is not None:
-                    marks.append(_Mark("compress", last_seq, "after_step", group[1], group[2]))
+                    marks.append(
+                        _Mark("compress", last_seq, "after_step", group[1], group[2], group[0])
+                    )
                 group = key
             if match["part"] == "assistant":
-                marks.append(_Mark("call", event.seq, "call", turn, step))
+                view = event.metadata.get("view_tokens")
+                marks.append(
+                    _Mark(
+                        "call",
+                        event.seq,
+                        "call",
+                        turn,
+                        step,
+                        run,
+                        forced=_count(event.metadata.get("forced_compresses")),
+                        view_tokens=view if isinstance(view, int) else None,
+                    )
+                )
         last_seq = event.seq
     if group is not None:
-        marks.append(_Mark("compress", last_seq, "after_step", group[1], group[2]))
+        marks.append(_Mark("compress", last_seq, "after_step", group[1], group[2], group[0]))
     return marks
 
 
-def _plain(skeleton: Sequence[_Mark]) -> list[CompressPoint | CallPoint]:
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def _log_is_complete(keyed: Sequence[tuple[Event, re.Match[str] | None]]) -> bool:
+    """Whether every loop event carries what replay reads from the log (see the docstring)."""
+    needs = {"assistant": "forced_compresses", "result": "digest_tokens"}
+    for event, match in keyed:
+        part = match["part"] if match else None
+        field_ = needs.get((part or "").rstrip("0123456789"))
+        if field_ is not None and field_ not in event.metadata:
+            return False
+    return True
+
+
+def _from_log(
+    skeleton: Sequence[_Mark], keyed: Sequence[tuple[Event, re.Match[str] | None]]
+) -> list[CompressPoint | CallPoint]:
+    """The timeline from the log alone: at each compress the digest size the run's last cell
+    left (0 before its first cell, or in a log that does not keep it), and the compresses an
+    overflow refusal forced, at the bound of the compress before them."""
+    digests: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    for event, match in keyed:
+        size = event.metadata.get("digest_tokens")
+        if match and (match["part"] or "").startswith("result") and isinstance(size, int):
+            seqs, sizes = digests[match["run"]]
+            seqs.append(event.seq)
+            sizes.append(size)
+
+    def digest_at(run: str, bound: int) -> int:
+        seqs, sizes = digests.get(run, ([], []))
+        i = bisect.bisect_right(seqs, bound)
+        return sizes[i - 1] if i else 0
+
     out: list[CompressPoint | CallPoint] = []
+    calls = bound = digest = 0
     for mark in skeleton:
         if mark.kind == "call":
-            out.append(
-                CallPoint(
-                    len([p for p in out if isinstance(p, CallPoint)]),
-                    mark.seq,
-                    mark.turn,
-                    mark.step,
-                )
-            )
+            out += [
+                CompressPoint(bound, "overflow", mark.turn, mark.step, True, digest)
+                for _ in range(mark.forced)
+            ]
+            out.append(CallPoint(calls, mark.seq, mark.turn, mark.step))
+            calls += 1
         else:
-            out.append(CompressPoint(mark.seq, mark.reason, mark.turn, mark.step))
+            bound, digest = mark.seq, digest_at(mark.run, mark.seq)
+            out.append(
+                CompressPoint(bound, mark.reason, mark.turn, mark.step, digest_tokens=digest)
+            )
     return out
 
 
@@ -376,15 +450,33 @@ def _step_retrievals(
     return out
 
 
-def _log_retrievals(events: Iterable[Event], calls: Sequence[CallPoint]) -> list[Retrieval]:
+def _log_retrievals(
+    events: Iterable[Event], calls: Sequence[CallPoint], notes: list[str] | None = None
+) -> list[Retrieval]:
+    """Each cell's ``expand`` and ``recall_tool`` calls from its result's ``ms_calls``, or, in
+    a log that does not keep them, every seq it touched as one ``touched`` retrieval."""
     out: list[Retrieval] = []
+    cut = 0
     for event in events:
-        touched = event.metadata.get("seqs_touched") if event.kind == KIND_TOOL_RESULT else None
-        if not touched:
+        if event.kind != KIND_TOOL_RESULT:
             continue
+        logged = event.metadata.get("ms_calls")
+        touched = event.metadata.get("seqs_touched")
         index = _call_of(event.seq, calls)
-        if index is not None:
+        if index is None:
+            continue
+        if isinstance(logged, list):
+            for ms in logged:
+                if not isinstance(ms, Mapping) or ms.get("error"):
+                    continue
+                if ms.get("name") in RETRIEVAL_CALLS and ms.get("seqs"):
+                    out.append(Retrieval(index, str(ms["name"]), tuple(int(s) for s in ms["seqs"])))
+                    cut += "seqs_total" in ms
+            cut += "ms_calls_total" in event.metadata
+        elif touched:
             out.append(Retrieval(index, "touched", tuple(int(s) for s in touched)))
+    if cut and notes is not None:
+        notes.append(f"{cut} cell(s) logged their ms calls cut short: retrievals are partial")
     return out
 
 

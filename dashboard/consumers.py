@@ -17,6 +17,7 @@ from collections import OrderedDict
 from typing import Any
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
@@ -28,28 +29,25 @@ from dashboard.spans import remember_server_loop
 # A span is rendered once per process and shared by every socket that shows it; the cache
 # holds the newest few so a burst fanned out to many sockets renders each span once.
 _RENDER_CACHE_SIZE = 2048
-_render_cache: OrderedDict[tuple[str, str], str] = OrderedDict()
+_render_cache: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
 _SAFE_ID = re.compile(r"^[0-9a-f]{16}$")
 
 
-def _render_cached(template: str, key: str, context: dict[str, Any]) -> str:
-    cache_key = (template, key)
-    html = _render_cache.get(cache_key)
-    if html is None:
-        html = render_to_string(template, context)
-        _render_cache[cache_key] = html
+def render_span_fragments(span: dict[str, Any]) -> list[str]:
+    """The span row, and for an eviction, fold or compress its timeline entry, as OOB frames.
+
+    Rendered once per span and shared by every socket that shows it.
+    """
+    key = (span.get("trace_id", ""), span.get("span_id", ""))
+    frames = _render_cache.get(key)
+    if frames is None:
+        row = live.span_row(span)
+        frames = [render_to_string("dashboard/_span_oob.html", {"s": row})]
+        if row["timeline"]:
+            frames.append(render_to_string("dashboard/_timeline_oob.html", {"s": row}))
+        _render_cache[key] = frames
         if len(_render_cache) > _RENDER_CACHE_SIZE:
             _render_cache.popitem(last=False)
-    return html
-
-
-def render_span_fragments(span: dict[str, Any]) -> list[str]:
-    """The span row, and for an eviction, fold or compress its timeline entry, as OOB frames."""
-    row = live.span_row(span)
-    key = f"{row['trace_id']}:{row['span_id']}"
-    frames = [_render_cached("dashboard/_span_oob.html", key, {"s": row})]
-    if row["timeline"]:
-        frames.append(_render_cached("dashboard/_timeline_oob.html", key, {"s": row}))
     return frames
 
 
@@ -71,6 +69,15 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' dispatch closes stale database connections through a thread hop before
+        # every message; here only the handlers that query (database_sync_to_async, which
+        # cleans up itself) touch the database, and a span frame must not wait for a thread.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
     async def disconnect(self, code: int) -> None:
         for group in getattr(self, "joined", ()):
             await self.channel_layer.group_discard(group, self.channel_name)
@@ -87,6 +94,19 @@ class _LiveConsumer(AsyncWebsocketConsumer):
     async def span_finished(self, event: dict[str, Any]) -> None:
         if self._wants(event["span"]):
             for frame in render_span_fragments(event["span"]):
+                await self.send(text_data=frame)
+
+    async def spans_finished(self, event: dict[str, Any]) -> None:
+        """A batch, oldest first: all rows in one frame, all timeline entries in another."""
+        rows: list[str] = []
+        timeline: list[str] = []
+        for span in event["spans"]:
+            if self._wants(span):
+                frames = render_span_fragments(span)
+                rows.append(frames[0])
+                timeline.extend(frames[1:])
+        for frame in ("".join(rows), "".join(timeline)):
+            if frame:
                 await self.send(text_data=frame)
 
     async def session_changed(self, event: dict[str, Any]) -> None:
@@ -115,6 +135,9 @@ class AlertsConsumer(_LiveConsumer):
     """Pages with nothing else live: just the header count (and the alerts page's rows)."""
 
     async def span_finished(self, event: dict[str, Any]) -> None:
+        return None
+
+    async def spans_finished(self, event: dict[str, Any]) -> None:
         return None
 
     async def session_changed(self, event: dict[str, Any]) -> None:

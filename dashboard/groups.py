@@ -6,6 +6,7 @@ so a session's group is named by a short hash of its id.
 
 Messages sent to these groups:
     {"type": "span.finished", "span": <SpanRecord dict>}        SPANS and the session group
+    {"type": "spans.finished", "spans": [<SpanRecord dict>, ...]}  the same, a batch, oldest first
     {"type": "alert.changed", "alert": <Alert dict>}             ALERTS
     {"type": "session.changed", "session_id": ..., "summary": {...}}  SPANS and the session group
 """

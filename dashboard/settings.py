@@ -14,6 +14,7 @@ SCROLL_DATABASE_URL    postgres://user:pass@host:port/name to use PostgreSQL for
 SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (channels-redis)
 SCROLL_SERVE_STATIC    "0" stops the ASGI app serving static files itself (default on)
 SCROLL_GRAFANA_URL     base URL of a Grafana with Tempo, for "open this trace in Grafana" links
+SCROLL_BENCH           "1" routes /bench/load/ (staff, loopback only): bench/console.py sets it
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ else:
     # a live page falls behind by at most this many spans before that happens.
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "BACKEND": "dashboard.layers.ThrottledInMemoryChannelLayer",
             "CONFIG": {"capacity": 1000},
         }
     }
@@ -187,3 +188,5 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 SCROLL_GRAFANA_URL = os.environ.get("SCROLL_GRAFANA_URL", "").rstrip("/")
+# Span load generator for bench/console.py; never on unless the bench starts the server.
+SCROLL_BENCH = _env_flag("SCROLL_BENCH", False)

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -53,6 +54,10 @@ log = logging.getLogger("dashboard.spans")
 DEFAULT_RETENTION = 50_000
 DEFAULT_QUEUE_SIZE = 10_000
 BATCH = 200
+# The worker waits this long after a span for more before processing the batch: a burst
+# then goes out as one message per group (and one WebSocket frame per page) instead of one
+# per span, which is what keeps a busy server's event loop from falling behind.
+DEFAULT_LINGER_S = 0.05
 # Pruning deletes in one statement; checking after every batch would be wasted work.
 PRUNE_EVERY = 500
 
@@ -131,6 +136,13 @@ def send_group(group: str, message: dict[str, Any]) -> bool:
     return send_groups([(group, message)])
 
 
+def spans_message(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """``span.finished`` for one span, ``spans.finished`` (oldest first) for several."""
+    if len(spans) == 1:
+        return {"type": "span.finished", "span": spans[0]}
+    return {"type": "spans.finished", "spans": spans}
+
+
 def push_alert(alert: Alert) -> None:
     send_group(groups.ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})
 
@@ -143,8 +155,15 @@ def push_session(run: RunRecord) -> None:
 class ConsoleSpanSink:
     """A ``scroll_core.telemetry.SpanSink``; see the module docstring."""
 
-    def __init__(self, *, maxsize: int = DEFAULT_QUEUE_SIZE, start: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        maxsize: int = DEFAULT_QUEUE_SIZE,
+        start: bool = True,
+        linger_s: float = DEFAULT_LINGER_S,
+    ) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=maxsize)
+        self.linger_s = linger_s
         self.engine = AlertEngine()
         self.received = 0
         self.dropped = 0
@@ -180,10 +199,16 @@ class ConsoleSpanSink:
                     first = self._queue.get(timeout=0.5)
                 except queue.Empty:
                     continue
+                # Linger a moment for company: one message per group per batch, not per span.
                 batch = [first]
+                until = time.monotonic() + self.linger_s
                 while len(batch) < BATCH:
+                    wait = until - time.monotonic()
                     try:
-                        batch.append(self._queue.get_nowait())
+                        if wait > 0:
+                            batch.append(self._queue.get(timeout=wait))
+                        else:
+                            batch.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
                 try:
@@ -201,7 +226,8 @@ class ConsoleSpanSink:
     def process(self, records: Iterable[Any]) -> list[SpanRecord]:
         """Persist, evaluate and push one batch (the worker calls this; tests may too)."""
         rows = self._store([SpanRecord.from_core(r) for r in records if r is not None])
-        outbox: list[tuple[str, dict[str, Any]]] = []
+        by_group: dict[str, list[dict[str, Any]]] = {}
+        alerts: list[tuple[str, dict[str, Any]]] = []
         for row in rows:
             span = row.to_dict()
             try:
@@ -210,14 +236,14 @@ class ConsoleSpanSink:
                 self.errors += 1
                 log.exception("console: alert rules failed on %s", row.name)
                 changed = []
-            message = {"type": "span.finished", "span": span}
-            outbox.append((groups.SPANS, message))
+            by_group.setdefault(groups.SPANS, []).append(span)
             if row.session_id:
-                outbox.append((groups.session_group(row.session_id), message))
-            outbox.extend(
+                by_group.setdefault(groups.session_group(row.session_id), []).append(span)
+            alerts.extend(
                 (groups.ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})
                 for alert in changed
             )
+        outbox = [(group, spans_message(spans)) for group, spans in by_group.items()] + alerts
         # The whole batch in one hop to the server's loop, in order.
         if not send_groups(outbox):
             self.errors += 1

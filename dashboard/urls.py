@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -25,3 +26,10 @@ urlpatterns = [
     path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("admin/", admin.site.urls),
 ]
+
+if settings.SCROLL_BENCH:
+    # bench/console.py's span load; views.bench_load also insists on loopback and staff.
+    urlpatterns += [
+        path("bench/load/", views.bench_load, name="bench_load"),
+        path("bench/load/<int:load_id>/", views.bench_load, name="bench_load_status"),
+    ]

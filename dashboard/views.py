@@ -445,3 +445,35 @@ def runs(request: HttpRequest) -> HttpResponse:
         "models": getattr(runner, "available_models", lambda: [])(),
     }
     return render(request, "dashboard/runs.html", ctx)
+
+
+def _loopback(request: HttpRequest) -> bool:
+    return request.META.get("REMOTE_ADDR") in {"127.0.0.1", "::1"}
+
+
+@staff_member_required
+@require_http_methods(["GET", "POST"])
+def bench_load(request: HttpRequest, load_id: int | None = None) -> HttpResponse:
+    """bench/console.py's span load (only routed with SCROLL_BENCH=1; loopback, staff)."""
+    from django.http import JsonResponse
+
+    from dashboard import benchload
+    from dashboard.spans import get_sink
+
+    if not settings.SCROLL_BENCH or not _loopback(request):
+        raise Http404("No bench here")
+    if request.method == "POST":
+        try:
+            load = benchload.start_load(
+                int(request.POST.get("sessions", "1")),
+                float(request.POST.get("rate", "1")),
+                float(request.POST.get("seconds", "1")),
+            )
+        except (ValueError, RuntimeError) as exc:
+            return JsonResponse({"error": str(exc)}, status=400)
+        return JsonResponse(load.to_dict(), status=202)
+    load = benchload.get_load(load_id or 0)
+    if load is None:
+        raise Http404("No such load")
+    sink = get_sink()
+    return JsonResponse(load.to_dict() | {"sink": sink.stats() if sink else None})

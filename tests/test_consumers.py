@@ -239,3 +239,26 @@ def test_the_first_sessions_page_asks_for_new_rows_and_later_pages_do_not(client
     assert 'id="session-rows"' in first  # present even while the log is empty
     searched = client.get("/?q=anything").content.decode()
     assert 'ws-connect="/ws/feed/?spans=0"' in searched
+
+
+async def test_a_batch_of_spans_arrives_as_one_frame_oldest_first(user):
+    sid = "locomo:conv-26"
+    communicator, _ = await _connect(f"/ws/sessions/{session_safe_id(sid)}/", user)
+    try:
+        spans = [
+            _span("scroll.search", session_id=sid, span_id="1" * 16),
+            _span("scroll.evict", session_id=sid, span_id="2" * 16),
+            _span("scroll.search", session_id=sid, span_id="3" * 16),
+        ]
+        await get_channel_layer().group_send(
+            session_group(sid), {"type": "spans.finished", "spans": spans}
+        )
+        rows = await communicator.receive_from(timeout=2)
+        timeline = await communicator.receive_from(timeout=2)
+        ids = [rows.index(f'id="span-{c * 16}"') for c in "123"]
+        assert ids == sorted(ids)  # each prepended in turn: the newest ends on top
+        assert rows.count('hx-swap-oob="afterbegin:#span-rows"') == 3
+        assert timeline.count('hx-swap-oob="afterbegin:#timeline"') == 1
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()

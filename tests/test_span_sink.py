@@ -242,3 +242,15 @@ def test_without_a_running_server_loop_it_falls_back_to_async_to_sync(sink):
         assert listener.receive()["span"]["session_id"] == "t2"
     finally:
         stopped.close()
+
+
+@pytest.mark.django_db
+def test_a_batch_goes_out_as_one_message_per_group(sink):
+    listener = Listener(groups.SPANS, groups.session_group("a"))
+
+    sink.process([_core(session="a"), _core(session="b"), _core(session="a")])
+
+    everything, of_a = listener.receive(), listener.receive()
+    assert everything["type"] == of_a["type"] == "spans.finished"
+    assert [s["session_id"] for s in everything["spans"]] == ["a", "b", "a"]
+    assert [s["session_id"] for s in of_a["spans"]] == ["a", "a"]

@@ -119,6 +119,12 @@ def test_traces_stream_spans_live(page):
     )
 
     page.wait_for_selector(f"#span-{'f' * 16}", timeout=10_000)
+    # A batch from a busy sink: every row of the one frame lands, the newest on top.
+    batch = [_span("scroll.search", c * 16, **{"scroll.query": c}) for c in "123"]
+    _send("scroll.spans", {"type": "spans.finished", "spans": batch})
+    page.wait_for_selector(f"#span-{'3' * 16}", timeout=10_000)
+    ids = page.eval_on_selector_all("#span-rows tr", "rows => rows.map(r => r.id)")
+    assert ids[:4] == [f"span-{c * 16}" for c in "321f"]
     shoot(page, "traces")
 
 

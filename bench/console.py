@@ -1,0 +1,313 @@
+"""Console benchmark: span-to-browser latency through the real server.
+
+    python bench/console.py --json [--sessions 20 --rate 50 --clients 100 --seconds 20]
+
+Starts daphne on 127.0.0.1 in a subprocess over a temporary data folder (migrated, with a
+staff user the bench creates and logs in through the login form), opens ``--clients``
+authenticated WebSockets spread round-robin over the ``--sessions`` session pages
+(``/ws/sessions/<id>/``), then asks the server (``/bench/load/``, routed only because the
+bench starts it with ``SCROLL_BENCH=1``) to emit ``--rate`` spans/s for each session for
+``--seconds``. The spans go through the same pipeline an agent's do: telemetry span -> the
+console span sink -> SQLite -> Channels groups -> the consumers -> the sockets.
+
+Latency is the client's receive time minus the span's end time (``data-end-ns`` on the row;
+same host, same clock). ``dropped`` counts spans a client should have seen (every span of its
+session while it was connected) but never received, after a grace period. Everything is
+bounded: the server gets ``--startup-timeout`` to listen, the load ``--seconds`` plus
+``--grace``, and the server is stopped at the end whatever happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from http.cookiejar import CookieJar
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import REPO, emit, percentile
+
+USER, PASSWORD = "bench", "bench-pw-7f3a9c"
+SPAN_ID = re.compile(r'id="span-([0-9a-f]+)"[^>]*data-end-ns="(\d+)" data-name="bench\.span"')
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _session_safe_id(session_id: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(session_id.encode("utf-8")).hexdigest()[:16]
+
+
+class Server:
+    """daphne serving dashboard.asgi over a temporary data folder."""
+
+    def __init__(self, data_dir: Path, port: int) -> None:
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.env = os.environ | {
+            "SCROLL_DATA_DIR": str(data_dir),
+            "SCROLL_BENCH": "1",
+            "SCROLL_STARTUP": "1",
+            "SCROLL_DEMO": "0",
+            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        }
+        for name in list(self.env):
+            if name.startswith("OTEL_EXPORTER_OTLP"):
+                del self.env[name]  # no exporter: nothing leaves the machine
+        self.log = (data_dir / "server.log").open("wb")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def prepare(self) -> None:
+        python = sys.executable
+        manage = str(REPO / "manage.py")
+        subprocess.run(
+            [python, manage, "migrate", "--noinput", "-v", "0"],
+            env=self.env | {"SCROLL_STARTUP": "0"},
+            check=True,
+            timeout=120,
+        )
+        create = (
+            "from django.contrib.auth import get_user_model as g; "
+            f"g().objects.create_superuser({USER!r}, 'bench@example.invalid', {PASSWORD!r})"
+        )
+        subprocess.run(
+            [python, manage, "shell", "-c", create],
+            env=self.env | {"SCROLL_STARTUP": "0"},
+            stdout=subprocess.DEVNULL,
+            check=True,
+            timeout=60,
+        )
+
+    def start(self, timeout: float) -> None:
+        daphne = shutil.which("daphne", path=str(Path(sys.executable).parent)) or "daphne"
+        self.proc = subprocess.Popen(
+            [daphne, "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
+            cwd=REPO,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                raise RuntimeError(f"daphne exited with {code}; see {self.log.name}")
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"daphne did not listen within {timeout:g} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+
+
+class Http:
+    """A logged-in HTTP client (the login form, then Django's session cookie)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.jar = CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def cookie(self, name: str) -> str:
+        return next((c.value or "" for c in self.jar if c.name == name), "")
+
+    def request(self, path: str, data: dict[str, Any] | None = None) -> Any:
+        body = urllib.parse.urlencode(data).encode() if data is not None else None
+        req = urllib.request.Request(self.base + path, data=body)
+        if body is not None:
+            req.add_header("X-CSRFToken", self.cookie("csrftoken"))
+            req.add_header("Referer", self.base + path)
+        with self.opener.open(req, timeout=30) as response:
+            return response.status, response.geturl(), response.read()
+
+    def login(self) -> None:
+        self.request("/login/")
+        form = {
+            "username": USER,
+            "password": PASSWORD,
+            "csrfmiddlewaretoken": self.cookie("csrftoken"),
+        }
+        _, url, _ = self.request("/login/", form)
+        if "/login/" in url or not self.cookie("sessionid"):
+            raise RuntimeError("logging in through the login form failed")
+
+    def json(self, path: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+        return json.loads(self.request(path, data)[2])
+
+
+class Client:
+    """One WebSocket on a session page, recording when each bench span arrives."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.seen: set[str] = set()
+        self.latencies_ms: list[float] = []
+        self.duplicates = 0
+
+    async def run(self, url: str, headers: dict[str, str], ready: asyncio.Event, stop: Any) -> None:
+        from websockets.asyncio.client import connect
+
+        async with connect(url, additional_headers=headers, max_size=None, open_timeout=30) as ws:
+            ready.set()
+            while not stop.is_set():
+                try:
+                    frame = await asyncio.wait_for(ws.recv(), timeout=0.25)
+                except TimeoutError:
+                    continue
+                now = time.time_ns()
+                for span_id, end_ns in SPAN_ID.findall(frame):
+                    if span_id in self.seen:
+                        self.duplicates += 1
+                        continue
+                    self.seen.add(span_id)
+                    self.latencies_ms.append((now - int(end_ns)) / 1e6)
+
+
+async def drive(args: argparse.Namespace, server: Server, http: Http) -> dict[str, Any]:
+    sessions = [f"bench:s{i:03d}" for i in range(args.sessions)]
+    headers = {
+        "Cookie": f"sessionid={http.cookie('sessionid')}; csrftoken={http.cookie('csrftoken')}",
+        "Origin": server.base,
+    }
+    clients = [Client(sessions[i % len(sessions)]) for i in range(args.clients)]
+    stop = asyncio.Event()
+    readies = [asyncio.Event() for _ in clients]
+    ws_base = server.base.replace("http://", "ws://")
+    tasks = [
+        asyncio.create_task(
+            c.run(f"{ws_base}/ws/sessions/{_session_safe_id(c.session_id)}/", headers, r, stop)
+        )
+        for c, r in zip(clients, readies, strict=True)
+    ]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 60)
+    except TimeoutError:
+        failed = [t.exception() for t in tasks if t.done() and t.exception()]
+        raise RuntimeError(f"clients did not all connect: {failed[:1]}") from None
+
+    load = await asyncio.to_thread(
+        http.json,
+        "/bench/load/",
+        {"sessions": args.sessions, "rate": args.rate, "seconds": args.seconds},
+    )
+    if load.get("error") or "id" not in load:
+        raise RuntimeError(f"the server refused the load: {load['error']}")
+    deadline = time.monotonic() + args.seconds + args.grace + 30
+    while True:
+        await asyncio.sleep(0.5)
+        status = await asyncio.to_thread(http.json, f"/bench/load/{load['id']}/")
+        if status["done"] or time.monotonic() > deadline:
+            break
+    if status["error"]:
+        raise RuntimeError(f"the load failed in the server: {status['error']}")
+    expected = status["counts"]
+    # Spans still in flight: wait until every client has every span, or the grace is over.
+    grace_end = time.monotonic() + args.grace
+    while time.monotonic() < grace_end:
+        if all(len(c.seen) >= expected.get(c.session_id, 0) for c in clients):
+            break
+        await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    status = await asyncio.to_thread(http.json, f"/bench/load/{load['id']}/")
+
+    latencies = [ms for c in clients for ms in c.latencies_ms]
+    should = sum(expected.get(c.session_id, 0) for c in clients)
+    received = sum(len(c.seen) for c in clients)
+    generated = sum(expected.values())
+    elapsed = status["elapsed_s"] or args.seconds
+    return {
+        "span_to_client_p50_ms": round(percentile(latencies, 50), 2),
+        "span_to_client_p95_ms": round(percentile(latencies, 95), 2),
+        "span_to_client_p99_ms": round(percentile(latencies, 99), 2),
+        "span_to_client_max_ms": round(max(latencies), 2) if latencies else None,
+        "spans_per_s": round(generated / elapsed, 1),
+        "spans": generated,
+        "clients": len(clients),
+        "spans_received": received,
+        "deliveries_per_s": round(received / elapsed, 1),
+        "dropped": should - received,
+        "duplicates": sum(c.duplicates for c in clients),
+        "sink": status.get("sink"),
+        "config": {
+            "sessions": args.sessions,
+            "rate_per_session": args.rate,
+            "seconds": args.seconds,
+            "clients": args.clients,
+            "grace_s": args.grace,
+            "server": "daphne (subprocess, 127.0.0.1), in-memory channel layer, SQLite",
+            "clients_per_session": round(args.clients / args.sessions, 2),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--rate", type=float, default=50.0, help="spans/s per session")
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--grace", type=float, default=10.0, help="wait for late spans (s)")
+    parser.add_argument("--startup-timeout", type=float, default=30.0)
+    parser.add_argument("--quick", action="store_true", help="4 sessions, 20 clients, 3 s")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary data folder")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sessions, args.rate, args.clients, args.seconds = 4, 20.0, 20, 3.0
+    if args.sessions < 1 or args.clients < 1 or args.rate <= 0 or args.seconds <= 0:
+        parser.error("sessions, clients, rate and seconds must be positive")
+    try:
+        import websockets  # noqa: F401
+    except ImportError:
+        parser.error("the websockets package is needed: pip install -e '.[dev]'")
+
+    data_dir = Path(tempfile.mkdtemp(prefix="scroll-bench-console-"))
+    server = Server(data_dir, _free_port())
+    try:
+        server.prepare()
+        server.start(args.startup_timeout)
+        http = Http(server.base)
+        http.login()
+        result = asyncio.run(drive(args, server, http))
+    finally:
+        server.stop()
+        if args.keep:
+            print(f"data kept in {data_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    emit(result, args.json)
+    return 0 if result["dropped"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

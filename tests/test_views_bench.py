@@ -1,0 +1,73 @@
+"""The bench's span load endpoint: off unless SCROLL_BENCH, loopback and staff only."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.http import Http404
+from django.test import RequestFactory
+
+from dashboard import benchload, views
+from dashboard.models import SpanRecord
+from dashboard.spans import ConsoleSpanSink
+from scroll_core import telemetry
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_superuser("b", "b@example.invalid", "pw")
+
+
+def _post(user, remote="127.0.0.1", **data):
+    request = RequestFactory().post("/bench/load/", data, REMOTE_ADDR=remote)
+    request.user = user
+    return request
+
+
+@pytest.mark.django_db
+def test_it_is_not_there_unless_the_bench_started_the_server(staff, settings):
+    settings.SCROLL_BENCH = False
+    with pytest.raises(Http404):
+        views.bench_load(_post(staff))
+
+
+@pytest.mark.django_db
+def test_it_refuses_other_hosts_and_non_staff(staff, settings, django_user_model):
+    settings.SCROLL_BENCH = True
+    with pytest.raises(Http404):
+        views.bench_load(_post(staff, remote="10.0.0.8"))
+    viewer = django_user_model.objects.create_user("v", password="pw")
+    assert views.bench_load(_post(viewer)).status_code == 302  # to the admin login
+
+
+@pytest.mark.django_db
+def test_bounds_are_checked(staff, settings):
+    settings.SCROLL_BENCH = True
+    response = views.bench_load(_post(staff, sessions=1, rate=10, seconds=10_000))
+    assert response.status_code == 400
+    assert "seconds" in json.loads(response.content)["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_spans_go_through_the_sink_at_the_asked_rate(staff, settings):
+    settings.SCROLL_BENCH = True
+    sink = ConsoleSpanSink(linger_s=0.0)
+    telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
+    try:
+        response = views.bench_load(_post(staff, sessions=2, rate=50, seconds=0.4))
+        assert response.status_code == 202
+        load = benchload.get_load(json.loads(response.content)["id"])
+        deadline = time.monotonic() + 5
+        while not load.done and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sink.flush(5.0)
+    finally:
+        telemetry.reset()
+        sink.close()
+    assert load.done and not load.error
+    counts = load.to_dict()["counts"]
+    assert set(counts) == {"bench:s000", "bench:s001"}
+    assert all(15 <= n <= 21 for n in counts.values())  # 50/s for 0.4 s
+    assert SpanRecord.objects.filter(name=benchload.BENCH_SPAN).count() == sum(counts.values())

@@ -66,7 +66,8 @@ def test_the_policy_answers_a_planted_fact_from_evicted_history(history, kernel)
                  kernel=kernel) as agent:  # fmt: skip
         result = agent.ask("What is the name of Melanie's dog?")
     assert result.ok, result.error
-    assert "Biscuit" in result.answer and f"seq {history.planted}" in result.answer
+    assert result.answer == "Biscuit"
+    assert f"answered from seq {history.planted} " in (result.headline or "")
     assert ABSTENTION not in result.answer
     # The fact was evicted before the model ever saw it: only ms brought it back.
     first = result.steps[0].compressions[0].record

@@ -61,7 +61,7 @@ def test_the_demo_evicts_early_and_recalls_evicted_facts(console_log, monkeypatc
     answers = [
         e.content
         for e in console_log.session_events(run.session_id, limit=None)
-        if e.kind == "model_turn" and not e.name and e.content.startswith("From our")
+        if e.kind == "model_turn" and not e.name and "status: answered from" in (e.headline or "")
     ]
     # Each recall question is answered from events evicted long before it was asked.
     assert len(answers) == len(demo.RECALL_QUESTIONS)

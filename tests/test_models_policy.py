@@ -13,7 +13,12 @@ from scroll_core.models import ChatModel, PolicyModel
 from scroll_core.models.policy import (
     POLICY_NAME,
     analyse_question,
+    choose_evidence,
+    cite,
+    compose_answer,
+    find_evidence,
     format_headline,
+    when_phrase,
 )
 from scroll_core.prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, system_prompt, tool_definitions
 
@@ -148,10 +153,11 @@ def test_it_finds_a_planted_fact_in_the_sandboxed_kernel(kernel):
     printed = messages[-2]["content"]
     assert "*[27] 2023-05-08 Melanie: My dog Biscuit chewed my sneakers again!" in printed
     assert all(len(line) < 400 for line in printed.splitlines())  # a compact projection
-    assert "Biscuit" in answer.content and "seq 27" in answer.content
+    assert answer.content.splitlines()[0] == "Biscuit"  # the short answer first ...
     assert ABSTENTION not in answer.content
     headline = headline_of(answer.content)
-    assert "status: answered from seq 27" in headline and "dog" in headline
+    # ... and where it comes from in the headline.
+    assert "status: answered from seq 27 (2023-05-08, Melanie)" in headline and "dog" in headline
 
 
 def test_a_named_time_filters_by_day_deterministically(kernel, ms):
@@ -165,8 +171,9 @@ def test_a_named_time_filters_by_day_deterministically(kernel, ms):
     assert names.count("search") == 3 and "sql_query" in names and "expand" in names
     searches = [c for c in ms.calls[calls_before:] if c.name == "search"]
     assert all(c.kwargs.get("k") == 5 and c.kwargs.get("since") for c in searches)
-    assert answer.content.startswith("From our conversations: On 2023-05-08 (seq 26), Caroline")
-    assert "LGBTQ support group" in answer.content
+    # "yesterday", said on 8 May: the date first, the citation in the headline.
+    assert answer.content.splitlines()[0] == "7 May 2023"
+    assert "status: answered from seq 26 (2023-05-08, Caroline)" in headline_of(answer.content)
 
 
 def test_expand_is_not_redundant(kernel, ms):
@@ -319,3 +326,45 @@ def test_its_headlines_parse_as_ok_with_the_canonical_parser():
         )
         assert parsed.quality == "ok"
         assert parsed.headline is not None and parsed.headline.anchors
+
+
+def _printed(*lines):
+    return "\n".join(f"*[{seq}] {day} {who}: {text}" for seq, day, who, text in lines)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "wanted"),
+    [
+        ("I went to the support group yesterday.", "7 May 2023"),
+        ("I gave a talk at a school last week.", "the week before 8 May 2023"),
+        ("I ran a charity race last Sunday.", "the sunday before 8 May 2023"),
+        ("I painted that sunrise last year.", "2022"),
+        ("We moved here in March 2021.", "March 2021"),
+        ("I signed up for a pottery class.", "8 May 2023"),
+    ],
+)
+def test_a_when_question_is_answered_with_a_date_phrase(sentence, wanted):
+    assert when_phrase(sentence, "2023-05-08") == wanted
+
+
+def test_answers_are_short_and_cite_in_the_headline_only():
+    q = analyse_question("What did Melanie paint last weekend?")
+    printed = _printed((40, "2023-05-08", "Melanie", "I painted a sunrise over the lake, so calm."))
+    chosen = choose_evidence(find_evidence(q, printed))
+    assert compose_answer(q, chosen) == "sunrise over the lake"
+    assert cite(chosen) == "seq 40 (2023-05-08, Melanie)"
+    yes = analyse_question("Did Melanie paint the sunrise?")
+    assert compose_answer(yes, choose_evidence(find_evidence(yes, printed))) == "Yes"
+
+
+def test_questions_and_its_own_replies_are_not_evidence_so_it_abstains():
+    # An adversarial question: only the earlier question and the baseline's reply share
+    # its terms, never something a speaker said.
+    q = analyse_question("What journal has Deborah been using to track tasks?")
+    printed = _printed(
+        (90, "2026-11-29", "user", "What journal has Jolene been using to track tasks?"),
+        (91, "2026-11-29", "assistant", "bullet journal"),
+        (12, "2023-08-16", "Jolene", "Work has been busy this week."),
+    )
+    assert find_evidence(q, printed) == []
+    assert compose_answer(q, []) == ABSTENTION

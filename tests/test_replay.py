@@ -80,7 +80,7 @@ def recorded(tmp_path_factory):
         for question in QUESTIONS:
             result = agent.ask(question)
             assert result.ok, result.error
-            answers.append(result.answer)
+            answers.append(f"{result.answer}\n{result.headline}")
             steps.extend(step.to_dict() for step in result.steps)
     yield log, steps, planted, answers
     log.close()

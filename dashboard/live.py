@@ -23,6 +23,8 @@ _ROW_ATTRIBUTES = (
     "scroll.tier",
     "scroll.tokens_before",
     "scroll.tokens_after",
+    "scroll.trigger_tokens",
+    "scroll.fields",
     "scroll.block",
     "scroll.query",
     "gen_ai.tool.name",
@@ -30,8 +32,10 @@ _ROW_ATTRIBUTES = (
     "gen_ai.usage.output_tokens",
     "error.type",
 )
-# Spans that change the view: shown on the session timeline as well as in the feed.
-TIMELINE_SPANS = frozenset({"scroll.evict", "scroll.fold", "scroll.compress"})
+# Spans that change the view (or how it is built): on the session timeline as well as the feed.
+TIMELINE_SPANS = frozenset(
+    {"scroll.evict", "scroll.fold", "scroll.compress", "scroll.profile.applied"}
+)
 
 
 def _iso_from_ns(ns: int | None) -> str:

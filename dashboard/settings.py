@@ -20,6 +20,7 @@ SCROLL_BENCH           "1" routes /bench/load/ (staff, loopback only): bench/con
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -145,6 +146,11 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": SCROLL_DATA_DIR / "console.sqlite3",
+            # Tests get a file too, not Django's shared-cache in-memory database: there a
+            # write that meets another thread's read fails at once ("table is locked")
+            # instead of waiting, and the live tests run the server, runs and the span sink
+            # on threads of their own. One file per test process, removed afterwards.
+            "TEST": {"NAME": str(Path(tempfile.gettempdir()) / f"scroll-test-{os.getpid()}.db")},
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

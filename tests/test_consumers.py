@@ -246,16 +246,16 @@ async def test_a_batch_of_spans_arrives_as_one_frame_oldest_first(user):
     communicator, _ = await _connect(f"/ws/sessions/{session_safe_id(sid)}/", user)
     try:
         spans = [
-            _span("scroll.search", session_id=sid, span_id="1" * 16),
-            _span("scroll.evict", session_id=sid, span_id="2" * 16),
-            _span("scroll.search", session_id=sid, span_id="3" * 16),
+            _span("scroll.search", session_id=sid, span_id="4" * 16),
+            _span("scroll.evict", session_id=sid, span_id="5" * 16),
+            _span("scroll.search", session_id=sid, span_id="6" * 16),
         ]
         await get_channel_layer().group_send(
             session_group(sid), {"type": "spans.finished", "spans": spans}
         )
         rows = await communicator.receive_from(timeout=2)
         timeline = await communicator.receive_from(timeout=2)
-        ids = [rows.index(f'id="span-{c * 16}"') for c in "123"]
+        ids = [rows.index(f'id="span-{c * 16}"') for c in "456"]
         assert ids == sorted(ids)  # each prepended in turn: the newest ends on top
         assert rows.count('hx-swap-oob="afterbegin:#span-rows"') == 3
         assert timeline.count('hx-swap-oob="afterbegin:#timeline"') == 1

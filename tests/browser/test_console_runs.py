@@ -1,0 +1,132 @@
+"""Real runs in the browser: tuning a live session from admin, and the demo's evictions.
+
+The runs go through dashboard.runner (process-tier kernels, the policy model) with telemetry
+wired to the console's span sink, so spans reach the page the way they do in `make run`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from dashboard import runner as runner_module
+from dashboard.groups import session_safe_id
+from tests.browser.conftest import shoot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CELL = "Next.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
+
+
+@pytest.fixture
+def live_runner(console_log, monkeypatch):
+    """A runner of its own, and telemetry feeding a console span sink, for one test."""
+    from dashboard.runner import Runner
+    from dashboard.spans import ConsoleSpanSink
+    from scroll_core import telemetry
+    from scroll_core.kernel import KernelConfig, KernelManager
+
+    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
+    runner = Runner(workers=1, kernels=kernels)
+    monkeypatch.setattr(runner_module, "_runner", runner)
+    sink = ConsoleSpanSink()
+    telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
+    try:
+        yield runner
+    finally:
+        runner.shutdown()
+        sink.flush(5.0)
+        telemetry.reset()
+        sink.close()
+
+
+def _wait_live(page):
+    page.wait_for_function("document.body.dataset.live === 'open'", timeout=10_000)
+
+
+def _shows(page, element_id, text, timeout=30_000):
+    page.wait_for_function(
+        "([id, t]) => document.getElementById(id).innerText.includes(t)",
+        arg=[element_id, text],
+        timeout=timeout,
+    )
+
+
+def test_a_trigger_ratio_changed_in_admin_takes_effect_at_the_next_compress(page, live_runner):
+    from dashboard.models import RunRecord, SpanRecord, TuningProfile
+
+    profile = TuningProfile.objects.create(name="small", context_size=6000)
+    gate = threading.Event()
+
+    def hold() -> str:
+        # The run waits here, between compresses, while the operator edits the profile.
+        return "tuned" if gate.wait(30) else "timed out"
+
+    task = f"Wait for the operator.\n```python\nprint(ops.hold())\n```\n---\n{CELL}"
+    run = runner_module.start_run(task, profile, host_functions={"ops.hold": hold})
+    # The turn's first compress is stored (the page renders it) and the run waits in ops.hold.
+    deadline = time.monotonic() + 30
+    spans = SpanRecord.objects.filter(session_id=run.session_id, name="scroll.compress")
+    while not spans.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    page.goto(f"{page.base}/sessions/{run.session_id}/")
+    _wait_live(page)
+    page.evaluate("window.__marker = 'same page'")
+    # That compress triggered at 0.8 x 6,000.
+    _shows(page, "span-rows", "scroll.trigger_tokens=4800")
+
+    admin = page.context.new_page()
+    admin.goto(f"{page.base}/admin/dashboard/tuningprofile/{profile.pk}/change/")
+    admin.fill("input[name=trigger_ratio]", "0.5")
+    admin.click("input[name=_save]")
+    admin.wait_for_selector(".messagelist .success")
+    shoot(admin, "admin-profile")
+    admin.close()
+    gate.set()
+
+    # Without a reload: the session picks the change up at its next compress ...
+    page.wait_for_selector("#timeline li.timeline-scroll-profile-applied", timeout=30_000)
+    assert "trigger_ratio" in page.inner_text("#timeline li.timeline-scroll-profile-applied")
+    # ... and that compress triggers at 0.5 x 6,000.
+    _shows(page, "timeline", "scroll.trigger_tokens=3000")
+    assert page.evaluate("window.__marker") == "same page"
+
+    run = runner_module.wait_for_run(run.session_id, 60)
+    assert run.status == RunRecord.DONE, run.error
+    assert run.trigger_tokens == 3000
+    page.reload()
+    # The recorded change (who, old and new) is on the timeline, the trigger in the summary.
+    change = page.inner_text("#timeline li.timeline-profile")
+    assert "trigger_ratio: 0.8 → 0.5 by ops" in change
+    assert "/ 3000 / 6000" in page.inner_text("dl.summary")
+    shoot(page, "session-tuned")
+
+
+def test_the_demo_session_shows_evictions_in_the_index_panel(page, live_runner):
+    from dashboard import demo
+    from dashboard.models import RunRecord, TuningProfile
+
+    TuningProfile.objects.get_or_create(name=demo.DEMO_PROFILE, defaults={"context_size": 6000})
+    run = demo.start_demo(pause_s=0.2)
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        run.refresh_from_db()
+        if run.evictions >= 1 or run.status not in RunRecord.ACTIVE:
+            break
+        time.sleep(0.5)
+    assert run.evictions >= 1, (run.status, run.error)
+
+    page.goto(f"{page.base}/sessions/{run.session_id}/")
+    rows = page.locator("table.index tbody tr")
+    assert rows.count() >= 1
+    first = rows.first.inner_text()
+    assert "–" in first  # a seq range
+    assert page.locator("#timeline li").count() >= 1
+    shoot(page, "demo-session")
+    page.goto(f"{page.base}/")
+    assert page.locator(f"#session-{session_safe_id(run.session_id)}").count() == 1
+    runner_module.stop_run(run.session_id)

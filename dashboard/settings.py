@@ -15,6 +15,16 @@ SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (chann
 SCROLL_SERVE_STATIC    "0" stops the ASGI app serving static files itself (default on)
 SCROLL_GRAFANA_URL     base URL of a Grafana with Tempo, for "open this trace in Grafana" links
 SCROLL_BENCH           "1" routes /bench/load/ (staff, loopback only): bench/console.py sets it
+SCROLL_SPAN_RETENTION  spans kept for the Traces page, oldest pruned (default 50000)
+SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
+SCROLL_RUNNER_WORKERS  runs executing at once in the in-process runner (default 4)
+SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
+SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
+SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
+
+Read by scroll_core directly: SCROLL_SANDBOX (auto|bwrap|process), SCROLL_MODEL_BASE_URL,
+SCROLL_MODEL_API_KEY, SCROLL_MODEL_NAME, SCROLL_MODEL_CONTEXT_SIZE, and the standard
+OTEL_EXPORTER_OTLP_* variables.
 """
 
 from __future__ import annotations
@@ -40,6 +50,19 @@ def _env_flag(name: str, default: bool) -> bool:
     if value is None or value.strip() == "":
         return default
     return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_int(name: str, default: int, *, minimum: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
 
 
 def _persisted_secret_key(data_dir: Path) -> str:
@@ -196,3 +219,6 @@ LOGOUT_REDIRECT_URL = "login"
 SCROLL_GRAFANA_URL = os.environ.get("SCROLL_GRAFANA_URL", "").rstrip("/")
 # Span load generator for bench/console.py; never on unless the bench starts the server.
 SCROLL_BENCH = _env_flag("SCROLL_BENCH", False)
+SCROLL_SPAN_RETENTION = _env_int("SCROLL_SPAN_RETENTION", 50_000, minimum=1)
+SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
+SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)

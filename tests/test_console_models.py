@@ -93,3 +93,16 @@ def test_a_run_shows_only_the_profile_changes_made_while_it_ran():
     assert list(run.profile_changes()) == [during]
     assert before not in run.profile_changes()
     assert run.summary()["profile"] == "demo"
+
+
+def test_a_bad_numeric_setting_is_a_clear_error_at_start(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SCROLL_DATA_DIR": str(tmp_path), "SCROLL_RUNNER_WORKERS": "many"}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert "SCROLL_RUNNER_WORKERS must be a whole number, got 'many'" in done.stderr

@@ -8,6 +8,14 @@ server-side, so live rows and reloaded rows are identical and event text is alwa
 
 Every consumer also joins the alerts group: the open-alert count in the header is live on
 every page.
+
+A page passes the cursor of what it rendered in the socket's query string (``span_after``,
+``seq_after``, ``compress_after``, ``runs_after``, ``alerts_after``; see ``live.ws_url``). On
+connect, after joining its groups, the consumer first sends what was stored after that cursor,
+so whatever finished between the page rendering and its socket connecting is not lost. The
+channel layer holds live messages until ``connect`` returns, so they come after the catch-up;
+a live span the page or the catch-up already showed (its id at or below the cursor) is
+skipped, and the browser drops any row whose id it already has (static/scroll.js).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from dashboard import live
-from dashboard.groups import ALERTS, SESSION_PREFIX, SPANS
+from dashboard.groups import ALERTS, SESSION_PREFIX, SPANS, session_safe_id
 from dashboard.spans import remember_server_loop
 
 # A span is rendered once per process and shared by every socket that shows it; the cache
@@ -54,8 +62,24 @@ def render_span_fragments(span: dict[str, Any]) -> list[str]:
 class _LiveConsumer(AsyncWebsocketConsumer):
     """Shared connect/disconnect and the alert handler; subclasses name their groups."""
 
+    # The newest span id this socket's page has shown; live spans at or below it are skipped.
+    # The span sink stores and sends in one thread, oldest first, so ids only grow.
+    span_after: int | None = None
+
     def _groups(self) -> list[str]:
         return [ALERTS]
+
+    def _query(self) -> dict[str, str]:
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        return {k: v[-1] for k, v in query.items()}
+
+    async def catch_up(self, query: dict[str, str]) -> None:
+        """Send what changed after the page's cursors; subclasses add their own rows."""
+        since = live.time_cursor(query.get("alerts_after"))
+        if since is not None:
+            count, alerts = await self._alerts_since(since)
+            if alerts:
+                await self._send_alerts(count, alerts)
 
     async def connect(self) -> None:
         # The loop this consumer runs on is the one the span sink must send on.
@@ -68,6 +92,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        await self.catch_up(self._query())
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch closes stale database connections through a thread hop before
@@ -84,15 +109,19 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     async def alert_changed(self, event: dict[str, Any]) -> None:
         count = await self._open_alert_count()
-        alert = live.alert_row(event["alert"])
-        for part in ("count", "remove", "row"):
-            html = render_to_string(
-                "dashboard/_alert_oob.html", {"alert": alert, "count": count, "part": part}
-            )
+        await self._send_alerts(count, [event["alert"]])
+
+    async def _send_alerts(self, count: int, alerts: list[dict[str, Any]]) -> None:
+        # "remove" then "row": the row is replaced by id, so a repeat never shows twice.
+        frames = [("count", None)] + [(part, a) for a in alerts for part in ("remove", "row")]
+        for part, alert in frames:
+            ctx = {"alert": live.alert_row(alert or {}), "count": count, "part": part}
+            html = render_to_string("dashboard/_alert_oob.html", ctx)
             await self.send(text_data=html.strip())
 
     async def span_finished(self, event: dict[str, Any]) -> None:
         if self._wants(event["span"]):
+            self._seen(event["span"])
             for frame in render_span_fragments(event["span"]):
                 await self.send(text_data=frame)
 
@@ -102,6 +131,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         timeline: list[str] = []
         for span in event["spans"]:
             if self._wants(span):
+                self._seen(span)
                 frames = render_span_fragments(span)
                 rows.append(frames[0])
                 timeline.extend(frames[1:])
@@ -110,18 +140,36 @@ class _LiveConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=frame)
 
     async def session_changed(self, event: dict[str, Any]) -> None:
-        row = await self._session_row(event["session_id"])
+        await self._send_session_row(await self._session_row(event["session_id"]))
+
+    async def _send_session_row(self, row: Any) -> None:
         parts = ("remove", "insert") if getattr(self, "session_rows", False) else ("replace",)
         for part in parts:
             html = render_to_string("dashboard/_session_oob.html", {"r": row, "part": part})
             await self.send(text_data=html.strip())
 
     def _wants(self, span: dict[str, Any]) -> bool:
-        return True
+        return self._unseen(span)
+
+    def _unseen(self, span: dict[str, Any]) -> bool:
+        span_id = span.get("id")
+        return self.span_after is None or span_id is None or span_id > self.span_after
+
+    def _seen(self, span: dict[str, Any]) -> None:
+        if self.span_after is not None and span.get("id") is not None:
+            self.span_after = max(self.span_after, span["id"])
 
     @database_sync_to_async
     def _open_alert_count(self) -> int:
         return live.open_alert_count()
+
+    @database_sync_to_async
+    def _alerts_since(self, since: Any) -> tuple[int, list[dict[str, Any]]]:
+        return live.open_alert_count(), live.alerts_changed_since(since)
+
+    @database_sync_to_async
+    def _spans_after(self, span_id: int, **where: Any) -> list[dict[str, Any]]:
+        return live.spans_after(span_id, **where)
 
     @database_sync_to_async
     def _session_row(self, session_id: str) -> Any:
@@ -155,15 +203,35 @@ class FeedConsumer(_LiveConsumer):
     """
 
     def _groups(self) -> list[str]:
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        flat = {k: v[-1] for k, v in query.items()}
+        flat = self._query()
         self.filters = live.SpanFilter.from_query(flat)
         self.spans = flat.get("spans") != "0"
         self.session_rows = flat.get("sessions") == "1"
         return [SPANS, ALERTS]
 
     def _wants(self, span: dict[str, Any]) -> bool:
-        return self.spans and self.filters.matches(span)
+        return self.spans and self.filters.matches(span) and self._unseen(span)
+
+    async def catch_up(self, query: dict[str, str]) -> None:
+        await super().catch_up(query)
+        self.span_after = live.int_cursor(query.get("span_after"))
+        if self.spans and self.span_after is not None:
+            await self.spans_finished(
+                {"spans": await self._spans_after(self.span_after, filters=self.filters)}
+            )
+        seq = live.int_cursor(query.get("seq_after"))
+        since = live.time_cursor(query.get("runs_after"))
+        if seq is not None or since is not None:
+            for row in await self._sessions_since(seq, since):
+                await self._send_session_row(row)
+
+    @database_sync_to_async
+    def _sessions_since(self, seq: int | None, since: Any) -> list[Any]:
+        from dashboard.eventlog import get_event_log
+        from dashboard.views import session_row
+
+        log = get_event_log()
+        return [session_row(log, sid) for sid in live.sessions_changed_since(seq, since)]
 
 
 class SessionConsumer(_LiveConsumer):
@@ -181,3 +249,36 @@ class SessionConsumer(_LiveConsumer):
             await self.close()
             return
         await super().connect()
+
+    async def catch_up(self, query: dict[str, str]) -> None:
+        await super().catch_up(query)
+        session_id = query.get("session", "")
+        # The group is named by a hash: the page names the session, and the hash must match.
+        if session_safe_id(session_id) != self.scope["url_route"]["kwargs"]["safe_id"]:
+            return
+        self.span_after = live.int_cursor(query.get("span_after"))
+        if self.span_after is not None:
+            spans = await self._spans_after(self.span_after, session_id=session_id)
+            await self.spans_finished({"spans": spans})
+        compress_after = live.int_cursor(query.get("compress_after"))
+        if compress_after is not None:
+            compressions = await self._compresses_after(session_id, compress_after)
+            if compressions:
+                html = render_to_string(
+                    "dashboard/_compress_oob.html", {"compressions": compressions}
+                )
+                await self.send(text_data=html.strip())
+        seq = live.int_cursor(query.get("seq_after"))
+        if seq is not None and await self._newer_events(session_id, seq):
+            html = render_to_string(
+                "dashboard/_events_newer.html", {"newer_after": seq, "oob": True}
+            )
+            await self.send(text_data=html.strip())
+
+    @database_sync_to_async
+    def _compresses_after(self, session_id: str, compress_id: int) -> list[Any]:
+        return live.compresses_after(session_id, compress_id)
+
+    @database_sync_to_async
+    def _newer_events(self, session_id: str, seq: int) -> int:
+        return live.newer_events(session_id, seq)

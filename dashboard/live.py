@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
+
+from django.utils import timezone
 
 from dashboard.groups import session_safe_id
 
@@ -44,6 +47,11 @@ def _iso_from_ns(ns: int | None) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _status_label(status: str | None) -> str:
+    # OpenTelemetry's UNSET means no error was recorded: to an operator that is "ok".
+    return "error" if status == "error" else "ok"
+
+
 def span_row(span: dict[str, Any]) -> dict[str, Any]:
     """A template-ready row of one finished span."""
     attributes = span.get("attributes") or {}
@@ -60,7 +68,7 @@ def span_row(span: dict[str, Any]) -> dict[str, Any]:
         "end_ns": int(span.get("end_ns") or 0),
         "ended_at": _iso_from_ns(span.get("end_ns")),
         "duration_ms": duration,
-        "status": span.get("status", "unset"),
+        "status": _status_label(span.get("status")),
         "status_message": span.get("status_message") or "",
         "error": span.get("status") == "error",
         "slow": duration >= DEFAULT_SLOW_MS,
@@ -105,8 +113,9 @@ class SpanFilter:
         return not (self.slow_ms is not None and float(span.get("duration_ms") or 0) < self.slow_ms)
 
     def query_string(self) -> str:
-        from urllib.parse import urlencode
+        return urlencode(self.params())
 
+    def params(self) -> dict[str, str]:
         params: dict[str, str] = {}
         if self.session:
             params["session"] = self.session
@@ -116,7 +125,7 @@ class SpanFilter:
             params["errors"] = "1"
         if self.slow_ms is not None:
             params["slow_ms"] = f"{self.slow_ms:g}"
-        return urlencode(params)
+        return params
 
 
 def alert_row(alert: dict[str, Any]) -> dict[str, Any]:
@@ -127,3 +136,125 @@ def open_alert_count() -> int:
     from dashboard.alerts import open_alert_count as count
 
     return count()
+
+
+# ---------------------------------------------------------------------------- cursors
+# A live page carries in its WebSocket URL what it rendered (the newest span id, Event Log
+# seq, compress id, and the time it was drawn); on connect the consumer sends what was
+# stored after that, at most CATCH_UP_ROWS rows, before any live message.
+CATCH_UP_ROWS = 200
+# Alerts and runs are updated in place and only carry timestamps: look back a little past
+# the page's time so a change committed while the page rendered is not lost. Their frames
+# replace rows by id, so sending one twice is harmless.
+TIME_SLACK = timedelta(seconds=2)
+
+
+def now_cursor() -> str:
+    return timezone.now().isoformat()
+
+
+def ws_url(path: str, **params: Any) -> str:
+    """``path`` with the page's filters and cursors (empty ones left out) and the alerts one."""
+    query = {k: str(v) for k, v in params.items() if v is not None and v != ""}
+    query["alerts_after"] = now_cursor()
+    return f"{path}?{urlencode(query)}"
+
+
+def int_cursor(value: str | None) -> int | None:
+    value = (value or "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def time_cursor(value: str | None) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat((value or "").strip())
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment - TIME_SLACK
+
+
+def newest_span_id() -> int:
+    from dashboard.models import SpanRecord
+
+    return SpanRecord.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def spans_after(
+    span_id: int, *, filters: SpanFilter | None = None, session_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Spans stored after ``span_id`` (the newest CATCH_UP_ROWS), oldest first."""
+    from dashboard.models import SpanRecord
+
+    spans = SpanRecord.objects.filter(id__gt=span_id)
+    if session_id is not None:
+        spans = spans.filter(session_id=session_id)
+    if filters is not None:
+        if filters.session:
+            spans = spans.filter(session_id=filters.session)
+        if filters.operation:
+            spans = spans.filter(name__startswith=filters.operation)
+        if filters.errors:
+            spans = spans.filter(status="error")
+        if filters.slow_ms is not None:
+            spans = spans.filter(duration_ms__gte=filters.slow_ms)
+    rows = list(spans.order_by("-id")[:CATCH_UP_ROWS])
+    return [row.to_dict() for row in reversed(rows)]
+
+
+def alerts_changed_since(moment: datetime) -> list[dict[str, Any]]:
+    """Alerts raised, bumped, acknowledged or resolved after ``moment``, oldest first."""
+    from django.db.models import Q
+
+    from dashboard.models import Alert
+
+    changed = Alert.objects.select_related("rule", "acknowledged_by").filter(
+        Q(last_seen__gt=moment) | Q(acknowledged_at__gt=moment) | Q(resolved_at__gt=moment)
+    )
+    rows = list(changed.order_by("-last_seen", "-id")[:CATCH_UP_ROWS])
+    return [row.to_dict() for row in reversed(rows)]
+
+
+def sessions_changed_since(seq: int | None, moment: datetime | None) -> list[str]:
+    """Sessions with events after ``seq`` or runs started, stepped or ended after ``moment``,
+    the most recently active last (each row moves to the top of the table in turn)."""
+    from django.db.models import Q
+
+    from dashboard.eventlog import get_event_log
+    from dashboard.models import RunRecord
+
+    ids: list[str] = []
+    if seq is not None:
+        summaries = [s for s in get_event_log().sessions() if s.last_seq > seq]
+        ids = [s.session_id for s in reversed(summaries[:CATCH_UP_ROWS])]
+    if moment is not None:
+        runs = RunRecord.objects.filter(
+            Q(created_at__gt=moment) | Q(started_at__gt=moment) | Q(ended_at__gt=moment)
+        ).order_by("created_at", "id")
+        for session_id in runs.values_list("session_id", flat=True)[:CATCH_UP_ROWS]:
+            if session_id not in ids:
+                ids.insert(0, session_id)
+    return ids[-CATCH_UP_ROWS:]
+
+
+def compresses_after(session_id: str, compress_id: int) -> list[Any]:
+    """A session's compress records after ``compress_id``, newest first (as the timeline)."""
+    from dashboard.models import CompressEvent
+
+    rows = CompressEvent.objects.filter(session_id=session_id, id__gt=compress_id)
+    return list(rows.order_by("-id")[:CATCH_UP_ROWS])
+
+
+def newest_compress_id(session_id: str) -> int:
+    from dashboard.models import CompressEvent
+
+    rows = CompressEvent.objects.filter(session_id=session_id).order_by("-id")
+    return rows.values_list("id", flat=True).first() or 0
+
+
+def newer_events(session_id: str, seq: int) -> int:
+    """How many of a session's events come after ``seq`` (at most CATCH_UP_ROWS)."""
+    from dashboard.eventlog import get_event_log
+
+    return len(get_event_log().session_events(session_id, after_seq=seq, limit=CATCH_UP_ROWS))

@@ -198,6 +198,10 @@ def _plotly_bundle() -> bytes:
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     log = get_event_log()
+    # The cursor first: whatever is written after it reaches the page over its socket.
+    ws_url = live.ws_url(
+        "/ws/feed/", spans=0, seq_after=log.last_seq(), runs_after=live.now_cursor()
+    )
     page = Paginator(log.sessions(), settings.SCROLL_PAGE_SIZE).get_page(request.GET.get("page"))
     ids = [s.session_id for s in page.object_list]
     runs = {r.session_id: r for r in RunRecord.objects.select_related("profile")}
@@ -222,7 +226,9 @@ def home(request: HttpRequest) -> HttpResponse:
     ]
     query = request.GET.get("q", "").strip()
     hits = log.search(query, k=SEARCH_HITS) if query else []
-    ctx = {"page": page, "rows": waiting + rows, "query": query, "hits": hits}
+    if not query and page.number == 1:
+        ws_url += "&sessions=1"
+    ctx = {"page": page, "rows": waiting + rows, "query": query, "hits": hits, "ws_url": ws_url}
     return render(request, "dashboard/home.html", ctx)
 
 
@@ -239,6 +245,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         return HttpResponseBadRequest("after must be a non-negative integer seq")
 
     size = settings.SCROLL_PAGE_SIZE
+    span_after = live.newest_span_id()
     events = log.session_events(session_id, after_seq=after, limit=size + 1)
     has_newer = len(events) > size
     events = events[:size]
@@ -246,14 +253,23 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
     query = request.GET.get("q", "").strip()
     counts = _retrievals(session_id)
     points = list(CompressEvent.objects.filter(session_id=session_id).order_by("at", "id"))
+    last_seq = events[-1].seq if events else None
     ctx = {
+        "ws_url": live.ws_url(
+            f"/ws/sessions/{session_safe_id(session_id)}/",
+            session=session_id,
+            span_after=span_after,
+            compress_after=max((p.id for p in points), default=0),
+            # Only the newest page learns of newer events (its "newer" link appears).
+            seq_after=(last_seq or after) if not has_newer else None,
+        ),
         "session_id": session_id,
         "safe_id": session_safe_id(session_id),
         "summary": summary,
         "run": run,
         "events": events,
         "after": after,
-        "last_seq": events[-1].seq if events else None,
+        "last_seq": last_seq,
         "newer_after": events[-1].seq if has_newer else None,
         "older_after": _older_cursor(log, session_id, first_seq, size),
         "query": query,
@@ -291,7 +307,7 @@ def event(request: HttpRequest, seq: int) -> HttpResponse:
             payload_text = loaded if isinstance(loaded, str) else repr(loaded)
         except Exception as exc:  # a missing or corrupt payload is shown, not raised
             payload_text = f"(payload unavailable: {exc})"
-    ctx = {"e": found, "payload_text": payload_text}
+    ctx = {"e": found, "payload_text": payload_text, "ws_url": live.ws_url("/ws/alerts/")}
     template = "dashboard/_event_full.html" if request.htmx else "dashboard/event.html"
     return render(request, template, ctx)
 
@@ -300,6 +316,7 @@ def event(request: HttpRequest, seq: int) -> HttpResponse:
 @require_GET
 def traces(request: HttpRequest) -> HttpResponse:
     filters = live.SpanFilter.from_query(request.GET)
+    span_after = live.newest_span_id()
     spans = SpanRecord.objects.all()
     if filters.session:
         spans = spans.filter(session_id=filters.session)
@@ -311,7 +328,7 @@ def traces(request: HttpRequest) -> HttpResponse:
         spans = spans.filter(duration_ms__gte=filters.slow_ms)
     ctx = {
         "filters": filters,
-        "ws_query": filters.query_string(),
+        "ws_url": live.ws_url("/ws/feed/", **filters.params(), span_after=span_after),
         "spans": [live.span_row(s.to_dict()) for s in spans[:SPAN_ROWS]],
         "operations": SpanRecord.objects.values_list("name", flat=True).distinct()[:200],
     }
@@ -324,6 +341,7 @@ def traces(request: HttpRequest) -> HttpResponse:
 def span(request: HttpRequest, span_id: str) -> HttpResponse:
     record = get_object_or_404(SpanRecord, span_id=span_id)
     ctx = {
+        "ws_url": live.ws_url("/ws/alerts/"),
         "span": record,
         "s": live.span_row(record.to_dict()),
         "parent": SpanRecord.objects.filter(span_id=record.parent_id).first(),
@@ -367,6 +385,7 @@ def _tempo_pane(trace_id: str) -> str:
 def alerts(request: HttpRequest) -> HttpResponse:
     rows = Alert.objects.select_related("rule", "acknowledged_by")
     ctx = {
+        "ws_url": live.ws_url("/ws/alerts/"),
         "open": rows.filter(state=Alert.OPEN)[:200],
         "acknowledged": rows.filter(state=Alert.ACKNOWLEDGED)[:200],
         "resolved": rows.filter(state=Alert.RESOLVED)[:50],
@@ -400,7 +419,8 @@ def _kernels() -> list[dict[str, Any]]:
 @login_required
 @require_GET
 def kernels(request: HttpRequest) -> HttpResponse:
-    return render(request, "dashboard/kernels.html", {"kernels": _kernels()})
+    ctx = {"ws_url": live.ws_url("/ws/alerts/"), "kernels": _kernels()}
+    return render(request, "dashboard/kernels.html", ctx)
 
 
 @staff_member_required
@@ -440,6 +460,7 @@ def runs(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Started {run.session_id}.")
             return redirect("session", run.session_id)
     ctx = {
+        "ws_url": live.ws_url("/ws/alerts/"),
         "runs": RunRecord.objects.select_related("profile")[:100],
         "profiles": TuningProfile.objects.all(),
         "models": getattr(runner, "available_models", lambda: [])(),

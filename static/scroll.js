@@ -30,8 +30,29 @@
     }
   });
 
+  // A row this page already shows is not inserted again: the catch-up a socket sends on
+  // (re)connect may overlap the rows the page rendered or received live. Replacing swaps
+  // (the fragment's element has the target's id) are left alone.
+  function dropShown(evt) {
+    var detail = evt.detail || {};
+    var fragment = detail.fragment, target = detail.target;
+    if (!fragment || !target || !fragment.querySelectorAll) return;
+    fragment.querySelectorAll("[id]").forEach(function (el) {
+      if (el.id !== target.id && document.getElementById(el.id)) el.remove();
+    });
+  }
+
+  // An empty table shows a "none" row, hidden while live rows share its body.
+  function markEmpty() {
+    document.querySelectorAll("tbody > tr.none").forEach(function (row) {
+      row.hidden = row.parentNode.children.length > 1;
+    });
+  }
+
   document.addEventListener("htmx:afterSwap", function (evt) { drawCharts(evt.target.parentNode || document); });
+  document.addEventListener("htmx:oobBeforeSwap", dropShown);
   document.addEventListener("htmx:oobAfterSwap", function (evt) {
+    markEmpty();
     trim("span-rows");
     trim("timeline");
     var target = evt.detail && evt.detail.target;

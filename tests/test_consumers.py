@@ -235,10 +235,12 @@ def test_the_first_sessions_page_asks_for_new_rows_and_later_pages_do_not(client
 
     client.force_login(get_user_model().objects.create_user("v2", password="pw"))
     first = client.get("/").content.decode()
-    assert 'ws-connect="/ws/feed/?spans=0&amp;sessions=1"' in first
+    assert 'ws-connect="/ws/feed/?spans=0&amp;seq_after=0&amp;runs_after=' in first
+    assert '&amp;sessions=1"' in first
     assert 'id="session-rows"' in first  # present even while the log is empty
     searched = client.get("/?q=anything").content.decode()
-    assert 'ws-connect="/ws/feed/?spans=0"' in searched
+    assert 'ws-connect="/ws/feed/?spans=0&amp;' in searched
+    assert "sessions=1" not in searched
 
 
 async def test_a_batch_of_spans_arrives_as_one_frame_oldest_first(user):
@@ -259,6 +261,176 @@ async def test_a_batch_of_spans_arrives_as_one_frame_oldest_first(user):
         assert ids == sorted(ids)  # each prepended in turn: the newest ends on top
         assert rows.count('hx-swap-oob="afterbegin:#span-rows"') == 3
         assert timeline.count('hx-swap-oob="afterbegin:#timeline"') == 1
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
+# -- catch-up: what was stored between the page rendering and its socket connecting ------
+
+
+def _store_span(**kw):
+    from dashboard.models import SpanRecord
+
+    span = _span(**kw)
+    span.pop("session_id")
+    span["status_message"] = ""
+    return SpanRecord.objects.create(session_id=kw.get("session_id") or "", **span)
+
+
+def _ws_url(html):
+    import html as html_lib
+    import re
+
+    return html_lib.unescape(re.search(r'ws-connect="([^"]+)"', html).group(1))
+
+
+async def test_a_span_stored_after_the_traces_page_rendered_reaches_it_once(user):
+    from django.test import Client
+
+    def render():
+        client = Client()
+        client.force_login(user)
+        _store_span(span_id="1" * 16, name="scroll.expand")
+        return client.get("/traces/?op=scroll.expand").content.decode()
+
+    html = await sync_to_async(render)()
+    assert f'id="span-{"1" * 16}"' in html
+    # Finished after the page was drawn, before its socket connected:
+    late = await sync_to_async(_store_span)(span_id="2" * 16, name="scroll.expand")
+    await sync_to_async(_store_span)(span_id="3" * 16, name="scroll.evict")  # filtered out
+    communicator, connected = await _connect(_ws_url(html), user)
+    try:
+        assert connected
+        frame = await communicator.receive_from(timeout=2)
+        assert f'id="span-{"2" * 16}"' in frame
+        assert "1" * 16 not in frame and "3" * 16 not in frame
+        assert await communicator.receive_nothing(timeout=0.2)
+        # The sink's own message for the same span, arriving late, is not shown twice ...
+        late_dict = await sync_to_async(late.to_dict)()
+        await get_channel_layer().group_send(SPANS, {"type": "span.finished", "span": late_dict})
+        assert await communicator.receive_nothing(timeout=0.2)
+        # ... while a newer one still streams in.
+        newer = await sync_to_async(_store_span)(span_id="4" * 16, name="scroll.expand")
+        newer_dict = await sync_to_async(newer.to_dict)()
+        await get_channel_layer().group_send(SPANS, {"type": "span.finished", "span": newer_dict})
+        assert f'id="span-{"4" * 16}"' in await communicator.receive_from(timeout=2)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_catch_up_is_bounded_and_oldest_first(user, settings):
+    from dashboard import live
+
+    def store():
+        return [_store_span(span_id=f"{i:016x}", name="scroll.search").id for i in range(205)]
+
+    ids = await sync_to_async(store)()
+    communicator, _ = await _connect(f"/ws/feed/?span_after={ids[0] - 1}", user)
+    try:
+        frame = await communicator.receive_from(timeout=2)
+        assert frame.count("<tr ") == live.CATCH_UP_ROWS
+        assert f'id="span-{4:016x}"' not in frame  # the oldest five are left out
+        assert frame.index(f"span-{5:016x}") < frame.index(f"span-{204:016x}")
+    finally:
+        await communicator.disconnect()
+
+
+async def test_session_socket_catches_up_spans_compresses_and_newer_events(user, console_log):
+    from dashboard.models import CompressEvent
+
+    sid = "run:late"
+    seq = await sync_to_async(console_log.append)(
+        session_id=sid, kind="context_msg", role="user", content="go"
+    )
+
+    def after_render():
+        _store_span(span_id="5" * 16, name="scroll.evict", session_id=sid)
+        _store_span(span_id="6" * 16, name="scroll.evict", session_id="other")
+        console_log.append(session_id=sid, kind="model_turn", role="assistant", content="ok")
+        return CompressEvent.objects.create(session_id=sid, action="evict", tokens_before=900)
+
+    compress = await sync_to_async(after_render)()
+    path = (
+        f"/ws/sessions/{session_safe_id(sid)}/?session=run%3Alate&span_after=0"
+        f"&compress_after=0&seq_after={seq}"
+    )
+    communicator, _ = await _connect(path, user)
+    try:
+        rows = await communicator.receive_from(timeout=2)
+        assert f'id="span-{"5" * 16}"' in rows and "6" * 16 not in rows
+        span_timeline = await communicator.receive_from(timeout=2)
+        assert f'id="timeline-{"5" * 16}"' in span_timeline
+        compressions = await communicator.receive_from(timeout=2)
+        assert 'hx-swap-oob="afterbegin:#timeline"' in compressions
+        assert f'id="compress-{compress.pk}"' in compressions
+        newer = await communicator.receive_from(timeout=2)
+        assert f'<a id="events-newer" rel="next" href="?after={seq}"' in newer
+        assert 'hx-swap-oob="true"' in newer
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_session_socket_ignores_a_cursor_for_another_session(user):
+    await sync_to_async(_store_span)(span_id="7" * 16, session_id="a")
+    path = f"/ws/sessions/{session_safe_id('a')}/?session=b&span_after=0"
+    communicator, connected = await _connect(path, user)
+    try:
+        assert connected
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_an_alert_raised_after_the_page_rendered_reaches_it(user):
+    from urllib.parse import quote
+
+    from django.utils import timezone
+
+    from dashboard.models import Alert, AlertRule
+
+    rendered = quote((timezone.now() - timezone.timedelta(seconds=10)).isoformat())
+
+    def make():
+        rule, _ = AlertRule.objects.get_or_create(kind=AlertRule.INDEX_GAP)
+        return Alert.objects.create(rule=rule, session_id="s9", message="gap at 12")
+
+    alert = await sync_to_async(make)()
+    communicator, _ = await _connect(f"/ws/alerts/?alerts_after={rendered}", user)
+    try:
+        count = await communicator.receive_from(timeout=2)
+        remove = await communicator.receive_from(timeout=2)
+        row = await communicator.receive_from(timeout=2)
+        assert ">1</span>" in count
+        assert f'<div id="alert-{alert.pk}" hx-swap-oob="delete">' in remove
+        assert 'hx-swap-oob="afterbegin:#alerts-open"' in row and "gap at 12" in row
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+    # A page drawn after the alert gets nothing more.
+    later = quote((timezone.now() + timezone.timedelta(seconds=10)).isoformat())
+    communicator, _ = await _connect(f"/ws/alerts/?alerts_after={later}", user)
+    try:
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_session_written_after_the_sessions_page_rendered_is_inserted(user, console_log):
+    seq = await sync_to_async(console_log.append)(
+        session_id="run:old", kind="context_msg", role="user", content="old"
+    )
+    await sync_to_async(console_log.append)(
+        session_id="run:late", kind="context_msg", role="user", content="late"
+    )
+    communicator, _ = await _connect(f"/ws/feed/?spans=0&sessions=1&seq_after={seq}", user)
+    try:
+        remove = await communicator.receive_from(timeout=2)
+        insert = await communicator.receive_from(timeout=2)
+        safe = session_safe_id("run:late")
+        assert f'<div id="session-{safe}" hx-swap-oob="delete"></div>' in remove
+        assert f'<tr id="session-{safe}" class="session">' in insert
         assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()

@@ -130,7 +130,7 @@ def test_traces_filter_by_session_operation_errors_and_slow(client):
 def test_traces_page_subscribes_with_its_filters(client):
     html = client.get(reverse("traces"), {"op": "scroll.evict", "errors": "1"}).content.decode()
 
-    assert 'ws-connect="/ws/feed/?op=scroll.evict&amp;errors=1"' in html
+    assert 'ws-connect="/ws/feed/?op=scroll.evict&amp;errors=1&amp;span_after=' in html
 
 
 def test_span_detail_links_to_grafana_only_when_configured(client, settings):
@@ -226,3 +226,21 @@ def test_kernel_actions_are_for_staff_only(client):
 
     assert response.status_code == 302
     assert "/admin/login/" in response.url
+
+
+def test_empty_alert_tables_say_none(client):
+    _alert(state=Alert.OPEN)
+    html = client.get(reverse("alerts")).content.decode()
+
+    assert html.count('<tr class="none">') == 2  # acknowledged and resolved; open has a row
+
+
+def test_a_span_without_a_recorded_error_shows_ok_and_an_error_shows_error(client):
+    _span(span_id="1" * 16, status="unset")
+    _span(span_id="2" * 16, status="error", status_message="boom")
+    html = client.get(reverse("traces")).content.decode()
+
+    assert '<td class="status status-ok">ok</td>' in html
+    assert '<td class="status status-error">error: boom</td>' in html
+    assert "unset" not in html
+    assert "· ok</small>" in client.get(reverse("span", args=["1" * 16])).content.decode()

@@ -92,6 +92,7 @@ def test_an_alert_is_raised_live_and_acknowledged(page):
     page.goto(f"{page.base}/alerts/")
     _wait_live(page)
     assert page.inner_text("#alert-count") == "0"
+    assert page.is_visible("#alerts-open tr.none")
 
     rule, _ = AlertRule.objects.get_or_create(kind=AlertRule.SPAN_REREAD)
     alert = Alert.objects.create(rule=rule, session_id=SID, message="t0:1-40 re-read 3 times")
@@ -99,9 +100,12 @@ def test_an_alert_is_raised_live_and_acknowledged(page):
 
     page.wait_for_function("document.getElementById('alert-count').textContent === '1'")
     page.wait_for_selector(f"#alerts-open #alert-{alert.pk}")
+    assert not page.is_visible("#alerts-open tr.none")
     shoot(page, "alerts")
     page.click(f"#alert-{alert.pk} button[name=acknowledge]")
     page.wait_for_selector(f"#alerts-acknowledged #alert-{alert.pk}")
+    assert page.is_visible("#alerts-open tr.none")
+    assert not page.is_visible("#alerts-acknowledged tr.none")
 
     alert.refresh_from_db()
     assert alert.state == Alert.ACKNOWLEDGED

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from scroll_core import EventLog
+from scroll_core.headlines import parse_headline
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.kernel.ms import MsCapability
 from scroll_core.models import ChatModel, PolicyModel
@@ -318,7 +319,6 @@ def test_its_own_earlier_lookups_are_not_evidence(tmp_path):
 
 
 def test_its_headlines_parse_as_ok_with_the_canonical_parser():
-    from scroll_core.headlines import parse_headline
 
     for anchors in (["Biscuit", "dog"], []):
         parsed = parse_headline(
@@ -368,3 +368,18 @@ def test_questions_and_its_own_replies_are_not_evidence_so_it_abstains():
     )
     assert find_evidence(q, printed) == []
     assert compose_answer(q, []) == ABSTENTION
+
+
+def test_a_cell_headline_names_the_request_and_what_the_output_carried(kernel):
+    request = (
+        "Check the deploys of payments-api.\n```python\n"
+        "rows = ['10:02 payments-api v2.41.0 PoolTimeoutError', '14:20 v2.40.3']\n"
+        "for r in rows:\n    print(r)\n```"
+    )
+    answer, _, _ = converse(PolicyModel(), kernel, request)
+    parsed = parse_headline(answer.content)
+    assert parsed.quality == "ok"
+    assert parsed.headline.task == "Check the deploys of payments-api."
+    anchors = parsed.headline.anchors
+    assert {"v2.41.0", "v2.40.3", "PoolTimeoutError"} <= set(anchors)
+    assert "rows" in anchors

@@ -562,7 +562,9 @@ def run_user_code(turn: Turn) -> Action | None:
     code = found.group(1)
     return Action(
         "Running the code from your message.",
-        format_headline("run the user's cell", "running", "report its output", _code_anchors(code)),
+        format_headline(
+            _cell_task(turn.user_text), "running", "report its output", _code_anchors(code)
+        ),
         REPL_TOOL,
         code,
     )
@@ -583,14 +585,12 @@ def report_code_output(turn: Turn) -> Action | None:
     failed = _looks_failed(output)
     text = ("The cell failed:\n" if failed else "The cell printed:\n") + (shown or "(nothing)")
     status = "cell failed" if failed else f"cell ran, {len(lines)} lines printed"
+    # Anchors are what a later search would need: the identifiers the output carried (ids,
+    # versions, error names) before the names the code used.
+    anchors = [*_output_anchors(output), *_code_anchors(str(call.arguments.get("code", "")))]
     return Action(
         text,
-        format_headline(
-            "run the user's cell",
-            status,
-            "await the next request",
-            _code_anchors(str(call.arguments.get("code", ""))),
-        ),
+        format_headline(_cell_task(turn.user_text), status, "await the next request", anchors),
     )
 
 
@@ -695,8 +695,36 @@ def _looks_failed(output: str) -> bool:
 
 
 def _code_anchors(code: str) -> list[str]:
+    """Names a cell defines or calls, and the string literals it passes."""
     names = re.findall(r"\b(?:def|class)\s+(\w+)|^(\w+)\s*=", code, re.M)
-    return [a or b for a, b in names][:6] or ["repl_exec"]
+    calls = re.findall(r"\b((?:\w+\.)*\w+)\(", code)
+    literals = re.findall(r"['\"]([\w.:/-]{2,40})['\"]", code)
+    found = [a or b for a, b in names] + [c for c in calls if c not in _BUILTIN_CALLS] + literals
+    return list(dict.fromkeys(found))[:6] or [REPL_TOOL]
+
+
+# Calls too common to help anyone find a cell again.
+_BUILTIN_CALLS = frozenset({"print", "len", "range", "sorted", "list", "dict", "set", "str"})
+# Tokens worth finding again in a cell's output: ids and versions (letters with digits,
+# e.g. CFG-2291, v2.41.0) and CamelCase names (e.g. PoolTimeoutError).
+_OUTPUT_TOKEN = re.compile(
+    r"\b(?:[A-Za-z]+[-_.]?\d[\w.-]*|v\d+(?:\.\d+)+|[A-Z][a-z]+(?:[A-Z][a-z]+)+)\b"
+)
+
+
+def _output_anchors(output: str, limit: int = 4) -> list[str]:
+    """The most frequent id-, version- and CamelCase-like tokens of a cell's output."""
+    counts: dict[str, int] = {}
+    for token in _OUTPUT_TOKEN.findall(output):
+        counts[token.rstrip(".-")] = counts.get(token.rstrip(".-"), 0) + 1
+    return sorted(counts, key=lambda t: (-counts[t], t))[:limit]
+
+
+def _cell_task(user_text: str) -> str:
+    """What the user asked for, in the words before the code block."""
+    before = _FENCE.split(user_text, maxsplit=1)[0]
+    words = " ".join(before.split())
+    return words[:80] if words else "run the user's cell"
 
 
 class PolicyModel:

@@ -373,7 +373,8 @@ def test_questions_and_its_own_replies_are_not_evidence_so_it_abstains():
 def test_a_cell_headline_names_the_request_and_what_the_output_carried(kernel):
     request = (
         "Check the deploys of payments-api.\n```python\n"
-        "rows = ['10:02 payments-api v2.41.0 PoolTimeoutError', '14:20 v2.40.3']\n"
+        "rows = ['10:02 payments-api v2.41.0 PoolTimeoutError trace=88a93551b3b7 /v1/x',\n"
+        "        '14:20 v2.40.3']\n"
         "for r in rows:\n    print(r)\n```"
     )
     answer, _, _ = converse(PolicyModel(), kernel, request)
@@ -383,3 +384,4 @@ def test_a_cell_headline_names_the_request_and_what_the_output_carried(kernel):
     anchors = parsed.headline.anchors
     assert {"v2.41.0", "v2.40.3", "PoolTimeoutError"} <= set(anchors)
     assert "rows" in anchors
+    assert "88a93551b3b7" not in anchors and "v1" not in anchors  # noise, not anchors

@@ -712,11 +712,18 @@ _OUTPUT_TOKEN = re.compile(
 )
 
 
+_HEX_ID = re.compile(r"[0-9a-f]{6,}")
+
+
 def _output_anchors(output: str, limit: int = 4) -> list[str]:
-    """The most frequent id-, version- and CamelCase-like tokens of a cell's output."""
+    """The most frequent id-, version- and CamelCase-like tokens of a cell's output; random
+    hex ids (trace ids, hashes) and short path bits (v1) would only add noise."""
     counts: dict[str, int] = {}
-    for token in _OUTPUT_TOKEN.findall(output):
-        counts[token.rstrip(".-")] = counts.get(token.rstrip(".-"), 0) + 1
+    for raw in _OUTPUT_TOKEN.findall(output):
+        token = raw.rstrip(".-")
+        if len(token) < 4 or _HEX_ID.fullmatch(token):
+            continue
+        counts[token] = counts.get(token, 0) + 1
     return sorted(counts, key=lambda t: (-counts[t], t))[:limit]
 
 

@@ -257,11 +257,14 @@ class SessionConsumer(_LiveConsumer):
         if session_safe_id(session_id) != self.scope["url_route"]["kwargs"]["safe_id"]:
             return
         self.span_after = live.int_cursor(query.get("span_after"))
+        spans: list[dict[str, Any]] = []
         if self.span_after is not None:
             spans = await self._spans_after(self.span_after, session_id=session_id)
             await self.spans_finished({"spans": spans})
         compress_after = live.int_cursor(query.get("compress_after"))
-        if compress_after is not None:
+        # A compress is stored twice, as its span and as its record; when the spans caught
+        # up already carry compresses, the records would show each one again.
+        if compress_after is not None and not any(s["name"] == "scroll.compress" for s in spans):
             compressions = await self._compresses_after(session_id, compress_after)
             if compressions:
                 html = render_to_string(

@@ -434,3 +434,26 @@ async def test_a_session_written_after_the_sessions_page_rendered_is_inserted(us
         assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()
+
+
+async def test_a_caught_up_compress_shows_once_on_the_session_timeline(user, console_log):
+    from dashboard.models import CompressEvent
+
+    sid = "run:once"
+
+    def after_render():
+        _store_span(span_id="8" * 16, name="scroll.compress", session_id=sid)
+        CompressEvent.objects.create(session_id=sid, action="evict", tokens_before=900)
+
+    await sync_to_async(after_render)()
+    path = f"/ws/sessions/{session_safe_id(sid)}/?session=run%3Aonce&span_after=0&compress_after=0"
+    communicator, _ = await _connect(path, user)
+    try:
+        frames = []
+        while not await communicator.receive_nothing(timeout=0.3):
+            frames.append(await communicator.receive_from(timeout=1))
+        joined = "\n".join(frames)
+        assert f'id="timeline-{"8" * 16}"' in joined
+        assert 'id="compress-' not in joined
+    finally:
+        await communicator.disconnect()

@@ -286,6 +286,42 @@ class CompressEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.session_id} t{self.turn}s{self.step} {self.action}"
 
+    @classmethod
+    def from_step(
+        cls, run: RunRecord | None, session_id: str, turn: int, step: int, item: Any, index: Any
+    ) -> CompressEvent:
+        """The row for one ``CompressStep`` of the agent loop (unsaved); ``index`` is the
+        session's EvictionIndex after it, or None."""
+        c = item.record
+        report = c.view.report if c.view is not None else None
+        return cls(
+            run=run,
+            session_id=session_id,
+            turn=turn,
+            step=step,
+            reason=item.reason,
+            action=c.action,
+            forced=c.forced,
+            tokens_before=c.tokens_before,
+            tokens_after=c.tokens_after,
+            prefix_tokens=report.prefix if report else 0,
+            index_tokens=report.index if report else 0,
+            digest_tokens=report.digest if report else 0,
+            folded_tokens=report.folded if report else 0,
+            tail_tokens=report.tail if report else 0,
+            trigger_tokens=c.trigger_tokens,
+            hard_limit=c.hard_limit,
+            context_size=report.context_size if report else (run.context_size if run else 0),
+            folds=len(c.pre_folded) + len(c.live_folded) + len(c.active_folded),
+            evicted_lo=c.evicted[0] if c.evicted else None,
+            evicted_hi=c.evicted[1] if c.evicted else None,
+            evicted_events=c.evicted_events,
+            evicted_tokens=c.evicted_tokens,
+            index_blocks=len(index) if index is not None else 0,
+            tier_profile=index.tier_profile() if index is not None else [],
+            duration_ms=c.duration_ms,
+        )
+
     def sections(self) -> dict[str, int]:
         return {
             "prefix": self.prefix_tokens,

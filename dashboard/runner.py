@@ -262,38 +262,12 @@ class Runner:
         for item in record.compressions:
             c = item.record
             report = c.view.report if c.view is not None else None
-            folds = len(c.pre_folded) + len(c.live_folded) + len(c.active_folded)
-            rows.append(
-                CompressEvent(
-                    run=run,
-                    session_id=live.session_id,
-                    turn=record.turn,
-                    step=record.step,
-                    reason=item.reason,
-                    action=c.action,
-                    forced=c.forced,
-                    tokens_before=c.tokens_before,
-                    tokens_after=c.tokens_after,
-                    prefix_tokens=report.prefix if report else 0,
-                    index_tokens=report.index if report else 0,
-                    digest_tokens=report.digest if report else 0,
-                    folded_tokens=report.folded if report else 0,
-                    tail_tokens=report.tail if report else 0,
-                    trigger_tokens=c.trigger_tokens,
-                    hard_limit=c.hard_limit,
-                    context_size=report.context_size if report else run.context_size,
-                    folds=folds,
-                    evicted_lo=c.evicted[0] if c.evicted else None,
-                    evicted_hi=c.evicted[1] if c.evicted else None,
-                    evicted_events=c.evicted_events,
-                    evicted_tokens=c.evicted_tokens,
-                    index_blocks=len(index) if index is not None else 0,
-                    tier_profile=index.tier_profile() if index is not None else [],
-                    duration_ms=c.duration_ms,
-                )
+            row = CompressEvent.from_step(
+                run, live.session_id, record.turn, record.step, item, index
             )
+            rows.append(row)
             run.evictions += 1 if c.evicted else 0
-            run.folds += folds
+            run.folds += row.folds
             run.view_tokens = c.tokens_after
             run.trigger_tokens = c.trigger_tokens
             if report is not None:

@@ -848,7 +848,7 @@ class _SpanMetrics:
             "scroll.evicted.tokens", unit="{token}", description="Tokens evicted from the view"
         )
         self.folds = meter.create_counter(
-            "scroll.folds", unit="{fold}", description="Index tiers folded"
+            "scroll.folds", unit="{fold}", description="Tool results folded to recovery pointers"
         )
         self.expands = meter.create_counter(
             "scroll.expands", unit="{expand}", description="ms.expand calls"

@@ -39,23 +39,7 @@ def recorded_run(console_log):
 
     def save(step):
         for item in step.compressions:
-            c, report = item.record, item.record.view.report
-            CompressEvent.objects.create(
-                run=run,
-                session_id=S,
-                turn=step.turn,
-                step=step.step,
-                reason=item.reason,
-                action=c.action,
-                forced=c.forced,
-                tokens_before=c.tokens_before,
-                tokens_after=c.tokens_after,
-                prefix_tokens=report.prefix,
-                digest_tokens=report.digest,
-                folds=len(c.pre_folded + c.live_folded + c.active_folded),
-                evicted_lo=c.evicted[0] if c.evicted else None,
-                evicted_hi=c.evicted[1] if c.evicted else None,
-            )
+            CompressEvent.from_step(run, S, step.turn, step.step, item, None).save()
 
     with (
         Kernel(KernelConfig(sandbox="process")) as kernel,

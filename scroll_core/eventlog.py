@@ -69,9 +69,10 @@ _EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
     "payload_ref, payload_size, payload_media, headline, metadata, created_at, tokens, dedup_key"
 )
+# The per-session summary the append path keeps (logschema m002), one row per session.
 _SUMMARY_SELECT = (
-    "SELECT session_id, min(agent_id), count(*), coalesce(sum(tokens), 0), min(seq), "
-    "max(seq), min(created_at), max(created_at) FROM events"
+    "SELECT session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at "
+    "FROM session_stats"
 )
 _APPEND_KEYS = frozenset(
     {
@@ -584,7 +585,7 @@ class EventLog:
         """One session's summary, or None when the log has no event of it."""
         row = (
             self._reader()
-            .execute(f"{_SUMMARY_SELECT} WHERE session_id = ? GROUP BY session_id", (session_id,))
+            .execute(f"{_SUMMARY_SELECT} WHERE session_id = ?", (session_id,))
             .fetchone()
         )
         return SessionSummary(*row) if row else None
@@ -597,20 +598,27 @@ class EventLog:
         )
         return [self._event(r) for r in rows]
 
-    def sessions(self) -> list[SessionSummary]:
-        rows = self._reader().execute(
-            f"{_SUMMARY_SELECT} GROUP BY session_id ORDER BY max(seq) DESC"
-        )
-        return [SessionSummary(*r) for r in rows]
+    def sessions(self, *, after_seq: int = 0, limit: int | None = None) -> list[SessionSummary]:
+        """Session summaries, the most recently written first.
+
+        ``after_seq`` keeps the sessions written to after that seq; ``limit`` caps how many
+        come back. Read from the summary table, so the cost follows the number of sessions
+        returned, not the number of events.
+        """
+        sql = f"{_SUMMARY_SELECT} WHERE last_seq > ? ORDER BY last_seq DESC"
+        params: tuple[Any, ...] = (int(after_seq),)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params += (max(0, int(limit)),)
+        return [SessionSummary(*r) for r in self._reader().execute(sql, params)]
 
     def count(self, session_id: str | None = None) -> int:
-        db = self._reader()
+        """How many events the log holds, in all or in one session."""
+        sql = "SELECT coalesce(sum(events), 0) FROM session_stats"
         if session_id is None:
-            row = db.execute("SELECT count(*) FROM events").fetchone()
+            row = self._reader().execute(sql).fetchone()
         else:
-            row = db.execute(
-                "SELECT count(*) FROM events WHERE session_id = ?", (session_id,)
-            ).fetchone()
+            row = self._reader().execute(f"{sql} WHERE session_id = ?", (session_id,)).fetchone()
         return int(row[0])
 
     def last_seq(self) -> int:

@@ -13,6 +13,12 @@ from collections.abc import Callable
 __all__ = ["APPEND_ONLY_MESSAGE", "MIGRATIONS", "migrate"]
 
 APPEND_ONLY_MESSAGE = "scroll event log is append-only"
+# Worded as SQLite words the unique index's own refusal, so a writer that reads "this dedup
+# key is taken" from the error keeps doing so when the trigger below answers first.
+_DEDUP_TAKEN = (
+    "UNIQUE constraint failed: events.session_id, events.dedup_key "
+    "(a repeated dedup key never replaces its event)"
+)
 
 
 def m001_initial(db: sqlite3.Connection) -> None:
@@ -82,7 +88,151 @@ def m001_initial(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_initial]
+def m002_session_stats(db: sqlite3.Connection) -> None:
+    """A per-session summary kept by the append path, so listing sessions reads one row per
+    session instead of grouping every event.
+
+    How the database keeps it honest. SQLite triggers cannot see who is calling, so the guard
+    does not ask "is this the events trigger?" but "is this change exactly what the newest
+    event implies?":
+
+    - a row may only be INSERTed for the session of the newest event, when that session has
+      no row yet, and with exactly that event's figures (events = 1, first = last = its seq);
+    - an UPDATE may only add the newest event to its own session's row (events + 1, tokens
+      + its tokens, last_seq moves forward to its seq, dates widened to include it, the rest
+      unchanged);
+    - DELETE is always refused.
+
+    Once the events trigger has run, the newest event is counted and its session's
+    ``last_seq`` already equals its seq, so no later statement from outside can satisfy
+    either rule: a tamper is refused, and the only accepted writes are the ones the events
+    trigger makes inside the appending transaction (all-or-nothing batches and dedup, which
+    never reaches the trigger, stay exact for free). The trigger is two plain statements
+    rather than an UPSERT so that a forged ``INSERT OR REPLACE`` cannot pass as the insert
+    half of an upsert: REPLACE deletes without firing delete triggers.
+
+    ``agent_id`` is the smallest agent id among the session's events, as ``min()`` over a
+    GROUP BY would give.
+
+    The same REPLACE gap is closed on ``events`` itself: ``INSERT OR REPLACE`` with a taken
+    seq or a taken (session_id, dedup_key) would delete an event without firing the DELETE
+    trigger of m001, so an INSERT must now move ``seq`` forward and must not repeat a key.
+    """
+    db.execute(
+        """
+        CREATE TABLE session_stats (
+            session_id TEXT PRIMARY KEY,
+            agent_id TEXT NOT NULL,
+            events INTEGER NOT NULL,
+            tokens INTEGER NOT NULL,
+            first_seq INTEGER NOT NULL,
+            last_seq INTEGER NOT NULL,
+            first_at TEXT NOT NULL,
+            last_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX session_stats_last_seq ON session_stats(last_seq)")
+    db.execute(
+        """
+        INSERT INTO session_stats
+        SELECT session_id, min(agent_id), count(*), coalesce(sum(tokens), 0), min(seq),
+               max(seq), min(created_at), max(created_at)
+        FROM events GROUP BY session_id
+        """
+    )
+    # new.seq is -1 in a BEFORE INSERT trigger when the caller leaves seq to AUTOINCREMENT.
+    db.execute(
+        f"""
+        CREATE TRIGGER events_no_replace BEFORE INSERT ON events
+        WHEN new.seq <> -1 AND new.seq <= coalesce((SELECT max(seq) FROM events), 0)
+        BEGIN
+            SELECT RAISE(ABORT, '{APPEND_ONLY_MESSAGE}: an INSERT may not reuse a seq');
+        END
+        """
+    )
+    db.execute(
+        f"""
+        CREATE TRIGGER events_no_replace_dedup BEFORE INSERT ON events
+        WHEN new.dedup_key IS NOT NULL AND EXISTS (
+            SELECT 1 FROM events WHERE session_id = new.session_id AND dedup_key = new.dedup_key
+        )
+        BEGIN
+            SELECT RAISE(ABORT, '{_DEDUP_TAKEN}');
+        END
+        """
+    )
+    db.execute(
+        """
+        CREATE TRIGGER events_session_stats AFTER INSERT ON events
+        BEGIN
+            INSERT INTO session_stats
+            SELECT new.session_id, new.agent_id, 1, new.tokens, new.seq, new.seq,
+                   new.created_at, new.created_at
+            WHERE NOT EXISTS (SELECT 1 FROM session_stats WHERE session_id = new.session_id);
+            UPDATE session_stats SET
+                agent_id = min(agent_id, new.agent_id),
+                events = events + 1,
+                tokens = tokens + new.tokens,
+                last_seq = new.seq,
+                first_at = min(first_at, new.created_at),
+                last_at = max(last_at, new.created_at)
+            WHERE session_id = new.session_id AND last_seq < new.seq;
+        END
+        """
+    )
+    refused = f"{APPEND_ONLY_MESSAGE}: session_stats only follows appended events"
+    db.execute(
+        f"""
+        CREATE TRIGGER session_stats_insert_guard BEFORE INSERT ON session_stats
+        WHEN NOT (
+            new.last_seq = (SELECT max(seq) FROM events)
+            AND new.events = 1 AND new.first_seq = new.last_seq
+            AND EXISTS (
+                SELECT 1 FROM events AS e
+                WHERE e.seq = new.last_seq AND e.session_id = new.session_id
+                  AND e.agent_id = new.agent_id AND e.tokens = new.tokens
+                  AND e.created_at = new.first_at AND e.created_at = new.last_at
+            )
+            AND NOT EXISTS (SELECT 1 FROM session_stats WHERE session_id = new.session_id)
+        )
+        BEGIN
+            SELECT RAISE(ABORT, '{refused} (INSERT refused)');
+        END
+        """
+    )
+    db.execute(
+        f"""
+        CREATE TRIGGER session_stats_update_guard BEFORE UPDATE ON session_stats
+        WHEN NOT (
+            new.session_id = old.session_id
+            AND new.last_seq = (SELECT max(seq) FROM events) AND new.last_seq > old.last_seq
+            AND new.first_seq = old.first_seq AND new.events = old.events + 1
+            AND EXISTS (
+                SELECT 1 FROM events AS e
+                WHERE e.seq = new.last_seq AND e.session_id = old.session_id
+                  AND new.tokens = old.tokens + e.tokens
+                  AND new.agent_id = min(old.agent_id, e.agent_id)
+                  AND new.first_at = min(old.first_at, e.created_at)
+                  AND new.last_at = max(old.last_at, e.created_at)
+            )
+        )
+        BEGIN
+            SELECT RAISE(ABORT, '{refused} (UPDATE refused)');
+        END
+        """
+    )
+    db.execute(
+        f"""
+        CREATE TRIGGER session_stats_no_delete BEFORE DELETE ON session_stats
+        BEGIN
+            SELECT RAISE(ABORT, '{refused} (DELETE refused)');
+        END
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_initial, m002_session_stats]
 
 
 def migrate(db: sqlite3.Connection) -> list[str]:

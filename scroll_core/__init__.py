@@ -27,6 +27,8 @@ from .errors import (
     QueryRefused,
     SandboxUnavailable,
     ScrollError,
+    SearchIndexCorrupt,
+    SearchTimeout,
 )
 from .eventlog import (
     KIND_CONTEXT_MSG,
@@ -104,6 +106,8 @@ __all__ = [
     "QueryRefused",
     "SandboxUnavailable",
     "ScrollError",
+    "SearchIndexCorrupt",
+    "SearchTimeout",
     "SearchTuning",
     "Seqs",
     "Session",

@@ -7,7 +7,9 @@ Hierarchy::
     ├── EventLogError          the Event Log refused or could not serve a request
     │   ├── AppendOnlyViolation    an UPDATE or DELETE reached the events table
     │   ├── InvalidEvent           an event failed validation before it was written
-    │   └── EventNotFound          no event has the requested seq
+    │   ├── EventNotFound          no event has the requested seq
+    │   ├── SearchTimeout          a search ran past its time limit and was stopped
+    │   └── SearchIndexCorrupt     the full-text index does not match the events
     ├── PayloadError           a payload reference could not be loaded
     │   ├── PayloadMissing         the payload file is gone
     │   └── PayloadCorrupt         the payload file no longer matches its hash
@@ -45,6 +47,8 @@ __all__ = [
     "QueryRefused",
     "SandboxUnavailable",
     "ScrollError",
+    "SearchIndexCorrupt",
+    "SearchTimeout",
 ]
 
 
@@ -74,6 +78,22 @@ class EventNotFound(EventLogError, LookupError):
     def __init__(self, seq: int) -> None:
         super().__init__(f"no event with seq {seq}")
         self.seq = seq
+
+
+class SearchTimeout(EventLogError):
+    """A search ran past its time (or step) limit; it was interrupted and returned nothing."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(f"search stopped after {limit}; narrow the query")
+        self.limit = limit
+
+
+class SearchIndexCorrupt(EventLogError):
+    """The FTS index is damaged or does not cover exactly the searchable events.
+
+    ``EventLog.fts_rebuild()`` (``manage.py scroll_fts rebuild``) rebuilds it from the
+    events, which are never touched.
+    """
 
 
 class PayloadError(ScrollError):

@@ -16,6 +16,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -24,7 +25,14 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import AppendOnlyViolation, EventLogError, EventNotFound, InvalidEvent
+from .errors import (
+    AppendOnlyViolation,
+    EventLogError,
+    EventNotFound,
+    InvalidEvent,
+    SearchIndexCorrupt,
+    SearchTimeout,
+)
 from .logschema import APPEND_ONLY_MESSAGE, migrate
 from .payloads import (
     MEDIA_BYTES,
@@ -61,6 +69,8 @@ DEFAULT_PAYLOAD_THRESHOLD = 32768
 BUSY_TIMEOUT_S = 30.0
 # Rows per INSERT of a large batch; token counting of other chunks overlaps it.
 _PIPELINE_CHUNK = 50
+# SQLite VM instructions between two checks of a search's time or step limit.
+_PROGRESS_STEPS = 1000
 # What SQLite says when a (session_id, dedup_key) pair is already taken.
 _DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
 
@@ -637,6 +647,8 @@ class EventLog:
         since: str | datetime | date | None = None,
         until: str | datetime | date | None = None,
         before_seq: int | None = None,
+        time_limit_s: float | None = None,
+        step_limit: int | None = None,
     ) -> list[Hit]:
         """BM25 search over content, headline and name. Never raises on the query text.
 
@@ -645,6 +657,9 @@ class EventLog:
         ``since`` and ``until`` bound ``created_at`` half-open, ``[since, until)``;
         ``before_seq`` keeps only older events (the agent's active turn stays out, neighbours
         included). An empty query with a date bound lists that range in seq order.
+
+        ``time_limit_s`` (seconds) and ``step_limit`` (SQLite VM instructions, checked every
+        1000) interrupt a search that runs past them with ``SearchTimeout``.
         """
         with span(
             "scroll.search",
@@ -656,16 +671,109 @@ class EventLog:
             since=since,
             until=until,
         ) as traced:
-            hits = run_search(
-                self._reader(),
-                query,
-                k,
-                SearchFilters(session_id, agent_id, kind, since, until, before_seq),
-                self.search_tuning,
-            )
+            db = self._reader()
+            with _limited(db, time_limit_s, step_limit):
+                hits = run_search(
+                    db,
+                    query,
+                    k,
+                    SearchFilters(session_id, agent_id, kind, since, until, before_seq),
+                    self.search_tuning,
+                )
             if traced.recording:
                 traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
             return hits
+
+    # ------------------------------------------------------------------ FTS maintenance
+    def fts_check(self) -> int:
+        """Check the full-text index; return how many events it covers.
+
+        Raises ``SearchIndexCorrupt`` when FTS5's own integrity check fails or when the
+        index does not hold exactly the searchable events. (FTS5's check against the content
+        table cannot be used: events marked not searchable are meant to be missing.)
+        """
+        with span("scroll.fts", operation="check"), self._write() as db:
+            try:
+                db.execute("INSERT INTO events_fts(events_fts) VALUES ('integrity-check')")
+                missing = db.execute(
+                    "SELECT count(*), min(seq) FROM events WHERE searchable = 1 "
+                    "AND seq NOT IN (SELECT id FROM events_fts_docsize)"
+                ).fetchone()
+                extra = db.execute(
+                    "SELECT count(*), min(id) FROM events_fts_docsize "
+                    "WHERE id NOT IN (SELECT seq FROM events WHERE searchable = 1)"
+                ).fetchone()
+                covered = db.execute("SELECT count(*) FROM events_fts_docsize").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                raise SearchIndexCorrupt(
+                    f"the full-text index failed its integrity check ({exc}); "
+                    "rebuild it with `manage.py scroll_fts rebuild`"
+                ) from exc
+        problems = []
+        if missing[0]:
+            problems.append(f"{missing[0]} searchable event(s) missing, first seq {missing[1]}")
+        if extra[0]:
+            problems.append(f"{extra[0]} entry(ies) for no searchable event, first {extra[1]}")
+        if problems:
+            raise SearchIndexCorrupt(
+                "the full-text index does not match the events: "
+                + "; ".join(problems)
+                + "; rebuild it with `manage.py scroll_fts rebuild`"
+            )
+        return int(covered)
+
+    def fts_rebuild(self) -> int:
+        """Rebuild the full-text index from the searchable events; return how many it holds.
+
+        FTS5's own 'rebuild' would index every row of the content table, the recall tool's
+        unsearchable cells included, so the index is emptied and refilled from the events
+        the insert trigger would have indexed. Events are only read.
+        """
+        with span("scroll.fts", operation="rebuild"), self._write() as db:
+            db.execute("INSERT INTO events_fts(events_fts) VALUES ('delete-all')")
+            cursor = db.execute(
+                "INSERT INTO events_fts(rowid, content, headline, name) "
+                "SELECT seq, content, coalesce(headline, ''), coalesce(name, '') "
+                "FROM events WHERE searchable = 1 ORDER BY seq"
+            )
+            return int(cursor.rowcount)
+
+    def fts_optimize(self) -> None:
+        """Merge the full-text index's segments into one (faster queries, after bulk loads)."""
+        with span("scroll.fts", operation="optimize"), self._write() as db:
+            db.execute("INSERT INTO events_fts(events_fts) VALUES ('optimize')")
+
+
+@contextmanager
+def _limited(
+    db: sqlite3.Connection, time_limit_s: float | None, step_limit: int | None
+) -> Iterator[None]:
+    """Interrupt what ``db`` runs inside the block once it passes either limit."""
+    if time_limit_s is None and step_limit is None:
+        yield
+        return
+    deadline = None if time_limit_s is None else time.monotonic() + max(0.0, time_limit_s)
+    steps = 0
+
+    def over() -> int:
+        nonlocal steps
+        steps += _PROGRESS_STEPS
+        if step_limit is not None and steps > step_limit:
+            return 1
+        return 1 if deadline is not None and time.monotonic() >= deadline else 0
+
+    db.set_progress_handler(over, _PROGRESS_STEPS)
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "interrupted" not in str(exc):
+            raise
+        limit = f"{time_limit_s:g} s" if time_limit_s is not None else ""
+        if step_limit is not None and steps > step_limit:
+            limit = f"{step_limit} SQLite steps"
+        raise SearchTimeout(limit) from None
+    finally:
+        db.set_progress_handler(None, 0)
 
 
 def _existing_keys(db: sqlite3.Connection, rows: list[_Row]) -> dict[tuple[str, str], int]:

@@ -50,6 +50,8 @@ def test_the_public_core_is_pinned():
         "SEAM_BANNER",
         "SandboxUnavailable",
         "ScrollError",
+        "SearchIndexCorrupt",
+        "SearchTimeout",
         "SearchTuning",
         "Seqs",
         "Session",

@@ -161,8 +161,12 @@ def ws_url(path: str, **params: Any) -> str:
 
 
 def int_cursor(value: str | None) -> int | None:
+    """A non-negative id cursor from a query string; None when malformed or beyond any id
+    the databases can hold (2**63 - 1)."""
     value = (value or "").strip()
-    return int(value) if value.isdigit() else None
+    if not (value.isascii() and value.isdigit()):
+        return None
+    return int(value) if int(value) < 2**63 else None
 
 
 def time_cursor(value: str | None) -> datetime | None:
@@ -226,8 +230,8 @@ def sessions_changed_since(seq: int | None, moment: datetime | None) -> list[str
 
     ids: list[str] = []
     if seq is not None:
-        summaries = [s for s in get_event_log().sessions() if s.last_seq > seq]
-        ids = [s.session_id for s in reversed(summaries[:CATCH_UP_ROWS])]
+        summaries = get_event_log().sessions(after_seq=seq, limit=CATCH_UP_ROWS)
+        ids = [s.session_id for s in reversed(summaries)]
     if moment is not None:
         runs = RunRecord.objects.filter(
             Q(created_at__gt=moment) | Q(started_at__gt=moment) | Q(ended_at__gt=moment)

@@ -15,6 +15,7 @@ SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (chann
 SCROLL_SERVE_STATIC    "0" stops the ASGI app serving static files itself (default on)
 SCROLL_GRAFANA_URL     base URL of a Grafana with Tempo, for "open this trace in Grafana" links
 SCROLL_BENCH           "1" routes /bench/load/ (staff, loopback only): bench/console.py sets it
+SCROLL_CONSOLE_SEARCH_TIMEOUT_S  seconds before a console search is stopped (default 2)
 SCROLL_SPAN_RETENTION  spans kept for the Traces page, oldest pruned (default 50000)
 SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
 SCROLL_RUNNER_WORKERS  runs executing at once in the in-process runner (default 4)
@@ -111,6 +112,15 @@ SCROLL_EVENTLOG_PATH = Path(
 SCROLL_PAYLOAD_DIR = SCROLL_DATA_DIR / "payloads"
 # Rows per page in the console's session and event lists.
 SCROLL_PAGE_SIZE = 50
+# Console searches (home page, a session's search box) are stopped after this many seconds.
+try:
+    SCROLL_CONSOLE_SEARCH_TIMEOUT_S = float(os.environ.get("SCROLL_CONSOLE_SEARCH_TIMEOUT_S") or 2)
+except ValueError:
+    raise ImproperlyConfigured(
+        "SCROLL_CONSOLE_SEARCH_TIMEOUT_S must be a number of seconds"
+    ) from None
+if not SCROLL_CONSOLE_SEARCH_TIMEOUT_S >= 0:
+    raise ImproperlyConfigured("SCROLL_CONSOLE_SEARCH_TIMEOUT_S must be at least 0")
 
 SECRET_KEY = os.environ.get("SCROLL_SECRET_KEY") or _persisted_secret_key(SCROLL_DATA_DIR)
 DEBUG = _env_flag("SCROLL_DEBUG", False)

@@ -34,8 +34,9 @@ from dashboard import live
 from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
-from scroll_core.errors import EventNotFound
-from scroll_core.eventlog import EventLog, SessionSummary
+from scroll_core.errors import EventNotFound, SearchTimeout
+from scroll_core.eventlog import EventLog, Hit, SessionSummary
+from scroll_core.logschema import SQLITE_INT_MAX
 
 SEARCH_HITS = 50
 # Spans shown on the traces page and in a session's feed before live rows arrive.
@@ -66,9 +67,34 @@ def _get_summary(log: EventLog, session_id: str) -> SessionSummary | None:
 
 def _get_cursor(request: HttpRequest, name: str) -> int | None:
     raw = request.GET.get(name, "0").strip() or "0"
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         return None
+    if int(raw) > SQLITE_INT_MAX:
+        raise Http404(f"{name}={raw} is beyond any seq")
     return int(raw)
+
+
+def _get_profile(raw: str | None) -> TuningProfile | None:
+    """The profile a form names; None when it names none, 404 when it names no profile."""
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > SQLITE_INT_MAX:
+        raise Http404("No such profile")
+    return get_object_or_404(TuningProfile, pk=int(raw))
+
+
+def _search(log: EventLog, query: str, **filters: Any) -> tuple[list[Hit], str | None]:
+    """A console search under the console's time limit: its hits, or what to tell the user."""
+    if not query:
+        return [], None
+    limit = settings.SCROLL_CONSOLE_SEARCH_TIMEOUT_S
+    try:
+        return log.search(query, k=SEARCH_HITS, time_limit_s=limit, **filters), None
+    except SearchTimeout:
+        return [], (
+            f"The search took longer than {limit:g} s and was stopped. Narrow it: use fewer "
+            "or rarer words, or search within one session."
+        )
 
 
 def _older_cursor(log: EventLog, session_id: str, first_seq: int, size: int) -> int | None:
@@ -225,10 +251,17 @@ def home(request: HttpRequest) -> HttpResponse:
         if r.active and r.session_id not in ids and log.session(r.session_id) is None
     ]
     query = request.GET.get("q", "").strip()
-    hits = log.search(query, k=SEARCH_HITS) if query else []
+    hits, search_error = _search(log, query)
     if not query and page.number == 1:
         ws_url += "&sessions=1"
-    ctx = {"page": page, "rows": waiting + rows, "query": query, "hits": hits, "ws_url": ws_url}
+    ctx = {
+        "page": page,
+        "rows": waiting + rows,
+        "query": query,
+        "hits": hits,
+        "search_error": search_error,
+        "ws_url": ws_url,
+    }
     return render(request, "dashboard/home.html", ctx)
 
 
@@ -251,6 +284,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
     events = events[:size]
     first_seq = events[0].seq if events else after + 1
     query = request.GET.get("q", "").strip()
+    hits, search_error = _search(log, query, session_id=session_id)
     counts = _retrievals(session_id)
     points = list(CompressEvent.objects.filter(session_id=session_id).order_by("at", "id"))
     last_seq = events[-1].seq if events else None
@@ -273,7 +307,8 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         "newer_after": events[-1].seq if has_newer else None,
         "older_after": _older_cursor(log, session_id, first_seq, size),
         "query": query,
-        "hits": log.search(query, k=SEARCH_HITS, session_id=session_id) if query else [],
+        "hits": hits,
+        "search_error": search_error,
         "budget": _budget_figure(points),
         "compressions": points[-20:][::-1],
         "retrieval_chart": _retrieval_figure(counts),
@@ -447,7 +482,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     runner = _runner()
     if request.method == "POST":
         task = request.POST.get("task", "").strip()
-        profile = TuningProfile.objects.filter(pk=request.POST.get("profile") or 0).first()
+        profile = _get_profile(request.POST.get("profile"))
         model = request.POST.get("model", "").strip()
         if not task or profile is None:
             messages.error(request, "A run needs a task and a profile.")

@@ -33,7 +33,7 @@ from .errors import (
     SearchIndexCorrupt,
     SearchTimeout,
 )
-from .logschema import APPEND_ONLY_MESSAGE, migrate
+from .logschema import APPEND_ONLY_MESSAGE, migrate, sqlite_int
 from .payloads import (
     MEDIA_BYTES,
     MEDIA_TEXT,
@@ -548,6 +548,9 @@ class EventLog:
         )
 
     def get(self, seq: int) -> Event:
+        """The event with this seq; ``EventNotFound`` when there is none (out of range too)."""
+        if sqlite_int(seq) != int(seq):
+            raise EventNotFound(int(seq))
         row = (
             self._reader()
             .execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?", (int(seq),))
@@ -561,7 +564,7 @@ class EventLog:
         """Events with ``lo <= seq <= hi`` in seq order."""
         rows = self._reader().execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq",
-            (int(lo), int(hi)),
+            (sqlite_int(lo), sqlite_int(hi)),
         )
         return [self._event(r) for r in rows]
 
@@ -570,10 +573,10 @@ class EventLog:
     ) -> list[Event]:
         """A session's events with seq greater than ``after_seq``, oldest first."""
         sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq"
-        params: tuple[Any, ...] = (session_id, int(after_seq))
+        params: tuple[Any, ...] = (session_id, sqlite_int(after_seq))
         if limit is not None:
             sql += " LIMIT ?"
-            params += (int(limit),)
+            params += (sqlite_int(limit),)
         return [self._event(r) for r in self._reader().execute(sql, params)]
 
     def session_events_before(
@@ -585,7 +588,7 @@ class EventLog:
             .execute(
                 f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq < ? "
                 "ORDER BY seq DESC LIMIT ?",
-                (session_id, int(before_seq), int(limit)),
+                (session_id, sqlite_int(before_seq), sqlite_int(limit)),
             )
             .fetchall()
         )
@@ -616,10 +619,10 @@ class EventLog:
         returned, not the number of events.
         """
         sql = f"{_SUMMARY_SELECT} WHERE last_seq > ? ORDER BY last_seq DESC"
-        params: tuple[Any, ...] = (int(after_seq),)
+        params: tuple[Any, ...] = (sqlite_int(after_seq),)
         if limit is not None:
             sql += " LIMIT ?"
-            params += (max(0, int(limit)),)
+            params += (max(0, sqlite_int(limit)),)
         return [SessionSummary(*r) for r in self._reader().execute(sql, params)]
 
     def count(self, session_id: str | None = None) -> int:

@@ -10,15 +10,26 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-__all__ = ["APPEND_ONLY_MESSAGE", "MIGRATIONS", "migrate"]
+__all__ = ["APPEND_ONLY_MESSAGE", "MIGRATIONS", "SQLITE_INT_MAX", "migrate", "sqlite_int"]
 
 APPEND_ONLY_MESSAGE = "scroll event log is append-only"
+# SQLite stores INTEGER in 64 bits; a bigger Python int cannot even be bound as a parameter.
+SQLITE_INT_MAX = 2**63 - 1
 # Worded as SQLite words the unique index's own refusal, so a writer that reads "this dedup
 # key is taken" from the error keeps doing so when the trigger below answers first.
 _DEDUP_TAKEN = (
     "UNIQUE constraint failed: events.session_id, events.dedup_key "
     "(a repeated dedup key never replaces its event)"
 )
+
+
+def sqlite_int(value: int) -> int:
+    """``value`` as an int SQLite can bind, clamped to its 64-bit range.
+
+    For seq cursors and limits clamping keeps the meaning: no seq lies beyond the range, so
+    "after 10**30" and "after SQLITE_INT_MAX" select the same nothing.
+    """
+    return max(-SQLITE_INT_MAX - 1, min(SQLITE_INT_MAX, int(value)))
 
 
 def m001_initial(db: sqlite3.Connection) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from . import ftsquery
 from .errors import InvalidEvent
+from .logschema import sqlite_int
 from .timeutil import format_ts
 
 __all__ = ["Hit", "SearchFilters", "SearchTuning", "run_search"]
@@ -88,7 +89,7 @@ class SearchFilters:
             params.extend(kinds)
         if self.before_seq is not None:
             clauses.append("e.seq < ?")
-            params.append(int(self.before_seq))
+            params.append(sqlite_int(self.before_seq))
         for bound, op in ((self.since, ">="), (self.until, "<")):
             if bound is None:
                 continue
@@ -116,7 +117,7 @@ def run_search(
     filters: SearchFilters,
     tuning: SearchTuning,
 ) -> list[Hit]:
-    k = max(0, int(k))
+    k = max(0, sqlite_int(k))
     if k == 0:
         return []
     terms = ftsquery.query_terms(query if isinstance(query, str) else str(query))

@@ -3,8 +3,12 @@ everyone else, and always equal to a GROUP BY over the events."""
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
+import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ from hypothesis import strategies as st
 
 from scroll_core import EventLog, InvalidEvent
 from scroll_core.logschema import _DEDUP_TAKEN, m001_initial
+from tests.conftest import REPO
 
 GROUP_BY = (
     "SELECT session_id, min(agent_id), count(*), sum(tokens), min(seq), max(seq), "
@@ -199,6 +204,44 @@ def test_the_migration_backfills_a_log_written_before_it(tmp_path):
         assert log.session("s1").events == 3 and log.session("s1").last_seq == 5
         group_by, stats = _both(path)
         assert stats == group_by
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {repo!r})
+    from scroll_core import EventLog, CharRatioCounter
+    log = EventLog({path!r}, token_counter=CharRatioCounter())
+    i = 0
+    while True:
+        log.append_many(
+            [dict(session_id=f"w{{(i + j) % 7}}", kind="k", content=f"row {{i}} {{j}}")
+             for j in range(20)]
+        )
+        print(i, flush=True)
+        i += 1
+    """
+)
+
+
+def test_a_writer_killed_mid_batch_leaves_the_summary_equal_to_the_events(tmp_path):
+    path = tmp_path / "log.sqlite3"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER.format(repo=str(REPO), path=str(path))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for _ in range(50):  # fifty batches reported committed, then kill it wherever it is
+        assert proc.stdout.readline(), "writer exited early"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    with EventLog(path) as log:
+        assert log.count() >= 50 * 20
+        assert log.count() % 20 == 0  # whole batches only
+    group_by, stats = _both(path)
+    assert stats == group_by
 
 
 _event = st.fixed_dictionaries(

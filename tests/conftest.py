@@ -46,3 +46,27 @@ def console_log(settings, tmp_path):
     settings.SCROLL_EVENTLOG_PATH = data / "eventlog.sqlite3"
     settings.SCROLL_PAYLOAD_DIR = data / "payloads"
     return get_event_log()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL server on loopback for the whole run (see tests/servers.py)."""
+    from tests import servers
+
+    try:
+        with servers.postgres() as server:
+            yield server
+    except servers.ServerUnavailable as exc:
+        servers.unavailable("PostgreSQL", str(exc))
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A throwaway Redis server on loopback for the whole run (see tests/servers.py)."""
+    from tests import servers
+
+    try:
+        with servers.redis() as server:
+            yield server
+    except servers.ServerUnavailable as exc:
+        servers.unavailable("Redis", str(exc))

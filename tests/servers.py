@@ -148,8 +148,9 @@ def postgres() -> Iterator[Server]:
                 **user,  # type: ignore[arg-type]
             )  # fmt: skip
         _wait_for_port(port, proc, "PostgreSQL", log)
+        createdb = [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "scroll"]
         created = subprocess.run(
-            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "scroll", "scroll"],
+            [*createdb, "scroll"],
             capture_output=True,
             check=False,
         )

@@ -1,8 +1,9 @@
 """The kernel process: a persistent namespace that runs cells sent by the host.
 
-Start-up order matters: take the protocol pipes off fds 0 and 1, read ``init``, start the
-reader thread, apply the resource limits, remove what the audit hook cannot see, install the
-hook, and only then accept cells. The reader thread also acts as the watchdog: when the
+Start-up order matters: take the protocol pipes off fds 0 and 1, read ``init``, apply the
+resource limits, put the kernel-enforced layers on (``confine``: while the process still has
+one thread, since Landlock binds only the calling thread), start the reader thread, remove
+what the audit hook cannot see, install the hook, and only then accept cells. The reader thread also acts as the watchdog: when the
 host's end of the pipe closes (the host exited or was killed) the kernel exits at once.
 """
 
@@ -21,7 +22,7 @@ import traceback
 import types
 from typing import Any
 
-from . import capture, digest, guard, proxy, wire
+from . import capture, confine, digest, guard, proxy, wire
 
 MAX_TRACEBACK_CHARS = 3000
 TRACEBACK_FRAMES = 12
@@ -72,10 +73,11 @@ class Worker:
         signal.signal(signal.SIGINT, self._on_sigint)
         # Past the file-size limit a write should fail with EFBIG, not kill the kernel.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        threading.Thread(target=self._read_loop, name="scroll-reader", daemon=True).start()
         scratch = str(self.init.get("scratch") or os.getcwd())
         os.chdir(scratch)
         self._apply_limits(self.init.get("limits") or {})
+        layers, missing = self._confine(self.init.get("confine") or {})
+        threading.Thread(target=self._read_loop, name="scroll-reader", daemon=True).start()
         self._strip_unaudited()
         self.denials: list[str] = []
         if self.init.get("guard", True):
@@ -86,8 +88,19 @@ class Worker:
                 int(self.init.get("max_created_files", 256)),
                 bool(self.init.get("allow_sqlite", False)),
             )
+            layers.append("audit_hook")
+        else:
+            missing["audit_hook"] = "started without the audit hook"
         self._bind(list(self.init.get("host_functions") or []))
-        self.send({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0]})
+        self.send(
+            {
+                "op": "ready",
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "layers": layers,
+                "missing": missing,
+            }
+        )
         while True:
             message = self.commands.get()
             op = message.get("op")
@@ -133,6 +146,37 @@ class Worker:
             value = limits.get(key)
             if value is not None:
                 resource.setrlimit(which, (int(value), int(value)))
+
+    def _confine(self, options: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+        """Install the kernel-enforced layers; exit (the host reports stderr) if it cannot."""
+        if not options:
+            return [], {"kernel_layers": "the host asked for none"}
+        layers: list[str] = []
+        missing: dict[str, str] = {}
+        if options.get("namespaces"):
+            layers.append("namespaces")
+        uid = options.get("uid")
+        if isinstance(uid, int) and os.getuid() == uid and os.geteuid() == uid and uid != 0:
+            layers.append(f"uid:{uid}")
+        elif uid is None and os.geteuid() != 0:
+            missing["uid"] = "the host is not root: the kernel runs as the host's own uid"
+        else:
+            missing["uid"] = f"expected uid {uid}, running as {os.geteuid()}"
+        try:
+            active, absent = confine.install(
+                scratch=str(options.get("scratch") or os.getcwd()),
+                read_roots=[str(p) for p in options.get("read_roots") or []],
+                require=[r for r in options.get("require") or [] if r != "uid"],
+            )
+        except (OSError, RuntimeError) as exc:
+            sys.stderr.write(f"scroll kernel: {exc}\n")
+            sys.stderr.flush()
+            os._exit(70)
+        if "uid" in (options.get("require") or []) and "uid" in missing:
+            sys.stderr.write(f"scroll kernel: uid layer required: {missing['uid']}\n")
+            sys.stderr.flush()
+            os._exit(70)
+        return layers + active, {**missing, **absent}
 
     def _strip_unaudited(self) -> None:
         # These reach other processes without raising any audit event.

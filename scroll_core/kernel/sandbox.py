@@ -71,10 +71,13 @@ class LaunchSpec:
     allow_sqlite: bool
     user: int | None = None  # uid and gid to start the process as (process tier, root host)
     confine: dict[str, Any] = field(default_factory=dict)  # the ``confine`` part of init
+    # Off only in tests that prove the kernel layers hold on their own (a cell that
+    # corrupts the interpreter can switch the hook off; nothing can switch those off).
+    audit_hook: bool = True
 
     def child_init(self) -> dict[str, Any]:
         """The sandbox's part of the kernel's ``init`` message."""
-        return {"confine": self.confine}
+        return {"confine": self.confine, "guard": self.audit_hook}
 
 
 @functools.lru_cache(maxsize=1)

@@ -105,15 +105,18 @@ ATTEMPTS: dict[str, str] = {
         "print(open('secret.txt').read())"
     ),
     # -- directory descriptors: a relative path resolved against a dir fd, not the cwd --
-    "dirfd_dotdot_secret": DIRFD_SETUP + (
+    "dirfd_dotdot_secret": DIRFD_SETUP
+    + (
         "fd = os.open('../' * depth + '$secret'.lstrip('/'), os.O_RDONLY, dir_fd=d)\n"
         "print(os.read(fd, 100))"
     ),
-    "dirfd_listdir_secret_dir": DIRFD_SETUP + (
+    "dirfd_listdir_secret_dir": DIRFD_SETUP
+    + (
         "p = os.open('../' * depth + '$secret_dir'.lstrip('/'), os.O_RDONLY, dir_fd=d)\n"
         "print('ESCAPED' if 'secret.txt' in os.listdir(p) else 'no')"
     ),
-    "dirfd_scandir_secret_dir": DIRFD_SETUP + (
+    "dirfd_scandir_secret_dir": DIRFD_SETUP
+    + (
         "p = os.open('../' * depth + '$secret_dir'.lstrip('/'), os.O_RDONLY, dir_fd=d)\n"
         "print('ESCAPED' if 'secret.txt' in [e.name for e in os.scandir(p)] else 'no')"
     ),

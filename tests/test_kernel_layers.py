@@ -96,8 +96,7 @@ def attempt(kernel: Kernel, code: str) -> int | str:
     """Run ``code``; the errno it failed with, or what it printed if it did not fail."""
     body = "\n".join("    " + line for line in code.splitlines())
     cell = (
-        f"try:\n{body}\n    print('ESCAPED')\n"
-        "except OSError as e:\n    print('errno', e.errno)\n"
+        f"try:\n{body}\n    print('ESCAPED')\nexcept OSError as e:\n    print('errno', e.errno)\n"
     )
     result = kernel.execute(cell)
     assert result.status == "ok", result

@@ -134,8 +134,9 @@ class Kernel:
         """Replace the process with a fresh one; every variable is lost."""
         with (
             self._lock,
-            span("scroll.kernel.restart", kernel_tier=self.tier, **self.sandbox_attributes())
-            as traced,
+            span(
+                "scroll.kernel.restart", kernel_tier=self.tier, **self.sandbox_attributes()
+            ) as traced,
         ):
             old_pid = self.pid
             self._kill()

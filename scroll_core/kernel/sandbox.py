@@ -131,7 +131,7 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
         if exe is None:
             raise SandboxUnavailable("bwrap is not installed (Debian package bubblewrap)")
         boot = _BOOT.format(root=SANDBOX_ROOT)
-        read_roots = (RUNTIME, SANDBOX_ROOT, ZONEINFO)
+        read_roots: tuple[str, ...] = (RUNTIME, SANDBOX_ROOT, ZONEINFO)
         return LaunchSpec(
             tier=tier,
             argv=[*_bwrap_argv(exe, config), PYTHON, "-I", "-S", "-c", boot],

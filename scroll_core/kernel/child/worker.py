@@ -3,8 +3,9 @@
 Start-up order matters: take the protocol pipes off fds 0 and 1, read ``init``, apply the
 resource limits, put the kernel-enforced layers on (``confine``: while the process still has
 one thread, since Landlock binds only the calling thread), start the reader thread, remove
-what the audit hook cannot see, install the hook, and only then accept cells. The reader thread also acts as the watchdog: when the
-host's end of the pipe closes (the host exited or was killed) the kernel exits at once.
+what the audit hook cannot see, install the hook, and only then accept cells. The reader
+thread also acts as the watchdog: when the host's end of the pipe closes (the host exited
+or was killed) the kernel exits at once.
 """
 
 from __future__ import annotations

@@ -199,21 +199,26 @@ def test_scratch_threads_and_imports_still_work(bare):
 
 
 @pytest.mark.skipif(not ROOT, reason="the uid is dropped only when the host runs as root")
-def test_the_process_tier_runs_as_nobody_and_root_files_in_scratch_stay_closed():
+def test_each_process_kernel_runs_as_its_own_uid_and_root_files_in_scratch_stay_closed():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(client, "launch_spec", without_audit_hook)
         with Kernel(KernelConfig(sandbox="process")) as kernel:
             spec = kernel._spec
             assert spec is not None and spec.host_scratch is not None
-            assert os.stat(spec.host_scratch).st_uid == sandbox.UNPRIVILEGED
+            uid = os.stat(spec.host_scratch).st_uid
+            assert spec.user == uid and uid >= sandbox.KERNEL_UID_BASE
             planted = Path(spec.host_scratch) / "root-only.txt"
             planted.write_text(TOKEN)
             os.chmod(planted, 0o600)
             ids = kernel.execute("import os; print(os.getuid(), os.getgid(), os.getgroups())")
-            assert ids.stdout == "65534 65534 []\n"
+            assert ids.stdout == f"{uid} {uid} []\n"
             # Landlock allows scratch; only the uid keeps this file closed.
             assert attempt(kernel, "print(open('root-only.txt').read())") == errno.EACCES
-            assert f"uid:{sandbox.UNPRIVILEGED}" in kernel.layers
+            assert f"uid:{uid}" in kernel.layers
+            with Kernel(KernelConfig(sandbox="process")) as other:
+                assert other._spec is not None and other._spec.user != uid
+                code = f"print(sorted(os.listdir({spec.host_scratch!r})))"
+                assert attempt(other, "import os\n" + code) == errno.EACCES
 
 
 @pytest.fixture

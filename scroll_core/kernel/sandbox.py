@@ -4,7 +4,10 @@
 runtime and the worker code bound read-only, a size-limited tmpfs as scratch and cwd, an
 empty environment, no capabilities, and death with its parent. ``process``: an interpreter
 with ``-I -S``, an empty environment and a private scratch directory, started as an
-unprivileged uid/gid (65534, no supplementary groups) when the host runs as root.
+unprivileged uid/gid of its own (no supplementary groups) when the host runs as root. Each
+kernel gets a fresh uid from a high range no account uses, so kernels cannot read each
+other's scratch or signal each other through file permissions alone, and one kernel's
+threads do not count against another's process limit.
 
 On both tiers the worker then puts the kernel-enforced layers of ``child/confine.py`` on
 itself before the first cell (``no_new_privs``, seccomp, Landlock where offered) and the
@@ -19,6 +22,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import secrets
 import shutil
 import stat
 import subprocess
@@ -50,7 +54,10 @@ ZONEINFO = "/usr/share/zoneinfo"
 SANDBOX_ROOT = "/opt/scroll"
 SANDBOX_SCRATCH = "/scratch"
 TIER_STRENGTH = {"bwrap": "strong", "process": "weaker"}
-UNPRIVILEGED = 65534  # nobody / nogroup
+UNPRIVILEGED = 65534  # nobody / nogroup: the uid inside bwrap, and the reachability probe
+# Process-tier kernels on a root host: uid = gid = KERNEL_UID_BASE + a random offset.
+KERNEL_UID_BASE = 0x5C000000
+KERNEL_UID_SPAN = 1 << 24
 # Shared libraries an extension module may load after Landlock is on.
 LIBRARY_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache")
 _BOOT = (
@@ -143,8 +150,9 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
             allow_sqlite=True,
             confine=_confine(read_roots, SANDBOX_SCRATCH, uid=UNPRIVILEGED, namespaces=True),
         )
-    user = UNPRIVILEGED if os.geteuid() == 0 else None
-    python, runtime, worker_root = _process_runtime(user)
+    user = KERNEL_UID_BASE + secrets.randbelow(KERNEL_UID_SPAN) if os.geteuid() == 0 else None
+    # "other" permission bits decide what any uid that owns nothing can reach: probe once.
+    python, runtime, worker_root = _process_runtime(None if user is None else UNPRIVILEGED)
     scratch = tempfile.mkdtemp(prefix="scroll-kernel-", dir=config.scratch_root)
     if user is not None:
         os.chown(scratch, user, user)

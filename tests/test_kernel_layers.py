@@ -16,6 +16,7 @@ import errno
 import os
 import shutil
 import socket
+import struct
 import tempfile
 import threading
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 
 from scroll_core import EventLog, telemetry
 from scroll_core.kernel import Kernel, KernelConfig, KernelError, bwrap_status, client, sandbox
+from scroll_core.kernel.child import confine
 
 BWRAP_OK, BWRAP_WHY = bwrap_status()
 TIERS = [
@@ -265,3 +267,76 @@ def test_a_kernel_that_cannot_install_a_required_layer_does_not_start(monkeypatc
     monkeypatch.setattr(client, "launch_spec", demanding)
     with pytest.raises(KernelError, match="did not start"):
         Kernel(KernelConfig(sandbox="process", start_timeout_s=10))
+
+
+# -- the seccomp program itself, run by a classic-BPF interpreter -----------------------
+ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026
+X86_64, I386, AARCH64 = 0xC000003E, 0x40000003, 0xC00000B7
+
+
+def run_filter(program: bytes, nr: int, arch: int, *args: int) -> int:
+    """Evaluate ``program`` on one ``struct seccomp_data`` as the Linux kernel would."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *(list(args) + [0] * (6 - len(args))))
+    insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:
+            acc = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        elif code == 0x06:
+            return k
+        else:
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if taken else jf)
+
+
+PID = 4242
+THREAD = 0x00010000 | 0x00000100 | 0x00000800  # CLONE_THREAD | CLONE_VM | CLONE_SIGHAND
+PTR = 0x7FFF_0000_1000
+
+
+@pytest.mark.parametrize(
+    ("nr", "arch", "args", "expected"),
+    [
+        (0, X86_64, (), ALLOW),  # read
+        (59, X86_64, (), EPERM),  # execve
+        (322, X86_64, (), EPERM),  # execveat
+        (57, X86_64, (), EPERM),  # fork
+        (41, X86_64, (), EPERM),  # socket
+        (101, X86_64, (), EPERM),  # ptrace
+        (0, I386, (), EPERM),  # any call through the 32-bit table
+        (0x40000000 | 59, X86_64, (), EPERM),  # x32 execve
+        (0x40000000, X86_64, (), EPERM),  # x32 read
+        (56, X86_64, (THREAD,), ALLOW),  # clone of a thread
+        (56, X86_64, (17,), EPERM),  # clone(SIGCHLD): fork
+        (56, X86_64, (THREAD | 0x10000000,), EPERM),  # a thread in a new user namespace
+        (435, X86_64, (PTR,), ENOSYS),  # clone3: glibc falls back to clone
+        (302, X86_64, (0, 9, 0, PTR), ALLOW),  # prlimit64 read of RLIMIT_AS
+        (302, X86_64, (0, 9, PTR, 0), EPERM),  # prlimit64 set RLIMIT_AS
+        (302, X86_64, (0, 9, PTR & ~0xFFFFFFFF, 0), EPERM),  # pointer with a zero low word
+        (302, X86_64, (0, 0, PTR, 0), ALLOW),  # its own CPU soft limit
+        (302, X86_64, (1, 0, PTR, 0), EPERM),  # another process's limits
+        (160, X86_64, (), EPERM),  # setrlimit
+        (62, X86_64, (PID, 2), ALLOW),  # kill itself
+        (62, X86_64, (1, 9), EPERM),  # kill init
+        (62, X86_64, ((-PID) & 0xFFFFFFFF, 9), EPERM),  # kill a process group
+        (234, X86_64, (PID, PID + 1, 2), ALLOW),  # tgkill one of its own threads
+        (234, X86_64, (1, 1, 9), EPERM),
+        (157, X86_64, (4, 1), EPERM),  # prctl(PR_SET_DUMPABLE, 1)
+        (157, X86_64, (38, 1), ALLOW),  # prctl(PR_SET_NO_NEW_PRIVS, 1)
+        (426, X86_64, (), EPERM),  # io_uring_enter
+    ],
+)
+def test_the_x86_64_seccomp_filter_decides_each_call(nr, arch, args, expected):
+    program = confine.seccomp_program(PID, "x86_64")
+    assert run_filter(program, nr, arch, *args) == expected
+
+
+def test_the_aarch64_filter_checks_its_own_arch_and_numbers():
+    program = confine.seccomp_program(PID, "aarch64")
+    assert run_filter(program, 221, AARCH64) == EPERM  # execve
+    assert run_filter(program, 220, AARCH64, 17) == EPERM  # clone(SIGCHLD)
+    assert run_filter(program, 220, AARCH64, THREAD) == ALLOW
+    assert run_filter(program, 63, AARCH64) == ALLOW  # read
+    assert run_filter(program, 63, X86_64) == EPERM

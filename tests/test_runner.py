@@ -154,3 +154,24 @@ def test_the_runs_page_says_why_a_run_did_not_start(
     assert "Not started" in response.content.decode()
     assert "SCROLL_SANDBOX_FALLBACK=process" in response.content.decode()
     assert RunRecord.objects.count() == 0
+
+
+def test_kernel_pages_show_the_weaker_tier_and_its_layers(runner, client, django_user_model):
+    from django.urls import reverse
+
+    client.force_login(django_user_model.objects.create_user("viewer", password="pw"))
+    run = runner.start(f"{CELL}\n---\n{CELL}", pause_s=30)
+    deadline = time.monotonic() + 30
+    while not runner_module.kernel_statuses() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        (status,) = runner_module.kernel_statuses()
+        assert "seccomp" in status["layers"] and "audit_hook" in status["layers"]
+        kernels = client.get(reverse("kernels")).content.decode()
+        session = client.get(reverse("session", args=[run.session_id])).content.decode()
+    finally:
+        runner_module.stop_run(run.session_id)
+        runner_module.wait_for_run(run.session_id, 30)
+    for html in (kernels, session):
+        assert "(weaker)" in html
+        assert status["layers"] in html

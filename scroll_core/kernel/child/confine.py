@@ -56,6 +56,9 @@ _LD_ABS_W = 0x20
 _JEQ, _JGE, _JSET = 0x15, 0x35, 0x45
 _RET = 0x06
 _CLONE_THREAD = 0x00010000
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: never, even for a thread.
+_CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
+_CLONE_NAMESPACES |= 0x20000000 | 0x40000000
 _RLIMIT_CPU = 0
 
 # Landlock
@@ -187,6 +190,7 @@ def seccomp_program(pid: int, arch_name: str | None = None) -> bytes:
     op(_RET, _RET_ALLOW)
     label = {"clone": len(prog)}
     op(_LD_ABS_W, arg_lo(0))
+    op(_JSET, _CLONE_NAMESPACES, "deny", 0)
     op(_JSET, _CLONE_THREAD, "allow", "deny")
     label["prlimit"] = len(prog)
     op(_LD_ABS_W, arg_lo(0))

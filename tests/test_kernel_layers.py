@@ -122,8 +122,29 @@ def file_errnos(kernel: Kernel) -> set[int]:
 def test_the_kernel_really_runs_without_the_audit_hook(bare):
     assert "audit_hook" not in bare.layers
     assert any(m.startswith("audit_hook") for m in bare.missing_layers)
-    result = bare.execute("import sys; print(sys.modules.get('ctypes'))")
-    assert result.stdout == "None\n"  # the layers' ctypes is gone again
+    # The layers were put on by the launch stage, which then exec'd this interpreter: none
+    # of the ctypes it used is left, not even a type reachable through __subclasses__.
+    result = bare.execute(
+        "import sys\nseen, todo = set(), [object]\nwhile todo:\n"
+        "    for c in type.__subclasses__(todo.pop()):\n"
+        "        if c not in seen: seen.add(c); todo.append(c)\n"
+        "print([n for n in sys.modules if 'ctypes' in n], "
+        "[c for c in seen if 'ctypes' in c.__module__])"
+    )
+    assert result.stdout == "[] []\n"
+
+
+def test_the_interpreter_cannot_be_executed_again(bare, host):
+    # The launch stage exec'd the worker through descriptor number RLIMIT_NOFILE, the one
+    # execveat seccomp allows; no descriptor with that number can exist any more.
+    limit = bare.config.open_files
+    assert attempt(bare, f"import os; os.dup2(0, {limit})") == errno.EBADF
+    assert attempt(bare, f"import os; os.execve({limit}, ['sh'], {{}})") == errno.EBADF
+    code = "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))"
+    assert bare.execute(f"try:\n    {code}\nexcept ValueError as e:\n    print(e)").stdout == (
+        "not allowed to raise maximum limit\n"
+    )
+    assert_unharmed(host, bare)
 
 
 @pytest.mark.skipif(not LANDLOCK, reason="this kernel offers no Landlock")
@@ -259,12 +280,13 @@ def test_status_and_every_span_name_the_tier_and_its_layers(tier, with_hook):
 
 
 def test_a_kernel_that_cannot_install_a_required_layer_does_not_start(monkeypatch):
-    def demanding(tier: str, config: KernelConfig) -> sandbox.LaunchSpec:
-        spec = sandbox.launch_spec(tier, config)
-        confine = {**spec.confine, "require": [*spec.confine["require"], "time_travel"]}
-        return dataclasses.replace(spec, confine=confine)
+    expect = sandbox._confine
 
-    monkeypatch.setattr(client, "launch_spec", demanding)
+    def demanding(*args, **kwargs):
+        options = expect(*args, **kwargs)
+        return {**options, "require": [*options["require"], "time_travel"]}
+
+    monkeypatch.setattr(sandbox, "_confine", demanding)
     with pytest.raises(KernelError, match="did not start"):
         Kernel(KernelConfig(sandbox="process", start_timeout_s=10))
 
@@ -292,6 +314,7 @@ def run_filter(program: bytes, nr: int, arch: int, *args: int) -> int:
 
 
 PID = 4242
+EXEC_FD = 256
 THREAD = 0x00010000 | 0x00000100 | 0x00000800  # CLONE_THREAD | CLONE_VM | CLONE_SIGHAND
 PTR = 0x7FFF_0000_1000
 
@@ -326,10 +349,14 @@ PTR = 0x7FFF_0000_1000
         (157, X86_64, (4, 1), EPERM),  # prctl(PR_SET_DUMPABLE, 1)
         (157, X86_64, (38, 1), ALLOW),  # prctl(PR_SET_NO_NEW_PRIVS, 1)
         (426, X86_64, (), EPERM),  # io_uring_enter
+        (322, X86_64, (EXEC_FD, PTR, PTR, PTR, 0x1000), ALLOW),  # the launch stage's exec
+        (322, X86_64, (3, PTR, PTR, PTR, 0x1000), EPERM),  # any other descriptor
+        (322, X86_64, (EXEC_FD, PTR, PTR, PTR, 0), EPERM),  # a path relative to it
+        (322, X86_64, ((-100) & 0xFFFFFFFF, PTR, PTR, PTR, 0), EPERM),  # AT_FDCWD
     ],
 )
 def test_the_x86_64_seccomp_filter_decides_each_call(nr, arch, args, expected):
-    program = confine.seccomp_program(PID, "x86_64")
+    program = confine.seccomp_program(PID, "x86_64", EXEC_FD)
     assert run_filter(program, nr, arch, *args) == expected
 
 

@@ -9,10 +9,11 @@ kernel gets a fresh uid from a high range no account uses, so kernels cannot rea
 other's scratch or signal each other through file permissions alone, and one kernel's
 threads do not count against another's process limit.
 
-On both tiers the worker then puts the kernel-enforced layers of ``child/confine.py`` on
-itself before the first cell (``no_new_privs``, seccomp, Landlock where offered) and the
-audit hook on top as a first fence; the layers the host expects are sent as ``require``
-and a kernel that cannot install them does not start. ``auto`` takes ``bwrap`` when it
+On both tiers the interpreter first runs ``child/launch.py``: it applies the rlimits, puts
+the kernel-enforced layers of ``child/confine.py`` on (``no_new_privs``, seccomp, Landlock
+where offered), then execs the worker, which adds the audit hook on top as a first fence.
+The layers the host expects are sent as ``require``; a kernel that cannot install them
+does not start. ``auto`` takes ``bwrap`` when it
 works and falls back to ``process`` only when the operator allowed it
 (``SCROLL_SANDBOX_FALLBACK=process``); otherwise it raises ``SandboxUnavailable``.
 """
@@ -21,10 +22,10 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import os
 import secrets
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,11 @@ _BOOT = (
     "import sys; sys.path.insert(0, {root!r}); "
     "from child.worker import main; del sys.path[0]; main()"
 )
+# Stage one (``child/launch.py``): limits and kernel layers, then exec of ``_BOOT``.
+_LAUNCH = (
+    "import sys; sys.path.insert(0, {root!r}); "
+    "from child.launch import main; del sys.path[0]; main()"
+)
 
 
 @dataclass(frozen=True)
@@ -77,14 +83,14 @@ class LaunchSpec:
     read_roots: tuple[str, ...]
     allow_sqlite: bool
     user: int | None = None  # uid and gid to start the process as (process tier, root host)
-    confine: dict[str, Any] = field(default_factory=dict)  # the ``confine`` part of init
+    confine: dict[str, Any] = field(default_factory=dict)  # what ``launch`` was told
     # Off only in tests that prove the kernel layers hold on their own (a cell that
     # corrupts the interpreter can switch the hook off; nothing can switch those off).
     audit_hook: bool = True
 
     def child_init(self) -> dict[str, Any]:
         """The sandbox's part of the kernel's ``init`` message."""
-        return {"confine": self.confine, "guard": self.audit_hook}
+        return {"guard": self.audit_hook}
 
 
 @functools.lru_cache(maxsize=1)
@@ -137,18 +143,21 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
         exe = shutil.which("bwrap")
         if exe is None:
             raise SandboxUnavailable("bwrap is not installed (Debian package bubblewrap)")
-        boot = _BOOT.format(root=SANDBOX_ROOT)
         read_roots: tuple[str, ...] = (RUNTIME, SANDBOX_ROOT, ZONEINFO)
+        options = _confine(read_roots, SANDBOX_SCRATCH, uid=UNPRIVILEGED, namespaces=True)
         return LaunchSpec(
             tier=tier,
-            argv=[*_bwrap_argv(exe, config), PYTHON, "-I", "-S", "-c", boot],
+            argv=[
+                *_bwrap_argv(exe, config),
+                *_launch_argv(PYTHON, SANDBOX_ROOT, options, config),
+            ],
             env={},
             cwd="/",
             scratch=SANDBOX_SCRATCH,
             host_scratch=None,
             read_roots=read_roots,
             allow_sqlite=True,
-            confine=_confine(read_roots, SANDBOX_SCRATCH, uid=UNPRIVILEGED, namespaces=True),
+            confine=options,
         )
     user = KERNEL_UID_BASE + secrets.randbelow(KERNEL_UID_SPAN) if os.geteuid() == 0 else None
     # "other" permission bits decide what any uid that owns nothing can reach: probe once.
@@ -156,11 +165,11 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
     scratch = tempfile.mkdtemp(prefix="scroll-kernel-", dir=config.scratch_root)
     if user is not None:
         os.chown(scratch, user, user)
-    child_dir = str(Path(worker_root) / "child")
-    read_roots = (runtime, child_dir, ZONEINFO, "/dev/null", "/dev/zero", "/dev/urandom")
+    read_roots = (runtime, worker_root, ZONEINFO, "/dev/null", "/dev/zero", "/dev/urandom")
+    options = _confine(read_roots, scratch, uid=user, namespaces=False)
     return LaunchSpec(
         tier="process",
-        argv=[python, "-I", "-S", "-c", _BOOT.format(root=worker_root)],
+        argv=_launch_argv(python, worker_root, options, config),
         env={"TMPDIR": scratch, "HOME": scratch, "LC_ALL": "C.UTF-8"},
         cwd=scratch,
         scratch=scratch,
@@ -168,8 +177,20 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
         read_roots=read_roots,
         allow_sqlite=False,
         user=user,
-        confine=_confine(read_roots, scratch, uid=user, namespaces=False),
+        confine=options,
     )
+
+
+def _launch_argv(
+    python: str, root: str, options: dict[str, Any], config: KernelConfig
+) -> list[str]:
+    stage = {
+        **options,
+        "python": python,
+        "boot": _BOOT.format(root=root),
+        "limits": config.limits(),
+    }
+    return [python, "-I", "-S", "-c", _LAUNCH.format(root=root), json.dumps(stage)]
 
 
 def _confine(
@@ -195,15 +216,16 @@ def _confine(
 def _process_runtime(user: int | None) -> tuple[str, str, str]:
     """(interpreter, its prefix, worker root) that ``user`` can run; SandboxUnavailable if none.
 
-    The host's own interpreter may sit where an unprivileged uid cannot reach it (a pyenv
-    build under ``/root``), and so may the worker code; the worker needs only the standard
-    library, so any Python 3 the uid can run will do, and the code is copied if needed.
+    The worker code is copied to a folder of its own (world-readable, owned by the host):
+    Landlock then grants exactly that folder, where the package's parent would expose the
+    host's code, and an unprivileged uid can reach it wherever the checkout lives. The
+    host's own interpreter may sit where such a uid cannot reach it (a pyenv build under
+    ``/root``); the worker needs only the standard library, so any Python 3 it can run
+    will do.
     """
-    root = str(Path(CHILD_DIR).parent)
+    root = _copy_worker()
     if user is None:
         return PYTHON, RUNTIME, root
-    if not _world_readable(CHILD_DIR):
-        root = _copy_worker()
     candidates = [PYTHON]
     for name in ("python3", f"python{sys.version_info[0]}.{sys.version_info[1]}"):
         for folder in ("/usr/bin", "/usr/local/bin"):
@@ -234,14 +256,6 @@ def _process_runtime(user: int | None) -> tuple[str, str, str]:
     raise SandboxUnavailable(
         f"the process tier cannot start a kernel as uid {user}: " + "; ".join(tried)
     )
-
-
-def _world_readable(path: str) -> bool:
-    current = Path(path).resolve()
-    for folder in [current, *current.parents]:
-        if not os.stat(folder).st_mode & stat.S_IXOTH:
-            return False
-    return all(f.stat().st_mode & stat.S_IROTH for f in current.glob("*.py"))
 
 
 def _copy_worker() -> str:

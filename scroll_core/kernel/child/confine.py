@@ -1,36 +1,35 @@
-"""Kernel-enforced layers the worker puts on itself before any user code runs.
+"""Kernel-enforced layers a kernel process puts on itself before any user code runs.
 
 The audit hook in ``guard`` is a Python fence: a cell that corrupts the interpreter can
-switch it off. What this module installs lives in the Linux kernel and cannot be undone
-from inside the process:
+switch it off. What this module installs lives in the Linux kernel, cannot be undone from
+inside the process and is inherited across ``execve`` (``launch`` installs it, then execs
+the worker):
 
 - ``no_new_privs``: no exec can ever gain privileges (needed for the two below);
-- not dumpable: other processes of the same uid (other kernels) cannot read this one's
-  memory or ``/proc`` files;
 - Landlock, where the running kernel offers it: the runtime read-only, scratch writable,
   nothing else (no ``/proc``, no ``/etc``, no home, no Event Log); TCP bind/connect and
   signals/abstract sockets outside the process are scoped away where the ABI has them;
-- a seccomp filter: ``execve``/``execveat``, process-creating ``clone``/``fork``/``vfork``
-  (threads, ``clone`` with ``CLONE_THREAD``, stay allowed: the worker has a reader thread
-  and cells may start threads), sockets, ``ptrace``, ``process_vm_*``, ``mknod``,
-  ``mount``, namespaces, ``keyctl``, ``bpf``, ``perf_event_open``, ``io_uring`` (which
-  could issue socket operations without a syscall of its own), signals to other
-  processes, and changing any rlimit except this process's own CPU soft limit (which
-  cannot pass the hard limit: the kernel has no ``CAP_SYS_RESOURCE``). Denied calls fail
-  with ``EPERM`` so Python raises a plain ``PermissionError``; ``clone3`` fails with
-  ``ENOSYS`` so glibc falls back to ``clone``, whose flags the filter can read.
+- a seccomp filter: ``execve`` and ``execveat`` (except ``execveat`` of the one descriptor
+  ``launch`` uses to exec the worker, which nothing after it can reopen), process-creating
+  ``clone``/``fork``/``vfork`` (threads, ``clone`` with ``CLONE_THREAD``, stay allowed:
+  the worker has a reader thread and cells may start threads), sockets, ``ptrace``,
+  ``process_vm_*``, ``mknod``, ``mount``, namespaces, ``keyctl``, ``bpf``,
+  ``perf_event_open``, ``io_uring`` (which could issue socket operations without a syscall
+  of its own), signals to other processes, and changing any rlimit except this process's
+  own CPU soft limit (which cannot pass the hard limit: the kernel has no
+  ``CAP_SYS_RESOURCE``). Denied calls fail with ``EPERM`` so Python raises a plain
+  ``PermissionError``; ``clone3`` fails with ``ENOSYS`` so glibc falls back to ``clone``,
+  whose flags the filter can read.
 
 Why a hand-built classic BPF program instead of libseccomp: the kernel runs ``python -I -S``
 with an empty environment, where neither Debian's ``python3-seccomp`` (only in
 ``/usr/lib/python3/dist-packages`` of Debian's own interpreter) nor PyPI ``pyseccomp`` (in
 the host's virtualenv) can be imported, and libseccomp itself may be absent. The filter is
-about fifty instructions; its arch check denies foreign-ABI calls (i386 through
+about sixty instructions; its arch check denies foreign-ABI calls (i386 through
 ``int 0x80``) and the x32 bit, so it cannot be walked around by another syscall table.
-Installing a filter before ``exec`` (``preexec_fn``) would also have to let ``execve``
-through; installing it here, after start-up and before the first cell, does not.
 
-``ctypes`` is used only here, before the audit hook exists, and is dropped from
-``sys.modules`` afterwards so a cell cannot reach it without the import the hook denies.
+``ctypes`` is used only in the first stage (``launch``); the worker that runs cells is a
+fresh image without it.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from __future__ import annotations
 import os
 import platform
 import struct
-import sys
 from typing import Any
 
 # prctl options
@@ -56,6 +54,7 @@ _LD_ABS_W = 0x20
 _JEQ, _JGE, _JSET = 0x15, 0x35, 0x45
 _RET = 0x06
 _CLONE_THREAD = 0x00010000
+_AT_EMPTY_PATH = 0x1000
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: never, even for a thread.
 _CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
 _CLONE_NAMESPACES |= 0x20000000 | 0x40000000
@@ -140,7 +139,7 @@ SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 
 # Always denied with EPERM. Signals, clone, prlimit64 and prctl get argument checks instead.
 _DENIED = (
-    "execve", "execveat", "fork", "vfork", "socket", "socketpair", "connect", "bind",
+    "execve", "fork", "vfork", "socket", "socketpair", "connect", "bind",
     "listen", "accept", "accept4", "ptrace", "process_vm_readv", "process_vm_writev",
     "mknod", "mknodat", "mount", "umount2", "pivot_root", "chroot", "setrlimit", "unshare",
     "setns", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
@@ -157,15 +156,17 @@ def machine() -> str:
     return platform.machine().lower()
 
 
-def seccomp_program(pid: int, arch_name: str | None = None) -> bytes:
+def seccomp_program(pid: int, arch_name: str | None = None, exec_fd: int = -1) -> bytes:
     """The filter as ``struct sock_filter[]`` bytes for ``arch_name`` (default: this one).
 
     ``pid`` is the kernel's own pid: ``kill``/``tgkill`` may target only it (or its own
-    process group, which is only itself), ``prlimit64`` only it.
+    process group, which is only itself), ``prlimit64`` only it. ``execveat`` is allowed
+    only as ``execveat(exec_fd, "", ..., AT_EMPTY_PATH)``.
     """
     arch = _ARCHES[arch_name or machine()]
     nr = arch.nr
     prog: list[tuple[int, Any, Any, int]] = []
+    label: dict[str, int] = {}
 
     def op(code: int, k: int, jt: Any = 0, jf: Any = 0) -> None:
         prog.append((code, jt, jf, k))
@@ -187,8 +188,14 @@ def seccomp_program(pid: int, arch_name: str | None = None) -> bytes:
     op(_JEQ, nr["kill"], "own_pid_or_group", 0)
     op(_JEQ, nr["tgkill"], "own_pid", 0)
     op(_JEQ, nr["prctl"], "prctl", 0)
+    op(_JEQ, nr["execveat"], "execveat", 0)
     op(_RET, _RET_ALLOW)
-    label = {"clone": len(prog)}
+    label["execveat"] = len(prog)
+    op(_LD_ABS_W, arg_lo(0))
+    op(_JEQ, exec_fd & 0xFFFFFFFF, 0, "deny")
+    op(_LD_ABS_W, arg_lo(4))
+    op(_JEQ, _AT_EMPTY_PATH, "allow", "deny")
+    label["clone"] = len(prog)
     op(_LD_ABS_W, arg_lo(0))
     op(_JSET, _CLONE_NAMESPACES, "deny", 0)
     op(_JSET, _CLONE_THREAD, "allow", "deny")
@@ -248,38 +255,35 @@ def landlock_abi() -> tuple[int, str]:
 
 
 def install(
-    *, scratch: str, read_roots: list[str], require: list[str]
+    *, scratch: str, read_roots: list[str], require: list[str], exec_fd: int = -1
 ) -> tuple[list[str], dict[str, str]]:
     """Put every layer this kernel offers on the process; return (active, missing).
 
     ``read_roots`` (directories or files) become read-only, ``scratch`` read-write.
     Must run while the process has a single thread (Landlock binds only the calling
-    thread) and before any user code. Raises ``RuntimeError`` when a layer named in
+    thread) and before any user code. ``exec_fd`` is the one descriptor ``execveat`` may
+    still run (the worker's interpreter). Raises ``RuntimeError`` when a layer named in
     ``require`` cannot be installed: a kernel never starts weaker than the host expects.
     """
     active: list[str] = []
     missing: dict[str, str] = {}
-    try:
-        libc, ctypes = _libc()
-        _prctl(libc, ctypes, _PR_SET_NO_NEW_PRIVS, 1)
-        if libc.prctl(_PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1:
-            active.append("no_new_privs")
-        _prctl(libc, ctypes, _PR_SET_DUMPABLE, 0)
-        abi, why = landlock_abi()
-        if abi > 0:
-            _landlock(libc, ctypes, abi, scratch, read_roots)
-            active.append(f"landlock:{abi}")
-        else:
-            missing["landlock"] = why
-        arch = machine()
-        if arch in _ARCHES:
-            _seccomp(libc, ctypes, seccomp_program(os.getpid(), arch), SECCOMP_SYSCALL[arch])
-            active.append("seccomp")
-        else:
-            missing["seccomp"] = f"no seccomp filter is written for {arch}"
-        del libc, ctypes
-    finally:
-        _forget_ctypes()
+    libc, ctypes = _libc()
+    _prctl(libc, ctypes, _PR_SET_NO_NEW_PRIVS, 1)
+    if libc.prctl(_PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1:
+        active.append("no_new_privs")
+    abi, why = landlock_abi()
+    if abi > 0:
+        _landlock(libc, ctypes, abi, scratch, read_roots)
+        active.append(f"landlock:{abi}")
+    else:
+        missing["landlock"] = why
+    arch = machine()
+    if arch in _ARCHES:
+        program = seccomp_program(os.getpid(), arch, exec_fd)
+        _seccomp(libc, ctypes, program, SECCOMP_SYSCALL[arch])
+        active.append("seccomp")
+    else:
+        missing["seccomp"] = f"no seccomp filter is written for {arch}"
     names = {a.split(":")[0] for a in active}
     absent = [r for r in require if r not in names]
     if absent:
@@ -323,9 +327,15 @@ def _landlock(libc: Any, ctypes: Any, abi: int, scratch: str, roots: list[str]) 
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     try:
-        read = _FS_READ_FILE | _FS_READ_DIR
+        # Execute stays on the runtime: the worker's interpreter and its loader are exec'd
+        # once; seccomp, not Landlock, is what refuses every exec after that.
+        read = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
         write = fs & ~(_FS_EXECUTE | _FS_MAKE_CHAR | _FS_MAKE_BLOCK | _FS_MAKE_SOCK)
         rules = [(p, read) for p in roots] + [(scratch, write)]
+        # The worker puts /dev/null on fds 0 and 1; reading /dev/null, zero and urandom is
+        # harmless. Landlock checks a device open like any file.
+        rules.append(("/dev/null", _FS_READ_FILE | _FS_WRITE_FILE))
+        rules += [(p, _FS_READ_FILE) for p in ("/dev/zero", "/dev/urandom", "/dev/random")]
         for path, access in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -333,7 +343,7 @@ def _landlock(libc: Any, ctypes: Any, abi: int, scratch: str, roots: list[str]) 
                 continue  # a root that does not exist here grants nothing
             try:
                 if not os.path.isdir(path):
-                    access &= _FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+                    access &= _FS_EXECUTE | _FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE
                 rule = ctypes.create_string_buffer(struct.pack("<Qi", access, fd), 12)
                 if libc.syscall(add_rule, ruleset, _LL_RULE_PATH_BENEATH, rule, 0) != 0:
                     raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
@@ -356,9 +366,3 @@ def _seccomp(libc: Any, ctypes: Any, program: bytes, seccomp_nr: int) -> None:
     flags = _SECCOMP_FILTER_FLAG_TSYNC
     if libc.syscall(seccomp_nr, _SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(prog)) != 0:
         raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER)")
-
-
-def _forget_ctypes() -> None:
-    for name in list(sys.modules):
-        if name == "ctypes" or name.startswith("ctypes.") or name == "_ctypes":
-            del sys.modules[name]

@@ -1,9 +1,10 @@
 """The kernel process: a persistent namespace that runs cells sent by the host.
 
-Start-up order matters: take the protocol pipes off fds 0 and 1, read ``init``, apply the
-resource limits, put the kernel-enforced layers on (``confine``: while the process still has
-one thread, since Landlock binds only the calling thread), start the reader thread, remove
-what the audit hook cannot see, install the hook, and only then accept cells. The reader
+Start-up order matters. Before this process image existed, ``launch`` applied the resource
+limits and put the kernel-enforced layers on, then exec'd this interpreter with a report of
+them as ``sys.argv[1]``. Here: take the protocol pipes off fds 0 and 1, read ``init``, start
+the reader thread, remove what the audit hook cannot see, install the hook, and only then
+accept cells. The reader
 thread also acts as the watchdog: when the host's end of the pipe closes (the host exited
 or was killed) the kernel exits at once.
 """
@@ -23,7 +24,7 @@ import traceback
 import types
 from typing import Any
 
-from . import capture, confine, digest, guard, proxy, wire
+from . import capture, digest, guard, proxy, wire
 
 MAX_TRACEBACK_CHARS = 3000
 TRACEBACK_FRAMES = 12
@@ -42,12 +43,16 @@ def main() -> None:
     os.close(devnull)
     reader = os.fdopen(in_fd, "rb", buffering=1 << 16)
     init = json.loads(reader.readline() or b"{}")
-    Worker(init, reader, out_fd).serve()
+    report = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    Worker(init, reader, out_fd, report).serve()
 
 
 class Worker:
-    def __init__(self, init: dict[str, Any], reader: Any, out_fd: int) -> None:
+    def __init__(
+        self, init: dict[str, Any], reader: Any, out_fd: int, report: dict[str, Any]
+    ) -> None:
         self.init = init
+        self.report = report
         self.reader = reader
         self.out_fd = out_fd
         self.write_lock = threading.Lock()
@@ -76,8 +81,12 @@ class Worker:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         scratch = str(self.init.get("scratch") or os.getcwd())
         os.chdir(scratch)
-        self._apply_limits(self.init.get("limits") or {})
-        layers, missing = self._confine(self.init.get("confine") or {})
+        if self.report:
+            layers = [str(x) for x in self.report.get("layers") or []]
+            missing = {str(k): str(v) for k, v in (self.report.get("missing") or {}).items()}
+        else:  # started without ``launch``: limits only, and say so
+            self._apply_limits(self.init.get("limits") or {})
+            layers, missing = [], {"kernel_layers": "started without the launch stage"}
         threading.Thread(target=self._read_loop, name="scroll-reader", daemon=True).start()
         self._strip_unaudited()
         self.denials: list[str] = []
@@ -147,37 +156,6 @@ class Worker:
             value = limits.get(key)
             if value is not None:
                 resource.setrlimit(which, (int(value), int(value)))
-
-    def _confine(self, options: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
-        """Install the kernel-enforced layers; exit (the host reports stderr) if it cannot."""
-        if not options:
-            return [], {"kernel_layers": "the host asked for none"}
-        layers: list[str] = []
-        missing: dict[str, str] = {}
-        if options.get("namespaces"):
-            layers.append("namespaces")
-        uid = options.get("uid")
-        if isinstance(uid, int) and os.getuid() == uid and os.geteuid() == uid and uid != 0:
-            layers.append(f"uid:{uid}")
-        elif uid is None and os.geteuid() != 0:
-            missing["uid"] = "the host is not root: the kernel runs as the host's own uid"
-        else:
-            missing["uid"] = f"expected uid {uid}, running as {os.geteuid()}"
-        try:
-            active, absent = confine.install(
-                scratch=str(options.get("scratch") or os.getcwd()),
-                read_roots=[str(p) for p in options.get("read_roots") or []],
-                require=[r for r in options.get("require") or [] if r != "uid"],
-            )
-        except (OSError, RuntimeError) as exc:
-            sys.stderr.write(f"scroll kernel: {exc}\n")
-            sys.stderr.flush()
-            os._exit(70)
-        if "uid" in (options.get("require") or []) and "uid" in missing:
-            sys.stderr.write(f"scroll kernel: uid layer required: {missing['uid']}\n")
-            sys.stderr.flush()
-            os._exit(70)
-        return layers + active, {**missing, **absent}
 
     def _strip_unaudited(self) -> None:
         # These reach other processes without raising any audit event.

@@ -13,9 +13,9 @@ On both tiers the interpreter first runs ``child/launch.py``: it applies the rli
 the kernel-enforced layers of ``child/confine.py`` on (``no_new_privs``, seccomp, Landlock
 where offered), then execs the worker, which adds the audit hook on top as a first fence.
 The layers the host expects are sent as ``require``; a kernel that cannot install them
-does not start. ``auto`` takes ``bwrap`` when it
-works and falls back to ``process`` only when the operator allowed it
-(``SCROLL_SANDBOX_FALLBACK=process``); otherwise it raises ``SandboxUnavailable``.
+does not start. ``auto`` takes ``bwrap`` when it works and falls back to ``process`` only
+when the operator allowed it (``SCROLL_SANDBOX_FALLBACK=process``); otherwise it raises
+``SandboxUnavailable``.
 """
 
 from __future__ import annotations

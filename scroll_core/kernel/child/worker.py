@@ -4,9 +4,8 @@ Start-up order matters. Before this process image existed, ``launch`` applied th
 limits and put the kernel-enforced layers on, then exec'd this interpreter with a report of
 them as ``sys.argv[1]``. Here: take the protocol pipes off fds 0 and 1, read ``init``, start
 the reader thread, remove what the audit hook cannot see, install the hook, and only then
-accept cells. The reader
-thread also acts as the watchdog: when the host's end of the pipe closes (the host exited
-or was killed) the kernel exits at once.
+accept cells. The reader thread also acts as the watchdog: when the host's end of the pipe
+closes (the host exited or was killed) the kernel exits at once.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from dashboard import live
 from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
-from scroll_core.errors import EventNotFound, SearchTimeout
+from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
 from scroll_core.eventlog import EventLog, Hit, SessionSummary
 from scroll_core.logschema import SQLITE_INT_MAX
 
@@ -489,11 +489,15 @@ def runs(request: HttpRequest) -> HttpResponse:
         elif not hasattr(runner, "start_run"):
             messages.error(request, "This console has no runner.")
         else:
-            run = runner.start_run(
-                task=task, profile=profile, model=model or None, user=request.user
-            )
-            messages.success(request, f"Started {run.session_id}.")
-            return redirect("session", run.session_id)
+            try:
+                run = runner.start_run(
+                    task=task, profile=profile, model=model or None, user=request.user
+                )
+            except SandboxUnavailable as exc:
+                messages.error(request, f"Not started: {exc}")
+            else:
+                messages.success(request, f"Started {run.session_id}.")
+                return redirect("session", run.session_id)
     ctx = {
         "ws_url": live.ws_url("/ws/alerts/"),
         "runs": RunRecord.objects.select_related("profile")[:100],

@@ -29,7 +29,14 @@ from .config import KernelConfig
 from .hostfns import HostFunctions
 from .protocol import LineReader, decode_message, encode
 from .results import ExecError, ExecResult, ExecStatus, NamespaceDigest, truncation_notice
-from .sandbox import TIER_STRENGTH, LaunchSpec, launch_spec, resolve_tier
+from .sandbox import (
+    TIER_STRENGTH,
+    LaunchSpec,
+    launch_spec,
+    layers_of,
+    resolve_tier,
+    sandbox_attributes,
+)
 from .spawner import spawn
 
 __all__ = ["Kernel", "KernelStatus"]
@@ -48,6 +55,8 @@ class KernelStatus:
     restarts: int
     started_at: float
     last_used: float
+    layers: tuple[str, ...] = ()  # sandbox layers in force, e.g. "seccomp", "landlock:7"
+    missing_layers: tuple[str, ...] = ()  # "name: why" for each layer this host lacks
 
 
 class Kernel:
@@ -61,7 +70,9 @@ class Kernel:
         host_functions: Mapping[str, Callable[..., Any]] | None = None,
     ) -> None:
         self.config = config or KernelConfig.from_env()
-        self.tier = resolve_tier(sandbox or self.config.sandbox)
+        self.tier = resolve_tier(sandbox or self.config.sandbox, self.config.fallback)
+        self.layers: tuple[str, ...] = ()
+        self.missing_layers: tuple[str, ...] = ()
         self.host_functions = HostFunctions(host_functions)
         self._lock = threading.RLock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -81,14 +92,14 @@ class Kernel:
     @staticmethod
     def resolve(config: KernelConfig) -> str:
         """The tier a kernel with ``config`` would run in (raises if bwrap is required)."""
-        return resolve_tier(config.sandbox)
+        return resolve_tier(config.sandbox, config.fallback)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def _start(self) -> None:
         began = time.perf_counter()
         spec = launch_spec(self.tier, self.config)
-        proc = spawn(spec.argv, spec.env, spec.cwd)
+        proc = spawn(spec.argv, spec.env, spec.cwd, spec.user)
         self._spec, self._proc = spec, proc
         assert proc.stdout is not None and proc.stderr is not None
         self._reader = LineReader(proc.stdout.fileno())
@@ -104,6 +115,7 @@ class Kernel:
             "cell_cpu_seconds": self.config.cell_cpu_s,
             "max_created_files": self.config.max_created_files,
             "host_functions": self.host_functions.names(),
+            **spec.child_init(),
         }
         try:
             self._send(init)
@@ -114,12 +126,18 @@ class Kernel:
         if ready is None:
             self._kill()
             raise KernelError(f"kernel ({self.tier}) did not start in time{self._diag()}")
+        self.layers, self.missing_layers = layers_of(ready)
         self.started_at = time.time()
         self.cold_start_ms = (time.perf_counter() - began) * 1000
 
     def restart(self) -> None:
         """Replace the process with a fresh one; every variable is lost."""
-        with self._lock, span("scroll.kernel.restart", kernel_tier=self.tier) as traced:
+        with (
+            self._lock,
+            span(
+                "scroll.kernel.restart", kernel_tier=self.tier, **self.sandbox_attributes()
+            ) as traced,
+        ):
             old_pid = self.pid
             self._kill()
             self.restarts += 1
@@ -161,7 +179,13 @@ class Kernel:
             restarts=self.restarts,
             started_at=self.started_at,
             last_used=self.last_used,
+            layers=self.layers,
+            missing_layers=self.missing_layers,
         )
+
+    def sandbox_attributes(self) -> dict[str, Any]:
+        """``scroll.sandbox.*`` span attributes: the tier, its strength and its layers."""
+        return sandbox_attributes(self.tier, self.layers, self.missing_layers)
 
     # -- host functions -------------------------------------------------------------------
 
@@ -211,7 +235,11 @@ class Kernel:
             self.busy = True
             try:
                 with tool_span(
-                    tool, tool_call_id=tool_call_id, kernel_tier=self.tier, code_chars=len(code)
+                    tool,
+                    tool_call_id=tool_call_id,
+                    kernel_tier=self.tier,
+                    code_chars=len(code),
+                    **self.sandbox_attributes(),
                 ) as traced:
                     cap = self.config.print_cap if print_cap is None else max(1, int(print_cap))
                     result = self._execute(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import termios
 import threading
 import time
@@ -20,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from scroll_core.errors import KernelError, KernelUnresponsive
+from scroll_core.errors import KernelError, KernelProtocolError, KernelUnresponsive
 from scroll_core.kernel import Kernel, KernelConfig, KernelManager, bwrap_status
-from scroll_core.kernel.child.wire import MAX_CHILD_LINE
+from scroll_core.kernel.child.wire import MAX_CHILD_LINE, shape_problem
+from scroll_core.kernel.protocol import LineReader, LineWriter, decode_message
 from scroll_core.kernel.results import ExecResult
 
 BWRAP_OK, BWRAP_WHY = bwrap_status()
@@ -217,6 +219,24 @@ def test_stopping_a_session_from_the_manager_answers_while_its_cell_is_stuck():
         assert manager.get("stuck").execute("print(2)").stdout == "2\n"
 
 
+def test_manager_shutdown_answers_while_every_session_is_stuck():
+    hosts = [Host(), Host()]
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nreached()\n"
+        "while True:\n    time.sleep(0.05)\n"
+    )
+    config = KernelConfig(sandbox="process", timeout_s=10, grace_s=0.5)
+    manager = KernelManager(config, pool_size=0)
+    kernels = [manager.get(f"s{i}", h.functions()) for i, h in enumerate(hosts)]
+    running = [Running(k, code, timeout=600) for k in kernels]
+    for h in hosts:
+        wait_until(h.reached.is_set, "each cell reaching its endless loop")
+    answers(manager.shutdown)
+    for r in running:
+        assert "closed by an operator" in (r.wait().notice or "")
+    assert not any(k.alive for k in kernels)
+
+
 def test_a_ping_the_kernel_never_answers_fails_and_restarts_it(kernel):
     pid = kernel.pid
     # The worker's reader drops every command from now on, so no pong ever comes.
@@ -387,3 +407,95 @@ def _reset_peak_rss() -> int:
 
 def _peak_rss() -> int:
     return _status_kb("VmHWM")
+
+
+# -- the wire itself, without a kernel ----------------------------------------------------
+
+
+def test_the_line_reader_never_buffers_more_than_one_maximal_line():
+    read_fd, write_fd = os.pipe()
+    try:
+        reader = LineReader(read_fd, max_line=1000)
+        os.write(write_fd, b"a" * 5000)
+        with pytest.raises(KernelProtocolError, match="over 1,000 bytes"):
+            reader.readline(time.monotonic() + 30)
+        assert len(reader._buf) <= 1001
+        # What was not read stays in the pipe, not in the host.
+        assert os.read(read_fd, 10_000) == b"a" * (5000 - len(reader._buf))
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_the_line_reader_gives_up_at_its_deadline_and_keeps_a_partial_line():
+    read_fd, write_fd = os.pipe()
+    try:
+        reader = LineReader(read_fd)
+        os.write(write_fd, b'{"op": "pong", ')
+        assert reader.readline(time.monotonic() + 0.05) is None
+        os.write(write_fd, b'"id": 1}\n')
+        assert reader.readline(time.monotonic() + 30) == b'{"op": "pong", "id": 1}'
+        os.close(write_fd)
+        write_fd = -1
+        with pytest.raises(EOFError):
+            reader.readline(time.monotonic() + 30)
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
+
+
+def test_the_line_writer_gives_up_at_its_deadline_when_nobody_reads():
+    read_fd, write_fd = os.pipe()
+    try:
+        writer = LineWriter(write_fd)
+        writer.write(b"small\n", time.monotonic() + 30)
+        with pytest.raises(KernelUnresponsive, match="stopped reading"):
+            writer.write(b"x" * (4 * MB), time.monotonic() + 0.1)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_the_line_writer_reports_a_reader_that_is_gone():
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    try:
+        with pytest.raises(BrokenPipeError):
+            LineWriter(write_fd).write(b"hello\n", time.monotonic() + 30)
+    finally:
+        os.close(write_fd)
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        (b'{"op": "result", "id": 1, "stdout": "[[[[[[[[{{{{"}', None),
+        (b'{"s": "\\"[[[["}', None),
+        (b"[" * 64 + b"]" * 64, None),
+        (b"[" * 65 + b"]" * 65, "nested deeper than 64 levels"),
+        (b"[" * 100_000, "unbalanced brackets"),
+        (b"[" + b"0," * 300_000 + b"0]", "more than 250,000 values"),
+        (b"[" + b"[]," * 300_000 + b"[]]", "more than 250,000 values"),
+    ],
+    ids=["in_strings", "escaped_quote", "at_limit", "past_limit", "unclosed", "many", "lists"],
+)
+def test_shape_is_checked_on_the_raw_bytes(line, problem):
+    found = shape_problem(line)
+    assert found is None if problem is None else found is not None and problem in found
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        (b"[" * 100_000, "unbalanced"),
+        (b'{"op": "result", "id": 1, "x": ' + b"[" * 900 + b"]" * 900 + b"}", "nested deeper"),
+        (b"\xff\xfe", "invalid JSON"),
+        (b'{"op": "exec", "id": 1}', "known op"),
+        (b'{"op": "pong"}', "valid id"),
+        (b'{"op": "call", "id": 1.5}', "valid id"),
+    ],
+)
+def test_decode_message_turns_every_bad_line_into_a_protocol_error(line, match):
+    with pytest.raises(KernelProtocolError, match=match):
+        decode_message(line)

@@ -23,7 +23,7 @@ import pytest
 
 from scroll_core.errors import KernelError, KernelProtocolError, KernelUnresponsive
 from scroll_core.kernel import Kernel, KernelConfig, KernelManager, bwrap_status
-from scroll_core.kernel.child.wire import MAX_CHILD_LINE, shape_problem
+from scroll_core.kernel.child.wire import MAX_CHILD_LINE, MAX_PRINT_CAP, shape_problem
 from scroll_core.kernel.protocol import LineReader, LineWriter, decode_message
 from scroll_core.kernel.results import ExecResult
 
@@ -376,6 +376,15 @@ def test_a_cell_whose_call_would_be_refused_by_the_host_fails_in_the_cell(kernel
     assert deep.error.type == "TypeError" and "nested deeper" in deep.error.message
     big = kernel.execute("probe('w' * (5 * 1024 * 1024))")
     assert big.status == "error" and big.error is not None and big.error.type == "TypeError"
+    assert kernel.execute("print(kept)").stdout == "1\n"
+
+
+def test_a_print_cap_too_large_for_one_line_is_clamped_so_the_result_still_arrives(kernel):
+    kernel.execute("kept = 1")
+    # Astral characters are 12 bytes each once escaped: 2M of them would be a 24 MB line.
+    result = kernel.execute("print('\\U0001F600' * 2_000_000)", print_cap=10**8)
+    assert result.status == "ok" and result.truncated
+    assert result.stdout.startswith("\U0001f600" * MAX_PRINT_CAP)
     assert kernel.execute("print(kept)").stdout == "1\n"
 
 

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from ..errors import KernelError, KernelProtocolError, KernelUnresponsive
 from ..telemetry import span, tool_span
+from .child.wire import MAX_PRINT_CAP
 from .config import KernelConfig
 from .hostfns import HostFunctions
 from .protocol import LineReader, LineWriter, decode_message, encode
@@ -289,6 +290,8 @@ class Kernel:
                     tool, tool_call_id=tool_call_id, kernel_tier=self.tier, code_chars=len(code)
                 ) as traced:
                     cap = self.config.print_cap if print_cap is None else max(1, int(print_cap))
+                    # Above this a cell's own result would not fit in one accepted line.
+                    cap = min(cap, MAX_PRINT_CAP)
                     result = self._execute(
                         code, self.config.timeout_s if timeout is None else timeout, cap
                     )

@@ -21,6 +21,9 @@ from typing import Any
 # A child line longer than this is a protocol violation (a result is capped far below it).
 MAX_CHILD_LINE = 4 * 1024 * 1024
 MAX_DEPTH = 64
+# The most a cell may print: at 12 bytes per character (an escaped astral character), with
+# room for the traceback, digest and denials, a result line always fits in MAX_CHILD_LINE.
+MAX_PRINT_CAP = (MAX_CHILD_LINE - 256 * 1024) // 12
 MAX_ITEMS = 250_000
 
 _encoder = json.JSONEncoder(separators=(",", ":"), default=repr)

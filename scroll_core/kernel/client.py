@@ -360,7 +360,7 @@ class Kernel:
 
     def _stuck(self, began: float, why: str) -> ExecResult:
         """The timeout path: the kernel is killed and replaced, the variables are lost."""
-        if self._stopping is not None:
+        if self._stopping is not None or self._closed:
             return self._stopped(began)
         self._restart_locked()
         return self._result(
@@ -373,8 +373,8 @@ class Kernel:
 
     def _stopped(self, began: float) -> ExecResult:
         """The cell ended because restart()/close() killed the kernel from another thread."""
-        why = self._stopping or "stopped"
-        if why == "closed":
+        why = self._stopping or ("closed" if self._closed else "stopped")
+        if self._closed:
             self._kill()
         return self._result(
             "killed",
@@ -448,7 +448,7 @@ class Kernel:
         )
 
     def _died(self, began: float, protocol: str | None) -> ExecResult:
-        if self._stopping is not None:
+        if self._stopping is not None or self._closed:
             return self._stopped(began)
         proc = self._proc
         code = None

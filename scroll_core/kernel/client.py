@@ -137,16 +137,15 @@ class Kernel:
         Answers in bounded time even while a cell is stuck: a busy kernel is killed first,
         which ends the cell; if the cell still has not let go of the lock in time (a host
         function is running), the kernel stays dead and the next cell starts a fresh one."""
-        with span("scroll.kernel.restart", kernel_tier=self.tier) as traced:
-            old_pid = self.pid
-            if not self._take_lock("restarted"):
+        old_pid = self.pid
+        if not self._take_lock("restarted"):
+            with span("scroll.kernel.restart", kernel_tier=self.tier) as traced:
                 traced.set(deferred=True, old_pid=old_pid)
-                return
-            try:
-                self._restart_locked()
-            finally:
-                self._lock.release()
-            traced.set(restarts=self.restarts, old_pid=old_pid, kernel_pid=self.pid)
+            return
+        try:
+            self._restart_locked()
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         """Stop the kernel for good, in bounded time even while a cell is stuck."""
@@ -190,10 +189,13 @@ class Kernel:
     def _restart_locked(self) -> None:
         if self._closed:
             raise KernelError("kernel is closed")
-        self._stopping = None
-        self._kill()
-        self.restarts += 1
-        self._start()
+        with span("scroll.kernel.restart", kernel_tier=self.tier) as traced:
+            old_pid = self.pid
+            self._stopping = None
+            self._kill()
+            self.restarts += 1
+            self._start()
+            traced.set(restarts=self.restarts, old_pid=old_pid, kernel_pid=self.pid)
 
     def __enter__(self) -> Kernel:
         return self

@@ -127,7 +127,7 @@ def stdin_pipe_full(kernel: Kernel) -> bool:
     if proc is None or proc.stdin is None:
         return False
     fd = proc.stdin.fileno()
-    size = fcntl.fcntl(fd, 1032)  # F_GETPIPE_SZ
+    size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
     queued = bytearray(4)
     fcntl.ioctl(fd, termios.FIONREAD, queued)
     return int.from_bytes(queued, "little") >= size

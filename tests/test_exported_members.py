@@ -33,6 +33,7 @@ def test_the_public_core_is_pinned():
         "KIND_TOOL_RESULT",
         "KernelError",
         "KernelProtocolError",
+        "KernelUnresponsive",
         "ModelError",
         "ModelReply",
         "OpenAICompatibleModel",

@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -44,7 +45,12 @@ fmt: install
 # BENCH_ARGS=--quick for a short run (passed to the benches that take it).
 BENCHES ?= $(filter-out bench/readme_tables.py,$(wildcard bench/[!_]*.py))
 
-bench: install
+# The benches also need the optional [bench] extra (a Jupyter kernel for bench/kernel.py).
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
 	@mkdir -p bench/results
 	@set -e; for script in $(BENCHES); do \
 		name=$$(basename $$script .py); args="$(BENCH_ARGS)"; \

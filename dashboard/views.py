@@ -489,6 +489,7 @@ def bench_load(request: HttpRequest, load_id: int | None = None) -> HttpResponse
                 int(request.POST.get("sessions", "1")),
                 float(request.POST.get("rate", "1")),
                 float(request.POST.get("seconds", "1")),
+                mode=request.POST.get("mode", "scroll"),
             )
         except (ValueError, RuntimeError) as exc:
             return JsonResponse({"error": str(exc)}, status=400)

@@ -180,6 +180,7 @@ class Client:
     def reset(self) -> None:
         self.seen: set[str] = set()
         self.latencies_ms: list[float] = []
+        self.ends_ns: list[int] = []
         self.duplicates = 0
 
     async def run(self, url: str, headers: dict[str, str], ready: asyncio.Event, stop: Any) -> None:
@@ -199,6 +200,7 @@ class Client:
                         continue
                     self.seen.add(span_id)
                     self.latencies_ms.append((now - int(end_ns)) / 1e6)
+                    self.ends_ns.append(int(end_ns))
 
 
 def start_burner(seconds: float) -> list[subprocess.Popen[bytes]]:
@@ -246,6 +248,14 @@ async def phase(
             break
         await asyncio.sleep(0.1)
     latencies = [ms for c in clients for ms in c.latencies_ms]
+    # Latency by when the span ended, first half of the load against the second: equal when
+    # the server keeps up, growing when a backlog builds (latency then depends on run length).
+    timed = sorted(
+        (end, ms) for c in clients for end, ms in zip(c.ends_ns, c.latencies_ms, strict=True)
+    )
+    half = len(timed) // 2
+    first_half = [ms for _, ms in timed[:half]]
+    second_half = [ms for _, ms in timed[half:]]
     should = sum(expected.get(c.session_id, 0) for c in clients)
     received = sum(len(c.seen) for c in clients)
     generated = sum(expected.values())
@@ -255,6 +265,8 @@ async def phase(
         "span_to_client_p95_ms": round(percentile(latencies, 95), 2),
         "span_to_client_p99_ms": round(percentile(latencies, 99), 2),
         "span_to_client_max_ms": round(max(latencies), 2) if latencies else float("nan"),
+        "span_to_client_p95_ms_first_half": round(percentile(first_half, 95), 2),
+        "span_to_client_p95_ms_second_half": round(percentile(second_half, 95), 2),
         "spans_per_s": round(generated / elapsed, 1),
         "spans": generated,
         "spans_received": received,

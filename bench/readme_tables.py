@@ -70,7 +70,7 @@ def render_block(name: str, data: dict[str, Any] | None) -> str:
         )
     lines = [f"_From `bench/results/{name}.json`: " + "; ".join(facts) + "._"]
     if data.get("quick"):
-        lines.append("**Quick smoke run (`--quick`, small sizes, loaded machine): not a result.**")
+        lines.append("**Quick smoke run (`--quick`, small sizes): not a published figure.**")
     lines += ["", "| figure | value |", "| --- | --- |"]
     for key, value in data["figures"].items():
         lines.append(f"| `{key}` | {format_value(value)} |")

@@ -196,7 +196,7 @@ def main() -> None:
     args = parser.parse_args()
     large = args.large or (100_000 if args.quick else 1_000_000)
     # About one step in 60 evicts: enough steps for a median of the evicting ones.
-    steps = args.steps or (400 if args.quick else 1200)
+    steps = args.steps or (800 if args.quick else 1500)
     prefix = Prefix.build(system_prompt(), tool_definitions(), counter=COUNTER)
 
     small_run, large_run = run((10_000, large), steps, prefix)

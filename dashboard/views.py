@@ -447,7 +447,7 @@ def _kernel_of(session_id: str) -> dict[str, Any] | None:
 
 
 def _kernels() -> list[dict[str, Any]]:
-    statuses = getattr(_runner(), "kernel_statuses", lambda: [])()
+    statuses: list[dict[str, Any]] = getattr(_runner(), "kernel_statuses", lambda: [])()
     return [dict(k) for k in statuses]
 
 
@@ -528,12 +528,14 @@ def bench_load(request: HttpRequest, load_id: int | None = None) -> HttpResponse
                 int(request.POST.get("sessions", "1")),
                 float(request.POST.get("rate", "1")),
                 float(request.POST.get("seconds", "1")),
+                mode=request.POST.get("mode", "scroll"),
             )
         except (ValueError, RuntimeError) as exc:
             return JsonResponse({"error": str(exc)}, status=400)
         return JsonResponse(load.to_dict(), status=202)
-    load = benchload.get_load(load_id or 0)
-    if load is None:
+    found = benchload.get_load(load_id or 0)
+    if found is None:
         raise Http404("No such load")
+    load = found
     sink = get_sink()
     return JsonResponse(load.to_dict() | {"sink": sink.stats() if sink else None})

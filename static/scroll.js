@@ -11,7 +11,8 @@
       var data = document.getElementById(el.dataset.figure);
       if (!data) return;
       var fig = JSON.parse(data.textContent);
-      Plotly.react(el, fig.data, fig.layout, {displaylogo: false, responsive: true});
+      // No modebar: its per-chart inline styles would break the CSP (dashboard/vendor.py).
+      Plotly.react(el, fig.data, fig.layout, {displayModeBar: false, responsive: true});
     });
   }
 
@@ -61,6 +62,36 @@
       document.body.dispatchEvent(new CustomEvent("scroll:compressed"));
     }
   });
+  // Live frames arrive over the socket, where htmx's ws extension swaps each top-level element
+  // by its id. Two shapes need help first: a row wrapped in <template> (so the parser keeps a
+  // lone <tr>) is unwrapped, and a row swap or delete for a row this page does not show is
+  // dropped (a session page has no sessions table; an alert may be new to this page), which
+  // htmx would otherwise report as an error.
+  if (typeof htmx !== "undefined") {
+    htmx.defineExtension("scroll-oob", {
+      transformResponse: function (text) {
+        if (text.indexOf("<template") < 0 && !/hx-swap-oob="(true|delete)"/.test(text)) return text;
+        var holder = document.createElement("template");
+        holder.innerHTML = text;
+        var changed = false;
+        Array.from(holder.content.children).forEach(function (el) {
+          if (el.tagName === "TEMPLATE") {
+            el.replaceWith.apply(el, Array.from(el.content.childNodes));
+            changed = true;
+          }
+        });
+        Array.from(holder.content.children).forEach(function (el) {
+          var swap = el.getAttribute("hx-swap-oob");
+          if ((swap === "true" || swap === "delete") && el.id && !document.getElementById(el.id)) {
+            el.remove();
+            changed = true;
+          }
+        });
+        return changed ? holder.innerHTML : text;
+      }
+    });
+  }
+
   document.addEventListener("htmx:wsOpen", function () { document.body.dataset.live = "open"; });
   document.addEventListener("htmx:wsClose", function () { document.body.dataset.live = "closed"; });
 })();

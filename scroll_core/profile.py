@@ -29,8 +29,10 @@ MIN_CONTEXT_SIZE = 256
 # - print_cap: 1M characters (~250k tokens) is already more than a view should ever take;
 # - exec_timeout_s: 10 minutes per cell; a longer cell holds its kernel (and its lock) for
 #   that long, and work of that size belongs outside a cell;
-# - protected_recent_tool_results, tier_cap: 1,000; the view and the index render that many
-#   entries, a few dozen is already generous;
+# - protected_recent_tool_results: 1,000; the view keeps that many results whole, a few
+#   dozen is already generous;
+# - tier_cap: 2**31 - 1, a tier that never fills (a flat index: the replay lab's "flat"
+#   policy); the index's share of the view is capped by index_budget_ratio either way;
 # - pre_trim_min_chars: 1M characters, the print cap's bound (nothing longer comes back).
 MAX_CONTEXT_SIZE = 10_000_000
 UPPER_BOUNDS: dict[str, int] = {
@@ -41,7 +43,7 @@ UPPER_BOUNDS: dict[str, int] = {
     "print_cap": 1_000_000,
     "pre_trim_min_chars": 1_000_000,
     "protected_recent_tool_results": 1_000,
-    "tier_cap": 1_000,
+    "tier_cap": 2**31 - 1,
     "exec_timeout_s": 600,
 }
 

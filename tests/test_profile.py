@@ -82,7 +82,7 @@ def test_bad_values_are_refused_naming_the_field(changes, field):
         ("output_reserve_cap", 10_000_001),
         ("pre_trim_min_chars", 1_000_001),
         ("protected_recent_tool_results", 1_001),
-        ("tier_cap", 1_001),
+        ("tier_cap", 2**31),
         ("exec_timeout_s", 600.5),
     ],
 )

@@ -451,7 +451,10 @@ def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpRes
 
 
 def _get_profile(raw: str) -> TuningProfile | None:
-    return TuningProfile.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
+    """The profile a form names by id; None for anything that is not one (no 500s)."""
+    if not (raw.isascii() and raw.isdigit()) or int(raw) >= 2**63:
+        return None
+    return TuningProfile.objects.filter(pk=int(raw)).first()
 
 
 def _known_agents() -> list[str]:

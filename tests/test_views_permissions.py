@@ -151,7 +151,7 @@ def test_a_run_may_continue_a_known_agent_but_not_an_unknown_one(operator, runne
     }
 
 
-@pytest.mark.parametrize("profile", ["abc", "-1", "99999", ""])
+@pytest.mark.parametrize("profile", ["abc", "-1", "99999", "", "9" * 30, "١٢"])
 def test_a_bad_profile_id_is_a_clear_400_not_a_500(operator, runner, profile):
     response = operator.post(reverse("runs"), {"task": CELL, "profile": profile})
 

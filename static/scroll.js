@@ -63,14 +63,23 @@
     }
   });
   // Live frames arrive over the socket, where htmx's ws extension swaps each top-level element
-  // by its id. Two shapes need help first: a row wrapped in <template> (so the parser keeps a
-  // lone <tr>) is unwrapped, and a row swap or delete for a row this page does not show is
-  // dropped (a session page has no sessions table; an alert may be new to this page), which
-  // htmx would otherwise report as an error.
+  // into its target. Two shapes need help first: a row wrapped in <template> (so the parser
+  // keeps a lone <tr>) is unwrapped, and a swap whose target this page does not have (a
+  // session page has no sessions table, only the alerts page has alert tables) is dropped,
+  // which htmx would otherwise report as an error.
+  function oobTarget(el) {
+    var swap = el.getAttribute("hx-swap-oob");
+    if (swap === null) return null;
+    var colon = swap.indexOf(":");
+    var selector = colon > 0 ? swap.slice(colon + 1) : "#" + el.id;
+    if (!/^#[\w:-]+$/.test(selector)) return null;  // not a plain id: leave it to htmx
+    return selector.slice(1);
+  }
+
   if (typeof htmx !== "undefined") {
     htmx.defineExtension("scroll-oob", {
       transformResponse: function (text) {
-        if (text.indexOf("<template") < 0 && !/hx-swap-oob="(true|delete)"/.test(text)) return text;
+        if (text.indexOf("hx-swap-oob") < 0 && text.indexOf("<template") < 0) return text;
         var holder = document.createElement("template");
         holder.innerHTML = text;
         var changed = false;
@@ -81,8 +90,8 @@
           }
         });
         Array.from(holder.content.children).forEach(function (el) {
-          var swap = el.getAttribute("hx-swap-oob");
-          if ((swap === "true" || swap === "delete") && el.id && !document.getElementById(el.id)) {
+          var target = oobTarget(el);
+          if (target !== null && !document.getElementById(target)) {
             el.remove();
             changed = true;
           }

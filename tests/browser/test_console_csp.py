@@ -111,15 +111,19 @@ def _send_span(session_id: str) -> None:
 def test_every_console_page_passes_the_csp_with_no_console_errors(
     strict_page, recorded_run, console_log
 ):
-    page = strict_page
-    from dashboard.models import SpanRecord, TuningProfile
+    from dashboard.models import Alert, AlertRule, SpanRecord, TuningProfile
 
+    page = strict_page
     page.context.add_init_script(WATCH_VIOLATIONS)
     watched = Watched(page)
     base, sid = page.base, recorded_run.session_id
     span = SpanRecord.objects.filter(session_id=sid).first()
     first_seq = console_log.session_events(sid, limit=1)[0].seq
     assert span is not None
+    # Rows with controls: an open alert (htmx buttons) and a live kernel (restart, stop).
+    rule, _ = AlertRule.objects.get_or_create(kind=AlertRule.INDEX_GAP)
+    Alert.objects.create(rule=rule, session_id=sid, message="index gap at <b>12</b>")
+    runner_module.get_runner().kernels.get(sid)
 
     for path in (
         "/",
@@ -167,6 +171,15 @@ def test_every_console_page_passes_the_csp_with_no_console_errors(
     for path in ("/admin/", f"/admin/dashboard/tuningprofile/{profile.pk}/change/"):
         watched.visit(base + path, live=False)
 
-    # And the 403 page a forced action gets, and the login page after logging out.
-    page.click("form.logout button") if page.locator("form.logout button").count() else None
+    # Acknowledging the alert through its htmx button, and the page after it.
+    watched.visit(base + "/alerts/")
+    page.click("button[name=acknowledge]")
+    page.wait_for_load_state("networkidle")
+    watched.check("alert acknowledged")
+    assert page.locator("button", has_text="Restart").count() == 0  # not on the alerts page
+    watched.visit(base + "/kernels/")
+    assert page.locator("button", has_text="Restart").count() == 1
+
+    # And the login page after logging out.
+    page.click("form.logout button")
     watched.visit(base + "/login/", live=False)

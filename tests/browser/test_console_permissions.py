@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.conftest import login, shoot
+from tests.browser.test_console_csp import WATCH_VIOLATIONS, Watched
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -43,7 +44,9 @@ def test_a_viewer_sees_no_start_form_and_a_forced_start_gets_403(viewer_page, co
     from dashboard.models import RunRecord, TuningProfile
 
     page = viewer_page
-    page.goto(page.base + "/runs/")
+    page.context.add_init_script(WATCH_VIOLATIONS)
+    watched = Watched(page)
+    watched.visit(page.base + "/runs/")
     assert page.locator("form.run").count() == 0
     assert page.locator("textarea[name=task]").count() == 0
     assert "start_run" in page.inner_text("#runs-read-only")
@@ -60,6 +63,9 @@ def test_a_viewer_sees_no_start_form_and_a_forced_start_gets_403(viewer_page, co
     assert page.locator("#denied").count() == 1
     denied = page.inner_text("#denied")
     assert "dashboard.start_run" in denied and "Operators" in denied
+    # The browser logs the 403 itself; anything else (a CSP violation, a script error) fails.
+    watched.problems = [p for p in watched.problems if "status of 403 (Forbidden)" not in p]
+    watched.check("the 403 page")
     assert not RunRecord.objects.exists()
     shoot(page, "runs-viewer-403")
 

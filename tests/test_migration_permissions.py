@@ -1,4 +1,5 @@
-"""The permissions migration: staff users of the day join the Operators group, viewers do not."""
+"""The permissions migration: staff users of the day join the Operators group, viewers do not,
+and runs recorded before it keep the agent they ran as."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def test_existing_staff_join_operators_and_viewers_do_not(django_user_model):
     _, before = _permissions_migration(executor)
     executor.migrate([before])
 
+    old_run = executor.loader.project_state([before]).apps.get_model("dashboard", "RunRecord")
+    old_run.objects.create(session_id="task:old", task="t", model_name="m")
     staff = django_user_model.objects.create_user("staff", password="pw-s-123456", is_staff=True)
     viewer = django_user_model.objects.create_user("viewer", password="pw-v-123456")
 
@@ -34,3 +37,7 @@ def test_existing_staff_join_operators_and_viewers_do_not(django_user_model):
     assert list(staff.groups.values_list("name", flat=True)) == ["Operators"]
     assert staff.has_perm("dashboard.start_run") and staff.has_perm("dashboard.run_task_code")
     assert not viewer.groups.exists() and not viewer.has_perm("dashboard.start_run")
+    from dashboard.models import RunRecord
+
+    old = RunRecord.objects.get(session_id="task:old")
+    assert (old.agent_id, old.task_code) == ("main", True)

@@ -44,6 +44,11 @@ def create_operators(apps, schema_editor):
         user.groups.add(group)
 
 
+def record_old_agents(apps, schema_editor):
+    # Runs before this migration all ran as the Session default agent, "main".
+    apps.get_model("dashboard", "RunRecord").objects.filter(agent_id="").update(agent_id="main")
+
+
 def remove_operators(apps, schema_editor):
     apps.get_model("auth", "Group").objects.filter(name=OPERATORS).delete()
 
@@ -87,5 +92,6 @@ class Migration(migrations.Migration):
             name="task_code",
             field=models.BooleanField(default=True),
         ),
+        migrations.RunPython(record_old_agents, migrations.RunPython.noop),
         migrations.RunPython(create_operators, remove_operators),
     ]

@@ -248,6 +248,22 @@ def test_a_python_block_in_the_request_runs_with_repl_exec(kernel):
     assert "anchors: total" in headline_of(answer.content)
 
 
+def test_without_task_code_a_python_block_is_declined_and_nothing_runs():
+    request = "Please compute this:\n```python\nimport os\nprint(os.listdir('/'))\n```"
+    model = PolicyModel(task_code=False)
+
+    reply = model.complete([{"role": "user", "content": request}], tool_definitions())
+
+    assert not reply.tool_calls and reply.finish_reason == "stop"
+    assert "run_task_code" in reply.content
+    assert "status: code not run" in headline_of(reply.content)
+    # A question without code is still answered from the log as before.
+    question = model.complete(
+        [{"role": "user", "content": "Where is Biscuit?"}], tool_definitions()
+    )
+    assert question.tool_calls and question.tool_calls[0].name == RECALL_TOOL
+
+
 def test_without_recall_tools_it_abstains_rather_than_guessing():
     reply = PolicyModel().complete([{"role": "user", "content": "Where is Biscuit?"}], [])
     assert not reply.tool_calls and reply.content.startswith(ABSTENTION)

@@ -570,6 +570,17 @@ def run_user_code(turn: Turn) -> Action | None:
     )
 
 
+def decline_task_code(turn: Turn) -> Action | None:
+    """A fenced python block in a run that may not run task code: say so, run nothing."""
+    if _FENCE.search(turn.user_text) is None or turn.calls:
+        return None
+    return Action(
+        "Not running the code from your message: this run may not execute task code "
+        "(that needs the run_task_code permission).",
+        format_headline(_cell_task(turn.user_text), "code not run", "await the next request", []),
+    )
+
+
 def report_code_output(turn: Turn) -> Action | None:
     """After running the user's cell: report what it printed."""
     call = turn.last_call
@@ -738,6 +749,7 @@ class PolicyModel:
     """The deterministic baseline ``ChatModel``; see the module docstring.
 
     Its name says what it is (``scroll-policy-baseline``), and so does ``baseline``.
+    ``task_code=False`` declines to execute fenced code from the user's message.
     """
 
     baseline = True
@@ -748,10 +760,12 @@ class PolicyModel:
         context_size: int = DEFAULT_CONTEXT_SIZE,
         rules: tuple[Rule, ...] = RULES,
         token_counter: TokenCounter | None = None,
+        task_code: bool = True,
     ) -> None:
         self.name = POLICY_NAME
         self.context_size = context_size
-        self.rules = rules
+        self.rules = rules if task_code else (decline_task_code, *rules)
+        self.task_code = task_code
         self._tokens = token_counter or CharRatioCounter()
 
     def __repr__(self) -> str:

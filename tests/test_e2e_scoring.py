@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.locomo_scoring import abstained, answer_f1, multi_hop_f1, normalise, token_f1
+from bench.locomo_scoring import (
+    LOCOMO_ABSTENTION,
+    abstained,
+    answer_f1,
+    multi_hop_f1,
+    normalise,
+    stemmed_tokens,
+    token_f1,
+)
 from scroll_core.prompts import ABSTENTION
 
 
@@ -12,6 +20,12 @@ def test_normalise_lowercases_and_strips_punctuation_and_articles():
     assert normalise("The  Lighthouse, a Novel!") == "lighthouse novel"
     assert normalise("An apple and the pear.") == "apple pear"
     assert normalise("theatre") == "theatre"  # only whole words are articles
+
+
+def test_words_are_porter_stemmed_as_the_official_scoring_does():
+    assert stemmed_tokens("Running races, painted") == ["run", "race", "paint"]
+    # An inflected match scores in full, as it does in LoCoMo's evaluation.py.
+    assert token_f1("she paints sunrises", "painted sunrise") == pytest.approx(0.8)
 
 
 def test_token_f1():
@@ -36,14 +50,20 @@ def test_open_domain_scores_only_the_first_alternative():
     assert answer_f1("likely yes", "Likely yes; she enjoys it", 3) == 1.0
 
 
-def test_adversarial_items_count_only_abstention():
-    assert answer_f1(ABSTENTION, "self-care is important", 5) == 1.0
+def test_adversarial_items_count_only_locomo_s_two_phrases():
+    assert answer_f1(LOCOMO_ABSTENTION, "self-care is important", 5) == 1.0
     assert answer_f1("Not mentioned in the conversation", "x", 5) == 1.0
     assert answer_f1("No information available.", "x", 5) == 1.0
     assert answer_f1("self-care is important", "self-care is important", 5) == 0.0
     assert answer_f1(None, "x", 5) == 0.0
-    assert abstained("I don’t have that information from our conversations.")
     assert not abstained(None)
+
+
+def test_scroll_s_own_abstention_phrase_is_not_an_abstention_to_locomo():
+    # LoCoMo's rule looks for two substrings; the library's phrase has neither.
+    assert not abstained(ABSTENTION)
+    assert answer_f1(ABSTENTION, "self-care is important", 5) == 0.0
+    assert not abstained("I don’t have that information from our conversations.")
 
 
 def test_the_bench_prints_the_three_policies_side_by_side(shared_data):

@@ -322,8 +322,8 @@ def test_it_abstains_in_the_wording_it_was_given():
 def test_a_stricter_share_of_specific_terms_abstains_where_a_looser_answers():
     q = analyse_question("What colour is the lighthouse keeper's boat?")
     printed = _printed((7, "2023-05-08", "Ann", "The keeper's boat is red."))
-    assert find_evidence(q, printed, shared=0.5)
-    assert find_evidence(q, printed, shared=1.0) == []
+    assert find_evidence(q, printed, share=0.5)
+    assert find_evidence(q, printed, share=1.0) == []
 
 
 def test_repl_exec_stands_in_for_recall_when_it_is_the_only_tool(kernel):

@@ -308,17 +308,17 @@ class Evidence:
 
 
 def find_evidence(
-    question: Question, printed: str, shared: float = SHARED_SPECIFIC
+    question: Question, printed: str, share: float = SHARED_SPECIFIC
 ) -> list[Evidence]:
     """Printed sentences relevant to the question, best first (empty: nothing relevant).
 
     ``printed`` is evidence lines: what the cells printed and what ``view_evidence`` read off
-    the view. A sentence is relevant when it shares at least ``shared`` of the question's
+    the view. A sentence is relevant when it shares at least ``share`` of the question's
     specific terms. Questions are not evidence, nor are this baseline's own earlier replies
     (lines by ``assistant``: it answers from what was said, not from what it said about it).
     """
     specific = question.specific
-    needed = math.ceil(shared * len(specific))
+    needed = math.ceil(share * len(specific))
     entities = [e.lower() for e in question.entities]
     found: list[Evidence] = []
     for m in _EVIDENCE.finditer(printed):

@@ -518,30 +518,29 @@ def view_evidence(messages: list[dict[str, Any]], request: int) -> str:
     """What the view shows before the live request (``messages[request]``), as evidence lines.
 
     Earlier tool output keeps its own lines (and their seqs). Every other line of a user or
-    tool message, and the archive put in front of the request, becomes one line in the
-    printed-evidence form with mark ``=`` and a negative seq counting back from the request
-    (the newest is -1, so among equals the newer wins). Its date is the line's leading
-    ``[YYYY-MM-DD …]`` stamp when it has one (``-`` otherwise); its speaker is the stamp's
-    ``Name:`` or the message's ``name`` or role. The system prompt and the model's own replies
-    are not evidence.
+    tool message becomes one line in the printed-evidence form with mark ``=`` and a negative
+    seq counting back from the request (the newest is -1, so among equals the newer wins).
+    Its date is the line's leading ``[YYYY-MM-DD …]`` stamp when it has one (``-``
+    otherwise); its speaker is the stamp's ``Name:`` or the message's ``name`` or role. Not
+    evidence: the system prompt, the model's own replies, and the archive in front of the
+    live conversation (the index of its own headlines and its kernel variables' digest).
     """
     kept: list[tuple[str, str, str]] = []
     printouts: list[str] = []
-    for i, message in enumerate(messages[: request + 1]):
+    for message in messages[:request]:
         role = str(message.get("role") or "")
         if role in ("system", "assistant"):
             continue
         text = message_text(message)
-        if i == request:
-            live = live_request(text)
-            text = text[: text.rfind(live)] if live else text
+        if SEAM_BANNER in text or text.startswith(DIGEST_HEADER):
+            text = live_request(text)
         if role == "tool":
             printouts += [line for line in text.splitlines() if _EVIDENCE.match(line)]
             text = "\n".join(line for line in text.splitlines() if not _EVIDENCE.match(line))
         who = str(message.get("name") or role)
         for raw in text.splitlines():
             line = raw.strip()
-            if not line or line == SEAM_BANNER.strip():
+            if not line:
                 continue
             dated = _DATED_LINE.match(line)
             if dated is not None:

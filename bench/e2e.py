@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import calendar
 import json
-import re
 import statistics
 import sys
 import tempfile
@@ -51,7 +49,7 @@ from typing import Any
 
 from _common import SHARED_DATA, emit
 from _locomo_split import DEV, TEST, split_of
-from locomo_scoring import LOCOMO_ABSTENTION, abstained, answer_f1
+from locomo_scoring import LOCOMO_ABSTENTION, abstained, answer_f1, locomo_dates
 
 from bench._e2e_arms import (
     ARMS,
@@ -120,26 +118,6 @@ def sample_items(items: Sequence[Item], n: int | None) -> list[Item]:
 
 
 # ---------------------------------------------------------------------- scoring
-_ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
-_ISO_MONTH = re.compile(r"\b(\d{4})-(\d{2})\b(?!-\d)")
-
-
-def locomo_dates(text: str) -> str:
-    """ISO dates rewritten in LoCoMo's style; applied to every arm's predictions alike."""
-
-    def day(m: re.Match[str]) -> str:
-        month = int(m[2])
-        if not 1 <= month <= 12:
-            return m[0]
-        return f"{int(m[3])} {calendar.month_name[month]} {m[1]}"
-
-    def month(m: re.Match[str]) -> str:
-        number = int(m[2])
-        return f"{calendar.month_name[number]} {m[1]}" if 1 <= number <= 12 else m[0]
-
-    return _ISO_MONTH.sub(month, _ISO_DAY.sub(day, text))
-
-
 def score(item: Item, answer: str | None) -> float:
     return answer_f1(locomo_dates(answer) if answer is not None else None, item.gold, item.category)
 

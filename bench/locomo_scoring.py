@@ -20,6 +20,7 @@ it does so identically for every arm and says so beside the figures.
 
 from __future__ import annotations
 
+import calendar
 import re
 import string
 from collections import Counter
@@ -32,6 +33,7 @@ __all__ = [
     "LOCOMO_ABSTENTION",
     "abstained",
     "answer_f1",
+    "locomo_dates",
     "multi_hop_f1",
     "normalise",
     "stemmed_tokens",
@@ -98,3 +100,26 @@ def answer_f1(prediction: str | None, gold: object, category: int) -> float:
     if category == 1:
         return multi_hop_f1(prediction, answer)
     return token_f1(prediction, answer)
+
+
+# -- not part of the official rules --------------------------------------------------------
+_ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_ISO_MONTH = re.compile(r"\b(\d{4})-(\d{2})\b(?!-\d)")
+
+
+def locomo_dates(text: str) -> str:
+    """ISO dates rewritten in LoCoMo's style (``2023-05-07`` -> ``7 May 2023``, ``2023-05``
+    -> ``May 2023``). Not an official rule: the e2e bench applies it to every arm's
+    predictions alike, so the model need not carry the data set's date format."""
+
+    def day(m: re.Match[str]) -> str:
+        month = int(m[2])
+        if not 1 <= month <= 12:
+            return m[0]
+        return f"{int(m[3])} {calendar.month_name[month]} {m[1]}"
+
+    def month(m: re.Match[str]) -> str:
+        number = int(m[2])
+        return f"{calendar.month_name[number]} {m[1]}" if 1 <= number <= 12 else m[0]
+
+    return _ISO_MONTH.sub(month, _ISO_DAY.sub(day, text))

@@ -8,6 +8,7 @@ from bench.locomo_scoring import (
     LOCOMO_ABSTENTION,
     abstained,
     answer_f1,
+    locomo_dates,
     multi_hop_f1,
     normalise,
     stemmed_tokens,
@@ -66,7 +67,16 @@ def test_scroll_s_own_abstention_phrase_is_not_an_abstention_to_locomo():
     assert not abstained("I don’t have that information from our conversations.")
 
 
-def test_the_bench_prints_the_three_policies_side_by_side(shared_data):
+def test_iso_dates_are_rewritten_in_locomo_s_style_for_every_arm_alike():
+    assert locomo_dates("2023-05-07") == "7 May 2023"
+    assert locomo_dates("the week before 2023-05-08") == "the week before 8 May 2023"
+    assert locomo_dates("2023-05") == "May 2023"
+    assert locomo_dates("2022") == "2022"
+    assert locomo_dates("2023-13-01 and 2023-00") == "2023-13-01 and 2023-00"  # not dates
+    assert answer_f1(locomo_dates("2023-05-07"), "7 May 2023", 2) == 1.0
+
+
+def test_the_bench_prints_five_arms_from_the_test_split(shared_data):
     import json
     import subprocess
     import sys
@@ -78,6 +88,8 @@ def test_the_bench_prints_the_three_policies_side_by_side(shared_data):
             sys.executable,
             str(REPO / "bench" / "e2e.py"),
             "--json",
+            "--split",
+            "test",
             "--conversations",
             "1",
             "--questions",
@@ -91,22 +103,38 @@ def test_the_bench_prints_the_three_policies_side_by_side(shared_data):
         check=True,
     )
     result = json.loads(done.stdout)
+    assert result["setup"]["splits"] == {"test": ["conv-30"]}
+    assert result["headline"] == {"context_size": 4096, "split": "test"}
+    assert result["setup"]["kernel_tier"] == "process"
     keys = {
-        "evidence_recall",
         "answer_f1",
-        "abstention_accuracy",
-        "median_input_tokens",
+        "evidence_in_view",
+        "evidence_recall",
+        "evidence_reachable",
+        "tokens_billed_per_question",
+        "calls_refused",
         "ms_calls_per_question",
+        "evictions_during_questions",
         "by_category",
     }
-    for policy in ("scroll", "summarise", "none"):
-        assert keys <= set(result[policy]), policy
-        assert result[policy]["questions"] == 12
-    assert result["setup"]["kernel_tier"] == "process"
-    # Scroll reads evicted evidence back; summarise-and-discard destroyed it; an unmanaged
-    # prompt of the whole conversation does not fit a 4,096-token window at all.
-    assert result["scroll"]["evidence_recall"] > result["summarise"]["evidence_recall"]
-    assert result["scroll"]["evidence_reachable"] == 1.0 > result["summarise"]["evidence_reachable"]
-    assert result["scroll"]["ms_calls_per_question"] > 0
-    assert result["none"]["answered"] == 0.0
-    assert result["none"]["median_input_tokens"] > result["setup"]["context_size"]
+    for arm in ("none", "truncate", "summarise", "scroll", "scroll-flat"):
+        assert keys <= set(result[arm]), arm
+        assert result[arm]["questions"] == 12
+        assert result[arm] == result["windows"]["4096"]["test"][arm]
+    assert "dev" not in result["windows"]["4096"]
+    figures = result["figures"]
+    assert figures and all(isinstance(v, float) for v in figures.values())
+    assert figures["c4096_test_scroll_flat_answer_f1"] == result["scroll-flat"]["answer_f1"]
+    # The whole conversation does not fit 4,096 tokens: every call refused, nothing billed.
+    assert result["none"]["calls_refused"] == 12 and result["none"]["answered"] == 0.0
+    assert result["none"]["tokens_billed_per_question"] == 0.0
+    # A baseline reaches only what is in its view; Scroll's arms also reach the log.
+    for arm in ("truncate", "summarise"):
+        assert result[arm]["evidence_reachable"] == result[arm]["evidence_in_view"]
+        assert result[arm]["ms_calls_per_question"] == 0.0
+        assert result[arm]["evictions_during_questions"] == 0
+    for arm in ("scroll", "scroll-flat"):
+        assert result[arm]["evidence_reachable"] >= result[arm]["evidence_in_view"]
+        assert result[arm]["ms_calls_per_question"] > 0
+    # The summaries never exceed the budget Scroll's view spent on evicted history.
+    assert result["summarise"]["summary_tokens_max_over_budget"] <= 0

@@ -96,6 +96,11 @@ NOTES = {
     ),
     "threshold": "the evidence share (DEV_CHOSEN_SHARE) chosen with --tune on the dev split only",
     "tokens": "tokens counted by the Event Log's counter for every arm",
+    "abstention_credit": (
+        "LoCoMo's token F1 gives the abstention phrase a little credit on answerable items "
+        "whose gold shares a word with it ('not', 'in'); the same for every arm"
+    ),
+    "sample": "--questions N takes N items evenly spaced over each conversation's QA list",
 }
 
 

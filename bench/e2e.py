@@ -2,7 +2,10 @@
 
     python bench/e2e.py --json [--context-size C [C ...]] [--split test|dev|both]
                         [--conversations N] [--questions N] [--sandbox auto|bwrap|process]
-    python bench/e2e.py --tune [--questions N]     # choose the evidence threshold on DEV
+    python bench/e2e.py --tune --context-size 4096 --questions 0   # the threshold, on DEV
+
+Defaults are the published run: C = 4096 and 32768, both splits, 60 questions per
+conversation evenly spaced over its QA list (``--questions 0``: all of them).
 
 The arms (``_e2e_arms``): ``none`` (the whole history, no Scroll code in its path; a prompt
 over the window is refused and counts as a failure), ``truncate`` (the newest turns that
@@ -74,6 +77,9 @@ TUNE_SHARES = (1 / 3, 1 / 2, 2 / 3, 3 / 4, 1.0)
 # questions (bench/results/e2e_tune.json): mean answer F1 over the five arms 0.167, 0.186,
 # 0.196, 0.199, 0.200 for the shares above; 1 was best for every arm.
 DEV_CHOSEN_SHARE = 1.0
+# The published run (bench/results/e2e.json), about 7 minutes on the loaded 2-core machine.
+DEFAULT_SIZES = (4096, 32768)
+DEFAULT_QUESTIONS = 60
 NOTES = {
     "model": "scroll-policy-baseline: rule-based, not an LLM; the same in every arm",
     "scoring": "LoCoMo's official rules (task_eval/evaluation.py), Porter stemming included",
@@ -333,10 +339,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dataset", choices=["locomo"], default="locomo")
     parser.add_argument("--data", type=Path, default=SHARED_DATA / "locomo" / "locomo10.json")
-    parser.add_argument("--context-size", type=int, nargs="+", default=[4096])
+    parser.add_argument("--context-size", type=int, nargs="+", default=list(DEFAULT_SIZES))
     parser.add_argument("--split", choices=["test", "dev", "both"], default="both")
     parser.add_argument("--conversations", type=int, default=None, help="per split")
-    parser.add_argument("--questions", type=int, default=None, help="per conversation")
+    parser.add_argument(
+        "--questions",
+        type=int,
+        default=DEFAULT_QUESTIONS,
+        help="per conversation, evenly spaced (0: all)",
+    )
     parser.add_argument("--sandbox", choices=["auto", "bwrap", "process"], default="auto")
     parser.add_argument("--tune", action="store_true", help="choose the threshold on dev")
     parser.add_argument("--json", action="store_true")
@@ -345,8 +356,10 @@ def main() -> None:
         parser.error(f"LoCoMo not found at {args.data}")
     if args.conversations is not None and args.conversations < 1:
         parser.error("--conversations must be at least 1")
-    if args.questions is not None and args.questions < 1:
-        parser.error("--questions must be at least 1")
+    if args.questions < 0:
+        parser.error("--questions must not be negative")
+    if args.questions == 0:
+        args.questions = None
     if any(c < 1024 for c in args.context_size):
         parser.error("--context-size must be at least 1024")
     splits = ["dev"] if args.tune else (["test", "dev"] if args.split == "both" else [args.split])

@@ -90,6 +90,8 @@ def test_the_bench_prints_five_arms_from_the_test_split(shared_data):
             "--json",
             "--split",
             "test",
+            "--context-size",
+            "4096",
             "--conversations",
             "1",
             "--questions",

@@ -51,6 +51,7 @@ __all__ = [
     "ARMS",
     "BASELINE_SYSTEM",
     "MESSAGE_OVERHEAD",
+    "SCROLL_ARMS",
     "Conversation",
     "HistoryTurn",
     "Item",

@@ -383,7 +383,16 @@ def main() -> None:
                 )
             if args.tune:
                 best, sweep = tune(got, size)
-                emit({"context_size": size, "chosen_share": best, "sweep": sweep}, True)
+                emit(
+                    {
+                        "context_size": size,
+                        "conversations": ids,
+                        "questions_per_conversation": args.questions or "all",
+                        "chosen_share": best,
+                        "sweep": sweep,
+                    },
+                    True,
+                )
                 return
             windows[str(size)] = {
                 split: {arm: figures(parts["rows"], parts["spans"]) for arm, parts in arms.items()}

@@ -140,3 +140,40 @@ def test_the_bench_prints_five_arms_from_the_test_split(shared_data):
         assert result[arm]["ms_calls_per_question"] > 0
     # The summaries never exceed the budget Scroll's view spent on evicted history.
     assert result["summarise"]["summary_tokens_max_over_budget"] <= 0
+
+
+def test_tuning_sees_only_the_dev_split(shared_data):
+    import json
+    import subprocess
+    import sys
+
+    from bench._locomo_split import DEV
+    from tests.conftest import REPO
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "e2e.py"),
+            "--tune",
+            "--context-size",
+            "4096",
+            "--conversations",
+            "1",
+            "--questions",
+            "6",
+            "--sandbox",
+            "process",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(done.stdout)
+    assert result["conversations"] and set(result["conversations"]) <= set(DEV)
+    assert f"{result['chosen_share']:.3f}" in result["sweep"]
+    for per_arm in result["sweep"].values():
+        assert set(per_arm) == {"none", "truncate", "summarise", "scroll", "scroll-flat",
+                                "mean_over_arms"}  # fmt: skip
+    best = result["sweep"][f"{result['chosen_share']:.3f}"]["mean_over_arms"]
+    assert best == max(p["mean_over_arms"] for p in result["sweep"].values())

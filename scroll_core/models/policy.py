@@ -14,8 +14,8 @@ of everything around the model:
    among what the cells printed and what the messages in its view already show (questions
    and its own earlier replies are not evidence), and answer short: an ISO date for "when",
    yes or no, or the clause that follows the question's terms in it; the citation (seq,
-   date, speaker) goes in the headline. Abstain with the abstention phrase (the prompt's,
-   or the one the model was built with) when no sentence shares enough of the question's
+   date, speaker) goes in the headline. Abstain with the abstention phrase it was built
+   with (default ``prompts.ABSTENTION``) when no sentence shares enough of the question's
    specific terms. If the program failed, retry once with one plain search.
 4. No recall tool (or nothing to search for): answer from the view's messages alone.
 

@@ -254,7 +254,7 @@ def test_a_grant_opens_another_agent_and_revoking_closes_it(planted):
 
 
 def test_a_failing_grant_source_reads_as_no_grant(planted):
-    log, seqs = planted
+    log, _ = planted
 
     def broken(reader: str) -> set[str]:
         raise RuntimeError("grant table unavailable")

@@ -55,9 +55,9 @@ Only what a cell prints comes back to you."""
 _LAYOUT = """\
 Storage layout. One table, `events`: your agent's memory across all its sessions (other \
 agents' events are not visible unless an operator granted them), ordered by `seq` (an \
-integer that only grows and never changes: cite it). Columns: seq, session_id, agent_id, kind, role, name, content, \
-tool_call_id, tool_input, payload_ref, payload_size, headline, metadata, created_at, \
-tokens. Every row has a session_id and a created_at in ISO-8601 UTC \
+integer that only grows and never changes: cite it). Columns: seq, session_id, agent_id, \
+kind, role, name, content, tool_call_id, tool_input, payload_ref, payload_size, headline, \
+metadata, created_at, tokens. Every row has a session_id and a created_at in ISO-8601 UTC \
 ('YYYY-MM-DDTHH:MM:SS.ffffffZ'), so substr(created_at,1,10) is the day. Kinds:
 {kinds}
 content is a bounded preview when payload_ref is set; the full text is one \

@@ -33,6 +33,7 @@ from typing import Any
 from .errors import AgentNotReadable, EventNotFound, QueryRefused
 from .eventlog import Event, EventLog, SessionSummary
 from .search import Hit, SearchFilters, run_search
+from .telemetry import span
 
 __all__ = ["FTS_REFUSED", "ScopedEvent", "ScopedReader", "open_scoped", "scope_agents"]
 
@@ -305,8 +306,22 @@ class ScopedReader:
         if not wanted:
             return []
         filters = SearchFilters(session_id, wanted, kind, since, until, before_seq)
-        with self._lock:
-            return run_search(self._db, query, k, filters, self.log.search_tuning)
+        with span(
+            "scroll.search",
+            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": wanted[0]},
+            query=query,
+            k=k,
+            agents=list(wanted),
+            filter_session=session_id,
+            filter_kind=kind,
+            since=since,
+            until=until,
+        ) as traced:
+            with self._lock:
+                hits = run_search(self._db, query, k, filters, self.log.search_tuning)
+            if traced.recording:
+                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
+            return hits
 
     def payload(self, seq: int, byte_budget: int) -> Any:
         """The full payload of a readable event (its content when it has none)."""

@@ -55,6 +55,7 @@ _ALLOWED_ACTIONS = frozenset(
 _DENIED_FUNCTIONS = frozenset(
     {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "fts5"}
 )
+_TABLE_FUNCTIONS = frozenset({"json_each", "json_tree"})
 _EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, substr(content, 1, ?), tool_call_id, "
     "tool_input, payload_ref, payload_size, payload_media, headline, metadata, created_at, "
@@ -160,7 +161,8 @@ def _authorizer(
         if action != sqlite3.SQLITE_READ:
             return sqlite3.SQLITE_OK
         table = arg1 or ""
-        if db == "temp" and table in exposed:
+        if db is None or (db == "temp" and table in exposed):
+            # db is None only for a recursive CTE reading itself: no stored table.
             return sqlite3.SQLITE_OK
         if db == "main" and table in inner:
             if src == inner[table]:
@@ -169,11 +171,17 @@ def _authorizer(
                 f"main.{table} is not readable directly; read {table} (unqualified), "
                 "which holds this agent's rows"
             )
+        if table in _TABLE_FUNCTIONS or (table == "sqlite_master" and arg2 == "ROWID"):
+            # Table-valued functions that read only their arguments; loading any virtual
+            # table reads sqlite_master's rowid (never its text).
+            return sqlite3.SQLITE_OK
         if (
             trusted
             and db == "main"
-            and (table.startswith("events_fts") or table == "sqlite_master")
+            and (table == "sqlite_master" or table.startswith("events_fts"))
         ):
+            # Only the reader's own SQL runs here: it ranks with FTS5 and joins every
+            # candidate to the scoped view.
             return sqlite3.SQLITE_OK
         if table.startswith("events_fts"):
             return deny(FTS_REFUSED)

@@ -342,3 +342,20 @@ def test_a_later_table_is_invisible_and_session_stats_is_scoped(tmp_path):
             assert set(ms.schema()[0]["tables"]) == {"events", "session_stats"}
         finally:
             ms.close()
+
+
+def test_sql_over_the_scoped_view_keeps_json_functions_and_recursive_ctes(planted):
+    log, _ = planted
+    ms = MsCapability(log, agent_id=A_AGENT)
+    try:
+        assert _rows(ms, "SELECT count(*) FROM events, json_each(events.metadata)") == [[0]]
+        assert _rows(ms, "SELECT value FROM json_each('[1, 2]')") == [[1], [2]]
+        assert _rows(
+            ms,
+            "WITH RECURSIVE c(x) AS (SELECT min(seq) FROM events UNION ALL "
+            "SELECT x + 1 FROM c WHERE x < 3) SELECT count(*) FROM c",
+        ) == [[3]]
+        with pytest.raises(QueryRefused, match="pragma_table_info"):
+            ms.sql_query("SELECT * FROM pragma_table_info('events')")
+    finally:
+        ms.close()

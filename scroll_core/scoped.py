@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+from urllib.parse import quote
 
 from .errors import AgentNotReadable, EventNotFound, QueryRefused
 from .eventlog import Event, EventLog, SessionSummary
@@ -103,7 +104,7 @@ def open_scoped(
     """
     if not agents:
         raise AgentNotReadable("a scope needs at least one agent")
-    uri = f"file:{log.path.resolve()}?mode=ro"
+    uri = f"file:{quote(str(log.path.resolve()))}?mode=ro"
     db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
     token = secrets.token_hex(16)
     where = f"agent_id IN ({', '.join(_literal(a) for a in agents)})"

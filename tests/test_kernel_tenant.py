@@ -359,3 +359,15 @@ def test_sql_over_the_scoped_view_keeps_json_functions_and_recursive_ctes(plante
             ms.sql_query("SELECT * FROM pragma_table_info('events')")
     finally:
         ms.close()
+
+
+def test_a_log_path_with_uri_characters_still_opens_scoped(tmp_path):
+    folder = tmp_path / "odd ?name #1 %20"
+    with EventLog(folder / "log.sqlite3") as log:
+        log.append(session_id="s", kind="context_msg", content="found", agent_id=A_AGENT)
+        ms = MsCapability(log, agent_id=A_AGENT)
+        try:
+            assert _rows(ms, "SELECT content FROM events") == [["found"]]
+            assert [e["fields"]["content"] for e in ms.expand(1, 1)[0]] == ["found"]
+        finally:
+            ms.close()

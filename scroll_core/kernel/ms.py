@@ -217,9 +217,9 @@ class MsCapability:
                 self._scoped = ScopedReader(self.log, agents)
             return self._scoped
 
-    def _wanted(self, agent: str | None) -> tuple[str, ...]:
+    def _wanted(self, reader: ScopedReader, agent: str | None) -> tuple[str, ...]:
         """The agents a call narrows to: its own by default, ``'*'`` for every readable one."""
-        readable = self._reader().agents
+        readable = reader.agents
         if agent is None:
             return readable[:1]
         if agent == ALL:
@@ -291,10 +291,11 @@ class MsCapability:
         if on is not None:
             day = parse_ts(on).date()
             since, until = day.isoformat(), (day + timedelta(days=1)).isoformat()
-        hits = self._reader().search(
+        reader = self._reader()
+        hits = reader.search(
             query,
             k,
-            agents=self._wanted(agent),
+            agents=self._wanted(reader, agent),
             session_id=session,
             kind=kind,
             since=since,
@@ -330,7 +331,8 @@ class MsCapability:
         return [_event(e) for e in events], [e.event.seq for e in events]
 
     def sessions(self, *, agent: str | None = None) -> tuple[list[Any], list[int]]:
-        return self._reader().sessions(self._wanted(agent)), []
+        reader = self._reader()
+        return reader.sessions(self._wanted(reader, agent)), []
 
     def session(
         self, session_id: str, *, after_seq: int = 0, limit: int = 200

@@ -40,6 +40,7 @@ __all__ = ["FTS_REFUSED", "ScopedEvent", "ScopedReader", "open_scoped", "scope_a
 
 # Tables of the log that may be exposed, each through a view scoped by its agent_id column.
 SCOPED_TABLES = ("events", "session_stats")
+BY_SESSION_VIEW = "events_by_session"
 MAX_AGENT_ID_CHARS = 200
 # No single value a query produces (a cell, a concatenation, a randomblob) may exceed this;
 # SQLite refuses it before the host ever holds it.
@@ -63,9 +64,9 @@ _EVENT_COLUMNS = (
     "tokens, dedup_key, length(content)"
 )
 _SUMMARY_COLUMNS = "session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at"
-_SUMMARY_FROM_EVENTS = (
+_SUMMARY_SELECT = (
     "SELECT session_id, min(agent_id), count(*), coalesce(sum(tokens), 0), min(seq), "
-    "max(seq), min(created_at), max(created_at) FROM events"
+    "max(seq), min(created_at), max(created_at)"
 )
 
 
@@ -116,29 +117,39 @@ def open_scoped(
             SCOPED_TABLES,
         )
     }
-    inner: dict[str, str] = {}
+    # table -> the inner views allowed to read it; exposed: the names SQL may read.
+    sources: dict[str, set[str]] = {}
+    exposed: list[str] = []
+
+    def scoped_view(name: str, table: str, condition: str) -> None:
+        inner = f"_scope_{name}_{token}"
+        db.execute(f'CREATE TEMP VIEW "{inner}" AS SELECT * FROM main."{table}" WHERE {condition}')
+        db.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM "{inner}"')
+        sources.setdefault(table, set()).add(inner)
+        exposed.append(name)
+
     for table in SCOPED_TABLES:
-        if table not in present:
-            continue
-        inner[table] = f"_scope_{table}_{token}"
-        db.execute(
-            f'CREATE TEMP VIEW "{inner[table]}" AS SELECT * FROM main."{table}" WHERE {where}'
-        )
-        db.execute(f'CREATE TEMP VIEW "{table}" AS SELECT * FROM "{inner[table]}"')
+        if table in present:
+            scoped_view(table, table, where)
+    if not model_sql:
+        # The same rows, with the agent term kept off the indexes (unary +), so a session's
+        # events are found by events_session_seq rather than by scanning the whole agent.
+        scoped_view(BY_SESSION_VIEW, "events", f"+{where}")
     db.execute("PRAGMA query_only = ON")
     if model_sql:
         db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
         db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     denial = _Denial()
-    db.set_authorizer(_authorizer(inner, trusted=not model_sql, denial=denial))
-    return db, tuple(inner), denial
+    db.set_authorizer(_authorizer(sources, exposed, trusted=not model_sql, denial=denial))
+    return db, tuple(exposed), denial
 
 
 def _authorizer(
-    inner: dict[str, str], *, trusted: bool, denial: _Denial
+    sources: dict[str, set[str]], exposed: list[str], *, trusted: bool, denial: _Denial
 ) -> Callable[[int, str | None, str | None, str | None, str | None], int]:
-    exposed = frozenset(inner) | frozenset(inner.values())
-    readable = ", ".join(sorted(inner))
+    inner = {name for names in sources.values() for name in names}
+    visible = frozenset(exposed) | frozenset(inner)
+    readable = ", ".join(sorted(exposed))
 
     def deny(message: str) -> int:
         denial.message = message
@@ -162,11 +173,11 @@ def _authorizer(
         if action != sqlite3.SQLITE_READ:
             return sqlite3.SQLITE_OK
         table = arg1 or ""
-        if db is None or (db == "temp" and table in exposed):
+        if db is None or (db == "temp" and table in visible):
             # db is None only for a recursive CTE reading itself: no stored table.
             return sqlite3.SQLITE_OK
-        if db == "main" and table in inner:
-            if src == inner[table]:
+        if db == "main" and table in sources:
+            if src in sources[table]:
                 return sqlite3.SQLITE_OK
             return deny(
                 f"main.{table} is not readable directly; read {table} (unqualified), "
@@ -226,11 +237,17 @@ class ScopedReader:
             return self._db.execute(sql, tuple(params)).fetchall()
 
     def _events(
-        self, where: str, params: Sequence[Any], char_budget: int, limit: int | None = None
+        self,
+        where: str,
+        params: Sequence[Any],
+        char_budget: int,
+        limit: int | None = None,
+        *,
+        view: str = "events",
     ) -> list[ScopedEvent]:
         """Events matching ``where``, oldest first, their contents sharing ``char_budget``
         characters: SQLite cuts each with substr, so a huge content never reaches Python."""
-        sql = f"SELECT seq FROM events WHERE {where} ORDER BY seq"
+        sql = f"SELECT seq FROM {view} WHERE {where} ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         found: list[ScopedEvent] = []
@@ -264,7 +281,11 @@ class ScopedReader:
         self, session_id: str, after_seq: int, limit: int, char_budget: int
     ) -> list[ScopedEvent]:
         return self._events(
-            "session_id = ? AND seq > ?", (str(session_id), int(after_seq)), char_budget, limit
+            "session_id = ? AND seq > ?",
+            (str(session_id), int(after_seq)),
+            char_budget,
+            limit,
+            view=BY_SESSION_VIEW,
         )
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
@@ -280,7 +301,7 @@ class ScopedReader:
             )
         else:
             sql = (
-                f"{_SUMMARY_FROM_EVENTS} WHERE agent_id IN ({marks}) "
+                f"{_SUMMARY_SELECT} FROM events WHERE agent_id IN ({marks}) "
                 "GROUP BY session_id ORDER BY max(seq) DESC"
             )
         return [SessionSummary(*row) for row in self._rows(sql, wanted)]
@@ -289,7 +310,9 @@ class ScopedReader:
         if "session_stats" in self.views:
             sql = f"SELECT {_SUMMARY_COLUMNS} FROM session_stats WHERE session_id = ?"
         else:
-            sql = f"{_SUMMARY_FROM_EVENTS} WHERE session_id = ? GROUP BY session_id"
+            sql = (
+                f"{_SUMMARY_SELECT} FROM {BY_SESSION_VIEW} WHERE session_id = ? GROUP BY session_id"
+            )
         rows = self._rows(sql, (str(session_id),))
         return SessionSummary(*rows[0]) if rows else None
 

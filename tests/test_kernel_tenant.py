@@ -13,9 +13,10 @@ import sqlite3
 
 import pytest
 
-from scroll_core import AgentNotReadable, EventLog, QueryRefused
+from scroll_core import AgentNotReadable, EventLog, QueryRefused, ScopedReader
 from scroll_core.kernel import Kernel, KernelConfig, bwrap_status
 from scroll_core.kernel.ms import MsCapability
+from scroll_core.scoped import BY_SESSION_VIEW
 
 BWRAP_OK, BWRAP_WHY = bwrap_status()
 TIERS = [
@@ -371,3 +372,19 @@ def test_a_log_path_with_uri_characters_still_opens_scoped(tmp_path):
             assert [e["fields"]["content"] for e in ms.expand(1, 1)[0]] == ["found"]
         finally:
             ms.close()
+
+
+def test_a_session_is_read_by_its_index_not_by_scanning_the_agent(planted):
+    log, _ = planted
+    reader = ScopedReader(log, (A_AGENT,))
+    try:
+        plan = reader._db.execute(
+            f"EXPLAIN QUERY PLAN SELECT seq FROM {BY_SESSION_VIEW} "
+            "WHERE session_id = ? AND seq > ? ORDER BY seq",
+            ("sess-a1", 0),
+        ).fetchall()
+        assert "events_session_seq" in str(plan)
+        assert [e.event.seq for e in reader.session_events("sess-a1", 0, 10, 1000)] == [1, 2]
+        assert reader.session(B_SESSION) is None
+    finally:
+        reader.close()

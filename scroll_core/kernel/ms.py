@@ -23,7 +23,14 @@ from typing import Any
 
 from ..errors import AgentNotReadable, QueryRefused
 from ..eventlog import EventLog
-from ..scoped import FTS_REFUSED, ScopedEvent, ScopedReader, open_scoped, scope_agents
+from ..scoped import (
+    FTS_REFUSED,
+    SCOPED_TABLES,
+    ScopedEvent,
+    ScopedReader,
+    open_scoped,
+    scope_agents,
+)
 from ..telemetry import span
 from ..timeutil import parse_ts
 from .protocol import to_wire
@@ -368,7 +375,7 @@ class MsCapability:
     def schema(self) -> tuple[dict[str, Any], list[int]]:
         reader = self._reader()
         tables: dict[str, dict[str, Any]] = {}
-        for name in reader.views:
+        for name in (view for view in reader.views if view in SCOPED_TABLES):
             columns = self._query(f'SELECT * FROM "{name}" LIMIT 0', ())[0]
             tables[name] = {"columns": columns, "sql": reader.table_sql(name)}
         body = {

@@ -42,9 +42,11 @@ __all__ = ["FTS_REFUSED", "ScopedEvent", "ScopedReader", "open_scoped", "scope_a
 SCOPED_TABLES = ("events", "session_stats")
 BY_SESSION_VIEW = "events_by_session"
 MAX_AGENT_ID_CHARS = 200
-# No single value a query produces (a cell, a concatenation, a randomblob) may exceed this;
-# SQLite refuses it before the host ever holds it.
+# No single value model SQL loads or makes (a cell, a concatenation, a randomblob) may exceed
+# this, and a row has at most MAX_COLUMNS of them: SQLite refuses before the host holds it,
+# which bounds what one fetched row can cost (more than the byte budget ever returns).
 MAX_VALUE_BYTES = 32 * 1024 * 1024
+MAX_COLUMNS = 100
 
 FTS_REFUSED = (
     "events_fts is not open to sql_query: its matches would cross the agent boundary; use "
@@ -139,6 +141,7 @@ def open_scoped(
     if model_sql:
         db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
         db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        db.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, MAX_COLUMNS)
     denial = _Denial()
     db.set_authorizer(_authorizer(sources, exposed, trusted=not model_sql, denial=denial))
     return db, tuple(exposed), denial

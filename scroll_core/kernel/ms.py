@@ -425,6 +425,11 @@ class MsCapability:
         with self._db_lock:
             if self._db is None:
                 self._db, _, self._denial = open_scoped(self.log, reader.agents, model_sql=True)
+                # A text cell longer than the budget can never be returned whole: keep one
+                # character more than the budget (the fetch loop then cuts the row), so the
+                # host never holds a decoded copy of the rest.
+                keep = self.byte_budget + 1
+                self._db.text_factory = lambda raw: raw[:keep].decode("utf-8", "replace")
             return self._db, self._denial
 
     def _query(

@@ -17,7 +17,9 @@ scoped view, and ``ms.search`` is the way to full-text search.
 
 ``ScopedReader`` serves every non-SQL ``ms`` read (get, range, tool call, sessions, search,
 payloads) through its scoped connection, so no forged seq, session id or tool-call id can
-reach another agent's rows: the SQL cannot see them.
+reach another agent's rows: the SQL cannot see them. Its connection has one more scoped view,
+``events_by_session``: the same rows with the agent term kept off the indexes, so a session
+is read through ``events_session_seq`` instead of a scan of the whole agent.
 """
 
 from __future__ import annotations
@@ -36,7 +38,15 @@ from .eventlog import Event, EventLog, SessionSummary
 from .search import Hit, SearchFilters, run_search
 from .telemetry import span
 
-__all__ = ["FTS_REFUSED", "ScopedEvent", "ScopedReader", "open_scoped", "scope_agents"]
+__all__ = [
+    "BY_SESSION_VIEW",
+    "FTS_REFUSED",
+    "SCOPED_TABLES",
+    "ScopedEvent",
+    "ScopedReader",
+    "open_scoped",
+    "scope_agents",
+]
 
 # Tables of the log that may be exposed, each through a view scoped by its agent_id column.
 SCOPED_TABLES = ("events", "session_stats")

@@ -268,7 +268,7 @@ def test_a_failing_grant_source_reads_as_no_grant(planted):
         ms.close()
 
 
-@pytest.mark.parametrize("bad", ["", "x\x00y", "a" * 500, 7])
+@pytest.mark.parametrize("bad", ["", "x\x00y", "a" * 500, 7, None])
 def test_an_invalid_agent_id_is_refused(planted, bad):
     log, _ = planted
     ms = MsCapability(log, agent_id=A_AGENT, readable_agents=[bad])

@@ -213,7 +213,8 @@ class MsCapability:
             granted = list(source(self.agent_id) if callable(source) else source)
         except Exception:
             granted = []
-        return scope_agents(self.agent_id, sorted(set(granted) - {self.agent_id}))
+        checked = scope_agents(self.agent_id, granted)  # each id valid, own first, no repeats
+        return (checked[0], *sorted(checked[1:]))
 
     def _reader(self) -> ScopedReader:
         """The scoped reader for the current readable set; rebuilt when a grant changes it."""

@@ -388,3 +388,20 @@ def test_a_session_is_read_by_its_index_not_by_scanning_the_agent(planted):
         assert reader.session(B_SESSION) is None
     finally:
         reader.close()
+
+
+def test_a_grant_of_one_agent_opens_that_agent_only(tmp_path):
+    with EventLog(tmp_path / "log.sqlite3") as log:
+        _plant(log)
+        log.append(session_id="sess-c", kind="context_msg", content="charlie notes", agent_id="c")
+        ms = MsCapability(log, agent_id=A_AGENT, readable_agents=["c"])
+        try:
+            contents = [r[0] for r in _rows(ms, "SELECT content FROM events")]
+            assert "charlie notes" in contents
+            assert not any(WORD in c for c in contents)
+            hits, _ = ms.search(f"api key {WORD} charlie", agent="*")
+            assert {h["fields"]["agent_id"] for h in hits} == {A_AGENT, "c"}
+            with pytest.raises(AgentNotReadable):
+                ms.sessions(agent=B_AGENT)
+        finally:
+            ms.close()

@@ -18,7 +18,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-__all__ = ["AgentGrant", "grants_for", "readable_by"]
+__all__ = ["AgentGrant", "grants_for", "readable_by", "readers_of"]
 
 
 class AgentGrant(models.Model):
@@ -104,5 +104,16 @@ def grants_for(reader_agent: str) -> list[AgentGrant]:
     return list(
         AgentGrant.objects.select_related("granted_by", "revoked_by").filter(
             reader_agent=reader_agent
+        )
+    )
+
+
+def readers_of(readable_agent: str) -> list[str]:
+    """The agents whose sessions may read ``readable_agent``'s events now (live grants)."""
+    return sorted(
+        set(
+            AgentGrant.objects.filter(
+                readable_agent=readable_agent, revoked_at__isnull=True
+            ).values_list("reader_agent", flat=True)
         )
     )

@@ -32,7 +32,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from dashboard import alerts as alert_rules
 from dashboard import live
 from dashboard.eventlog import get_event_log
-from dashboard.grants import grants_for
+from dashboard.grants import grants_for, readers_of
 from dashboard.groups import session_safe_id
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
 from scroll_core.errors import EventNotFound
@@ -70,7 +70,12 @@ def _agent_access(summary: SessionSummary | None) -> dict[str, Any]:
     agent = summary.agent_id if summary else None
     grants = grants_for(agent) if agent else []
     readable = sorted({g.readable_agent for g in grants if g.live})
-    return {"agent_id": agent, "agent_grants": grants, "readable_agents": readable}
+    return {
+        "agent_id": agent,
+        "agent_grants": grants,
+        "readable_agents": readable,
+        "reader_agents": readers_of(agent) if agent else [],
+    }
 
 
 def _get_cursor(request: HttpRequest, name: str) -> int | None:

@@ -131,6 +131,9 @@ def test_the_session_page_shows_the_agent_and_its_grants(admin_client, agents):
     _revoke(admin_client, AgentGrant.objects.get())
     html = admin_client.get("/sessions/sess-a/").content.decode()
     assert "only (no cross-agent grant)" in html and "grant-revoked" in html
-    # The reader's page shows it; the readable agent's page does not list it as its own.
+    # The reader's page lists the grant; the readable agent's page says who may read it.
     other = admin_client.get("/sessions/sess-b/").content.decode()
-    assert "incident review" not in other
+    assert "incident review" not in other and 'class="reader"' not in other
+    _grant(admin_client, reason="second look")
+    other = admin_client.get("/sessions/sess-b/").content.decode()
+    assert 'readable, by grant, from agent <b class="reader">alpha</b>' in other

@@ -144,6 +144,7 @@ ATTEMPTS: dict[str, str] = {
     "sql_explain": _sql("EXPLAIN SELECT * FROM events"),
     "sql_explain_after_comment": _sql("/* hi */ -- x\n EXPLAIN QUERY PLAN SELECT * FROM events"),
     "sql_other_tables": _sql("SELECT * FROM sqlite_sequence"),
+    "sql_reader_only_view": _sql(f"SELECT content FROM {BY_SESSION_VIEW}"),
     "sql_migrations_table": _sql("SELECT * FROM _scroll_migrations"),
     # -- forged arguments to the other methods ------------------------------------------
     "expand_forged_seq": "ms.expand($b_secret)",

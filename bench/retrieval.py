@@ -301,6 +301,15 @@ def run_tune(bench: Bench, as_json: bool) -> None:
         "chosen_dev_scores": choice.objective,
         "changed": choice.tuning != current,
         "trials": choice.trials,
+        "figures": {
+            "chosen_name_weight": float(choice.tuning.rank_weights[2]),
+            "chosen_candidates": float(choice.tuning.candidates),
+            **{
+                f"chosen_neighbour_weight_{d}": float(w)
+                for d, w in enumerate(choice.tuning.neighbour_weights, start=1)
+            },
+            **{f"dev_{m}": float(v) for m, v in choice.objective.items()},
+        },
     }
     if as_json:
         print(json.dumps(out, indent=2, sort_keys=True))

@@ -24,13 +24,14 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
+    JsonResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard import alerts as alert_rules
-from dashboard import live
+from dashboard import live, session_live
 from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
@@ -79,6 +80,14 @@ def _get_cursor(request: HttpRequest, name: str) -> int | None:
         return None
     if int(raw) > SQLITE_INT_MAX:
         raise Http404(f"{name}={raw} is beyond any seq")
+    return int(raw)
+
+
+def _get_page(request: HttpRequest, name: str) -> int:
+    """A 1-based page number from the query string; 1 when absent, 404 when malformed."""
+    raw = request.GET.get(name, "1").strip() or "1"
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= 10**6:
+        raise Http404(f"{name}={raw} is no page")
     return int(raw)
 
 
@@ -173,18 +182,6 @@ def _retrievals(session_id: str) -> Counter[str]:
         for block in (attributes or {}).get("scroll.blocks") or ():
             counts[str(block)] += 1
     return counts
-
-
-def _retrieval_figure(counts: Counter[str]) -> dict[str, Any]:
-    keys = sorted(counts, key=lambda k: (-counts[k], k))[:40]
-    return {
-        "data": [{"type": "bar", "x": keys, "y": [counts[k] for k in keys], "name": "expands"}],
-        "layout": {
-            "margin": {"t": 10, "r": 10, "b": 80, "l": 40},
-            "height": 240,
-            "yaxis": {"title": {"text": "retrievals"}},
-        },
-    }
 
 
 def _runner() -> Any:
@@ -293,22 +290,26 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
     first_seq = events[0].seq if events else after + 1
     query = request.GET.get("q", "").strip()
     hits, search_error = _search(log, query, session_id=session_id)
-    counts = _retrievals(session_id)
-    points = list(CompressEvent.objects.filter(session_id=session_id).order_by("at", "id"))
     last_seq = events[-1].seq if events else None
-    ctx = {
+    timeline = session_live.timeline_page(
+        session_id,
+        run,
+        page=_get_page(request, "timeline"),
+        show_none=request.GET.get("none") == "1",
+    )
+    ctx = session_live.parts_context(session_id) | {
         "ws_url": live.ws_url(
             f"/ws/sessions/{session_safe_id(session_id)}/",
             session=session_id,
             span_after=span_after,
-            compress_after=max((p.id for p in points), default=0),
+            # Only the newest timeline page takes live entries.
+            compress_after=timeline.compress_after if timeline.page == 1 else None,
+            change_after=timeline.change_after if timeline.page == 1 else None,
+            none="1" if timeline.show_none else None,
             # Only the newest page learns of newer events (its "newer" link appears).
             seq_after=(last_seq or after) if not has_newer else None,
         ),
-        "session_id": session_id,
         "safe_id": session_safe_id(session_id),
-        "summary": summary,
-        "run": run,
         "events": events,
         "after": after,
         "last_seq": last_seq,
@@ -317,12 +318,8 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         "query": query,
         "hits": hits,
         "search_error": search_error,
-        "budget": _budget_figure(points),
-        "compressions": points[-20:][::-1],
-        "retrieval_chart": _retrieval_figure(counts),
-        "blocks": _index_blocks(session_id, counts),
-        "kernel": _kernel_of(session_id),
-        "changes": run.profile_changes() if run else [],
+        "timeline": timeline,
+        "can_stop": request.user.has_perm(STOP_RUN),
         "spans": [
             live.span_row(s.to_dict())
             for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
@@ -330,7 +327,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
     }
     # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.
     if request.GET.get("part") == "charts":
-        return render(request, "dashboard/_session_charts.html", ctx)
+        return JsonResponse({"budget": ctx["budget"], "retrievals": ctx["retrieval_chart"]})
     template = "dashboard/_event_rows.html" if request.htmx else "dashboard/session.html"
     return render(request, template, ctx)
 
@@ -462,8 +459,16 @@ def _kernels() -> list[dict[str, Any]]:
 @login_required
 @require_GET
 def kernels(request: HttpRequest) -> HttpResponse:
-    ctx = {"ws_url": live.ws_url("/ws/alerts/"), "kernels": _kernels()}
+    ctx = kernel_rows_context(request.user) | {
+        "ws_url": live.ws_url("/ws/feed/", spans=0, kernels=1)
+    }
     return render(request, "dashboard/kernels.html", ctx)
+
+
+def kernel_rows_context(user: Any) -> dict[str, Any]:
+    """What the Kernels table shows a user (the page and its socket's frames)."""
+    can_control = bool(user is not None and user.has_perm(CONTROL_KERNEL))
+    return {"kernels": _kernels(), "can_control": can_control}
 
 
 @login_required
@@ -531,8 +536,9 @@ def runs(request: HttpRequest) -> HttpResponse:
         messages.error(request, error)
         status = 400
     ctx = {
-        "ws_url": live.ws_url("/ws/alerts/"),
+        "ws_url": live.ws_url("/ws/feed/", spans=0, runs=1, runs_after=live.now_cursor()),
         "runs": RunRecord.objects.select_related("profile")[:100],
+        "can_stop": request.user.has_perm(STOP_RUN),
         "profiles": TuningProfile.objects.all(),
         "models": getattr(runner, "available_models", lambda: [])(),
         "agents": _known_agents() if request.user.has_perm(START_RUN) else [],
@@ -561,7 +567,6 @@ def _loopback(request: HttpRequest) -> bool:
 @require_http_methods(["GET", "POST"])
 def bench_load(request: HttpRequest, load_id: int | None = None) -> HttpResponse:
     """bench/console.py's span load (only routed with SCROLL_BENCH=1; loopback, staff)."""
-    from django.http import JsonResponse
 
     from dashboard import benchload
     from dashboard.spans import get_sink

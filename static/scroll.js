@@ -1,16 +1,20 @@
-// Scroll console: draw the Plotly charts, keep live tables bounded, and refresh a
-// session's charts after a compress. Live rows arrive as hx-swap-oob fragments over
+// Scroll console: draw the Plotly charts, keep live tables bounded, and update a
+// session's charts in place. Live rows arrive as hx-swap-oob fragments over
 // the WebSocket (htmx's ws extension); this file only reacts to them.
 (function () {
   "use strict";
   var MAX_LIVE_ROWS = 300;
 
+  // Each chart is drawn once, then updated in place with Plotly.react: the figure's layout
+  // carries uirevision "keep", so zoom, legend choices and the axes survive every update.
   function drawCharts(root) {
     if (typeof Plotly === "undefined") return;
     root.querySelectorAll(".chart[data-figure]").forEach(function (el) {
       var data = document.getElementById(el.dataset.figure);
       if (!data) return;
       var fig = JSON.parse(data.textContent);
+      if (el.dataset.figureText === data.textContent) return;  // nothing new
+      el.dataset.figureText = data.textContent;
       // No modebar: its per-chart inline styles would break the CSP (dashboard/vendor.py).
       Plotly.react(el, fig.data, fig.layout, {displayModeBar: false, responsive: true});
     });
@@ -43,9 +47,9 @@
     });
   }
 
-  // An empty table shows a "none" row, hidden while live rows share its body.
+  // An empty table (or list) shows a "none" row, hidden while other rows share its body.
   function markEmpty() {
-    document.querySelectorAll("tbody > tr.none").forEach(function (row) {
+    document.querySelectorAll("tbody > tr.none, ul > li.none").forEach(function (row) {
       row.hidden = row.parentNode.children.length > 1;
     });
   }
@@ -57,11 +61,10 @@
     trim("span-rows");
     trim("timeline");
     var target = evt.detail && evt.detail.target;
-    if (target && target.id === "timeline") {
-      // An eviction or compress landed: the budget chart has a new point.
-      document.body.dispatchEvent(new CustomEvent("scroll:compressed"));
-    }
+    if (target && target.id === "session-figures") drawCharts(document);
   });
+  // A delete swap (a row moved to another table) fires no oobAfterSwap: check after each frame.
+  document.addEventListener("htmx:wsAfterMessage", markEmpty);
   // Live frames arrive over the socket, where htmx's ws extension swaps each top-level element
   // into its target. Two shapes need help first: a row wrapped in <template> (so the parser
   // keeps a lone <tr>) is unwrapped, and a swap whose target this page does not have (a

@@ -41,9 +41,11 @@
   function dropShown(evt) {
     var detail = evt.detail || {};
     var fragment = detail.fragment, target = detail.target;
-    if (!fragment || !target || !fragment.querySelectorAll) return;
-    fragment.querySelectorAll("[id]").forEach(function (el) {
-      if (el.id !== target.id && document.getElementById(el.id)) el.remove();
+    if (!fragment || !target || !fragment.children) return;
+    // Only the top-level elements of an insertion: a replacement's own descendants keep
+    // their ids (a live part replaced whole carries the ids the page already has).
+    Array.from(fragment.children).forEach(function (el) {
+      if (el.id && el.id !== target.id && document.getElementById(el.id)) el.remove();
     });
   }
 

@@ -73,7 +73,7 @@ def timeline_page(
     changes = _changes(run)
     # Enough of the newest compresses to fill this page whatever the changes take.
     upto = page * TIMELINE_PAGE
-    compresses = list(shown.order_by("-id")[: upto + 1])
+    compresses = list(shown.order_by("-at", "-id")[: upto + 1])
     merged = _merge(compresses, changes)
     entries = merged[upto - TIMELINE_PAGE : upto]
     return TimelinePage(

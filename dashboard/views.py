@@ -49,6 +49,8 @@ from scroll_core.eventlog import EventLog, Hit, SessionSummary
 from scroll_core.logschema import SQLITE_INT_MAX
 
 SEARCH_HITS = 50
+# How deep a console search ranks: beyond it the count reads "200+ hits".
+SEARCH_DEPTH = 200
 # Spans shown on the traces page and in a session's feed before live rows arrive.
 SPAN_ROWS = 100
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -114,18 +116,59 @@ def _get_profile(raw: str | None) -> TuningProfile | None:
     return get_object_or_404(TuningProfile, pk=int(raw))
 
 
-def _search(log: EventLog, query: str, **filters: Any) -> tuple[list[Hit], str | None]:
-    """A console search under the console's time limit: its hits, or what to tell the user."""
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of console search hits: SEARCH_HITS a page, and whether more follow."""
+
+    hits: list[Hit]
+    page: int
+    has_next: bool
+    error: str | None = None
+    # Hits follow this page (past SEARCH_DEPTH too, where no page shows them).
+    more: bool = False
+
+    @property
+    def first(self) -> int:
+        return (self.page - 1) * SEARCH_HITS + 1
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.hits) - 1
+
+    @property
+    def count_label(self) -> str:
+        """The true count when every hit is known, else "N+ hits" (the search stopped)."""
+        seen = self.first - 1 + len(self.hits)
+        if self.more:
+            return f"{seen}+ hits"
+        return "1 hit" if seen == 1 else f"{seen} hits"
+
+
+def _search(log: EventLog, query: str, page: int = 1, **filters: Any) -> SearchPage:
+    """A console search under the console's time limit: one page of hits, or what to tell
+    the user; ``has_next`` when hits follow the page (at most SEARCH_DEPTH are ranked)."""
     if not query:
-        return [], None
+        return SearchPage([], page, False)
     limit = settings.SCROLL_CONSOLE_SEARCH_TIMEOUT_S
+    upto = page * SEARCH_HITS
+    if upto > SEARCH_DEPTH:
+        raise Http404(f"hits={page} is past the {SEARCH_DEPTH} hits a search shows")
     try:
-        return log.search(query, k=SEARCH_HITS, time_limit_s=limit, **filters), None
+        # Every page ranks the same SEARCH_DEPTH hits (the ranking depends on how many are
+        # asked for), so pages never repeat or skip a hit.
+        found = log.search(query, k=SEARCH_DEPTH + 1, time_limit_s=limit, **filters)
     except SearchTimeout:
-        return [], (
+        return SearchPage(
+            [],
+            page,
+            False,
             f"The search took longer than {limit:g} s and was stopped. Narrow it: use fewer "
-            "or rarer words, or search within one session."
+            "or rarer words, or search within one session.",
         )
+    more = len(found) > upto
+    return SearchPage(
+        found[upto - SEARCH_HITS : upto], page, more and upto < SEARCH_DEPTH, more=more
+    )
 
 
 def _older_cursor(log: EventLog, session_id: str, first_seq: int, size: int) -> int | None:
@@ -270,15 +313,16 @@ def home(request: HttpRequest) -> HttpResponse:
         if r.active and r.session_id not in ids and log.session(r.session_id) is None
     ]
     query = request.GET.get("q", "").strip()
-    hits, search_error = _search(log, query)
+    search = _search(log, query, _get_page(request, "hits"))
     if not query and page.number == 1:
         ws_url += "&sessions=1"
     ctx = {
         "page": page,
         "rows": waiting + rows,
         "query": query,
-        "hits": hits,
-        "search_error": search_error,
+        "search": search,
+        "hits": search.hits,
+        "search_error": search.error,
         "ws_url": ws_url,
     }
     return render(request, "dashboard/home.html", ctx)
@@ -303,7 +347,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
     events = events[:size]
     first_seq = events[0].seq if events else after + 1
     query = request.GET.get("q", "").strip()
-    hits, search_error = _search(log, query, session_id=session_id)
+    search = _search(log, query, _get_page(request, "hits"), session_id=session_id)
     last_seq = events[-1].seq if events else None
     timeline = session_live.timeline_page(
         session_id,
@@ -330,8 +374,9 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         "newer_after": events[-1].seq if has_newer else None,
         "older_after": _older_cursor(log, session_id, first_seq, size),
         "query": query,
-        "hits": hits,
-        "search_error": search_error,
+        "search": search,
+        "hits": search.hits,
+        "search_error": search.error,
         "timeline": timeline,
         "can_stop": request.user.has_perm(STOP_RUN),
         "spans": [

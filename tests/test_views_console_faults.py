@@ -1,0 +1,207 @@
+"""The console's smaller faults (issue 11), each with the view test that would have caught it."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from dashboard import session_live
+from dashboard.models import CompressEvent, RunRecord, TuningProfile
+
+
+@pytest.fixture
+def client(client, db, django_user_model):
+    user = django_user_model.objects.create_user("viewer", password="pw")
+    client.force_login(user)
+    return client
+
+
+def _compress(session_id, action, at, **fields):
+    return CompressEvent.objects.create(session_id=session_id, action=action, at=at, **fields)
+
+
+# ------------------------------------------------------------------------------ search
+def _many(log, session_id, n, word="outage"):
+    for i in range(n):
+        log.append(session_id=session_id, kind="context_msg", role="user", content=f"{word} {i}")
+
+
+def test_search_past_fifty_hits_pages_on_and_says_there_are_more(client, console_log):
+    _many(console_log, "s1", 120)
+
+    first = client.get("/", {"q": "outage"})
+    html = first.content.decode()
+    assert len(first.context["hits"]) == 50
+    # Not "50 hits": the search stopped there, and says so.
+    assert "50+ hits" in html
+    assert "?q=outage&amp;hits=2" in html
+
+    second = client.get("/", {"q": "outage", "hits": "2"})
+    seqs = {h.seq for h in second.context["hits"]}
+    assert len(seqs) == 50 and not seqs & {h.seq for h in first.context["hits"]}
+    assert "100+ hits" in second.content.decode()
+
+    last = client.get("/", {"q": "outage", "hits": "3"})
+    assert len(last.context["hits"]) == 20
+    assert "120 hits" in last.content.decode()  # the true count once every hit is known
+    assert "hits=4" not in last.content.decode()
+
+
+def test_search_stops_paging_at_its_depth_and_says_how_many_it_ranked(client, console_log):
+    _many(console_log, "s1", 210)
+
+    last = client.get("/", {"q": "outage", "hits": "4"}).content.decode()
+    assert "200+ hits" in last and "hits=5" not in last
+    assert client.get("/", {"q": "outage", "hits": "5"}).status_code == 404
+
+
+def test_a_malformed_hits_page_is_a_404_not_a_500(client, console_log):
+    _many(console_log, "s1", 3)
+    for bad in ("0", "-1", "x", "99999999999"):
+        assert client.get("/", {"q": "outage", "hits": bad}).status_code == 404
+
+
+def test_a_neighbour_boosted_hit_lacking_the_term_is_marked(client, console_log):
+    console_log.append(session_id="s1", kind="context_msg", role="user", content="the pager")
+    console_log.append(session_id="s1", kind="context_msg", role="user", content="zebra outage")
+    console_log.append(session_id="s1", kind="context_msg", role="user", content="the pager 2")
+
+    response = client.get("/", {"q": "zebra"})
+
+    unmatched = [h for h in response.context["hits"] if not h.matched]
+    assert unmatched, "the turns beside a match rank by it"
+    html = response.content.decode()
+    assert html.count('class="hit neighbour"') == len(unmatched)
+    assert html.count("near a match</span>") == len(unmatched)
+
+
+def test_in_session_search_keeps_the_time_and_role_columns(client, console_log):
+    console_log.append(
+        session_id="s1",
+        kind="context_msg",
+        role="assistant",
+        content="outage found",
+        created_at="2024-01-02T03:04:05Z",
+    )
+
+    html = client.get("/sessions/s1/", {"q": "outage"}).content.decode()
+    head = html[html.index('id="search-hits"') :]
+    head = head[: head.index("</thead>")]
+    assert "<th>time</th>" in head and "<th>role / name</th>" in head
+    assert "2024-01-02T03:04:05.000Z" in html
+    assert ">assistant</td>" in html
+
+
+# ---------------------------------------------------------------------------- timeline
+def test_the_timeline_pages_past_its_newest_twenty_and_hides_compress_none(client, console_log):
+    console_log.append(session_id="s1", kind="context_msg", role="user", content="go")
+    start = timezone.now() - timedelta(hours=1)
+    evicts = [
+        _compress("s1", "evict", start + timedelta(seconds=2 * i), evicted_lo=i, evicted_hi=i)
+        for i in range(30)
+    ]
+    nones = [_compress("s1", "none", start + timedelta(seconds=2 * i + 1)) for i in range(30)]
+
+    first = client.get("/sessions/s1/")
+    page = first.context["timeline"]
+    assert [e.item.pk for e in page.entries] == [c.pk for c in evicts[::-1][:20]]
+    html = first.content.decode()
+    assert "show 30 “compress none” rows" in html
+    assert 'href="?timeline=2#timeline"' in html
+
+    older = client.get("/sessions/s1/", {"timeline": "2"}).context["timeline"]
+    assert [e.item.pk for e in older.entries] == [c.pk for c in evicts[::-1][20:]]
+    assert older.older_page is None and older.newer_page == 1
+
+    every = client.get("/sessions/s1/", {"none": "1"}).context["timeline"]
+    assert {e.item.pk for e in every.entries} == {c.pk for c in evicts[20:] + nones[20:]}
+
+
+def test_profile_changes_interleave_with_compresses_by_time(db):
+    profile = TuningProfile.objects.create(name="t1")
+    started = timezone.now() - timedelta(minutes=5)
+    run = RunRecord.objects.create(
+        session_id="s1", task="x", profile=profile, model_name="m", started_at=started
+    )
+    before = _compress("s1", "evict", started + timedelta(seconds=1))
+    change = profile.changes.create(field="trigger_ratio", old_value="0.8", new_value="0.5")
+    change.changed_at = started + timedelta(seconds=2)
+    change.save()
+    after = _compress("s1", "evict", started + timedelta(seconds=3))
+
+    page = session_live.timeline_page("s1", run)
+    assert [e.dom_id for e in page.entries] == [
+        f"compress-{after.pk}",
+        f"profile-change-{change.pk}",
+        f"compress-{before.pk}",
+    ]
+    # Live: only what came after the cursors.
+    entries, compress_after, change_after = session_live.timeline_after("s1", run, before.pk, 0)
+    assert [e.dom_id for e in entries] == [f"compress-{after.pk}", f"profile-change-{change.pk}"]
+    assert (compress_after, change_after) == (after.pk, change.pk)
+    assert session_live.timeline_after("s1", run, compress_after, change_after)[0] == []
+
+
+def test_a_malformed_timeline_page_is_a_404(client, console_log):
+    console_log.append(session_id="s1", kind="context_msg", role="user", content="go")
+    assert client.get("/sessions/s1/", {"timeline": "abc"}).status_code == 404
+
+
+# ---------------------------------------------------------------------- retrieval chart
+def test_blocks_never_retrieved_are_drawn_and_merged_blocks_keep_their_retrievals():
+    blocks = [
+        {"key": "t1:1-80", "lo_seq": 1, "hi_seq": 80},
+        {"key": "t0:81-120", "lo_seq": 81, "hi_seq": 120},
+    ]
+    # Two expands hit t0:1-40 before it merged into t1:1-80; one hit a block now gone.
+    counts = Counter({"t0:1-40": 2, "t0:500-600": 1})
+
+    rows = session_live.retrievals_per_block(blocks, counts)
+
+    assert rows == [("t1:1-80", 2), ("t0:81-120", 0), ("t0:500-600", 1)]
+    figure = session_live.retrieval_figure(rows)
+    bar = figure["data"][0]
+    assert bar["x"] == ["t1:1-80", "t0:81-120", "t0:500-600"]
+    assert bar["y"] == [2, 0, 1] and bar["text"] == ["2", "0", "1"]
+    assert "rate" not in json.dumps(figure["layout"])  # a count, titled as one
+    assert figure["layout"]["yaxis"]["title"]["text"].startswith("retrievals")
+
+
+def test_an_empty_retrieval_chart_says_so():
+    figure = session_live.retrieval_figure([])
+    assert figure["data"] == []
+    assert "Nothing evicted yet" in figure["layout"]["annotations"][0]["text"]
+
+
+def test_chart_data_is_json_for_a_live_update_not_an_unstyled_fragment(client, console_log):
+    console_log.append(session_id="s1", kind="context_msg", role="user", content="go")
+    _compress("s1", "evict", timezone.now(), tail_tokens=100, trigger_tokens=4800)
+
+    response = client.get("/sessions/s1/", {"part": "charts"})
+
+    assert response["Content-Type"] == "application/json"
+    data = response.json()
+    assert data["budget"]["layout"]["uirevision"] == "keep"
+    assert data["budget"]["layout"]["yaxis"]["title"]["text"] == "tokens"
+    assert "chart data</a>" not in client.get("/sessions/s1/").content.decode()
+
+
+# -------------------------------------------------------------------- imported sessions
+def test_an_imported_session_shows_no_empty_charts_and_no_bare_total_as_its_view(
+    client, console_log
+):
+    console_log.append(session_id="locomo:conv-1", kind="context_msg", role="user", content="hi")
+
+    page = client.get("/sessions/locomo:conv-1/").content.decode()
+    assert 'id="budget-chart"' not in page and 'id="retrieval-chart"' not in page
+    assert "this session was imported" in page
+
+    home = client.get("/").content.decode()
+    row = home[home.index('id="session-') :]
+    row = row[: row.index("</tr>")]
+    assert "imported" in row
+    assert "no view" in row

@@ -109,7 +109,8 @@ def test_summary_lines_become_system_context_of_their_leaf_session(log, claude_d
 def test_structured_tool_use_result_is_kept_in_metadata(log, claude_dir):
     ingest(log, "claude-code", claude_dir / "todowrite_examples.jsonl", progress=False)
 
-    results = [e for e in log.session_events("claude-code:todowrite_session") if e.kind == "tool_result"]
+    events = log.session_events("claude-code:todowrite_session")
+    results = [e for e in events if e.kind == "tool_result"]
     assert results[0].name == "TodoWrite"
     assert results[0].metadata["tool_use_result"]["oldTodos"] == []
 

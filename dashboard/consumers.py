@@ -345,7 +345,8 @@ class SessionConsumer(_LiveConsumer):
         self.span_after = live.int_cursor(query.get("span_after"))
         if self.span_after is not None:
             spans = await self._spans_after(self.span_after, session_id=session_id)
-            await self.spans_finished({"spans": spans})
+            # Rows only: the refresh below covers what these spans changed.
+            await super().spans_finished({"spans": spans})
         self.compress_after = live.int_cursor(query.get("compress_after"))
         self.change_after = live.int_cursor(query.get("change_after"))
         self.show_none = query.get("none") == "1"

@@ -12,9 +12,11 @@
     root.querySelectorAll(".chart[data-figure]").forEach(function (el) {
       var data = document.getElementById(el.dataset.figure);
       if (!data) return;
-      var fig = JSON.parse(data.textContent);
-      if (el.dataset.figureText === data.textContent) return;  // nothing new
-      el.dataset.figureText = data.textContent;
+      // A figure sits in a data-json attribute (live parts) or a json_script's text.
+      var text = data.dataset.json !== undefined ? data.dataset.json : data.textContent;
+      if (el.dataset.figureText === text) return;  // nothing new
+      el.dataset.figureText = text;
+      var fig = JSON.parse(text);
       // No modebar: its per-chart inline styles would break the CSP (dashboard/vendor.py).
       Plotly.react(el, fig.data, fig.layout, {displayModeBar: false, responsive: true});
     });
@@ -62,11 +64,14 @@
     markEmpty();
     trim("span-rows");
     trim("timeline");
-    var target = evt.detail && evt.detail.target;
-    if (target && target.id === "session-figures") drawCharts(document);
   });
-  // A delete swap (a row moved to another table) fires no oobAfterSwap: check after each frame.
-  document.addEventListener("htmx:wsAfterMessage", markEmpty);
+  // After each frame: a delete swap (a row moved to another table) and a replaced element
+  // (its events fire on the detached old one) never reach the listeners above. Redraw the
+  // charts whose figure changed (#session-figures) and mark empty tables.
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    markEmpty();
+    drawCharts(document);
+  });
   // Live frames arrive over the socket, where htmx's ws extension swaps each top-level element
   // into its target. Two shapes need help first: a row wrapped in <template> (so the parser
   // keeps a lone <tr>) is unwrapped, and a swap whose target this page does not have (a

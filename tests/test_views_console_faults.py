@@ -284,6 +284,9 @@ def test_every_page_names_a_favicon_that_is_served(client):
     href = html[html.index('href="', start) + 6 :]
     href = href[: href.index('"')]
     assert href.endswith("favicon.svg")
+    # Pages naming no icon (admin's) get it at the browser's default address.
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == href
 
 
 def test_an_emptied_open_alerts_table_says_none(client):

@@ -6,9 +6,12 @@ Event Log rows carry ISO strings ending in ``Z``, Django models aware datetimes 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, date, datetime
+from typing import Any
 
 from django import template
+from django.core.serializers.json import DjangoJSONEncoder
 
 from scroll_core.timeutil import parse_ts
 
@@ -33,3 +36,10 @@ def format_moment(value: str | datetime | date | int | float | None) -> str:
 @register.filter(name="ts")
 def ts(value: str | datetime | date | int | float | None) -> str:
     return format_moment(value)
+
+
+@register.filter(name="figure_json")
+def figure_json(value: Any) -> str:
+    """A chart figure as JSON for a ``data-json`` attribute (autoescaped there): live frames
+    can carry it, where htmx strips the ``<script>`` a ``json_script`` would use."""
+    return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"))

@@ -316,3 +316,30 @@ def test_no_template_pattern_starts_a_class_with_a_dash():
     ]
     assert patterns, "the replay lab's profile-name input has a pattern"
     assert [(name, p) for name, p in patterns if "[-" in p] == []
+
+
+def test_every_time_on_the_pages_uses_one_format(admin_client, console_log):
+    import re
+
+    from dashboard.models import Alert, AlertRule, SpanRecord
+
+    profile = TuningProfile.objects.create(name="t1")
+    run = RunRecord.objects.create(
+        session_id="s1", task="x", profile=profile, model_name="m", started_at=timezone.now()
+    )
+    console_log.append(session_id="s1", kind="context_msg", role="user", content="outage")
+    _compress("s1", "evict", timezone.now(), evicted_lo=1, evicted_hi=1)
+    profile.changes.create(field="tier_cap", old_value="10", new_value="4")
+    Alert.objects.create(rule=AlertRule.objects.first(), session_id="s1", message="m")
+    SpanRecord.objects.create(
+        trace_id="a" * 32, span_id="b" * 16, name="scroll.search", session_id="s1",
+        start_ns=1_700_000_000_000_000_000, end_ns=1_700_000_000_100_000_000, duration_ms=100,
+    )  # fmt: skip
+    one_format = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+    for path in ("/", "/?q=outage", "/sessions/s1/", "/alerts/", "/runs/", "/traces/"):
+        html = admin_client.get(path).content.decode()
+        times = re.findall(r'class="time">([^<]*)<', html)
+        assert times, path
+        assert [t for t in times if t and not one_format.match(t)] == [], path
+    assert run.pk

@@ -241,11 +241,15 @@ def raise_alert(trigger: Trigger, rule: AlertRule) -> Alert | None:
                     )
             except IntegrityError:
                 continue  # another process opened it first: bump that one
-        bumped = Alert.objects.filter(pk=alert.pk).exclude(state=Alert.RESOLVED).update(
-            count=F("count") + 1,
-            last_seen=timezone.now(),
-            message=trigger.message,
-            span_id=trigger.span_id,
+        bumped = (
+            Alert.objects.filter(pk=alert.pk)
+            .exclude(state=Alert.RESOLVED)
+            .update(
+                count=F("count") + 1,
+                last_seen=timezone.now(),
+                message=trigger.message,
+                span_id=trigger.span_id,
+            )
         )
         if bumped:
             alert.refresh_from_db()

@@ -287,13 +287,16 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
     hits, search_error = _search(log, query, session_id=session_id)
     counts = _retrievals(session_id)
     points = list(CompressEvent.objects.filter(session_id=session_id).order_by("at", "id"))
+    compress_after = max((p.id for p in points), default=0)
     last_seq = events[-1].seq if events else None
     ctx = {
         "ws_url": live.ws_url(
             f"/ws/sessions/{session_safe_id(session_id)}/",
             session=session_id,
             span_after=span_after,
-            compress_after=max((p.id for p in points), default=0),
+            span_gaps=live.id_gaps(SpanRecord, span_after),
+            compress_after=compress_after,
+            compress_gaps=live.id_gaps(CompressEvent, compress_after),
             # Only the newest page learns of newer events (its "newer" link appears).
             seq_after=(last_seq or after) if not has_newer else None,
         ),
@@ -363,7 +366,12 @@ def traces(request: HttpRequest) -> HttpResponse:
         spans = spans.filter(duration_ms__gte=filters.slow_ms)
     ctx = {
         "filters": filters,
-        "ws_url": live.ws_url("/ws/feed/", **filters.params(), span_after=span_after),
+        "ws_url": live.ws_url(
+            "/ws/feed/",
+            **filters.params(),
+            span_after=span_after,
+            span_gaps=live.id_gaps(SpanRecord, span_after),
+        ),
         "spans": [live.span_row(s.to_dict()) for s in spans[:SPAN_ROWS]],
         "operations": SpanRecord.objects.values_list("name", flat=True).distinct()[:200],
     }

@@ -189,13 +189,29 @@ def stop_kernel(session_id: str) -> worker_commands.Answer:
 
 
 def kernel_statuses() -> list[dict[str, Any]]:
-    """Every live kernel as its worker last recorded it (the Kernels page)."""
-    return [k.to_row() for k in KernelState.objects.filter(alive=True)]
+    """Every live kernel as its worker last recorded it (the Kernels page). A kernel whose
+    worker no longer holds its run's lease died with that worker, so it is left out."""
+    rows = []
+    for state in KernelState.objects.filter(alive=True):
+        row = state.to_row()
+        if _owner_alive(state):
+            rows.append(row)
+    return rows
 
 
 def kernel_state(session_id: str) -> dict[str, Any] | None:
+    """The session's kernel as last recorded (marked stopped if its worker is gone)."""
     found = KernelState.objects.filter(session_id=session_id).first()
-    return found.to_row() if found is not None else None
+    if found is None:
+        return None
+    row = found.to_row()
+    if row["alive"] and not _owner_alive(found):
+        row.update(alive=False, last_status="its worker stopped", uptime_s=0.0)
+    return row
+
+
+def _owner_alive(state: KernelState) -> bool:
+    return worker_commands.owner_of(state.session_id) == state.worker
 
 
 def session_index(session_id: str) -> EvictionIndex | None:

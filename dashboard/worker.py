@@ -375,6 +375,8 @@ class Worker:
         }
         saved = run.checkpoint or {}
         if saved.get("session"):
+            # The previous owner's kernel went with it; this worker starts a new one.
+            _kernel_gone(live.session_id, self.id, "")
             self._roll_back_to(live, saved)
             session = Session.resume(saved["session"], get_event_log(), model, profile=profile,
                                      **common)  # fmt: skip

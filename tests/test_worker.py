@@ -331,3 +331,20 @@ def test_a_serving_process_starting_leaves_other_processes_runs_alone(console_lo
     apps._after_start()
     run.refresh_from_db()
     assert (run.status, run.worker, run.error) == (RunRecord.RUNNING, "other", "")
+
+
+def test_a_kernel_whose_worker_died_is_not_shown_as_live(console_log):
+    from dashboard.models import KernelState
+
+    run = runner.start_run(CELL)
+    KernelState.objects.create(session_id=run.session_id, worker="w1", alive=True, pid=1)
+    RunRecord.objects.filter(pk=run.pk).update(
+        status=RunRecord.RUNNING, worker="w1", lease_until=timezone.now() + timedelta(seconds=60)
+    )
+    assert [k["session_id"] for k in runner.kernel_statuses()] == [run.session_id]
+    assert runner.kernel_state(run.session_id)["alive"]
+
+    RunRecord.objects.filter(pk=run.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert runner.kernel_statuses() == []
+    state = runner.kernel_state(run.session_id)
+    assert not state["alive"] and state["last_status"] == "its worker stopped"

@@ -110,7 +110,18 @@ def _send_span(session_id: str) -> None:
 def test_every_console_page_passes_the_csp_with_no_console_errors(
     strict_page, recorded_run, console_log
 ):
-    from dashboard.models import Alert, AlertRule, KernelState, SpanRecord, TuningProfile
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from dashboard.models import (
+        Alert,
+        AlertRule,
+        KernelState,
+        RunRecord,
+        SpanRecord,
+        TuningProfile,
+    )
 
     page = strict_page
     page.context.add_init_script(WATCH_VIOLATIONS)
@@ -122,8 +133,12 @@ def test_every_console_page_passes_the_csp_with_no_console_errors(
     # Rows with controls: an open alert (htmx buttons) and a live kernel (restart, stop).
     rule, _ = AlertRule.objects.get_or_create(kind=AlertRule.INDEX_GAP)
     Alert.objects.create(rule=rule, session_id=sid, message="index gap at <b>12</b>")
-    # A live kernel as its worker records it (the page reads the row, not a process).
+    # A live kernel as its worker records it (the page reads the row, not a process), held
+    # under a live lease.
     KernelState.objects.create(session_id=sid, worker="w", tier="process", alive=True, cells=1)
+    RunRecord.objects.filter(session_id=sid).update(
+        status=RunRecord.RUNNING, worker="w", lease_until=timezone.now() + timedelta(hours=1)
+    )
 
     for path in (
         "/",

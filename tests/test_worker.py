@@ -62,7 +62,9 @@ def child_env() -> dict[str, str]:
     from django.conf import settings
     from django.db import connection
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLL_")}
+    # The test's own database and channel layer (SQLite or PostgreSQL, memory or Redis).
+    keep = {"SCROLL_DATABASE_URL", "SCROLL_REDIS_URL"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLL_") or k in keep}
     env.update(
         DJANGO_SETTINGS_MODULE="tests.worker_settings",
         SCROLL_TEST_DB_NAME=str(connection.settings_dict["NAME"]),
@@ -250,13 +252,14 @@ def test_the_owning_worker_answers_status_and_digest_then_stops_the_run(workers)
     run = runner.start_run(f"{CELL}\n---\n{CELL}", pause_s=300)
     wait_until(lambda: RunRecord.objects.get(pk=run.pk).turns >= 1)
 
-    status = send(run.session_id, WorkerCommand.KERNEL_STATUS)
+    # within_s: the console waits a second; a loaded test machine may be slower.
+    status = send(run.session_id, WorkerCommand.KERNEL_STATUS, within_s=30)
     assert status.ok, status.error
     assert status.worker == worker.id and status.data["alive"] and status.data["cells"] >= 1
-    digest = send(run.session_id, WorkerCommand.DIGEST)
+    digest = send(run.session_id, WorkerCommand.DIGEST, within_s=30)
     assert digest.ok and "x" in digest.data["digest"]
 
-    assert runner.stop_run(run.session_id).ok
+    assert send(run.session_id, WorkerCommand.STOP, within_s=30).ok
     run = runner.wait_for_run(run.session_id, 30)
     assert (run.status, run.turns) == (RunRecord.STOPPED, 1)
     assert WorkerCommand.objects.filter(state=WorkerCommand.DONE).count() == 3
@@ -348,3 +351,11 @@ def test_a_kernel_whose_worker_died_is_not_shown_as_live(console_log):
     assert runner.kernel_statuses() == []
     state = runner.kernel_state(run.session_id)
     assert not state["alive"] and state["last_status"] == "its worker stopped"
+
+
+def test_stopping_a_queued_run_cancels_it_before_any_worker_takes_it(console_log):
+    run = runner.start_run(CELL)
+    answer = runner.stop_run(run.session_id)
+    assert answer.ok and answer.data["before_start"]
+    assert RunRecord.objects.get(pk=run.pk).status == RunRecord.STOPPED
+    assert claim_next("late") is None

@@ -256,7 +256,7 @@ def _runner() -> Any:
 
 
 def _index_blocks(session_id: str, counts: Counter[str]) -> list[dict[str, Any]]:
-    """The session's index, tier by tier, from its live session when the runner has it."""
+    """The session's index, tier by tier, as its worker saved it at the last compress."""
     index = getattr(_runner(), "session_index", lambda _sid: None)(session_id)
     if index is None:
         return []
@@ -360,6 +360,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
             f"/ws/sessions/{session_safe_id(session_id)}/",
             session=session_id,
             span_after=span_after,
+            span_gaps=live.id_gaps(SpanRecord, span_after),
             # Only the newest timeline page takes live entries.
             compress_after=timeline.compress_after if timeline.page == 1 else None,
             change_after=timeline.change_after if timeline.page == 1 else None,
@@ -428,7 +429,12 @@ def traces(request: HttpRequest) -> HttpResponse:
         spans = spans.filter(duration_ms__gte=filters.slow_ms)
     ctx = {
         "filters": filters,
-        "ws_url": live.ws_url("/ws/feed/", **filters.params(), span_after=span_after),
+        "ws_url": live.ws_url(
+            "/ws/feed/",
+            **filters.params(),
+            span_after=span_after,
+            span_gaps=live.id_gaps(SpanRecord, span_after),
+        ),
         "spans": [live.span_row(s.to_dict()) for s in spans[:SPAN_ROWS]],
         "operations": SpanRecord.objects.values_list("name", flat=True).distinct()[:200],
     }
@@ -508,7 +514,9 @@ def alert_resolve(request: HttpRequest, alert_id: int) -> HttpResponse:
 
 
 def _kernel_of(session_id: str) -> dict[str, Any] | None:
-    return next((k for k in _kernels() if k["session_id"] == session_id), None)
+    """The session's kernel as its worker last recorded it (any process can show it)."""
+    state: dict[str, Any] | None = getattr(_runner(), "kernel_state", lambda _sid: None)(session_id)
+    return state
 
 
 def _kernels() -> list[dict[str, Any]]:
@@ -531,22 +539,38 @@ def kernel_rows_context(user: Any) -> dict[str, Any]:
     return {"kernels": _kernels(), "can_control": can_control}
 
 
+# Console actions, answered by the worker that owns the session's run (dashboard.worker).
+KERNEL_ACTIONS = {
+    "restart": "restart_kernel",
+    "stop": "stop_kernel",
+    "status": "kernel_status",
+    "digest": "digest",
+}
+
+
 @login_required
 @permission_required(CONTROL_KERNEL, "restart or stop kernels")
 @require_POST
 def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpResponse:
-    runner = _runner()
-    act = {
-        "restart": getattr(runner, "restart_kernel", None),
-        "stop": getattr(runner, "stop_kernel", None),
-    }.get(action)
-    if act is None:
+    from dashboard.worker_commands import send
+
+    if action not in KERNEL_ACTIONS:
         raise Http404("No such kernel action")
-    try:
-        act(session_id)
-    except LookupError:
-        raise Http404("No kernel for that session") from None
-    messages.success(request, f"Kernel of {session_id}: {action} requested.")
+    answer = send(session_id, KERNEL_ACTIONS[action])
+    if not answer.ok:
+        messages.error(request, f"Kernel of {session_id}: {action} not done: {answer.error}")
+    elif action == "digest":
+        messages.success(request, f"Namespace of {session_id}: {answer.data.get('digest') or '-'}")
+    elif action == "status":
+        data = answer.data
+        messages.success(
+            request,
+            f"Kernel of {session_id}: {'alive' if data.get('alive') else 'stopped'}, "
+            f"{data.get('cells', 0)} cells, {data.get('restarts', 0)} restarts "
+            f"(worker {answer.worker}).",
+        )
+    else:
+        messages.success(request, f"Kernel of {session_id}: {action} done by {answer.worker}.")
     return redirect("kernels")
 
 
@@ -611,11 +635,11 @@ def runs(request: HttpRequest) -> HttpResponse:
 @require_POST
 def run_stop(request: HttpRequest, session_id: str) -> HttpResponse:
     run = get_object_or_404(RunRecord, session_id=session_id)
-    stopped = getattr(_runner(), "stop_run", lambda _sid: False)(session_id)
-    if stopped:
+    answer = _runner().stop_run(session_id)
+    if answer.ok:
         messages.success(request, f"Stop requested for {session_id}: it stops after this step.")
     else:
-        messages.error(request, f"{session_id} is not running here ({run.status}).")
+        messages.error(request, f"{session_id} was not stopped ({run.status}): {answer.error}")
     return redirect("session", session_id)
 
 

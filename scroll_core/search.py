@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Any
 
@@ -23,7 +23,7 @@ from .errors import InvalidEvent
 from .logschema import sqlite_int
 from .timeutil import format_ts
 
-__all__ = ["Hit", "SearchFilters", "SearchTuning", "run_search"]
+__all__ = ["Hit", "SearchFilters", "SearchTuning", "neighbour_seqs", "run_search"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class Hit:
     headline: str | None
     # False for a turn that matched no term itself and ranks by the turns beside it.
     matched: bool = True
+    # Seqs of the searchable turns just before and after this one in its session, ascending
+    # (filled by ``neighbour_seqs``; empty when not asked for).
+    neighbours: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class SearchFilters:
     since: str | datetime | date | None = None
     until: str | datetime | date | None = None
     before_seq: int | None = None
+    # The ``name`` column: who spoke a message (or which tool a tool event names).
+    speaker: str | Sequence[str] | None = None
     sql: str = field(init=False, default="")
     params: tuple[Any, ...] = field(init=False, default=())
 
@@ -93,6 +98,10 @@ class SearchFilters:
             kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
             clauses.append(f"e.kind IN ({', '.join('?' * len(kinds))})" if kinds else "0")
             params.extend(kinds)
+        if self.speaker is not None:
+            names = [self.speaker] if isinstance(self.speaker, str) else list(self.speaker)
+            clauses.append(f"e.name IN ({', '.join('?' * len(names))})" if names else "0")
+            params.extend(names)
         if self.before_seq is not None:
             clauses.append("e.seq < ?")
             params.append(sqlite_int(self.before_seq))
@@ -206,3 +215,34 @@ def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[
         f"e.headline FROM events e WHERE e.searchable = 1{filters.sql} ORDER BY e.seq LIMIT ?"
     )
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
+
+
+def neighbour_seqs(
+    db: sqlite3.Connection,
+    hits: Sequence[Hit],
+    reach: int = 1,
+    before_seq: int | None = None,
+) -> list[Hit]:
+    """``hits`` with ``neighbours`` set: up to ``reach`` searchable turns on each side in
+    the same session (older than ``before_seq`` when given), so a caller can read the
+    question a hit answers or the reply it got without searching again."""
+    reach = max(0, sqlite_int(reach))
+    if reach == 0:
+        return list(hits)
+    limit = "" if before_seq is None else " AND seq < ?"
+    bound: tuple[Any, ...] = () if before_seq is None else (sqlite_int(before_seq),)
+    filled = []
+    for hit in hits:
+        older = db.execute(
+            "SELECT seq FROM events WHERE session_id = ? AND seq < ? AND searchable = 1"
+            f"{limit} ORDER BY seq DESC LIMIT ?",
+            (hit.session_id, hit.seq, *bound, reach),
+        ).fetchall()
+        newer = db.execute(
+            "SELECT seq FROM events WHERE session_id = ? AND seq > ? AND searchable = 1"
+            f"{limit} ORDER BY seq LIMIT ?",
+            (hit.session_id, hit.seq, *bound, reach),
+        ).fetchall()
+        seqs = sorted(row[0] for row in (*older, *newer))
+        filled.append(replace(hit, neighbours=tuple(seqs)))
+    return filled

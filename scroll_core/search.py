@@ -12,6 +12,7 @@ Two steps, so the cost follows the number of hits and not the number of matches:
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -69,6 +70,12 @@ class SearchTuning:
     rank_weights: tuple[float, float, float] = (1.0, 2.0, 0.5)
     neighbour_weights: tuple[float, ...] = (0.4, 0.5)
     candidates: int = 30
+    # Term features on the candidates' own text, each off at 0 (see ``_term_features``):
+    # coverage scales a candidate's bm25 by 1 + w * (share of the query's distinct terms it
+    # holds beyond the first), the coordination factor of classic Lucene; proximity by
+    # 1 + w / (smallest token gap between two different query terms).
+    coverage_weight: float = 0.0
+    proximity_weight: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,8 @@ def run_search(
     base = _candidates(db, terms, max(k, tuning.candidates), filters, tuning)
     if not base:
         return []
+    if len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight):
+        base = _term_features(db, base, terms, tuning)
     pool = set(base)
     reach = len(tuning.neighbour_weights)
     for seq in base:
@@ -207,6 +216,40 @@ def _candidates(
         )
     match = ftsquery.match_expression(terms)
     return dict(db.execute(sql, (match, *filters.params, limit)).fetchall())
+
+
+def _term_features(
+    db: sqlite3.Connection, base: dict[int, float], terms: list[str], tuning: SearchTuning
+) -> dict[int, float]:
+    """``base`` rescored by how many distinct query terms each candidate holds and how close
+    together two of them stand. A term is found by its stem prefix (the snippet's rule), a
+    stand-in for FTS5's porter stemmer that needs no second index."""
+    prefixes = [ftsquery.stem_prefix(t) for t in terms]
+    marks = ", ".join("?" * len(base))
+    rows = db.execute(
+        f"SELECT seq, coalesce(content, '') || ' ' || coalesce(headline, '') "
+        f"FROM events WHERE seq IN ({marks})",
+        list(base),
+    ).fetchall()
+    spread = len(terms) - 1
+    out = dict(base)
+    for seq, text in rows:
+        positions: list[tuple[int, int]] = []  # (token index, term index)
+        for at, token in enumerate(ftsquery.tokens(text)):
+            for which, prefix in enumerate(prefixes):
+                if token.startswith(prefix):
+                    positions.append((at, which))
+                    break
+        held = len({which for _, which in positions})
+        factor = 1.0
+        if held:
+            factor += tuning.coverage_weight * (held - 1) / spread
+        if held > 1 and tuning.proximity_weight:
+            # The closest two different terms are always next to each other in this list.
+            gap = min(b[0] - a[0] for a, b in itertools.pairwise(positions) if a[1] != b[1])
+            factor += tuning.proximity_weight / gap
+        out[seq] = base[seq] * factor
+    return out
 
 
 def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[Hit]:

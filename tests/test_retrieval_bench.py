@@ -199,7 +199,9 @@ def test_each_ablation_row_switches_one_technique_against_the_shipped_search(ret
     fields = ("neighbour_weights", "coverage_weight", "proximity_weight")
     for name, (_, tuning) in rows.items():
         changed = [f for f in fields if getattr(tuning, f) != getattr(shipped, f)]
-        assert len(changed) == {"shipped": 0, "coverage_proximity": 2}.get(name, 1), name
+        assert len(changed) == {"shipped": 0, "coverage_proximity": 2, "no_term_features": 2}.get(
+            name, 1
+        ), name
 
 
 def test_the_ablation_times_every_row_on_the_same_synthetic_log(retrieval, tmp_path):

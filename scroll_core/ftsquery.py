@@ -65,8 +65,9 @@ def tokens(text: str) -> list[str]:
 
 
 def stem_prefix(term: str) -> str:
-    # A crude stand-in for the porter stemmer, only for highlighting: "hiking" and "hiked"
-    # both start with "hik". Ranking itself always uses FTS5's own porter tokenizer.
+    # A crude stand-in for the porter stemmer, for highlighting and for the term features
+    # read from a candidate's text: "hiking" and "hiked" both start with "hik". Which rows
+    # match, and their bm25, always come from FTS5's own porter tokenizer.
     return term if len(term) <= 4 else term[: max(4, len(term) - 3)]
 
 

@@ -227,6 +227,8 @@ def _term_features(
     together two of them stand. A term is found by its stem prefix (the snippet's rule), a
     stand-in for FTS5's porter stemmer that needs no second index."""
     prefixes = [ftsquery.stem_prefix(t) for t in terms]
+    heads = {p[:4] for p in prefixes}
+    head_sizes = {min(len(p), 4) for p in prefixes}
     marks = ", ".join("?" * len(base))
     rows = db.execute(
         f"SELECT seq, coalesce(content, '') || ' ' || coalesce(headline, '') "
@@ -238,6 +240,9 @@ def _term_features(
     for seq, text in rows:
         positions: list[tuple[int, int]] = []  # (token index, term index)
         for at, token in enumerate(ftsquery.tokens(text)):
+            # Most tokens are turned away by a set lookup or two, before any prefix scan.
+            if not any(token[:n] in heads for n in head_sizes):
+                continue
             for which, prefix in enumerate(prefixes):
                 if token.startswith(prefix):
                     positions.append((at, which))

@@ -75,8 +75,10 @@ SEARCH_DOC: dict[str, Any] = {
         "until=None, on=None, agent=None, scope='agent', neighbours=1)"
     ),
     "ranking": (
-        "BM25 over content, headline and name (terms OR-ed, stop words dropped); a turn also "
-        "gains from matches in the turns beside it in its session. Deterministic, no model."
+        "BM25 over content, headline and name (terms OR-ed, stop words dropped), raised for a "
+        "turn holding more of the query's terms and holding two of them close together; a "
+        "turn also gains from matches in the turns beside it in its session. Deterministic, "
+        "no model."
     ),
     "filters": {
         "session": "one session id (ms.sessions() lists them); '*' or None for all",

@@ -57,6 +57,9 @@ class Trigger:
     message: str
     key: str = ""
     span_id: str = ""
+    # The occurrences the message reports (an alert's count then says the same number);
+    # None: each firing counts one.
+    count: int | None = None
 
 
 def _attr(span: Mapping[str, Any], name: str) -> Any:
@@ -123,9 +126,9 @@ class AlertEngine:
         error_type = _attr(span, "error.type")
         found: list[Trigger] = []
 
-        def fire(kind: str, message: str, key: str = "") -> None:
+        def fire(kind: str, message: str, key: str = "", count: int | None = None) -> None:
             if kind in rules:
-                found.append(Trigger(kind, session_id, message, key, span_id))
+                found.append(Trigger(kind, session_id, message, key, span_id, count))
 
         with self._lock:
             state = self._state(session_id)
@@ -158,6 +161,7 @@ class AlertEngine:
                                 f"Headline quality falling: {bad} of the last "
                                 f"{_window_len(state.chats, rule.window)} replies had a missing, "
                                 f"malformed or duplicate headline (latest: {what})",
+                                count=bad,
                             )
 
             if _is_cell(span):
@@ -179,6 +183,7 @@ class AlertEngine:
                             f"Print cap hit {count} times in the last "
                             f"{_window_len(state.cells, rule.window)} cells: the agent prints "
                             "raw results instead of aggregating in the kernel",
+                            count=count,
                         )
             elif name == "scroll.kernel.restart" or error_type in KERNEL_ERRORS:
                 fire(
@@ -198,6 +203,7 @@ class AlertEngine:
                             f"Evicted block {block} re-read {count} times: compute over it "
                             "in the kernel instead of expanding it again",
                             key=block,
+                            count=count,
                         )
         return found
 
@@ -238,10 +244,11 @@ def raise_alert(trigger: Trigger, rule: AlertRule) -> Alert | None:
                 key=trigger.key,
                 message=trigger.message,
                 span_id=trigger.span_id,
+                count=trigger.count or 1,
                 first_seen=now,
                 last_seen=now,
             )
-        alert.count += 1
+        alert.count = trigger.count if trigger.count is not None else alert.count + 1
         alert.last_seen = now
         alert.message = trigger.message
         alert.span_id = trigger.span_id

@@ -128,7 +128,20 @@ class TuningProfile(models.Model):
         return Profile.from_mapping(self.knobs())
 
     def clean(self) -> None:
+        """Every knob's own error at once (each checked against the defaults of the rest),
+        then, when each is fine alone, the rules that tie knobs together."""
         super().clean()
+        errors: dict[str, list[str]] = {}
+        for name, value in self.knobs().items():
+            if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+                continue  # the form field reports it
+            try:
+                Profile.from_mapping({name: value})
+            except ConfigError as exc:
+                if str(exc).startswith(name):  # its own rule, not one shared with defaults
+                    errors[name] = [str(exc)]
+        if errors:
+            raise ValidationError(errors)
         try:
             self.to_core()
         except ConfigError as exc:

@@ -320,7 +320,7 @@ def test_a_later_table_is_invisible_and_session_stats_is_scoped(tmp_path):
         with sqlite3.connect(log.path) as db:
             db.execute("CREATE TABLE notes (agent_id TEXT, body TEXT)")
             db.execute("INSERT INTO notes VALUES (?, ?)", (B_AGENT, SECRET))
-            # session_stats is the log's own table now, kept on append (issue 9).
+            # session_stats is the Event Log's own summary table (kept on every append).
         db.close()
         ms = MsCapability(log, agent_id=A_AGENT)
         try:

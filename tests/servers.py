@@ -18,6 +18,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -203,3 +204,39 @@ def redis() -> Iterator[Server]:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.servers [--] COMMAND...``: run COMMAND with both servers up.
+
+    COMMAND sees ``SCROLL_DATABASE_URL`` and ``SCROLL_REDIS_URL`` (settings put the console
+    database on PostgreSQL and the channel layer on Redis) and ``SCROLL_TEST_*_URL`` (the
+    fixtures reuse these servers). This is how CI runs the suite a second time: pytest-django
+    needs the database URL when settings are imported, before any fixture could start one.
+    A server that cannot start fails under ``CI=true``; elsewhere this warns and exits 0.
+    """
+    command = argv[1:] if argv[:1] == ["--"] else argv
+    if not command:
+        print("usage: python -m tests.servers [--] COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    try:
+        with postgres() as pg, redis() as rd:
+            urls = {
+                "SCROLL_DATABASE_URL": pg.url,
+                "SCROLL_REDIS_URL": rd.url,
+                "SCROLL_TEST_POSTGRES_URL": pg.url,
+                "SCROLL_TEST_REDIS_URL": rd.url,
+            }
+            for name, url in urls.items():
+                print(f"{name}={url}", flush=True)
+            return subprocess.call(command, env={**os.environ, **urls})
+    except ServerUnavailable as exc:
+        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+            print(f"!! CI=true: PostgreSQL/Redis could not start: {exc}", file=sys.stderr)
+            return 1
+        print(f"!! WARNING: skipped the PostgreSQL/Redis pass: {exc}", file=sys.stderr)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -14,15 +14,20 @@ SCROLL_DATABASE_URL    postgres://user:pass@host:port/name to use PostgreSQL for
                        (parsed by dj-database-url; needs the [postgres] extra, psycopg 3)
 SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (needs the [redis]
                        extra, channels-redis)
-SCROLL_PROCESSES       web processes plus workers sharing this deployment (default 1); above
-                       1 the in-memory channel layer is refused and SCROLL_REDIS_URL required
 SCROLL_SERVE_STATIC    "0" stops the ASGI app serving static files itself (default on)
 SCROLL_GRAFANA_URL     base URL of a Grafana with Tempo, for "open this trace in Grafana" links
 SCROLL_BENCH           "1" routes /bench/load/ (staff, loopback only): bench/console.py sets it
 SCROLL_CONSOLE_SEARCH_TIMEOUT_S  seconds before a console search is stopped (default 2)
 SCROLL_SPAN_RETENTION  spans kept for the Traces page, oldest pruned (default 50000)
 SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
-SCROLL_RUNNER_WORKERS  runs executing at once in the in-process runner (default 4)
+SCROLL_RUNNER_WORKERS  runs executing at once in one worker (embedded or scroll_worker; default 4)
+SCROLL_WORKERS         "embedded" (default): each serving process runs one worker thread;
+                       "external": runs execute only in `manage.py scroll_worker` processes
+SCROLL_PROCESSES       how many processes serve or run this console (default 1); above 1, or
+                       with external workers, SCROLL_REDIS_URL is required: the in-memory
+                       channel layer does not cross processes and live pages would miss
+                       whatever another process produced
+SCROLL_WORKER_LEASE_S  seconds a worker's claim on a run lasts without a heartbeat (default 15)
 SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
@@ -212,6 +217,15 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": SCROLL_DATA_DIR / "console.sqlite3",
+            # Worker threads, the span sink and requests all write: WAL lets readers go on
+            # beside the writer, and IMMEDIATE takes the write lock when a transaction
+            # begins, so two writers queue (for up to `timeout` s) instead of one failing
+            # with "database is locked" when it upgrades a read.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            },
             # Tests get a file too, not Django's shared-cache in-memory database: there a
             # write that meets another thread's read fails at once ("table is locked")
             # instead of waiting, and the live tests run the server, runs and the span sink
@@ -221,17 +235,31 @@ else:
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Processes that serve or run agents against this data folder and database (web processes
-# plus workers). Above one, a span a worker publishes must reach a page served by another
-# process, which the in-memory layer cannot do: such a deployment must set SCROLL_REDIS_URL.
+SCROLL_WORKERS = os.environ.get("SCROLL_WORKERS", "").strip().lower() or "embedded"
+if SCROLL_WORKERS not in {"embedded", "external"}:
+    raise ImproperlyConfigured(f"SCROLL_WORKERS is embedded or external, not {SCROLL_WORKERS!r}")
 SCROLL_PROCESSES = _env_int("SCROLL_PROCESSES", 1, minimum=1)
+SCROLL_WORKER_LEASE_S = float(_env_int("SCROLL_WORKER_LEASE_S", 15, minimum=1))
+
+
+def refuse_in_memory_layer(processes: int, workers: str, redis_url: str) -> None:
+    """A deployment of several processes needs a channel layer they share."""
+    if redis_url or (processes <= 1 and workers != "external"):
+        return
+    why = f"SCROLL_PROCESSES={processes}" if processes > 1 else "SCROLL_WORKERS=external"
+    raise ImproperlyConfigured(
+        f"{why} says several processes serve or run this console, but the channel layer is "
+        "the in-memory one, which does not cross processes (live pages would miss what the "
+        "others produce). Set SCROLL_REDIS_URL=redis://host:port/0."
+    )
+
+
+refuse_in_memory_layer(
+    SCROLL_PROCESSES, SCROLL_WORKERS, os.environ.get("SCROLL_REDIS_URL", "").strip()
+)
+
 if os.environ.get("SCROLL_REDIS_URL"):
     CHANNEL_LAYERS = {"default": _redis_layer(os.environ["SCROLL_REDIS_URL"])}
-elif SCROLL_PROCESSES > 1:
-    raise ImproperlyConfigured(
-        f"SCROLL_PROCESSES={SCROLL_PROCESSES} but the in-memory channel layer reaches only its "
-        "own process: set SCROLL_REDIS_URL=redis://host:port/0 (pip install 'scroll[redis]')"
-    )
 else:
     # The in-memory layer drops a message silently once a consumer's queue holds `capacity`;
     # a live page falls behind by at most this many spans before that happens.

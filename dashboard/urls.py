@@ -22,6 +22,7 @@ urlpatterns = [
     path("kernels/", views.kernels, name="kernels"),
     path("kernels/<str:action>/<path:session_id>/", views.kernel_action, name="kernel_action"),
     path("runs/", views.runs, name="runs"),
+    path("runs/stop/<path:session_id>/", views.run_stop, name="run_stop"),
     path("", include("dashboard.replay_views")),  # the replay lab (issue 6)
     path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("admin/", admin.site.urls),

@@ -194,7 +194,7 @@ def _runner() -> Any:
 
 
 def _index_blocks(session_id: str, counts: Counter[str]) -> list[dict[str, Any]]:
-    """The session's index, tier by tier, from its live session when the runner has it."""
+    """The session's index, tier by tier, as its worker saved it at the last compress."""
     index = getattr(_runner(), "session_index", lambda _sid: None)(session_id)
     if index is None:
         return []
@@ -443,7 +443,9 @@ def alert_resolve(request: HttpRequest, alert_id: int) -> HttpResponse:
 
 
 def _kernel_of(session_id: str) -> dict[str, Any] | None:
-    return next((k for k in _kernels() if k["session_id"] == session_id), None)
+    """The session's kernel as its worker last recorded it (any process can show it)."""
+    state: dict[str, Any] | None = getattr(_runner(), "kernel_state", lambda _sid: None)(session_id)
+    return state
 
 
 def _kernels() -> list[dict[str, Any]]:
@@ -458,22 +460,51 @@ def kernels(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/kernels.html", ctx)
 
 
+# Console actions, answered by the worker that owns the session's run (dashboard.worker).
+KERNEL_ACTIONS = {
+    "restart": "restart_kernel",
+    "stop": "stop_kernel",
+    "status": "kernel_status",
+    "digest": "digest",
+}
+
+
 @staff_member_required
 @require_POST
 def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpResponse:
-    runner = _runner()
-    act = {
-        "restart": getattr(runner, "restart_kernel", None),
-        "stop": getattr(runner, "stop_kernel", None),
-    }.get(action)
-    if act is None:
+    from dashboard.worker_commands import send
+
+    if action not in KERNEL_ACTIONS:
         raise Http404("No such kernel action")
-    try:
-        act(session_id)
-    except LookupError:
-        raise Http404("No kernel for that session") from None
-    messages.success(request, f"Kernel of {session_id}: {action} requested.")
+    answer = send(session_id, KERNEL_ACTIONS[action])
+    if not answer.ok:
+        messages.error(request, f"Kernel of {session_id}: {action} not done: {answer.error}")
+    elif action == "digest":
+        messages.success(request, f"Namespace of {session_id}: {answer.data.get('digest') or '-'}")
+    elif action == "status":
+        data = answer.data
+        messages.success(
+            request,
+            f"Kernel of {session_id}: {'alive' if data.get('alive') else 'stopped'}, "
+            f"{data.get('cells', 0)} cells, {data.get('restarts', 0)} restarts "
+            f"(worker {answer.worker}).",
+        )
+    else:
+        messages.success(request, f"Kernel of {session_id}: {action} done by {answer.worker}.")
     return redirect("kernels")
+
+
+@staff_member_required
+@require_POST
+def run_stop(request: HttpRequest, session_id: str) -> HttpResponse:
+    from dashboard.worker_commands import send
+
+    answer = send(session_id, "stop")
+    if answer.ok:
+        messages.success(request, f"{session_id}: stop requested from {answer.worker}.")
+    else:
+        messages.error(request, f"{session_id}: not stopped: {answer.error}")
+    return redirect("session", session_id)
 
 
 @login_required

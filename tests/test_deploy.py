@@ -178,6 +178,7 @@ def test_every_scroll_process_shares_postgres_redis_and_the_data_folder():
         assert env["SCROLL_DATABASE_URL"] == "postgres://scroll:s3cret@postgres:5432/scroll"
         assert env["SCROLL_REDIS_URL"] == "redis://redis:6379/0"
         assert env["SCROLL_PROCESSES"] == str(len(processes)), name
+        assert env["SCROLL_WORKERS"] == "external", name
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
         assert ("scroll-data", "/data") in _mounts(service), name
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"

@@ -22,15 +22,14 @@ CELL = "Next.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
 
 @pytest.fixture
 def live_runner(console_log, monkeypatch):
-    """A runner of its own, and telemetry feeding a console span sink, for one test."""
-    from dashboard.runner import Runner
+    """A worker of its own, and telemetry feeding a console span sink, for one test."""
+    from dashboard.worker import Worker
     from dashboard.spans import ConsoleSpanSink
     from scroll_core import telemetry
     from scroll_core.kernel import KernelConfig, KernelManager
 
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    runner = Runner(workers=1, kernels=kernels)
-    monkeypatch.setattr(runner_module, "_runner", runner)
+    runner = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
     sink = ConsoleSpanSink()
     telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
     try:

@@ -212,6 +212,14 @@ class Cluster:
         return json.loads(line[len("RESULT=") :])
 
     def runs(self) -> dict[str, dict[str, Any]]:
+        """Every run's status, owner, attempts and turns (straight from PostgreSQL if used)."""
+        fields = ("session_id", "status", "error", "worker", "attempts", "turns", "plan")
+        if self.database_url:
+            import psycopg
+
+            with psycopg.connect(self.database_url) as conn:
+                rows = conn.execute(f"SELECT {', '.join(fields)} FROM dashboard_runrecord")
+                return {row[0]: dict(zip(fields, row, strict=True)) for row in rows}
         return {
             row["session_id"]: row
             for row in self.query(

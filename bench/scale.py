@@ -1,11 +1,11 @@
 """Scaled out: runs completed per minute and span→client latency, by channel layer and workers.
 
-    python bench/scale.py --json [--quick] [--runs N] [--turns N] [--slots N]
+    python bench/scale.py --json [--quick] [--runs N] [--turns N] [--slots N] [--rounds N]
 
 Each arm is a real deployment on loopback (tests/cluster.py): a fresh database on one
 throwaway PostgreSQL server (tests/servers.py; SCROLL_TEST_POSTGRES_URL / _REDIS_URL reuse
-running ones), one daphne web process, and its workers. The arms, run one after another in
-this one invocation, on the same servers, with the same runs:
+running ones), one daphne web process, and its workers. The arms run in this one invocation,
+on the same servers, with the same runs, alternating round by round:
 
 - ``memory_embedded_1``: the in-memory channel layer, one worker thread inside the web
   process (the only way the in-memory layer works: it does not cross processes, so there is
@@ -101,6 +101,23 @@ class Feed:
                         self.latencies_ms.append((now - int(end_ns)) / 1e6)
 
 
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """One arm's figures over its rounds: runs per minute of all its time, pooled latencies."""
+    latencies = [ms for r in rounds for ms in r["latencies_ms"]]
+    if not latencies:
+        raise RuntimeError("the feed socket received no span: the deployment is broken")
+    done = sum(r["done"] for r in rounds)
+    elapsed = sum(r["elapsed_s"] for r in rounds)
+    return {
+        "runs_per_min": round(done / elapsed * 60, 2) if elapsed else 0.0,
+        "runs_done": done,
+        "runs_failed": sum(r["failed"] for r in rounds),
+        "span_to_client_p50_ms": round(median(latencies), 2),
+        "span_to_client_p95_ms": round(percentile(latencies, 95), 2),
+        "spans_received": len(latencies),
+    }
+
+
 def run_arm(
     name: str, layer: str, workers: Any, pg_url: str, redis_url: str, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -140,12 +157,10 @@ def run_arm(
             raise RuntimeError(f"{name}: the feed socket failed: {feed.error}")
         done = sum(1 for sid in sessions if runs[sid]["status"] == "done")
         return {
-            "runs_per_min": round(done / elapsed * 60, 2),
-            "runs_done": done,
-            "runs_failed": len(sessions) - done,
-            "span_to_client_p50_ms": round(median(feed.latencies_ms), 2),
-            "span_to_client_p95_ms": round(percentile(feed.latencies_ms, 95), 2),
-            "spans_received": len(feed.latencies_ms),
+            "done": done,
+            "failed": len(sessions) - done,
+            "elapsed_s": elapsed,
+            "latencies_ms": feed.latencies_ms,
         }
     finally:
         cluster.stop()
@@ -155,17 +170,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="few short runs (a smoke run)")
-    parser.add_argument("--runs", type=int, default=None, help="runs per arm (default 24)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per arm, round (default 12)")
     parser.add_argument("--turns", type=int, default=3, help="turns per run")
     parser.add_argument("--slots", type=int, default=2, help="runs at once per worker")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of all arms (default 2)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per arm")
     args = parser.parse_args(argv)
     if args.runs is None:
-        args.runs = 4 if args.quick else 24
+        args.runs = 4 if args.quick else 12
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 2
     if args.quick:
         args.turns = min(args.turns, 2)
-    if args.runs < 1 or args.turns < 1 or args.slots < 1:
-        parser.error("--runs, --turns and --slots must be at least 1")
+    if min(args.runs, args.turns, args.slots, args.rounds) < 1:
+        parser.error("--runs, --turns, --slots and --rounds must be at least 1")
     try:
         import websockets  # noqa: F401
     except ImportError:
@@ -182,18 +200,25 @@ def main(argv: list[str] | None = None) -> int:
         except servers.ServerUnavailable as exc:
             print(f"PostgreSQL and Redis are needed: {exc}", file=sys.stderr)
             return 1
-        for name, layer, workers in ARMS:
-            print(f"== {name}", file=sys.stderr)
-            result = run_arm(name, layer, workers, pg.url, rd.url, args)
-            arms[name] = {"layer": layer, "workers": workers}
-            for key, value in result.items():
-                figures[f"{name}.{key}"] = value
-            print(f"   {result}", file=sys.stderr)
+        # Rounds alternate the arms (A B C D A B C D ...) so a change in the machine's load
+        # falls on every arm alike.
+        raw: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in ARMS}
+        for round_no in range(args.rounds):
+            for name, layer, workers in ARMS:
+                print(f"== round {round_no + 1}: {name}", file=sys.stderr)
+                raw[name].append(run_arm(name, layer, workers, pg.url, rd.url, args))
+                arms[name] = {"layer": layer, "workers": workers}
+    for name, rounds in raw.items():
+        result = summarise(rounds)
+        print(f"   {name}: {result}", file=sys.stderr)
+        for key, value in result.items():
+            figures[f"{name}.{key}"] = value
     emit(
         {
             "figures": figures,
             "arms": arms,
-            "runs_per_arm": args.runs,
+            "runs_per_arm_and_round": args.runs,
+            "rounds": args.rounds,
             "turns_per_run": args.turns,
             "slots_per_worker": args.slots,
             "cores": cores,

@@ -8,7 +8,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test test-embedded test-scaled lint fmt typecheck bench
+.PHONY: install run worker test test-embedded test-scaled lint fmt typecheck bench
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ run: install
 	@echo "  printed below when the account is first created, and kept in var/admin_password)"
 	@echo ""
 	SCROLL_DEMO=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+# A worker process, for web processes started with SCROLL_WORKERS=external (and Redis).
+worker: install
+	$(BIN)/python manage.py scroll_worker
 
 # The suite twice: on the embedded default (SQLite, in-memory channel layer), then with the
 # console database on a throwaway PostgreSQL and the channel layer on a throwaway Redis

@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from dashboard.models import Alert, AlertRule
@@ -221,32 +222,48 @@ def _window_len(values: deque[bool], window: int) -> int:
 
 
 def raise_alert(trigger: Trigger, rule: AlertRule) -> Alert | None:
-    """Open an alert, or bump the live one for the same rule, session and key."""
-    now = timezone.now()
-    with transaction.atomic():
-        alert = (
-            Alert.objects.select_for_update()
-            .filter(rule=rule, session_id=trigger.session_id, key=trigger.key)
-            .exclude(state=Alert.RESOLVED)
-            .order_by("-id")
-            .first()
-        )
+    """Open an alert, or bump the live one for the same rule, session and key.
+
+    Several processes may raise the same alert at once; the partial unique constraint on the
+    open alert per rule and subject lets one insert win, and the losers bump the winner's.
+    """
+    for _attempt in range(3):
+        alert = _live_alert(rule, trigger)
         if alert is None:
-            return Alert.objects.create(
-                rule=rule,
-                session_id=trigger.session_id,
-                key=trigger.key,
+            try:
+                with transaction.atomic():
+                    return Alert.objects.create(
+                        rule=rule,
+                        session_id=trigger.session_id,
+                        key=trigger.key,
+                        message=trigger.message,
+                        span_id=trigger.span_id,
+                    )
+            except IntegrityError:
+                continue  # another process opened it first: bump that one
+        bumped = (
+            Alert.objects.filter(pk=alert.pk)
+            .exclude(state=Alert.RESOLVED)
+            .update(
+                count=F("count") + 1,
+                last_seen=timezone.now(),
                 message=trigger.message,
                 span_id=trigger.span_id,
-                first_seen=now,
-                last_seen=now,
             )
-        alert.count += 1
-        alert.last_seen = now
-        alert.message = trigger.message
-        alert.span_id = trigger.span_id
-        alert.save(update_fields=["count", "last_seen", "message", "span_id"])
-        return alert
+        )
+        if bumped:
+            alert.refresh_from_db()
+            return alert
+    return None
+
+
+def _live_alert(rule: AlertRule, trigger: Trigger) -> Alert | None:
+    return (
+        Alert.objects.filter(rule=rule, session_id=trigger.session_id, key=trigger.key)
+        .exclude(state=Alert.RESOLVED)
+        .order_by("-id")
+        .first()
+    )
 
 
 def acknowledge(alert: Alert, user: Any) -> Alert:

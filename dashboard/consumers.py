@@ -12,10 +12,13 @@ every page.
 A page passes the cursor of what it rendered in the socket's query string (``span_after``,
 ``seq_after``, ``compress_after``, ``runs_after``, ``alerts_after``; see ``live.ws_url``). On
 connect, after joining its groups, the consumer first sends what was stored after that cursor,
-so whatever finished between the page rendering and its socket connecting is not lost. The
-channel layer holds live messages until ``connect`` returns, so they come after the catch-up;
-a live span the page or the catch-up already showed (its id at or below the cursor) is
-skipped, and the browser drops any row whose id it already has (static/scroll.js).
+so whatever finished between the page rendering and its socket connecting is not lost; with
+several producers ids do not commit in order, so a cursor also names the ids missing below it
+when the page rendered (``span_gaps``, ``compress_gaps``; see ``live.id_gaps``) and the
+catch-up sends the rows that filled them. The channel layer holds live messages until
+``connect`` returns, so they come after the catch-up; a span this socket already sent is
+skipped by its id (never by comparing ids: a lower one may be new), and the browser drops any
+row whose id it already has (static/scroll.js).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from dashboard.spans import remember_server_loop
 _RENDER_CACHE_SIZE = 2048
 _render_cache: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
 _SAFE_ID = re.compile(r"^[0-9a-f]{16}$")
+# Span ids a socket remembers having sent (a live span repeats one only shortly after).
+_SENT_IDS = 4096
 
 
 def render_span_fragments(span: dict[str, Any]) -> list[str]:
@@ -62,9 +67,11 @@ def render_span_fragments(span: dict[str, Any]) -> list[str]:
 class _LiveConsumer(AsyncWebsocketConsumer):
     """Shared connect/disconnect and the alert handler; subclasses name their groups."""
 
-    # The newest span id this socket's page has shown; live spans at or below it are skipped.
-    # The span sink stores and sends in one thread, oldest first, so ids only grow.
+    # The page's span cursor (None: the page wants no catch-up), and the ids of the spans
+    # this socket has sent since, newest last: several sinks send in any id order, so a span
+    # is skipped because it was sent, never because its id is lower than another's.
     span_after: int | None = None
+    _sent: OrderedDict[int, None] | None = None
 
     def _groups(self) -> list[str]:
         return [ALERTS]
@@ -153,11 +160,17 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     def _unseen(self, span: dict[str, Any]) -> bool:
         span_id = span.get("id")
-        return self.span_after is None or span_id is None or span_id > self.span_after
+        return span_id is None or self._sent is None or span_id not in self._sent
 
     def _seen(self, span: dict[str, Any]) -> None:
-        if self.span_after is not None and span.get("id") is not None:
-            self.span_after = max(self.span_after, span["id"])
+        span_id = span.get("id")
+        if span_id is None:
+            return
+        if self._sent is None:
+            self._sent = OrderedDict()
+        self._sent[span_id] = None
+        if len(self._sent) > _SENT_IDS:
+            self._sent.popitem(last=False)
 
     @database_sync_to_async
     def _open_alert_count(self) -> int:
@@ -217,7 +230,13 @@ class FeedConsumer(_LiveConsumer):
         self.span_after = live.int_cursor(query.get("span_after"))
         if self.spans and self.span_after is not None:
             await self.spans_finished(
-                {"spans": await self._spans_after(self.span_after, filters=self.filters)}
+                {
+                    "spans": await self._spans_after(
+                        self.span_after,
+                        gaps=live.gaps_cursor(query.get("span_gaps")),
+                        filters=self.filters,
+                    )
+                }
             )
         seq = live.int_cursor(query.get("seq_after"))
         since = live.time_cursor(query.get("runs_after"))
@@ -263,13 +282,17 @@ class SessionConsumer(_LiveConsumer):
         self.span_after = live.int_cursor(query.get("span_after"))
         spans: list[dict[str, Any]] = []
         if self.span_after is not None:
-            spans = await self._spans_after(self.span_after, session_id=session_id)
+            spans = await self._spans_after(
+                self.span_after, gaps=live.gaps_cursor(query.get("span_gaps")),
+                session_id=session_id,
+            )  # fmt: skip
             await self.spans_finished({"spans": spans})
         compress_after = live.int_cursor(query.get("compress_after"))
         # A compress is stored twice, as its span and as its record; when the spans caught
         # up already carry compresses, the records would show each one again.
         if compress_after is not None and not any(s["name"] == "scroll.compress" for s in spans):
-            compressions = await self._compresses_after(session_id, compress_after)
+            gaps = live.gaps_cursor(query.get("compress_gaps"))
+            compressions = await self._compresses_after(session_id, compress_after, gaps)
             if compressions:
                 html = render_to_string(
                     "dashboard/_compress_oob.html", {"compressions": compressions}
@@ -283,8 +306,8 @@ class SessionConsumer(_LiveConsumer):
             await self.send(text_data=html.strip())
 
     @database_sync_to_async
-    def _compresses_after(self, session_id: str, compress_id: int) -> list[Any]:
-        return live.compresses_after(session_id, compress_id)
+    def _compresses_after(self, session_id: str, compress_id: int, gaps: list[int]) -> list[Any]:
+        return live.compresses_after(session_id, compress_id, gaps)
 
     @database_sync_to_async
     def _newer_events(self, session_id: str, seq: int) -> int:

@@ -6,6 +6,12 @@ worker needs (the turns, the options, the named host function set); a worker
 claims it and drives one ``scroll_core`` agent ``Session`` over the turns of the task (the
 task's text split on lines holding only ``---``). See ``dashboard.worker``.
 
+Each run is its own agent in the Event Log (``run-<id>``, ``demo-<id>`` for the demo), so
+what one run recalls is its own memory, unless the caller names an existing agent to continue.
+A task's fenced ```python blocks are executed only when the run may run task code: runs the
+server starts itself (``user=None``: the demo, commands) may; a user's run may when the user
+holds ``dashboard.run_task_code``. Otherwise the run's first event says the code will not run.
+
 Stop, kernel restart and kernel stop reach the run's owner through ``dashboard.worker_commands``
 from any process; kernel status, the namespace digest and the index are read from the rows the
 worker keeps up to date, never from this process's memory.
@@ -25,8 +31,10 @@ from django.utils import timezone
 
 from dashboard import worker_commands
 from dashboard.models import KernelState, RunRecord, SessionIndex, TuningProfile, WorkerCommand
+from dashboard.permissions import RUN_TASK_CODE
 from dashboard.worker import (
     PROCESS_TOKEN,
+    TASK_CODE_OFF,
     RunStopped,
     Worker,
     make_model,
@@ -38,6 +46,7 @@ from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import POLICY_NAME
 
 __all__ = [
+    "TASK_CODE_OFF",
     "RunStopped",
     "available_models",
     "embedded_worker",
@@ -101,22 +110,32 @@ def start_run(
     host_set: str = "",
     max_steps: int = DEFAULT_MAX_STEPS,
     pause_s: float = 0.0,
+    agent_id: str | None = None,
+    task_code: bool | None = None,
 ) -> RunRecord:
     """Queue a run and return its RunRecord (status queued); a worker picks it up.
 
     ``host_set`` names functions every worker can bind (``demo``). ``host_functions`` live
     in this process's memory, so the run is pinned to this process's embedded worker.
+    ``agent_id`` continues that agent's memory (default: a new agent for this run);
+    ``task_code`` says whether fenced code in the task runs (default: only for runs the
+    server starts itself, or a user holding ``dashboard.run_task_code``).
     """
     require_allowed_tier()
     turns = list(turns) if turns is not None else split_task(task)
     if not turns:
         raise ValueError("a run needs a task with at least one non-empty turn")
     profile = profile or TuningProfile.get_default()
-    session_id = session_id or _new_session_id(kind)
+    token = secrets.token_hex(4)
+    session_id = session_id or _new_session_id(kind, token)
+    if task_code is None:
+        task_code = user is None or bool(user.has_perm(RUN_TASK_CODE))
     if host_functions:
         pin_host_functions(session_id, host_functions)
     return RunRecord.objects.create(
         session_id=session_id,
+        agent_id=agent_id or _new_agent_id(kind, token),
+        task_code=task_code,
         task=task,
         kind=kind,
         profile=profile,
@@ -129,8 +148,13 @@ def start_run(
     )
 
 
-def _new_session_id(kind: str) -> str:
-    return f"{kind}:{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+def _new_session_id(kind: str, token: str) -> str:
+    return f"{kind}:{timezone.now():%Y%m%d-%H%M%S}-{token}"
+
+
+def _new_agent_id(kind: str, token: str) -> str:
+    """A fresh agent for one run: the demo's ``demo-…``, any other run's ``run-…``."""
+    return f"{'demo' if kind == 'demo' else 'run'}-{token}"
 
 
 def wait_for_run(session_id: str, timeout: float = 60.0) -> RunRecord:
@@ -144,7 +168,13 @@ def wait_for_run(session_id: str, timeout: float = 60.0) -> RunRecord:
 
 
 def stop_run(session_id: str) -> worker_commands.Answer:
-    """Ask the run's worker to stop it after its current step."""
+    """Stop a queued run at once, or ask a running one's worker to stop it after its
+    current step."""
+    cancelled = RunRecord.objects.filter(session_id=session_id, status=RunRecord.QUEUED).update(
+        status=RunRecord.STOPPED, ended_at=timezone.now()
+    )
+    if cancelled:
+        return worker_commands.Answer(True, {"stopped": True, "before_start": True})
     return worker_commands.send(session_id, WorkerCommand.STOP)
 
 
@@ -159,13 +189,29 @@ def stop_kernel(session_id: str) -> worker_commands.Answer:
 
 
 def kernel_statuses() -> list[dict[str, Any]]:
-    """Every live kernel as its worker last recorded it (the Kernels page)."""
-    return [k.to_row() for k in KernelState.objects.filter(alive=True)]
+    """Every live kernel as its worker last recorded it (the Kernels page). A kernel whose
+    worker no longer holds its run's lease died with that worker, so it is left out."""
+    rows = []
+    for state in KernelState.objects.filter(alive=True):
+        row = state.to_row()
+        if _owner_alive(state):
+            rows.append(row)
+    return rows
 
 
 def kernel_state(session_id: str) -> dict[str, Any] | None:
+    """The session's kernel as last recorded (marked stopped if its worker is gone)."""
     found = KernelState.objects.filter(session_id=session_id).first()
-    return found.to_row() if found is not None else None
+    if found is None:
+        return None
+    row = found.to_row()
+    if row["alive"] and not _owner_alive(found):
+        row.update(alive=False, last_status="its worker stopped", uptime_s=0.0)
+    return row
+
+
+def _owner_alive(state: KernelState) -> bool:
+    return worker_commands.owner_of(state.session_id) == state.worker
 
 
 def session_index(session_id: str) -> EvictionIndex | None:

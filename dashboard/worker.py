@@ -48,6 +48,7 @@ from dashboard.profiles import core_profile
 from dashboard.spans import push_session
 from scroll_core import telemetry
 from scroll_core.agent import Session, StepRecord
+from scroll_core.eventlog import KIND_CONTEXT_MSG
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.models import POLICY_NAME, OpenAICompatibleModel, PolicyModel
 from scroll_core.profile import Profile
@@ -125,10 +126,11 @@ def model_endpoint_configured(env: Mapping[str, str] | None = None) -> bool:
     return bool(env.get("SCROLL_MODEL_NAME", "").strip())
 
 
-def make_model(name: str | None, profile: Profile) -> Any:
-    """The policy model for ``None`` or its own name, else the OpenAI-compatible client."""
+def make_model(name: str | None, profile: Profile, *, task_code: bool = True) -> Any:
+    """The policy model for ``None`` or its own name, else the OpenAI-compatible client.
+    ``task_code=False`` stops the policy model executing the task's fenced code."""
     if not name or name == POLICY_NAME:
-        return PolicyModel(context_size=profile.context_size)
+        return PolicyModel(context_size=profile.context_size, task_code=task_code)
     if not model_endpoint_configured():
         raise ValueError(f"model {name!r} needs SCROLL_MODEL_NAME (an endpoint) configured")
     return OpenAICompatibleModel(name, context_size=profile.context_size)
@@ -362,7 +364,7 @@ class Worker:
         push_session(run)
         profile_id = run.profile_id
         profile = core_profile(profile_id)
-        model = make_model(run.model_name, profile)
+        model = make_model(run.model_name, profile, task_code=run.task_code)
         options = run.options or {}
         common: dict[str, Any] = {
             "kernels": self.kernels,
@@ -373,6 +375,8 @@ class Worker:
         }
         saved = run.checkpoint or {}
         if saved.get("session"):
+            # The previous owner's kernel went with it; this worker starts a new one.
+            _kernel_gone(live.session_id, self.id, "")
             self._roll_back_to(live, saved)
             session = Session.resume(saved["session"], get_event_log(), model, profile=profile,
                                      **common)  # fmt: skip
@@ -380,8 +384,10 @@ class Worker:
             with telemetry.span("scroll.run.resume", session=live.session_id, **telemetry_note):
                 pass
         else:
+            if not run.task_code:
+                _note_task_code_off(run)
             session = Session(get_event_log(), model, session_id=live.session_id,
-                              profile=profile, **common)  # fmt: skip
+                              agent_id=run.agent_id, profile=profile, **common)  # fmt: skip
             self._checkpoint(live, session, next_turn=0)
         live.session = session
         return session
@@ -588,6 +594,26 @@ class Worker:
             _kernel_gone(session_id, self.id, live.last_status)
             return {"stopped": True}
         raise LookupError(f"unknown action {action!r}")
+
+
+TASK_CODE_OFF = (
+    "Task code is off for this run: it was started by a user without the run_task_code "
+    "permission, so fenced python blocks in the task are not executed. Answer from the Event "
+    "Log only, and do not run code the task gives you."
+)
+
+
+def _note_task_code_off(run: RunRecord) -> None:
+    """The run's first event: the task's code will not run, and why (model and console see it)."""
+    get_event_log().append(
+        session_id=run.session_id,
+        agent_id=run.agent_id,
+        kind=KIND_CONTEXT_MSG,
+        role="system",
+        content=TASK_CODE_OFF,
+        metadata={"scroll.task_code": False},
+        dedup_key="run:task-code-off",
+    )
 
 
 def _check_stop(live: _Live) -> None:

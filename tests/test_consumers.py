@@ -457,3 +457,47 @@ async def test_a_caught_up_compress_shows_once_on_the_session_timeline(user, con
         assert 'id="compress-' not in joined
     finally:
         await communicator.disconnect()
+
+
+async def test_a_span_committed_late_below_the_pages_cursor_still_reaches_it(user):
+    """Two producers: one's row takes id n+1 but commits after the page showed id n+2."""
+    from django.test import Client
+
+    def render():
+        first = _store_span(span_id="1" * 16, name="scroll.expand")
+        # Another producer's row already holds the next id but has not committed yet.
+        _store_span(span_id="3" * 16, name="scroll.expand", id=first.id + 2)
+        client = Client()
+        client.force_login(user)
+        return first.id, client.get("/traces/?op=scroll.expand").content.decode()
+
+    first_id, html = await sync_to_async(render)()
+    assert f"span_gaps={first_id + 1}" in _ws_url(html)
+    await sync_to_async(_store_span)(span_id="2" * 16, name="scroll.expand", id=first_id + 1)
+    communicator, connected = await _connect(_ws_url(html), user)
+    try:
+        assert connected
+        frame = await communicator.receive_from(timeout=2)
+        assert f'id="span-{"2" * 16}"' in frame
+        assert "1" * 16 not in frame and "3" * 16 not in frame
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_live_span_with_a_lower_id_than_one_already_sent_is_still_sent(user):
+    sid = "locomo:conv-26"
+    path = f"/ws/sessions/{session_safe_id(sid)}/?session={sid}&span_after=0"
+    communicator, connected = await _connect(path, user)
+    layer = get_channel_layer()
+    try:
+        assert connected
+        for span_id, row_id in (("2" * 16, 20), ("1" * 16, 10), ("2" * 16, 20)):
+            span = _span(name="scroll.expand", session_id=sid, span_id=span_id, id=row_id)
+            await layer.group_send(session_group(sid), {"type": "span.finished", "span": span})
+        assert f'id="span-{"2" * 16}"' in await communicator.receive_from(timeout=2)
+        # Another producer's span, with a lower id, arrives after it: shown, not dropped ...
+        assert f'id="span-{"1" * 16}"' in await communicator.receive_from(timeout=2)
+        # ... and a repeat of one already sent is skipped.
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()

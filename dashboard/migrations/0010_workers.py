@@ -20,7 +20,7 @@ def resolve_duplicate_open_alerts(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dashboard", "0002_seed_profiles_and_rules"),
+        ("dashboard", "0003_permissions"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -23,8 +23,8 @@ CELL = "Next.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
 @pytest.fixture
 def live_runner(console_log, monkeypatch):
     """A worker of its own, and telemetry feeding a console span sink, for one test."""
-    from dashboard.worker import Worker
     from dashboard.spans import ConsoleSpanSink
+    from dashboard.worker import Worker
     from scroll_core import telemetry
     from scroll_core.kernel import KernelConfig, KernelManager
 

@@ -141,3 +141,21 @@ def test_it_refuses_settings_that_cannot_work_and_says_why(tmp_path, env, prelud
     assert done.returncode != 0
     assert "ImproperlyConfigured" in done.stderr
     assert message in done.stderr
+
+
+@pytest.mark.django_db
+def test_the_suite_runs_on_the_backends_the_environment_names():
+    """CI's second pass must really be on PostgreSQL and Redis, not quietly on the default."""
+    from channels.layers import get_channel_layer
+    from django.db import connection
+
+    layer = type(get_channel_layer()).__name__
+    if os.environ.get("SCROLL_DATABASE_URL"):
+        assert connection.vendor == "postgresql"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = current_database()")
+            assert cursor.fetchone() == (1,)
+    else:
+        assert connection.vendor == "sqlite"
+    expected = "RedisChannelLayer" if os.environ.get("SCROLL_REDIS_URL") else "InMemory"
+    assert expected in layer, layer

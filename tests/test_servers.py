@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import pytest
 
 from tests.servers import unavailable
 
@@ -78,3 +81,22 @@ def test_the_runner_refuses_to_run_nothing():
     )
     assert done.returncode == 2
     assert "usage: python -m tests.servers" in done.stderr
+
+
+@pytest.mark.parametrize(("ci", "status"), [("true", 1), ("", 0)])
+def test_a_server_that_cannot_start_fails_the_pass_under_ci_and_warns_elsewhere(ci, status):
+    # No redis-server on PATH (and no external one named): Redis cannot start.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLL_TEST_")}
+    env.update(PATH="/nonexistent", CI=ci)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.servers", sys.executable, "-c", "raise SystemExit(9)"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == status, done.stderr
+    assert "redis-server not found" in done.stderr
+    assert ("CI=true" in done.stderr) == bool(ci)

@@ -115,6 +115,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, float]:
         "span_to_client_p50_ms": round(median(latencies), 2),
         "span_to_client_p95_ms": round(percentile(latencies, 95), 2),
         "spans_received": len(latencies),
+        "spans_missed": sum(r["missed"] for r in rounds),
     }
 
 
@@ -140,6 +141,7 @@ def run_arm(
         http.login(cluster.password)
         feed = Feed(f"ws://127.0.0.1:{web.port}/ws/feed/", http.ws_headers())
         feed.start()
+        stored_before = cluster.stored_spans()
         started = time.monotonic()
         sessions = [http.start_run(_task(run, args.turns)) for run in range(args.runs)]
         deadline = started + args.timeout
@@ -150,13 +152,18 @@ def run_arm(
             time.sleep(0.25)
             runs = cluster.runs()
         elapsed = time.monotonic() - started
-        # Spans of the last steps are still on their way when the last run ends.
-        time.sleep(1.0)
+        # Spans of the last steps are still on their way when the last run ends: wait until
+        # the socket has had every span stored since it opened (or give up after a while).
+        expected = cluster.stored_spans() - stored_before
+        settle = time.monotonic() + 60
+        while len(feed.seen) < expected and time.monotonic() < settle:
+            time.sleep(0.1)
         feed.close()
         if feed.error is not None:
             raise RuntimeError(f"{name}: the feed socket failed: {feed.error}")
         done = sum(1 for sid in sessions if runs[sid]["status"] == "done")
         return {
+            "missed": max(0, expected - len(feed.seen)),
             "done": done,
             "failed": len(sessions) - done,
             "elapsed_s": elapsed,

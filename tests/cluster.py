@@ -211,6 +211,16 @@ class Cluster:
         line = next(line for line in out.splitlines() if line.startswith("RESULT="))
         return json.loads(line[len("RESULT=") :])
 
+    def stored_spans(self) -> int:
+        """How many spans the console has stored (PostgreSQL only)."""
+        import psycopg
+
+        if not self.database_url:
+            raise RuntimeError("stored_spans reads PostgreSQL; this cluster uses SQLite")
+        with psycopg.connect(self.database_url) as conn:
+            row = conn.execute("SELECT count(*) FROM dashboard_spanrecord").fetchone()
+        return int(row[0]) if row else 0
+
     def runs(self) -> dict[str, dict[str, Any]]:
         """Every run's status, owner, attempts and turns (straight from PostgreSQL if used)."""
         fields = ("session_id", "status", "error", "worker", "attempts", "turns", "plan")

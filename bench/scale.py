@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -37,7 +38,7 @@ from typing import Any
 from _common import emit, median, percentile  # puts the repository on sys.path
 
 from tests import servers
-from tests.cluster import Cluster, Http, fresh_database
+from tests.cluster import Cluster, Http, drop_database, fresh_database
 
 SPAN = re.compile(r'id="span-([0-9a-f]+)"[^>]*data-end-ns="(\d+)"')
 ARMS = (
@@ -124,16 +125,17 @@ def run_arm(
 ) -> dict[str, Any]:
     processes = 1 if workers == "embedded" else 1 + int(workers)
     root = Path(tempfile.mkdtemp(prefix=f"scroll-scale-{name}-"))
+    database = fresh_database(pg_url)
     cluster = Cluster(
         root,
-        fresh_database(pg_url),
+        database,
         redis_url if layer == "redis" else None,
         processes=processes,
         workers="embedded" if workers == "embedded" else "external",
         extra_env={"SCROLL_RUNNER_WORKERS": str(args.slots)},
     )
-    cluster.prepare()
     try:
+        cluster.prepare()
         web = cluster.start_web("web")
         for i in range(0 if workers == "embedded" else int(workers)):
             cluster.start_worker(f"worker-{i + 1}", slots=args.slots)
@@ -171,6 +173,8 @@ def run_arm(
         }
     finally:
         cluster.stop()
+        drop_database(database)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

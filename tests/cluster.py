@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 USER = "operator"
 START_TIMEOUT_S = 90.0
 
-__all__ = ["Cluster", "Http", "fresh_database", "safe_id"]
+__all__ = ["Cluster", "Http", "drop_database", "fresh_database", "safe_id"]
 
 
 def _free_port() -> int:
@@ -53,6 +53,17 @@ def fresh_database(server_url: str) -> str:
         conn.execute(f'CREATE DATABASE "{name}"')
     parts = urllib.parse.urlsplit(server_url)
     return urllib.parse.urlunsplit(parts._replace(path="/" + name))
+
+
+def drop_database(url: str) -> None:
+    """Remove a database ``fresh_database`` made (its connections are closed first)."""
+    import psycopg
+
+    parts = urllib.parse.urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urllib.parse.urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @dataclass

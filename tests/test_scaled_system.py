@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from tests.cluster import Cluster, Http, fresh_database, safe_id
+from tests.cluster import Cluster, Http, drop_database, fresh_database, safe_id
 
 pytestmark = pytest.mark.slow
 
@@ -47,11 +47,12 @@ def cluster(tmp_path, postgres_server, redis_server):
         lease_s=3,
     )
     cluster.root.mkdir()
-    cluster.prepare()
     try:
+        cluster.prepare()
         yield cluster
     finally:
         cluster.stop()
+        drop_database(cluster.database_url)
 
 
 def _watch(url: str, headers: dict[str, str], session_id: str, got: list[str]) -> None:

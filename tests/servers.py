@@ -150,13 +150,17 @@ def postgres() -> Iterator[Server]:
             )  # fmt: skip
         _wait_for_port(port, proc, "PostgreSQL", log)
         createdb = [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "scroll"]
-        created = subprocess.run(
-            [*createdb, "scroll"],
-            capture_output=True,
-            check=False,
-        )
-        if created.returncode != 0:
-            raise ServerUnavailable(f"createdb failed: {created.stderr.decode(errors='replace')}")
+        # The port opens before the server accepts sessions ("the database system is starting
+        # up"): retry until createdb gets through or the start-up time is over.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            created = subprocess.run([*createdb, "scroll"], capture_output=True, check=False)
+            if created.returncode == 0:
+                break
+            error = created.stderr.decode(errors="replace")
+            if "starting up" not in error or time.monotonic() > deadline:
+                raise ServerUnavailable(f"createdb failed: {error}")
+            time.sleep(0.1)
         yield Server(f"postgres://scroll@127.0.0.1:{port}/scroll", "127.0.0.1", port)
     finally:
         if proc is not None:

@@ -219,8 +219,6 @@ class Worker:
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_renew = 0.0
-        # Set after each loop pass: tests and the command wait on it instead of sleeping.
-        self.ticked = threading.Event()
 
     # -- kernels -------------------------------------------------------------------------
     @property
@@ -260,7 +258,6 @@ class Worker:
             if run is None:
                 break
             self._launch(run)
-        self.ticked.set()
 
     def free_slots(self) -> int:
         with self._lock:

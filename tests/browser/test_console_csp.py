@@ -135,7 +135,9 @@ def test_every_console_page_passes_the_csp_with_no_console_errors(
     Alert.objects.create(rule=rule, session_id=sid, message="index gap at <b>12</b>")
     # A live kernel as its worker records it (the page reads the row, not a process), held
     # under a live lease.
-    KernelState.objects.create(session_id=sid, worker="w", tier="process", alive=True, cells=1)
+    KernelState.objects.update_or_create(
+        session_id=sid, defaults={"worker": "w", "tier": "process", "alive": True, "cells": 1}
+    )
     RunRecord.objects.filter(session_id=sid).update(
         status=RunRecord.RUNNING, worker="w", lease_until=timezone.now() + timedelta(hours=1)
     )

@@ -37,6 +37,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
+from dashboard.grants import readable_by
 from dashboard.models import (
     CompressEvent,
     KernelState,
@@ -369,6 +370,8 @@ class Worker:
             "on_step": lambda record: self._on_step(live, record),
             # Re-read before every compress: an admin change applies at the next one.
             "profile_source": lambda: core_profile(profile_id),
+            # Off by default; an operator's live grants, asked at every ms call.
+            "readable_agents": readable_by,
         }
         saved = run.checkpoint or {}
         if saved.get("session"):

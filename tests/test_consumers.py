@@ -472,7 +472,13 @@ async def test_a_span_committed_late_below_the_pages_cursor_still_reaches_it(use
         return first.id, client.get("/traces/?op=scroll.expand").content.decode()
 
     first_id, html = await sync_to_async(render)()
-    assert f"span_gaps={first_id + 1}" in _ws_url(html)
+    from urllib.parse import parse_qs, urlsplit
+
+    from dashboard import live
+
+    cursor = parse_qs(urlsplit(_ws_url(html)).query)
+    assert cursor["span_after"] == [str(first_id + 2)]
+    assert first_id + 1 in live.gaps_cursor(cursor["span_gaps"][0])
     await sync_to_async(_store_span)(span_id="2" * 16, name="scroll.expand", id=first_id + 1)
     communicator, connected = await _connect(_ws_url(html), user)
     try:

@@ -5,6 +5,7 @@ execute task code or save a profile from the replay lab; a member of "Operators"
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.contrib.auth.models import Group, Permission
@@ -153,9 +154,16 @@ def test_a_run_may_continue_a_known_agent_but_not_an_unknown_one(operator, runne
     }
 
 
-@pytest.mark.parametrize("profile", ["abc", "-1", "99999", "", "9" * 30, "١٢"])
-def test_a_bad_profile_id_is_a_clear_400_not_a_500(operator, runner, profile):
+@pytest.mark.parametrize("profile", ["abc", "-1", "99999", "9" * 30, "١٢"])
+def test_a_profile_id_that_names_no_profile_is_a_404_not_a_500(operator, runner, profile):
     response = operator.post(reverse("runs"), {"task": CELL, "profile": profile})
+
+    assert response.status_code == 404
+    assert not RunRecord.objects.exists()
+
+
+def test_a_run_without_a_profile_is_a_clear_400(operator, runner):
+    response = operator.post(reverse("runs"), {"task": CELL, "profile": ""})
 
     assert response.status_code == 400
     assert "A run needs a task and a profile." in response.content.decode()
@@ -217,16 +225,28 @@ def test_a_viewer_cannot_restart_or_stop_a_kernel(viewer, runner, action):
 
 
 def test_an_operator_restarts_and_stops_a_kernel(operator, runner):
-    runner.kernels.get("k-session")
+    # A run whose first turn ran a cell, so its worker recorded the kernel, then waits.
+    run = runner_module.start_run(f"{CELL}\n---\n{CELL}", pause_s=300)
+    sid = run.session_id
+    _wait_until(lambda: runner_module.kernel_statuses())
     assert "Restart</button>" in operator.get(reverse("kernels")).content.decode()
 
-    restarted = operator.post(reverse("kernel_action", args=["restart", "k-session"]))
+    restarted = operator.post(reverse("kernel_action", args=["restart", sid]))
     assert restarted.status_code == 302
-    assert runner.kernels.status()["sessions"]["k-session"].restarts == 1
+    # The worker answers within the console's second; a loaded machine may take longer.
+    _wait_until(lambda: runner.kernels.status()["sessions"][sid].restarts == 1)
 
-    stopped = operator.post(reverse("kernel_action", args=["stop", "k-session"]))
+    stopped = operator.post(reverse("kernel_action", args=["stop", sid]))
     assert stopped.status_code == 302
-    assert "k-session" not in runner.kernels.status()["sessions"]
+    _wait_until(lambda: sid not in runner.kernels.status()["sessions"])
+
+
+def _wait_until(predicate, timeout=60.0):
+    """Poll until the worker has done it (its state is the marker), at most ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for the worker"
+        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------- the replay lab

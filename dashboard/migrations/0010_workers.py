@@ -20,7 +20,7 @@ def resolve_duplicate_open_alerts(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dashboard", "0003_permissions"),
+        ("dashboard", "0004_agent_grants"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

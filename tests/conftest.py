@@ -70,3 +70,53 @@ def redis_server():
             yield server
     except servers.ServerUnavailable as exc:
         servers.unavailable("Redis", str(exc))
+
+
+@pytest.fixture(scope="session")
+def pg_template(postgres_server):
+    """A database migrated once, copied by ``pg_url`` for every test that needs a fresh log."""
+    import psycopg
+
+    from scroll_core.pglog import PgEventLog
+
+    name = "scroll_template"
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f"DROP DATABASE IF EXISTS {name}")
+        db.execute(f"CREATE DATABASE {name}")
+    PgEventLog(_database_url(postgres_server.url, name)).close()
+    return name
+
+
+@pytest.fixture
+def pg_url(postgres_server, pg_template):
+    """The superuser URL of a fresh, migrated, empty Event Log database (dropped after)."""
+    import uuid
+
+    import psycopg
+
+    name = f"scroll_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
+    yield _database_url(postgres_server.url, name)
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _database_url(url: str, name: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request, tmp_path):
+    """A fresh Event Log on each backend: SQLite in a temporary folder, PostgreSQL in a
+    fresh database of the throwaway server."""
+    if request.param == "sqlite":
+        with EventLog(tmp_path / "eventlog.sqlite3") as event_log:
+            yield event_log
+        return
+    from scroll_core.pglog import PgEventLog
+
+    with PgEventLog(request.getfixturevalue("pg_url")) as event_log:
+        yield event_log

@@ -11,6 +11,13 @@ from scroll_core import (
     InvalidEvent,
 )
 from scroll_core.logschema import MIGRATIONS
+from tests.backends import DB_ERRORS, mark, outside_connection
+
+
+@pytest.fixture
+def log(store):
+    """Every test here that takes ``log`` runs on SQLite and on PostgreSQL."""
+    return store
 
 
 def test_it_returns_increasing_seqs(log):
@@ -131,19 +138,15 @@ def test_get_of_a_missing_seq_raises_event_not_found(log):
 
 def test_it_refuses_update_of_an_event_through_any_connection(log):
     seq = log.append(session_id="s", kind="context_msg", content="original")
-    other = sqlite3.connect(log.path)
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        other.execute("UPDATE events SET content = 'rewritten' WHERE seq = ?", (seq,))
-    other.close()
+    with outside_connection(log) as other, pytest.raises(DB_ERRORS, match="append-only"):
+        other.execute(f"UPDATE events SET content = 'rewritten' WHERE seq = {mark(log)}", (seq,))
     assert log.get(seq).content == "original"
 
 
 def test_it_refuses_delete_of_an_event_through_any_connection(log):
     seq = log.append(session_id="s", kind="context_msg", content="keep me")
-    other = sqlite3.connect(log.path)
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    with outside_connection(log) as other, pytest.raises(DB_ERRORS, match="append-only"):
         other.execute("DELETE FROM events")
-    other.close()
     assert log.get(seq).content == "keep me"
 
 
@@ -151,10 +154,12 @@ def test_append_only_violation_is_a_scroll_error():
     assert issubclass(AppendOnlyViolation, Exception)
 
 
-def test_readers_cannot_write(log):
+def test_readers_cannot_write(tmp_path):
+    log = EventLog(tmp_path / "log.sqlite3")
     log.append(session_id="s", kind="context_msg", content="x")
     with pytest.raises(sqlite3.OperationalError, match=r"readonly|query_only|attempt to write"):
         log._reader().execute("INSERT INTO events_fts(rowid, content) VALUES (99, 'x')")
+    log.close()
 
 
 def test_session_events_pages_after_a_seq(log):

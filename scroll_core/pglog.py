@@ -151,7 +151,8 @@ class PgEventLog(_EventLogBase):
     # ------------------------------------------------------------------ connections
     def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
         # Reader connections cannot write even by mistake: every transaction is read-only.
-        options = "-c default_transaction_read_only=on" if readonly else ""
+        # JIT compiling costs more than these short queries ever run.
+        options = "-c jit=off" + (" -c default_transaction_read_only=on" if readonly else "")
         try:
             return psycopg.connect(self.url, autocommit=True, options=options)
         except psycopg.OperationalError as exc:
@@ -405,9 +406,8 @@ class PgEventLog(_EventLogBase):
 
     def fts_optimize(self) -> None:
         """Refresh the planner's statistics of the index tables (after bulk loads)."""
-        with span("scroll.fts", operation="optimize"):
-            with self._write_lock:
-                self._writer.execute("ANALYZE events_fts, fts_terms, events")
+        with span("scroll.fts", operation="optimize"), self._write_lock:
+            self._writer.execute("ANALYZE events_fts, fts_terms, events")
 
 
 def _put_payloads(db: psycopg.Connection[Any], payloads: dict[str, bytes]) -> None:
@@ -445,55 +445,71 @@ def _existing_keys(db: psycopg.Connection[Any], rows: list[_Row]) -> dict[tuple[
 def _bm25_sql(filters: SearchFilters, dialect: SearchDialect) -> str:
     """The best ``limit`` matches by BM25, each as (seq, score).
 
-    ``lex`` turns the query terms into lexemes with the index's own configuration;
-    ``q`` ORs them into a tsquery that the GIN index answers; for each match the query
-    lexemes' positions are read from its tsvector, each position weighted by its column's
-    label, and BM25 is summed over the lexemes with idf from ``fts_terms`` and ``fts_totals``.
+    The GIN index answers the tsquery of the query's lexemes (``matches``); for each match
+    the query lexemes' positions are read from its tsvector, each position counted with its
+    column's weight (labels A, C, D), and BM25 is summed over the lexemes, with idf from
+    ``fts_terms`` and the average length from ``fts_totals``.
     """
     join = " JOIN events e ON e.seq = f.seq" if filters.sql else ""
     where = dialect.sql(filters.sql)
+    tf = (
+        "(%(wa)s * cardinality(array_positions(u.weights, 'A'))"
+        " + %(wc)s * cardinality(array_positions(u.weights, 'C'))"
+        " + %(wd)s * cardinality(array_positions(u.weights, 'D')))"
+    )
     return f"""
-        WITH lex AS (
-            SELECT DISTINCT u.lexeme
-            FROM unnest(%(terms)s::text[]) AS t(term),
-                 unnest(to_tsvector('{TS_CONFIG}', t.term)) AS u
-        ), q AS (
-            SELECT to_tsquery('simple', string_agg(
-                '''' || replace(replace(lexeme, '\\', '\\\\'), '''', '''''') || '''', ' | '
-            )) AS q, array_agg(lexeme) AS lexemes FROM lex
-        ), totals AS (
-            SELECT docs, greatest(tokens::float8 / greatest(docs, 1), 1.0) AS avgdl
-            FROM fts_totals
-        ), idf AS (
-            SELECT lex.lexeme, greatest(
-                ln((totals.docs - coalesce(t.docs, 0) + 0.5) / (coalesce(t.docs, 0) + 0.5)),
+        WITH idf AS (
+            SELECT l.lexeme, greatest(
+                ln((tot.docs - coalesce(t.docs, 0) + 0.5) / (coalesce(t.docs, 0) + 0.5)),
                 1e-6) AS idf
-            FROM lex CROSS JOIN totals LEFT JOIN fts_terms t ON t.lexeme = lex.lexeme
+            FROM unnest(%(lexemes)s::text[]) AS l(lexeme) CROSS JOIN fts_totals AS tot
+            LEFT JOIN fts_terms AS t ON t.lexeme = l.lexeme
+        ), matches AS MATERIALIZED (
+            SELECT f.seq, f.tsv, f.doclen FROM events_fts f{join}
+            WHERE f.tsv @@ %(query)s::tsquery{where}
         )
-        SELECT f.seq, sum(
-            idf.idf * (m.tf * {_K1 + 1}) /
-            (m.tf + {_K1} * (1 - {_B} + {_B} * f.doclen / totals.avgdl))
+        SELECT m.seq, sum(
+            idf.idf * (tf.tf * {_K1 + 1}) /
+            (tf.tf + {_K1} * (1 - {_B} + {_B} * m.doclen / (
+                SELECT greatest(tokens::float8 / greatest(docs, 1), 1.0) FROM fts_totals
+            )))
         ) AS score
-        FROM q, totals, events_fts f{join},
+        FROM matches m,
         LATERAL (
-            SELECT u.lexeme, (
-                SELECT sum(CASE w WHEN 'A' THEN %(wa)s WHEN 'C' THEN %(wc)s ELSE %(wd)s END)
-                FROM unnest(u.weights) AS w
-            ) AS tf
-            FROM unnest(f.tsv) AS u WHERE u.lexeme = ANY(q.lexemes)
-        ) AS m
-        JOIN idf ON idf.lexeme = m.lexeme
-        WHERE f.tsv @@ q.q{where}
-        GROUP BY f.seq ORDER BY score DESC, f.seq LIMIT %(limit)s
+            SELECT u.lexeme, {tf}::float8 AS tf
+            FROM unnest(m.tsv) AS u WHERE u.lexeme = ANY(%(lexemes)s::text[])
+        ) AS tf
+        JOIN idf ON idf.lexeme = tf.lexeme
+        GROUP BY m.seq ORDER BY score DESC, m.seq LIMIT %(limit)s
     """
+
+
+def _lexemes(db: Any, terms: list[str]) -> list[str]:
+    """The index's lexemes for the query terms (stemmed by the same configuration)."""
+    rows = db.execute(
+        f"SELECT DISTINCT u.lexeme FROM unnest(%s::text[]) AS t(term), "
+        f"unnest(to_tsvector('{TS_CONFIG}', t.term)) AS u ORDER BY 1",
+        (terms,),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def _tsquery(lexemes: list[str]) -> str:
+    """A tsquery text ORing ``lexemes``, each quoted so it is only ever a word."""
+    quoted = ("'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes)
+    return " | ".join(quoted)
 
 
 def _pg_candidates(
     db: Any, terms: list[str], limit: int, filters: SearchFilters, tuning: SearchTuning
 ) -> dict[int, float]:
+    lexemes = _lexemes(db, terms)
+    if not lexemes:
+        return {}
     content, headline, name = (float(w) for w in tuning.rank_weights)
     params: dict[str, Any] = {
-        "terms": terms,
+        "lexemes": lexemes,
+        "query": _tsquery(lexemes),
         "wa": headline,
         "wc": name,
         "wd": content,

@@ -525,8 +525,8 @@ def _pg_candidates(
 
 def _pg_list_range(db: Any, k: int, filters: SearchFilters) -> list[Hit]:
     sql = (
-        "SELECT e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at, 0.0::float8, "
-        f"substr(e.content, 1, {SNIPPET_CHARS}), e.headline FROM events e "
+        "SELECT e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at, "
+        f"0.0::float8, substr(e.content, 1, {SNIPPET_CHARS}), e.headline FROM events e "
         f"WHERE e.searchable = 1{PG_DIALECT.sql(filters.sql)} ORDER BY e.seq LIMIT %s"
     )
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k)).fetchall()]

@@ -35,7 +35,8 @@ from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
 from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
-from scroll_core.eventlog import EventLog, Hit, SessionSummary
+from scroll_core.eventlog import Hit, SessionSummary
+from scroll_core.eventstore import EventStore
 from scroll_core.logschema import SQLITE_INT_MAX
 
 SEARCH_HITS = 50
@@ -61,7 +62,7 @@ class SessionRow:
         return session_safe_id(self.session_id)
 
 
-def _get_summary(log: EventLog, session_id: str) -> SessionSummary | None:
+def _get_summary(log: EventStore, session_id: str) -> SessionSummary | None:
     return log.session(session_id)
 
 
@@ -83,7 +84,7 @@ def _get_profile(raw: str | None) -> TuningProfile | None:
     return get_object_or_404(TuningProfile, pk=int(raw))
 
 
-def _search(log: EventLog, query: str, **filters: Any) -> tuple[list[Hit], str | None]:
+def _search(log: EventStore, query: str, **filters: Any) -> tuple[list[Hit], str | None]:
     """A console search under the console's time limit: its hits, or what to tell the user."""
     if not query:
         return [], None
@@ -97,7 +98,7 @@ def _search(log: EventLog, query: str, **filters: Any) -> tuple[list[Hit], str |
         )
 
 
-def _older_cursor(log: EventLog, session_id: str, first_seq: int, size: int) -> int | None:
+def _older_cursor(log: EventStore, session_id: str, first_seq: int, size: int) -> int | None:
     """The ``after`` cursor of the page just before the one that starts at ``first_seq``."""
     older = log.session_events_before(session_id, first_seq, limit=size)
     return older[0].seq - 1 if older else None
@@ -108,7 +109,7 @@ def _open_alerts_by_session() -> dict[str, int]:
     return {row["session_id"]: row["n"] for row in rows}
 
 
-def session_row(log: EventLog, session_id: str) -> SessionRow:
+def session_row(log: EventStore, session_id: str) -> SessionRow:
     """The sessions-table row of one session (the consumers render live rows with it)."""
     summary = log.session(session_id)
     run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .agent import Session, StepRecord, TurnResult
 from .errors import (
+    AgentNotReadable,
     AppendOnlyViolation,
     ConfigError,
     ContextOverflow,
@@ -20,6 +21,7 @@ from .errors import (
     InvalidEvent,
     KernelError,
     KernelProtocolError,
+    KernelUnresponsive,
     ModelError,
     PayloadCorrupt,
     PayloadError,
@@ -55,6 +57,7 @@ from .models import (
 from .payloads import ArtifactRef, PayloadStore, ToolResultRef
 from .profile import Profile
 from .prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, system_prompt, tool_definitions
+from .scoped import ScopedReader
 from .search import SearchTuning
 from .tokens import CharRatioCounter, TiktokenCounter, TokenCounter
 from .view import ContextState, Prefix, ViewReport, WorkingView, build_view
@@ -68,6 +71,7 @@ __all__ = [
     "RECALL_TOOL",
     "REPL_TOOL",
     "SEAM_BANNER",
+    "AgentNotReadable",
     "AppendOnlyViolation",
     "ArtifactRef",
     "CharRatioCounter",
@@ -93,6 +97,7 @@ __all__ = [
     "InvalidEvent",
     "KernelError",
     "KernelProtocolError",
+    "KernelUnresponsive",
     "ModelError",
     "ModelReply",
     "OpenAICompatibleModel",
@@ -105,6 +110,7 @@ __all__ = [
     "Profile",
     "QueryRefused",
     "SandboxUnavailable",
+    "ScopedReader",
     "ScrollError",
     "SearchIndexCorrupt",
     "SearchTimeout",

@@ -19,8 +19,10 @@ Hierarchy::
     ├── KernelError            a kernel could not be started or driven
     │   ├── SandboxUnavailable     the required sandbox tier cannot run here (fail closed)
     │   ├── KernelProtocolError    the kernel sent something the host will not accept
+    │   ├── KernelUnresponsive     the kernel stopped reading or answering by a deadline
     │   └── HostFunctionRefused    a host-function name or call was rejected
     ├── QueryRefused           ms.sql_query will not run a statement (write, pragma, too long)
+    ├── AgentNotReadable       an ms call named an agent outside the session's readable set
     └── ModelError             a model provider failed or refused a request (status, message)
         └── ContextOverflow        the provider says the prompt exceeds its context window
 """
@@ -28,6 +30,7 @@ Hierarchy::
 from __future__ import annotations
 
 __all__ = [
+    "AgentNotReadable",
     "AppendOnlyViolation",
     "ConfigError",
     "ContextOverflow",
@@ -40,6 +43,7 @@ __all__ = [
     "InvalidEvent",
     "KernelError",
     "KernelProtocolError",
+    "KernelUnresponsive",
     "ModelError",
     "PayloadCorrupt",
     "PayloadError",
@@ -198,9 +202,17 @@ class KernelProtocolError(KernelError):
     """The kernel broke the wire protocol (malformed, oversized or unexpected message)."""
 
 
+class KernelUnresponsive(KernelError):
+    """The kernel did not take a message or answer one by its deadline; it is replaced."""
+
+
 class HostFunctionRefused(KernelError, ValueError):
     """A host-function name is invalid, or a call named a function that is not registered."""
 
 
 class QueryRefused(ScrollError, ValueError):
     """A query the read-only connection will not run (writes, pragmas, attach, too long)."""
+
+
+class AgentNotReadable(ScrollError, PermissionError):
+    """An ``ms`` call named an agent this session may not read (no grant), or an invalid id."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,27 @@ from scroll_core import EventLog
 REPO = Path(__file__).resolve().parents[1]
 # CI lays shared/ beside the checkout; the data is read in place, never copied in.
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+# What CI installs so that no test may skip for its lack there (see .ci/run): a skip whose
+# reason names one of these fails the test instead when CI=true.
+CI_REQUIRED = ("bwrap", "bubblewrap", "chromium", "playwright", "docker compose", "docker-compose")
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not (report.skipped and _ci()) or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if any(tool in reason.lower() for tool in CI_REQUIRED):
+        report.outcome = "failed"
+        report.longrepr = f"CI=true and a tool CI must have is missing, so this fails: {reason}"
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ def test_the_public_core_is_pinned():
     # Adding a name is a decision; this list makes it a visible one.
     assert sorted(scroll_core.__all__) == [
         "ABSTENTION",
+        "AgentNotReadable",
         "AppendOnlyViolation",
         "ArtifactRef",
         "CharRatioCounter",
@@ -33,6 +34,7 @@ def test_the_public_core_is_pinned():
         "KIND_TOOL_RESULT",
         "KernelError",
         "KernelProtocolError",
+        "KernelUnresponsive",
         "ModelError",
         "ModelReply",
         "OpenAICompatibleModel",
@@ -49,6 +51,7 @@ def test_the_public_core_is_pinned():
         "REPL_TOOL",
         "SEAM_BANNER",
         "SandboxUnavailable",
+        "ScopedReader",
         "ScrollError",
         "SearchIndexCorrupt",
         "SearchTimeout",

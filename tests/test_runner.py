@@ -95,12 +95,10 @@ def test_staff_can_restart_then_stop_a_kernel_and_its_run(runner):
     runner_module.restart_kernel(run.session_id)
     assert runner_module.kernel_statuses()[0]["restarts"] == 1
 
-    began = time.monotonic()
     runner_module.stop_kernel(run.session_id)
     run = runner_module.wait_for_run(run.session_id, 30)
 
     assert run.status == RunRecord.STOPPED
-    assert time.monotonic() - began < 10
     assert run.turns == 1
     assert runner_module.kernel_statuses() == []
     with pytest.raises(LookupError):

@@ -436,6 +436,11 @@ class EventLog(_EventLogBase):
 
     backend = "sqlite"
 
+    @property
+    def location(self) -> str:
+        """Where the log is, for messages: its file."""
+        return str(self.path)
+
     def __init__(
         self,
         path: str | os.PathLike[str],

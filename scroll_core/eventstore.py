@@ -36,6 +36,12 @@ class EventStore(Protocol):
 
     #: "sqlite" or "postgres": which SQL dialect ``ms.sql_query`` speaks on this store.
     backend: str
+
+    @property
+    def location(self) -> str:
+        """Where the log is, for messages (a file path, or a URL without its password)."""
+        ...
+
     payloads: PayloadSource
     payload_threshold: int
     tokens: TokenCounter

@@ -123,6 +123,9 @@ class PgPayloadStore:
 class PgEventLog(_EventLogBase):
     """The Event Log in the PostgreSQL database at ``url`` (created or migrated on open).
 
+    ``reader_url`` is the login ``ms.sql_query`` runs model SQL as (a member of
+    ``scroll_reader``); without it, sql_query on this log is refused.
+
     Content longer than ``payload_threshold`` characters is stored whole in the
     ``payloads`` table and the row keeps the first ``payload_threshold`` characters.
     """
@@ -136,9 +139,13 @@ class PgEventLog(_EventLogBase):
         payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
         token_counter: TokenCounter | None = None,
         search_tuning: SearchTuning | None = None,
+        reader_url: str | None = None,
     ) -> None:
         self._init_common(payload_threshold, token_counter, search_tuning)
         self.url = url
+        # A login granted ``scroll_reader`` (and nothing more): ``ms.sql_query`` runs model
+        # SQL as it, under row-level security (see ``pgschema.m002_ms_reader``).
+        self.reader_url = reader_url
         self.location = redact(url)
         self.payloads = PgPayloadStore(self)
         self._write_lock = threading.RLock()

@@ -252,7 +252,57 @@ def m001_initial(db: Any, schema: str) -> None:
     db.execute(f"GRANT INSERT ON events, payloads TO {WRITER_ROLE}")
 
 
-MIGRATIONS: list[Migration] = [m001_initial]
+def m002_ms_reader(db: Any, schema: str) -> None:
+    """The read-only role ``ms.sql_query`` runs model SQL as, with row-level security.
+
+    Which agents a model connection may read is kept in ``scroll_scope``, keyed by that
+    connection's backend pid, and written only by the host (the writer role). The policies
+    on ``events`` and ``session_stats`` compare ``agent_id`` with the row of
+    ``pg_backend_pid()``. Why not a setting (``SET LOCAL scroll.agents``): any role may
+    change a custom setting, with ``set_config()`` inside the very SELECT it is guarding or
+    with ``SET`` from a DO block, and a model writes that SELECT. A pid cannot be forged,
+    and the reader role can neither write ``scroll_scope`` nor read it.
+
+    The reader role is granted SELECT on ``events`` and ``session_stats`` only: the
+    full-text tables, the payloads and the statistics are not open to model SQL (on SQLite
+    too ``events_fts`` is refused; ``ms.search`` is the way to full-text search). Row-level
+    security binds every role but the tables' owner; the writer role has a policy that
+    shows it every row. A login for the reader must be a member of ``scroll_reader`` and of
+    nothing more privileged (membership of both would OR the policies).
+    """
+    _create_role(db, READER_ROLE)
+    db.execute(
+        f"""
+        CREATE TABLE scroll_scope (
+            pid INTEGER PRIMARY KEY,
+            agents TEXT[] NOT NULL,
+            set_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        );
+        CREATE FUNCTION scroll_scope_agents() RETURNS TEXT[] LANGUAGE sql STABLE
+        SECURITY DEFINER SET search_path = {schema}, pg_catalog AS $$
+            SELECT coalesce(
+                (SELECT agents FROM scroll_scope WHERE pid = pg_backend_pid()), '{{}}'::text[]
+            )
+        $$;
+        REVOKE ALL ON FUNCTION scroll_scope_agents() FROM PUBLIC;
+        GRANT EXECUTE ON FUNCTION scroll_scope_agents() TO {READER_ROLE};
+        GRANT USAGE ON SCHEMA {schema} TO {READER_ROLE};
+        GRANT SELECT ON events, session_stats TO {READER_ROLE};
+        GRANT SELECT, INSERT, UPDATE, DELETE ON scroll_scope TO {WRITER_ROLE};
+        """
+    )
+    for table in ("events", "session_stats"):
+        db.execute(
+            f"""
+            ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+            CREATE POLICY {table}_writer ON {table} TO {WRITER_ROLE} USING (true) WITH CHECK (true);
+            CREATE POLICY {table}_reader_scope ON {table} FOR SELECT TO {READER_ROLE}
+                USING (agent_id = ANY ((SELECT scroll_scope_agents())::text[]));
+            """
+        )
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_ms_reader]
 
 
 def _applied(db: Any) -> set[str]:

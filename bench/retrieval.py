@@ -1,6 +1,7 @@
 """Evidence retrieval on LoCoMo through ``EventLog.search``, model-free.
 
     python bench/retrieval.py --dataset locomo --json
+    python bench/retrieval.py --backend both      # SQLite and PostgreSQL side by side
 
 Ingests ``../shared/data/locomo/locomo10.json`` through the importer, then for every QA item
 with resolvable evidence asks ``EventLog.search(question, k=10)`` within its conversation.
@@ -8,6 +9,13 @@ A hit counts for its own seq only. Reports evidence recall@1/5/10 (share of an i
 evidence turns in the top k, averaged over items) and any-evidence hit@10, overall and by
 category. ``variants`` repeats the measurement for each retrieval change in the same run,
 so what each one bought is measured rather than remembered.
+
+``--backend postgres`` runs the same on the PostgreSQL Event Log (``--postgres-url`` or
+``SCROLL_BENCH_POSTGRES_URL``, else a throwaway server); ``both`` reports the two and the
+difference on every row. On PostgreSQL ``plain_fts5_bm25`` is the same reference computed
+there: BM25 over content only, no neighbours. The backends tokenise and stem differently
+(snowball English versus FTS5's Porter; PostgreSQL keeps diacritics and also indexes
+hyphenated words whole), which is what any difference measures.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any
 from _common import SHARED_DATA, emit
 
 from scroll_core import EventLog
+from scroll_core.eventstore import EventStore
 from scroll_core.ftsquery import match_expression, query_terms
 from scroll_core.ingest import ingest
 from scroll_core.search import SearchTuning
@@ -107,7 +116,13 @@ def plain_fts5(db: sqlite3.Connection) -> Search:
     return search
 
 
-def scroll_search(log: EventLog, tuning: SearchTuning) -> Search:
+def plain_postgres(log: EventStore) -> Search:
+    """The reference point on PostgreSQL: BM25 over content only, no neighbours."""
+    tuning = SearchTuning(rank_weights=(1.0, 0.0, 0.0), neighbour_weights=())
+    return scroll_search(log, tuning)
+
+
+def scroll_search(log: EventStore, tuning: SearchTuning) -> Search:
     def search(question: str, session: str, k: int) -> list[int]:
         log.search_tuning = tuning
         return [h.seq for h in log.search(question, k, session_id=session)]
@@ -131,32 +146,78 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k != "by_category"}
 
 
+def measure(log: EventStore, data: Path) -> dict[str, Any]:
+    """Ingest LoCoMo into ``log`` and score every variant on it."""
+    ingest(log, "locomo", data, progress=False)
+    seq_of = {}
+    for summary in log.sessions():
+        for event in log.session_events(summary.session_id, limit=None):
+            seq_of[(event.session_id, event.metadata["dia_id"])] = event.seq
+    items, unresolved = load_items(data, seq_of)
+    result = score(items, scroll_search(log, SearchTuning()))
+    if isinstance(log, EventLog):
+        raw = sqlite3.connect(f"file:{log.path}?mode=ro", uri=True)
+        result["variants"] = {"plain_fts5_bm25": headline(score(items, plain_fts5(raw)))}
+        raw.close()
+    else:
+        result["variants"] = {"plain_fts5_bm25": headline(score(items, plain_postgres(log)))}
+    for name, tuning in variants().items():
+        result["variants"][name] = headline(score(items, scroll_search(log, tuning)))
+    result["unresolved_evidence_ids"] = unresolved
+    return result
+
+
+def difference(sqlite: dict[str, Any], postgres: dict[str, Any]) -> dict[str, Any]:
+    """PostgreSQL minus SQLite on every numeric figure of every row."""
+    rows = {"scroll_search": (headline(sqlite), headline(postgres))}
+    for name in sqlite["variants"]:
+        rows[name] = (sqlite["variants"][name], postgres["variants"][name])
+    return {
+        name: {
+            key: round(b[key] - a[key], 4)
+            for key in a
+            if isinstance(a[key], float) and isinstance(b.get(key), float)
+        }
+        for name, (a, b) in rows.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", choices=["locomo"], default="locomo")
     parser.add_argument("--data", type=Path, default=SHARED_DATA / "locomo" / "locomo10.json")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="sqlite")
+    parser.add_argument("--postgres-url", default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not args.data.is_file():
         parser.error(f"LoCoMo not found at {args.data}")
 
-    with tempfile.TemporaryDirectory(prefix="scroll-retrieval-") as tmp:
-        log = EventLog(Path(tmp) / "eventlog.sqlite3")
-        ingest(log, "locomo", args.data, progress=False)
-        seq_of = {}
-        for summary in log.sessions():
-            for event in log.session_events(summary.session_id, limit=None):
-                seq_of[(event.session_id, event.metadata["dia_id"])] = event.seq
-        items, unresolved = load_items(args.data, seq_of)
-        raw = sqlite3.connect(f"file:{log.path}?mode=ro", uri=True)
-        result = score(items, scroll_search(log, SearchTuning()))
-        result["variants"] = {"plain_fts5_bm25": headline(score(items, plain_fts5(raw)))}
-        for name, tuning in variants().items():
-            result["variants"][name] = headline(score(items, scroll_search(log, tuning)))
-        result["unresolved_evidence_ids"] = unresolved
-        raw.close()
-        log.close()
-    emit(result, args.json)
+    results: dict[str, dict[str, Any]] = {}
+    if args.backend in ("sqlite", "both"):
+        with (
+            tempfile.TemporaryDirectory(prefix="scroll-retrieval-") as tmp,
+            EventLog(Path(tmp) / "eventlog.sqlite3") as log,
+        ):
+            results["sqlite"] = measure(log, args.data)
+    if args.backend in ("postgres", "both"):
+        from _pg import postgres_database
+
+        from scroll_core.pglog import PgEventLog
+
+        with postgres_database(args.postgres_url) as url, PgEventLog(url) as log:
+            results["postgres"] = measure(log, args.data)
+    if args.backend == "both":
+        emit(
+            {
+                "sqlite": results["sqlite"],
+                "postgres": results["postgres"],
+                "postgres_minus_sqlite": difference(results["sqlite"], results["postgres"]),
+            },
+            args.json,
+        )
+    else:
+        emit(results[args.backend], args.json)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ lexeme (positions above 16383 collapse), which caps tf in very long contents.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime
 from typing import Any
@@ -210,12 +210,17 @@ class PgEventLog(_EventLogBase):
             chunk = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
             rows.extend(chunk)
             futures.append(pool.submit(self._count, chunk) if pool else self._count(chunk))
-        counts: list[int] = []
-        for part in futures:
-            counts.extend(part if isinstance(part, list) else part.result())
+
+        def count_of(index: int) -> int:
+            # Resolved while the rows stream to the server: counting a later chunk on the
+            # worker thread overlaps the COPY of an earlier one.
+            part = futures[index // _PIPELINE_CHUNK]
+            counted = part if isinstance(part, list) else part.result()
+            return counted[index % _PIPELINE_CHUNK]
+
         try:
             with self._write() as db:
-                return self._insert_rows(db, rows, counts)
+                return self._insert_rows(db, rows, count_of)
         except pgerrors.Error as exc:
             if exc.sqlstate == APPEND_ONLY_SQLSTATE:
                 raise AppendOnlyViolation(str(exc).strip()) from exc
@@ -224,7 +229,7 @@ class PgEventLog(_EventLogBase):
             raise
 
     def _insert_rows(
-        self, db: psycopg.Connection[Any], rows: list[_Row], counts: list[int]
+        self, db: psycopg.Connection[Any], rows: list[_Row], count_of: Callable[[int], int]
     ) -> Seqs:
         # The same lock the numbering trigger takes, taken first so that the dedup lookup
         # and the numbering see one unchanging log until this transaction ends.
@@ -235,15 +240,15 @@ class PgEventLog(_EventLogBase):
         payloads = {row.values[8]: row.payload for row in (rows[i] for i in fresh) if row.payload}
         if payloads:
             _put_payloads(db, payloads)
-        values = [(top + 1 + n, *rows[i].values, counts[i]) for n, i in enumerate(fresh)]
-        if len(values) >= _COPY_FROM:
+        values = ((top + 1 + n, *rows[i].values, count_of(i)) for n, i in enumerate(fresh))
+        if len(fresh) >= _COPY_FROM:
             with db.cursor().copy(f"COPY events ({_INSERT_COLUMNS}) FROM STDIN") as copy:
                 for value in values:
                     copy.write_row(value)
-        elif values:
+        elif fresh:
             marks = ", ".join(["%s"] * 18)
             db.cursor().executemany(
-                f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES ({marks})", values
+                f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES ({marks})", list(values)
             )
         seqs = Seqs(existing[s] if isinstance(s, tuple) else top + 1 + s for s in slots)
         seqs.inserted = len(fresh)
@@ -460,45 +465,39 @@ def _bm25_sql(filters: SearchFilters, dialect: SearchDialect) -> str:
     join = " JOIN events e ON e.seq = f.seq" if filters.sql else ""
     where = dialect.sql(filters.sql)
     tf = (
-        "(%(wa)s * cardinality(array_positions(u.weights, 'A'))"
-        " + %(wc)s * cardinality(array_positions(u.weights, 'C'))"
-        " + %(wd)s * cardinality(array_positions(u.weights, 'D')))"
+        "(%(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"
+        " + %(wc)s::float8 * cardinality(array_positions(u.weights, 'C'))"
+        " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')))"
     )
     return f"""
-        WITH idf AS (
-            SELECT l.lexeme, greatest(
-                ln((tot.docs - coalesce(t.docs, 0) + 0.5) / (coalesce(t.docs, 0) + 0.5)),
-                1e-6) AS idf
-            FROM unnest(%(lexemes)s::text[]) AS l(lexeme) CROSS JOIN fts_totals AS tot
+        WITH lex AS MATERIALIZED (
+            SELECT coalesce(array_agg(DISTINCT u.lexeme), '{{}}') AS lexemes
+            FROM unnest(to_tsvector('{TS_CONFIG}', %(text)s)) AS u
+        ), idf AS MATERIALIZED (
+            SELECT l.lexeme, greatest(ln(
+                ((tot.docs - coalesce(t.docs, 0))::float8 + 0.5)
+                / (coalesce(t.docs, 0)::float8 + 0.5)
+            ), 1e-6::float8) AS idf
+            FROM lex, unnest(lex.lexemes) AS l(lexeme) CROSS JOIN fts_totals AS tot
             LEFT JOIN fts_terms AS t ON t.lexeme = l.lexeme
         ), matches AS MATERIALIZED (
             SELECT f.seq, f.tsv, f.doclen FROM events_fts f{join}
-            WHERE f.tsv @@ %(query)s::tsquery{where}
+            WHERE f.tsv @@ to_tsquery('{TS_CONFIG}', %(query)s){where}
         )
         SELECT m.seq, sum(
-            idf.idf * (tf.tf * {_K1 + 1}) /
-            (tf.tf + {_K1} * (1 - {_B} + {_B} * m.doclen / (
-                SELECT greatest(tokens::float8 / greatest(docs, 1), 1.0) FROM fts_totals
+            idf.idf * (tf.tf * {_K1 + 1}::float8) /
+            (tf.tf + {_K1}::float8 * ({1 - _B}::float8 + {_B}::float8 * m.doclen / (
+                SELECT greatest(tokens::float8 / greatest(docs, 1), 1.0::float8) FROM fts_totals
             )))
         ) AS score
-        FROM matches m,
+        FROM matches m, lex,
         LATERAL (
             SELECT u.lexeme, {tf}::float8 AS tf
-            FROM unnest(m.tsv) AS u WHERE u.lexeme = ANY(%(lexemes)s::text[])
+            FROM unnest(m.tsv) AS u WHERE u.lexeme = ANY(lex.lexemes)
         ) AS tf
         JOIN idf ON idf.lexeme = tf.lexeme
         GROUP BY m.seq ORDER BY score DESC, m.seq LIMIT %(limit)s
     """
-
-
-def _lexemes(db: Any, terms: list[str]) -> list[str]:
-    """The index's lexemes for the query terms (stemmed by the same configuration)."""
-    rows = db.execute(
-        f"SELECT DISTINCT u.lexeme FROM unnest(%s::text[]) AS t(term), "
-        f"unnest(to_tsvector('{TS_CONFIG}', t.term)) AS u ORDER BY 1",
-        (terms,),
-    ).fetchall()
-    return [row[0] for row in rows]
 
 
 def _tsquery(lexemes: list[str]) -> str:
@@ -510,13 +509,12 @@ def _tsquery(lexemes: list[str]) -> str:
 def _pg_candidates(
     db: Any, terms: list[str], limit: int, filters: SearchFilters, tuning: SearchTuning
 ) -> dict[int, float]:
-    lexemes = _lexemes(db, terms)
-    if not lexemes:
-        return {}
     content, headline, name = (float(w) for w in tuning.rank_weights)
     params: dict[str, Any] = {
-        "lexemes": lexemes,
-        "query": _tsquery(lexemes),
+        # The terms are letters and digits only (ftsquery), each quoted: the tsquery is
+        # stemmed by the index's own configuration and cannot hold an operator.
+        "text": " ".join(terms),
+        "query": _tsquery(terms),
         "wa": headline,
         "wc": name,
         "wd": content,

@@ -156,13 +156,20 @@ def test_a_write_that_would_rewrite_an_event_is_refused_as_a_scroll_error(log):
     kept = log.append(session_id="s", kind="context_msg", content="original")
     # Another writer's trigger turns every insert into an insert plus an UPDATE of the row;
     # the log's own append-only trigger must refuse the batch as a whole.
-    other = sqlite3.connect(log.path)
-    other.execute(
-        "CREATE TRIGGER rewrite_after_insert AFTER INSERT ON events BEGIN "
-        "UPDATE events SET content = 'rewritten' WHERE seq = NEW.seq; END"
-    )
-    other.commit()
-    other.close()
+    with outside_connection(log) as other:
+        if log.backend == "sqlite":
+            other.execute(
+                "CREATE TRIGGER rewrite_after_insert AFTER INSERT ON events BEGIN "
+                "UPDATE events SET content = 'rewritten' WHERE seq = NEW.seq; END"
+            )
+        else:
+            other.execute(
+                "CREATE FUNCTION rewrite() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "UPDATE events SET content = 'rewritten' WHERE seq = NEW.seq; RETURN NULL; "
+                "END $$; CREATE TRIGGER rewrite_after_insert AFTER INSERT ON events "
+                "FOR EACH ROW EXECUTE FUNCTION rewrite()"
+            )
+        other.commit()
 
     with pytest.raises(ScrollError) as caught:
         log.append_many(

@@ -31,9 +31,12 @@ def get_event_log() -> EventStore:
     with _lock:
         log = _logs.get(key)
         if log is None:
-            if not url:
+            if url:
+                reader = getattr(settings, "SCROLL_EVENTLOG_READER_URL", None)
+                log = open_event_store(url, reader_url=reader)
+            else:
                 Path(key[0]).parent.mkdir(parents=True, exist_ok=True)
-            log = open_event_store(key[0], payload_dir=key[1])
+                log = open_event_store(key[0], payload_dir=key[1])
             _logs[key] = log
         return log
 
@@ -55,6 +58,7 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
         "SCROLL_DATA_DIR",
         "SCROLL_EVENTLOG_PATH",
         "SCROLL_EVENTLOG_URL",
+        "SCROLL_EVENTLOG_READER_URL",
         "SCROLL_PAYLOAD_DIR",
     }:
         reset_event_log()

@@ -257,3 +257,23 @@ def test_a_batch_refused_midway_leaves_nothing_behind(pg_url):
         assert log.append(session_id="s", kind="k", content="after") == 2
         with psycopg.connect(pg_url, autocommit=True) as db:
             assert db.execute("SELECT count(*) FROM payloads").fetchone()[0] == 0
+
+
+def test_the_console_serves_a_session_another_process_wrote_to_postgres(
+    client, db, django_user_model, settings, pg_url
+):
+    from dashboard.eventlog import get_event_log, reset_event_log
+
+    writer = _writer(pg_url, "shared-session", batches=2, size=3)
+    assert writer.communicate(timeout=120)[0].count("committed") == 2
+    settings.SCROLL_EVENTLOG_URL = pg_url
+    try:
+        log = get_event_log()
+        assert log.backend == "postgres" and log.count("shared-session") == 6
+        client.force_login(django_user_model.objects.create_user("viewer", password="pw"))
+        response = client.get("/sessions/shared-session/")
+        assert response.status_code == 200
+        assert [e.seq for e in response.context["events"]] == list(range(1, 7))
+        assert b"shared-session 1 2" in response.content
+    finally:
+        reset_event_log()

@@ -149,11 +149,13 @@ def postgres() -> Iterator[Server]:
             )  # fmt: skip
         _wait_for_port(port, proc, "PostgreSQL", log)
         createdb = [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "scroll"]
-        created = subprocess.run(
-            [*createdb, "scroll"],
-            capture_output=True,
-            check=False,
-        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            created = subprocess.run([*createdb, "scroll"], capture_output=True, check=False)
+            # Listening is not ready: until recovery ends the server answers "starting up".
+            if b"starting up" not in created.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         if created.returncode != 0:
             raise ServerUnavailable(f"createdb failed: {created.stderr.decode(errors='replace')}")
         yield Server(f"postgres://scroll@127.0.0.1:{port}/scroll", "127.0.0.1", port)

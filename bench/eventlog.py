@@ -12,7 +12,7 @@ Search: the same question-like queries through ``EventLog.search`` against the s
 MATCH expression run straight on FTS5 with the same bm25 weights.
 
 ``--backend postgres`` measures the PostgreSQL Event Log the same way against raw
-PostgreSQL (see ``eventlog_pg.py``), in a database of ``--postgres-url`` /
+PostgreSQL (see ``eventlog_postgres.py``), in a database of ``--postgres-url`` /
 ``SCROLL_BENCH_POSTGRES_URL`` or a throwaway server.
 """
 
@@ -184,7 +184,7 @@ def main() -> None:
     rows = make_rows(n, rng, vocab)
     queries = make_queries(rng, vocab)
     if args.backend == "postgres":
-        from eventlog_pg import run
+        from eventlog_postgres import run
 
         emit(run(rows, queries, BATCH, args.postgres_url), args.json)
         return

@@ -116,10 +116,27 @@ def plain_fts5(db: sqlite3.Connection) -> Search:
     return search
 
 
-def plain_postgres(log: EventStore) -> Search:
-    """The reference point on PostgreSQL: BM25 over content only, no neighbours."""
-    tuning = SearchTuning(rank_weights=(1.0, 0.0, 0.0), neighbour_weights=())
-    return scroll_search(log, tuning)
+def plain_postgres(log: Any) -> Search:
+    """The same reference point on PostgreSQL: BM25 over content matches only (the tsquery
+    restricted to content's weight label, as ``{content} :`` restricts FTS5), no
+    neighbours, straight from the BM25 SQL."""
+    from scroll_core.pglog import PG_DIALECT, _bm25_sql, _tsquery
+    from scroll_core.search import SearchFilters
+
+    db = log._reader()
+
+    def search(question: str, session: str, k: int) -> list[int]:
+        terms = query_terms(question)
+        if not terms:
+            return []
+        filters = SearchFilters(session_id=session)
+        sql = _bm25_sql(filters, PG_DIALECT).replace("%s", "%(session)s", 1)
+        query = " | ".join(f"{quoted}:D" for quoted in _tsquery(terms).split(" | "))
+        params = {"text": " ".join(terms), "query": query, "limit": k, "session": session}
+        params.update(wa=0.0, wc=0.0, wd=1.0)
+        return [row[0] for row in db.execute(sql, params).fetchall()]
+
+    return search
 
 
 def scroll_search(log: EventStore, tuning: SearchTuning) -> Search:

@@ -1,4 +1,8 @@
-"""The PostgreSQL half of ``bench/eventlog.py --backend postgres``.
+"""Event Log throughput and search latency on PostgreSQL against raw PostgreSQL, one run.
+
+    python bench/eventlog_postgres.py --json [--quick] [--events N] [--postgres-url URL]
+
+(the same as ``python bench/eventlog.py --backend postgres``; same rows and queries).
 
 Ingest: ``PgEventLog.append_many`` (validation, token counting, dedup lookup under the seq
 lock, payload routing) against a bare ``COPY`` of the very same rows into a second database
@@ -14,10 +18,12 @@ ranked by ``ts_rank`` (cheaper, and not BM25: no document frequencies, no length
 
 from __future__ import annotations
 
+import argparse
+import random
 import time
 from typing import Any
 
-from _common import median, percentile
+from _common import emit, median, percentile
 from _pg import postgres_database
 
 from scroll_core.ftsquery import query_terms
@@ -119,3 +125,24 @@ def run(
         "native_ts_rank_p50_ms": round(median(native_ms), 3),
         "native_ts_rank_p99_ms": round(percentile(native_ms, 99), 3),
     }
+
+
+def main() -> None:
+    from eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="20,000 events instead of 1,000,000")
+    parser.add_argument("--events", type=int, help="number of events (overrides --quick)")
+    parser.add_argument("--postgres-url", default=None)
+    args = parser.parse_args()
+    n = args.events or (20_000 if args.quick else 1_000_000)
+    rng = random.Random(SEED)
+    vocab = make_vocabulary(rng)
+    rows = make_rows(n, rng, vocab)
+    queries = make_queries(rng, vocab)
+    emit(run(rows, queries, BATCH, args.postgres_url), args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -277,3 +277,32 @@ def test_the_console_serves_a_session_another_process_wrote_to_postgres(
         assert b"shared-session 1 2" in response.content
     finally:
         reset_event_log()
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "expected"),
+    [
+        (
+            "SELECT seq FROM events WHERE day BETWEEN ? AND ? AND content LIKE '%a?b%'",
+            ["x", "y"],
+            "SELECT seq FROM events WHERE day BETWEEN %s AND %s AND content LIKE '%%a?b%%'",
+        ),
+        (
+            "SELECT seq::text FROM events WHERE session_id = :s AND 7 % 2 = 1",
+            {"s": "x"},
+            "SELECT seq::text FROM events WHERE session_id = %(s)s AND 7 %% 2 = 1",
+        ),
+        ("SELECT '%' || content FROM events", None, "SELECT '%' || content FROM events"),
+        ("SELECT %s", ["already"], "SELECT %s"),
+        ('SELECT "odd?name" FROM events WHERE a = ? -- why?', [1], None),
+    ],
+)
+def test_sqlite_placeholders_become_psycopg_ones_outside_literals(sql, params, expected):
+    from scroll_core.pgscoped import to_pg_params
+
+    text, bound = to_pg_params(sql, params)
+    if expected is None:
+        assert text == 'SELECT "odd?name" FROM events WHERE a = %s -- why?'
+    else:
+        assert text == expected
+    assert bound == (params if params else None)

@@ -27,6 +27,7 @@ from .logschema import APPEND_ONLY_MESSAGE
 
 __all__ = [
     "APPEND_ONLY_SQLSTATE",
+    "HOST_READER_ROLE",
     "MIGRATIONS",
     "READER_ROLE",
     "SEQ_LOCK",
@@ -43,6 +44,7 @@ _MIGRATE_LOCK = 0x5C2012
 # The application roles (cluster-wide, NOLOGIN; a deployment grants them to its login roles).
 WRITER_ROLE = "scroll_writer"
 READER_ROLE = "scroll_reader"
+HOST_READER_ROLE = "scroll_host_reader"
 # English snowball stemming with no stop-word list: like FTS5's porter tokenizer, every
 # word is indexed and counts towards a document's length (stop words are dropped from the
 # query, by ``ftsquery``, on both backends).
@@ -302,7 +304,40 @@ def m002_ms_reader(db: Any, schema: str) -> None:
         )
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_ms_reader]
+def m003_ms_host_reader(db: Any, schema: str) -> None:
+    """The role the host's own ``ms`` reads run as (get, range, sessions, search), so that
+    the tenant boundary holds where the rows are read and not only in the host's SQL.
+
+    ``scroll_host_reader`` sees ``events`` and ``session_stats`` through the same pid-keyed
+    policies as ``scroll_reader``, and ``events_fts`` only for the events it can see (the
+    full-text rows carry no agent of their own). It may also read the BM25 statistics,
+    which model SQL may not (a lexeme's document count would say whether another agent's
+    log holds a word; on SQLite ``events_fts`` is refused to model SQL for the same reason).
+    Only host code runs on its connections: the app's login switches to it with SET ROLE
+    (``scroll_writer`` is made a member), which model SQL, on its own login, cannot do.
+    """
+    role = HOST_READER_ROLE
+    _create_role(db, role)
+    db.execute(
+        f"""
+        GRANT USAGE ON SCHEMA {schema} TO {role};
+        GRANT SELECT ON events, session_stats, events_fts, fts_terms, fts_totals TO {role};
+        GRANT EXECUTE ON FUNCTION scroll_scope_agents() TO {role};
+        GRANT {role} TO {WRITER_ROLE};
+        ALTER TABLE events_fts ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY events_fts_writer ON events_fts TO {WRITER_ROLE} USING (true);
+        CREATE POLICY events_fts_host_scope ON events_fts FOR SELECT TO {role}
+            USING (EXISTS (SELECT 1 FROM events e WHERE e.seq = events_fts.seq));
+        """
+    )
+    for table in ("events", "session_stats"):
+        db.execute(
+            f"CREATE POLICY {table}_host_scope ON {table} FOR SELECT TO {role} "
+            "USING (agent_id = ANY ((SELECT scroll_scope_agents())::text[]))"
+        )
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_ms_reader, m003_ms_host_reader]
 
 
 def _applied(db: Any) -> set[str]:

@@ -3,9 +3,10 @@
 Two paths, as on SQLite:
 
 - ``PgScopedReader`` serves every non-SQL read (get, range, tool call, sessions, search,
-  payloads). Only host code writes its SQL, and every statement carries
-  ``agent_id = ANY(<readable agents>)`` as a bound parameter beside the caller's arguments,
-  so no forged seq, session id or tool-call id reaches another agent's rows.
+  payloads) on its own connection, switched to ``scroll_host_reader``: row-level security
+  shows it only the readable agents' events, summaries and full-text rows (and every
+  statement also carries ``agent_id = ANY(<readable agents>)`` as a bound parameter), so
+  no forged seq, session id or tool-call id reaches another agent's rows.
 - ``PgModelSql`` runs the SQL a model writes, on its own connection logged in as a member
   of ``scroll_reader`` (``reader_url``): SELECT on ``events`` and ``session_stats`` only,
   row-level security showing only the agents the host registered for that connection's
@@ -29,6 +30,7 @@ from psycopg import errors as pgerrors
 from .errors import EventNotFound, QueryRefused
 from .eventlog import SessionSummary
 from .pglog import PG_DIALECT
+from .pgschema import HOST_READER_ROLE
 from .scoped import FTS_REFUSED, ScopedEvent, scope_agents
 from .search import Hit, SearchFilters, run_search
 from .telemetry import span
@@ -65,12 +67,15 @@ class PgScopedReader:
         self.log = log
         self.agents = scope_agents(agents[0], agents[1:]) if agents else ()
         self._lock = threading.Lock()
+        self._db = _scoped_connection(log, log.url, self.agents, role=HOST_READER_ROLE)
 
     def close(self) -> None:
-        pass  # reads go through the log's own per-thread connections
+        with self._lock:
+            _release(self.log, self._db)
 
     def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return self.log._reader().execute(sql, tuple(params)).fetchall()
+        with self._lock:
+            return self._db.execute(sql, tuple(params)).fetchall()
 
     def _events(
         self, where: str, params: Sequence[Any], char_budget: int, limit: int | None = None
@@ -175,9 +180,8 @@ class PgScopedReader:
             since=since,
             until=until,
         ) as traced:
-            hits = run_search(
-                self.log._reader(), query, k, filters, self.log.search_tuning, PG_DIALECT
-            )
+            with self._lock:
+                hits = run_search(self._db, query, k, filters, self.log.search_tuning, PG_DIALECT)
             if traced.recording:
                 traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
             return hits
@@ -215,27 +219,10 @@ class PgModelSql:
             )
         self.log = log
         self.agents = tuple(agents)
-        try:
-            self._db = psycopg.connect(log.reader_url, autocommit=True, options="-c jit=off")
-        except psycopg.OperationalError as exc:
-            raise QueryRefused(f"cannot open the sql_query connection: {exc}") from None
-        self._pid = self._db.info.backend_pid
-        with log._write() as db:
-            db.execute(
-                "INSERT INTO scroll_scope (pid, agents) VALUES (%s, %s) ON CONFLICT (pid) "
-                "DO UPDATE SET agents = excluded.agents, set_at = now()",
-                (self._pid, list(self.agents)),
-            )
+        self._db = _scoped_connection(log, log.reader_url, self.agents)
 
     def close(self) -> None:
-        if self._db.closed:
-            return
-        self._db.close()
-        try:
-            with self.log._write() as db:
-                db.execute("DELETE FROM scroll_scope WHERE pid = %s", (self._pid,))
-        except Exception:  # the log may be closed first; a stale row scopes no live reader
-            pass
+        _release(self.log, self._db)
 
     def query(
         self,
@@ -293,6 +280,44 @@ class PgModelSql:
         except (psycopg.Error, ValueError, TypeError, KeyError, IndexError) as exc:
             raise QueryRefused(_first_line(exc)) from None
         return columns, rows, truncated_by
+
+
+def _scoped_connection(
+    log: PgEventLog, url: str, agents: Sequence[str], *, role: str | None = None
+) -> psycopg.Connection[Any]:
+    """A read-only connection whose backend pid the host has registered in
+    ``scroll_scope`` with ``agents``; switched to ``role`` when one is given."""
+    try:
+        db = psycopg.connect(
+            url, autocommit=True, options="-c jit=off -c default_transaction_read_only=on"
+        )
+    except psycopg.OperationalError as exc:
+        raise QueryRefused(f"cannot open a scoped connection: {_first_line(exc)}") from None
+    try:
+        with log._write() as writer:
+            writer.execute(
+                "INSERT INTO scroll_scope (pid, agents) VALUES (%s, %s) ON CONFLICT (pid) "
+                "DO UPDATE SET agents = excluded.agents, set_at = now()",
+                (db.info.backend_pid, list(agents)),
+            )
+        if role is not None:
+            db.execute(f"SET ROLE {role}")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _release(log: PgEventLog, db: psycopg.Connection[Any]) -> None:
+    if db.closed:
+        return
+    pid = db.info.backend_pid
+    db.close()
+    try:
+        with log._write() as writer:
+            writer.execute("DELETE FROM scroll_scope WHERE pid = %s", (pid,))
+    except Exception:  # the log may be closed first; a stale row scopes no live connection
+        pass
 
 
 def to_pg_params(sql: str, params: Any) -> tuple[str, Any]:

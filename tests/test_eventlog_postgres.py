@@ -306,3 +306,24 @@ def test_sqlite_placeholders_become_psycopg_ones_outside_literals(sql, params, e
     else:
         assert text == expected
     assert bound == (params if params else None)
+
+
+def test_the_hosts_own_ms_reads_are_scoped_by_the_database_not_only_by_its_sql(pg_url):
+    from scroll_core.pgscoped import PgScopedReader
+
+    with PgEventLog(pg_url) as log:
+        mine = log.append(session_id="a", agent_id="alpha", kind="k", content="shared word")
+        log.append(session_id="b", agent_id="bravo", kind="k", content="shared word secret")
+        reader = PgScopedReader(log, ["alpha"])
+        try:
+            # Even SQL without the agent term sees only alpha's rows on this connection.
+            assert reader._rows("SELECT seq FROM events", ()) == [(mine,)]
+            assert reader._rows("SELECT seq FROM events_fts", ()) == [(mine,)]
+            assert reader._rows("SELECT session_id FROM session_stats", ()) == [("a",)]
+            assert [h.seq for h in reader.search("shared word secret", 10)] == [mine]
+            with pytest.raises(psycopg.Error):
+                reader._rows("SELECT data FROM payloads", ())
+        finally:
+            reader.close()
+        with psycopg.connect(pg_url, autocommit=True) as db:  # its scope row is gone
+            assert db.execute("SELECT count(*) FROM scroll_scope").fetchone()[0] == 0

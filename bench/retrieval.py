@@ -13,7 +13,8 @@ so what each one bought is measured rather than remembered.
 ``--backend postgres`` runs the same on the PostgreSQL Event Log (``--postgres-url`` or
 ``SCROLL_BENCH_POSTGRES_URL``, else a throwaway server); ``both`` reports the two and the
 difference on every row. On PostgreSQL ``plain_fts5_bm25`` is the same reference computed
-there: BM25 over content only, no neighbours. The backends tokenise and stem differently
+there: BM25 over content matches only, no neighbours, but with document frequencies over
+every column (FTS5's column filter counts content alone). The backends tokenise and stem differently
 (snowball English versus FTS5's Porter; PostgreSQL keeps diacritics and also indexes
 hyphenated words whole), which is what any difference measures.
 """

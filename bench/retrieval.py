@@ -31,8 +31,6 @@ runs Scroll's rows on both backends in one run and reports the difference.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -41,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from _common import SHARED_DATA
+from _common import SHARED_DATA, emit
 
 from bench._locomo_baseline import (
     Item,
@@ -253,7 +251,53 @@ def figures(rows: dict[str, dict[str, Any]], check: dict[str, Any]) -> dict[str,
             for cat, summary in row[split]["by_category"].items():
                 for metric in ("recall_at_5", "recall_at_10"):
                     flat[f"{label}_{split}_{metric}_{cat}"] = summary[metric]
+    for name, row in rows.items():
+        for split in ("test", "dev"):
+            for metric in ("recall_at_5", "recall_at_10", "hit_at_10"):
+                flat[f"variant_{name}_{split}_{metric}"] = row[split][metric]
     return {k: float(v) for k, v in sorted(flat.items())}
+
+
+def readme_tables(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """How the README lays out the figures: every cell is a key of ``figures``."""
+    metrics = ["recall_at_1", "recall_at_5", "recall_at_10", "hit_at_10"]
+    categories = ["single_hop", "temporal", "multi_hop", "open_domain", "adversarial"]
+    return [
+        {
+            "title": "Plain baseline, all items, against the published figures",
+            "rows": ["published_plain", "plain_all", "plain_all_minus_published"],
+            "columns": metrics[1:],
+            "key": "{row}_{column}",
+        },
+        {
+            "title": "Scroll's search per conversation and global against the plain baseline "
+            "of the same scope (test split is the headline; dev beside it)",
+            "rows": [
+                f"{label}_{split}{gain}"
+                for split in ("test", "dev")
+                for scope in ("", "_global")
+                for label, gain in (
+                    (f"plain{scope}", ""),
+                    (f"scroll{scope}", ""),
+                    (f"scroll{scope}", "_gain"),
+                )
+            ],
+            "columns": metrics,
+            "key": "{row}_{column}",
+        },
+        {
+            "title": "Every variant, measured in the same run",
+            "rows": list(rows),
+            "columns": [f"{split}_{m}" for split in ("test", "dev") for m in metrics[1:]],
+            "key": "variant_{row}_{column}",
+        },
+        {
+            "title": "By category (recall@5, recall@10)",
+            "rows": ["plain_test", "scroll_test", "plain_dev", "scroll_dev"],
+            "columns": [f"{m}_{c}" for c in categories for m in ("recall_at_5", "recall_at_10")],
+            "key": "{row}_{column}",
+        },
+    ]
 
 
 def report(bench: Bench) -> dict[str, Any]:
@@ -273,6 +317,7 @@ def report(bench: Bench) -> dict[str, Any]:
         "search_tuning": describe_tuning(SearchTuning()),
         "headline_row": HEADLINE_ROW,
         "rows": rows,
+        "readme_tables": readme_tables(rows),
     }
 
 
@@ -319,7 +364,7 @@ def run_tune(bench: Bench, as_json: bool) -> None:
         },
     }
     if as_json:
-        print(json.dumps(out, indent=2, sort_keys=True))
+        emit(out, True)
         return
     print(f"tuned on dev {list(DEV)} ({choice.dev_items} items), {len(choice.trials)} trials")
     print(f"current {out['current']}")
@@ -356,8 +401,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             bench.close()
     if args.json:
-        json.dump(result, sys.stdout, indent=2, sort_keys=True)
-        print()
+        emit(result, True)
     else:
         print_table(result)
 

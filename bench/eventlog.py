@@ -1,6 +1,6 @@
 """Event Log throughput and search latency against plain SQLite + FTS5 in the same run.
 
-    python bench/eventlog.py --json [--quick] [--events N]
+    python bench/eventlog.py --json [--quick] [--events N] [--backend sqlite|postgres]
 
 Ingest: our ``EventLog.append_many`` (validation, token counting, dedup, payload routing)
 against a bare ``executemany`` of the same rows into an equivalent table with the same
@@ -10,6 +10,10 @@ with token counting on the calling thread, the same work on one core as the raw 
 
 Search: the same question-like queries through ``EventLog.search`` against the sanitized
 MATCH expression run straight on FTS5 with the same bm25 weights.
+
+``--backend postgres`` measures the PostgreSQL Event Log the same way against raw
+PostgreSQL (see ``eventlog_postgres.py``), in a database of ``--postgres-url`` /
+``SCROLL_BENCH_POSTGRES_URL`` or a throwaway server.
 """
 
 from __future__ import annotations
@@ -173,6 +177,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="100,000 events instead of 1,000,000")
     parser.add_argument("--events", type=int, help="number of events (overrides --quick)")
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args()
     n = args.events or (100_000 if args.quick else 1_000_000)
 
@@ -180,6 +186,11 @@ def main() -> None:
     vocab = make_vocabulary(rng)
     rows = make_rows(n, rng, vocab)
     queries = make_queries(rng, vocab)
+    if args.backend == "postgres":
+        from eventlog_postgres import run
+
+        emit(run(rows, queries, BATCH, args.postgres_url), args.json)
+        return
 
     with tempfile.TemporaryDirectory(prefix="scroll-bench-") as tmp:
         raw_db = open_raw(Path(tmp) / "raw.sqlite3")

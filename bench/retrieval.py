@@ -2,6 +2,7 @@
 
     python bench/retrieval.py --json      # every row, test split headline, dev beside it
     python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
+    python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
     python bench/retrieval.py --json --latency-events 1000000   # ablation timed at 1M
 
 The ablation ("ablation" in the JSON) has one row per ranking technique, each a
@@ -27,6 +28,11 @@ evidence turns in the top k, averaged over items) and hit@10 (any evidence turn 
 top 10), for the test split (headline), the dev split (where the constants were chosen)
 and all items, overall and per category. No timing is reported, so the output does not
 depend on the machine.
+
+``--backend postgres`` builds the log on PostgreSQL instead (``--postgres-url`` or
+``SCROLL_BENCH_POSTGRES_URL``, else a throwaway server) and reports the same rows: the plain
+baselines are the data set's own FTS5 tables either way. ``bench/retrieval_postgres.py``
+runs Scroll's rows on both backends in one run and reports the difference.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,7 +61,7 @@ from bench._locomo_baseline import (
 from bench._locomo_split import DEV, TEST, split_of
 from bench._retrieval_tune import GRID, tune_on_dev
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
-from scroll_core import EventLog, SearchTuning
+from scroll_core import EventLog, EventStore, SearchTuning
 from scroll_core.ingest import ingest
 
 # ../shared/data/README.md, measured on the whole data set.
@@ -113,7 +120,7 @@ def gain(row: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def scroll_search(log: EventLog, keys: dict[int, TurnKey], *, narrow: bool) -> Search:
+def scroll_search(log: EventStore, keys: dict[int, TurnKey], *, narrow: bool) -> Search:
     def search(item: Item, k: int) -> list[TurnKey]:
         session = f"locomo:{item.conversation}" if narrow else None
         return [keys[h.seq] for h in log.search(item.question, k, session_id=session)]
@@ -213,10 +220,10 @@ def synthetic_latency(
 class Bench:
     """The data, the plain indexes and a Scroll Event Log built by the importer."""
 
-    def __init__(self, data: Path, workdir: Path) -> None:
+    def __init__(self, data: Path, workdir: Path, log: EventStore | None = None) -> None:
         self.samples = load_samples(data)
         self.items, self.counts = load_items(self.samples)
-        self.log = EventLog(workdir / "eventlog.sqlite3")
+        self.log = log if log is not None else EventLog(workdir / "eventlog.sqlite3")
         ingest(self.log, "locomo", data, progress=False)
         self.keys: dict[int, TurnKey] = {}
         for summary in self.log.sessions():
@@ -513,11 +520,20 @@ def main(argv: list[str] | None = None) -> None:
         default=50_000,
         help="size of the synthetic log the ablation is timed on (the issue asks 1000000)",
     )
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
     if not args.data.is_file():
         parser.error(f"LoCoMo not found at {args.data}")
-    with tempfile.TemporaryDirectory(prefix="scroll-retrieval-") as tmp:
-        bench = Bench(args.data, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="scroll-retrieval-") as tmp, ExitStack() as stack:
+        log: EventStore | None = None
+        if args.backend == "postgres":
+            from _pg import postgres_database
+
+            from scroll_core.pglog import PgEventLog
+
+            log = PgEventLog(stack.enter_context(postgres_database(args.postgres_url)))
+        bench = Bench(args.data, Path(tmp), log)
         try:
             if args.tune:
                 run_tune(bench, args.json)

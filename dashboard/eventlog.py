@@ -1,8 +1,10 @@
-"""The console's handle on the Event Log: one EventLog per process, opened from settings.
+"""The console's handle on the Event Log: one EventStore per process, opened from settings.
 
-Opening is keyed by the configured paths, so a test that overrides
-SCROLL_EVENTLOG_PATH gets a log of its own; `reset_event_log()` closes what is open
-(it also runs whenever a test overrides one of those paths).
+SCROLL_EVENTLOG_URL (a postgres:// URL) selects the PostgreSQL backend; otherwise the log
+is the SQLite file at SCROLL_EVENTLOG_PATH. Opening is keyed by the configured location,
+so a test that overrides SCROLL_EVENTLOG_PATH or SCROLL_EVENTLOG_URL gets a log of its own;
+`reset_event_log()` closes what is open (it also runs whenever a test overrides one of
+those settings).
 """
 
 from __future__ import annotations
@@ -15,20 +17,26 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from scroll_core.eventlog import EventLog
+from scroll_core.eventstore import EventStore, open_event_store
 
 _lock = threading.Lock()
-_logs: dict[tuple[Path, Path], EventLog] = {}
+_logs: dict[tuple[str, Path], EventStore] = {}
 
 
-def get_event_log() -> EventLog:
-    """The process-wide EventLog at settings.SCROLL_EVENTLOG_PATH."""
-    key = (Path(settings.SCROLL_EVENTLOG_PATH), Path(settings.SCROLL_PAYLOAD_DIR))
+def get_event_log() -> EventStore:
+    """The process-wide Event Log: at settings.SCROLL_EVENTLOG_URL when it is set (the
+    PostgreSQL backend), else the SQLite file at settings.SCROLL_EVENTLOG_PATH."""
+    url = getattr(settings, "SCROLL_EVENTLOG_URL", None)
+    key = (url or str(settings.SCROLL_EVENTLOG_PATH), Path(settings.SCROLL_PAYLOAD_DIR))
     with _lock:
         log = _logs.get(key)
         if log is None:
-            key[0].parent.mkdir(parents=True, exist_ok=True)
-            log = EventLog(key[0], payload_dir=key[1])
+            if url:
+                reader = getattr(settings, "SCROLL_EVENTLOG_READER_URL", None)
+                log = open_event_store(url, reader_url=reader)
+            else:
+                Path(key[0]).parent.mkdir(parents=True, exist_ok=True)
+                log = open_event_store(key[0], payload_dir=key[1])
             _logs[key] = log
         return log
 
@@ -46,5 +54,11 @@ def reset_event_log() -> None:
 
 @receiver(setting_changed)
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting in {"SCROLL_DATA_DIR", "SCROLL_EVENTLOG_PATH", "SCROLL_PAYLOAD_DIR"}:
+    if setting in {
+        "SCROLL_DATA_DIR",
+        "SCROLL_EVENTLOG_PATH",
+        "SCROLL_EVENTLOG_URL",
+        "SCROLL_EVENTLOG_READER_URL",
+        "SCROLL_PAYLOAD_DIR",
+    }:
         reset_event_log()

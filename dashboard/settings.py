@@ -6,6 +6,10 @@ for Django and the Event Log under one data folder, the in-memory channel layer)
 
 SCROLL_DATA_DIR        data folder (default: var/ under the repository root)
 SCROLL_EVENTLOG_PATH   Event Log file (default: <data>/eventlog.sqlite3)
+SCROLL_EVENTLOG_URL    postgres://user:pass@host:port/name keeps the Event Log on PostgreSQL
+                       instead (shared by every web process and worker; wins over the path)
+SCROLL_EVENTLOG_READER_URL  the login ms.sql_query runs model SQL as on PostgreSQL (a member
+                       of scroll_reader only); without it sql_query is refused there
 SCROLL_SECRET_KEY      Django secret key (default: generated once, kept in <data>/secret_key)
 SCROLL_DEBUG           "1" turns DEBUG on (default off)
 SCROLL_ALLOWED_HOSTS   comma-separated (default: localhost,127.0.0.1)
@@ -165,6 +169,8 @@ SCROLL_EVENTLOG_PATH = Path(
     os.environ.get("SCROLL_EVENTLOG_PATH") or SCROLL_DATA_DIR / "eventlog.sqlite3"
 )
 SCROLL_PAYLOAD_DIR = SCROLL_DATA_DIR / "payloads"
+SCROLL_EVENTLOG_URL = os.environ.get("SCROLL_EVENTLOG_URL") or None
+SCROLL_EVENTLOG_READER_URL = os.environ.get("SCROLL_EVENTLOG_READER_URL") or None
 # Rows per page in the console's session and event lists.
 SCROLL_PAGE_SIZE = 50
 # Console searches (home page, a session's search box) are stopped after this many seconds.

@@ -45,7 +45,8 @@ from dashboard.permissions import (
     permission_required,
 )
 from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
-from scroll_core.eventlog import EventLog, Hit, SessionSummary
+from scroll_core.eventlog import Hit, SessionSummary
+from scroll_core.eventstore import EventStore
 from scroll_core.logschema import SQLITE_INT_MAX
 
 SEARCH_HITS = 50
@@ -73,7 +74,7 @@ class SessionRow:
         return session_safe_id(self.session_id)
 
 
-def _get_summary(log: EventLog, session_id: str) -> SessionSummary | None:
+def _get_summary(log: EventStore, session_id: str) -> SessionSummary | None:
     return log.session(session_id)
 
 
@@ -144,7 +145,7 @@ class SearchPage:
         return "1 hit" if seen == 1 else f"{seen} hits"
 
 
-def _search(log: EventLog, query: str, page: int = 1, **filters: Any) -> SearchPage:
+def _search(log: EventStore, query: str, page: int = 1, **filters: Any) -> SearchPage:
     """A console search under the console's time limit: one page of hits, or what to tell
     the user; ``has_next`` when hits follow the page (at most SEARCH_DEPTH are ranked)."""
     if not query:
@@ -171,7 +172,7 @@ def _search(log: EventLog, query: str, page: int = 1, **filters: Any) -> SearchP
     )
 
 
-def _older_cursor(log: EventLog, session_id: str, first_seq: int, size: int) -> int | None:
+def _older_cursor(log: EventStore, session_id: str, first_seq: int, size: int) -> int | None:
     """The ``after`` cursor of the page just before the one that starts at ``first_seq``."""
     older = log.session_events_before(session_id, first_seq, limit=size)
     return older[0].seq - 1 if older else None
@@ -182,7 +183,7 @@ def _open_alerts_by_session() -> dict[str, int]:
     return {row["session_id"]: row["n"] for row in rows}
 
 
-def session_row(log: EventLog, session_id: str) -> SessionRow:
+def session_row(log: EventStore, session_id: str) -> SessionRow:
     """The sessions-table row of one session (the consumers render live rows with it)."""
     summary = log.session(session_id)
     run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()

@@ -42,6 +42,7 @@ from .eventlog import (
     Seqs,
     SessionSummary,
 )
+from .eventstore import EventStore, open_event_store
 from .eviction import CompressRecord, compress
 from .headlines import Headline, HeadlineParse, format_headline, parse_headline
 from .index import SEAM_BANNER, EvictionIndex, IndexBlock, IndexRender
@@ -85,6 +86,7 @@ __all__ = [
     "EventLog",
     "EventLogError",
     "EventNotFound",
+    "EventStore",
     "EvictionIndex",
     "EvictionIndexError",
     "Headline",
@@ -130,6 +132,7 @@ __all__ = [
     "build_view",
     "compress",
     "format_headline",
+    "open_event_store",
     "parse_headline",
     "system_prompt",
     "tool_definitions",

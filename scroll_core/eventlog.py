@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from .errors import (
     AppendOnlyViolation,
@@ -38,6 +38,7 @@ from .payloads import (
     MEDIA_BYTES,
     MEDIA_TEXT,
     ArtifactRef,
+    PayloadSource,
     PayloadStore,
     ToolResultRef,
     encode_payload,
@@ -125,7 +126,7 @@ class Event:
     created_at: str
     tokens: int
     dedup_key: str | None
-    _store: PayloadStore | None = field(default=None, repr=False, compare=False)
+    _store: PayloadSource | None = field(default=None, repr=False, compare=False)
 
     @property
     def payload(self) -> ToolResultRef | ArtifactRef | None:
@@ -191,90 +192,39 @@ class _Row:
     payload: bytes | None
 
 
-class EventLog:
-    """Open, create or migrate the Event Log at ``path``.
+class _EventLogBase:
+    """What every backend of the Event Log shares: validating events, routing large
+    contents to the payload store, counting tokens, and turning rows into ``Event``s.
 
-    ``payload_dir`` defaults to a ``payloads`` folder beside the database. Content longer
-    than ``payload_threshold`` characters is stored whole in the payload store and the row
-    keeps the first ``payload_threshold`` characters as its preview.
+    A backend supplies ``payloads`` and ``_append_numbered`` (the transaction) and the reads.
     """
 
-    def __init__(
+    payloads: PayloadSource
+    payload_threshold: int
+    tokens: TokenCounter
+    search_tuning: SearchTuning
+    _pool: ThreadPoolExecutor | None
+
+    def _init_common(
         self,
-        path: str | os.PathLike[str],
-        *,
-        payload_dir: str | os.PathLike[str] | None = None,
-        payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
-        token_counter: TokenCounter | None = None,
-        search_tuning: SearchTuning | None = None,
+        payload_threshold: int,
+        token_counter: TokenCounter | None,
+        search_tuning: SearchTuning | None,
     ) -> None:
         if payload_threshold < 1:
             raise ValueError("payload_threshold must be at least 1 character")
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.payloads = PayloadStore(
-            Path(payload_dir) if payload_dir else self.path.parent / "payloads"
-        )
         self.payload_threshold = payload_threshold
         self.tokens = token_counter or default_counter()
         self.search_tuning = search_tuning or SearchTuning()
-        self._write_lock = threading.RLock()
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
-        self._pool: ThreadPoolExecutor | None = None
-        self._closed = False
-        self._writer = self._connect()
-        self._writer.execute("PRAGMA journal_mode=WAL")
-        migrate(self._writer)
+        self._pool = None
 
-    # ------------------------------------------------------------------ connections
-    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
-        db = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
-        )
-        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-        db.execute("PRAGMA synchronous=NORMAL")
-        if readonly:
-            db.execute("PRAGMA query_only=1")
-        return db
-
-    def _reader(self) -> sqlite3.Connection:
-        if self._closed:
-            raise EventLogError(f"event log {self.path} is closed")
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = self._connect(readonly=True)
-            self._local.db = db
-            with self._write_lock:  # only to guard the list; close() releases them all
-                self._readers.append(db)
-        return db
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        if self._closed:
-            raise EventLogError(f"event log {self.path} is closed")
-        with self._write_lock:
-            db = self._writer
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+    def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
+        raise NotImplementedError
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with self._write_lock:
-            self._writer.close()
-            for db in self._readers:
-                db.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        raise NotImplementedError
 
-    def __enter__(self) -> EventLog:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -341,38 +291,6 @@ class EventLog:
                     traced.set_attributes({SESSION: sessions.pop()})
         return seqs
 
-    def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
-        seqs = Seqs()
-        if len(numbered) <= _PIPELINE_CHUNK:
-            rows = self._prepare_chunk(numbered)
-            chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]]
-            chunks = [(rows, self._count(rows))]
-        else:
-            # Each chunk's tokens are counted on a worker thread as soon as the chunk is
-            # validated, overlapping the validation of later chunks and the INSERT of earlier
-            # ones: the encoder and SQLite both release the GIL.
-            pool = self._token_pool()
-            chunks = []
-            for i in range(0, len(numbered), _PIPELINE_CHUNK):
-                rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
-                chunks.append((rows, pool.submit(self._count, rows)))
-        try:
-            with self._write() as db:
-                for rows, counts in chunks:
-                    tokens = counts.result() if isinstance(counts, Future) else counts
-                    chunk_seqs, inserted = self._insert_rows(db, rows, tokens)
-                    seqs.extend(chunk_seqs)
-                    seqs.inserted += inserted
-        except sqlite3.IntegrityError as exc:
-            if APPEND_ONLY_MESSAGE in str(exc):
-                raise AppendOnlyViolation(str(exc)) from exc
-            raise InvalidEvent(f"the log refused the batch: {exc}") from exc
-        finally:
-            for _, counts in chunks:
-                if isinstance(counts, Future):
-                    counts.cancel()
-        return seqs
-
     def _prepare_chunk(self, chunk: list[tuple[int, Mapping[str, Any]]]) -> list[_Row]:
         rows = [self._prepare(i, event) for i, event in chunk]
         for row in rows:
@@ -382,46 +300,6 @@ class EventLog:
 
     def _count(self, rows: list[_Row]) -> list[int]:
         return self.tokens.count_many([row.values[5] for row in rows])
-
-    def _insert_rows(
-        self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]
-    ) -> tuple[list[int], int]:
-        """INSERT what is new in ``rows``; return every row's seq (the existing seq for a
-        repeated dedup key) and how many were new. Runs inside the caller's transaction."""
-        before = _sequence(db)
-        # Fast path: insert everything at once. A repeated dedup key (a re-import, or a key
-        # repeated inside the batch) trips the unique index and stops executemany at that
-        # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
-        # would be simpler, but it makes FTS5 flush its pending index on every chunk.)
-        try:
-            self._execute_insert(db, [(*r.values, n) for r, n in zip(rows, counts, strict=True)])
-        except sqlite3.IntegrityError as exc:
-            if _DEDUP_CONFLICT not in str(exc):
-                raise
-            done = _sequence(db) - before
-            rest = rows[done:]
-            existing = _existing_keys(db, rest)
-            fresh, rest_slots = _plan(rest, existing)
-            self._execute_insert(db, [(*rest[i].values, counts[done + i]) for i in fresh])
-            slots = [*range(done), *(s if isinstance(s, tuple) else done + s for s in rest_slots)]
-            inserted = done + len(fresh)
-        else:
-            slots, existing, inserted = list(range(len(rows))), {}, len(rows)
-        # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT hands out
-        # consecutive seqs; check it rather than trust it.
-        if _sequence(db) - before != inserted:
-            raise EventLogError("seq allocation was not contiguous; batch rolled back")
-        return [existing[s] if isinstance(s, tuple) else before + 1 + s for s in slots], inserted
-
-    @staticmethod
-    def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
-        db.executemany(
-            "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
-            "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
-            "metadata, created_at, dedup_key, searchable, tokens) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            values,
-        )
 
     def _token_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -547,6 +425,165 @@ class EventLog:
             _store=self.payloads,
         )
 
+
+class EventLog(_EventLogBase):
+    """The SQLite Event Log: open, create or migrate the log at ``path``.
+
+    ``payload_dir`` defaults to a ``payloads`` folder beside the database. Content longer
+    than ``payload_threshold`` characters is stored whole in the payload store and the row
+    keeps the first ``payload_threshold`` characters as its preview.
+    """
+
+    backend = "sqlite"
+
+    @property
+    def location(self) -> str:
+        """Where the log is, for messages: its file."""
+        return str(self.path)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        payload_dir: str | os.PathLike[str] | None = None,
+        payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
+        token_counter: TokenCounter | None = None,
+        search_tuning: SearchTuning | None = None,
+    ) -> None:
+        self._init_common(payload_threshold, token_counter, search_tuning)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.payloads = PayloadStore(
+            Path(payload_dir) if payload_dir else self.path.parent / "payloads"
+        )
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._closed = False
+        self._writer = self._connect()
+        self._writer.execute("PRAGMA journal_mode=WAL")
+        migrate(self._writer)
+
+    # ------------------------------------------------------------------ connections
+    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+        )
+        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        db.execute("PRAGMA synchronous=NORMAL")
+        if readonly:
+            db.execute("PRAGMA query_only=1")
+        return db
+
+    def _reader(self) -> sqlite3.Connection:
+        if self._closed:
+            raise EventLogError(f"event log {self.path} is closed")
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._connect(readonly=True)
+            self._local.db = db
+            with self._write_lock:  # only to guard the list; close() releases them all
+                self._readers.append(db)
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self._closed:
+            raise EventLogError(f"event log {self.path} is closed")
+        with self._write_lock:
+            db = self._writer
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._write_lock:
+            self._writer.close()
+            for db in self._readers:
+                db.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
+        seqs = Seqs()
+        if len(numbered) <= _PIPELINE_CHUNK:
+            rows = self._prepare_chunk(numbered)
+            chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]]
+            chunks = [(rows, self._count(rows))]
+        else:
+            # Each chunk's tokens are counted on a worker thread as soon as the chunk is
+            # validated, overlapping the validation of later chunks and the INSERT of earlier
+            # ones: the encoder and SQLite both release the GIL.
+            pool = self._token_pool()
+            chunks = []
+            for i in range(0, len(numbered), _PIPELINE_CHUNK):
+                rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
+                chunks.append((rows, pool.submit(self._count, rows)))
+        try:
+            with self._write() as db:
+                for rows, counts in chunks:
+                    tokens = counts.result() if isinstance(counts, Future) else counts
+                    chunk_seqs, inserted = self._insert_rows(db, rows, tokens)
+                    seqs.extend(chunk_seqs)
+                    seqs.inserted += inserted
+        except sqlite3.IntegrityError as exc:
+            if APPEND_ONLY_MESSAGE in str(exc):
+                raise AppendOnlyViolation(str(exc)) from exc
+            raise InvalidEvent(f"the log refused the batch: {exc}") from exc
+        finally:
+            for _, counts in chunks:
+                if isinstance(counts, Future):
+                    counts.cancel()
+        return seqs
+
+    def _insert_rows(
+        self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]
+    ) -> tuple[list[int], int]:
+        """INSERT what is new in ``rows``; return every row's seq (the existing seq for a
+        repeated dedup key) and how many were new. Runs inside the caller's transaction."""
+        before = _sequence(db)
+        # Fast path: insert everything at once. A repeated dedup key (a re-import, or a key
+        # repeated inside the batch) trips the unique index and stops executemany at that
+        # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
+        # would be simpler, but it makes FTS5 flush its pending index on every chunk.)
+        try:
+            self._execute_insert(db, [(*r.values, n) for r, n in zip(rows, counts, strict=True)])
+        except sqlite3.IntegrityError as exc:
+            if _DEDUP_CONFLICT not in str(exc):
+                raise
+            done = _sequence(db) - before
+            rest = rows[done:]
+            existing = _existing_keys(db, rest)
+            fresh, rest_slots = _plan(rest, existing)
+            self._execute_insert(db, [(*rest[i].values, counts[done + i]) for i in fresh])
+            slots = [*range(done), *(s if isinstance(s, tuple) else done + s for s in rest_slots)]
+            inserted = done + len(fresh)
+        else:
+            slots, existing, inserted = list(range(len(rows))), {}, len(rows)
+        # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT hands out
+        # consecutive seqs; check it rather than trust it.
+        if _sequence(db) - before != inserted:
+            raise EventLogError("seq allocation was not contiguous; batch rolled back")
+        return [existing[s] if isinstance(s, tuple) else before + 1 + s for s in slots], inserted
+
+    @staticmethod
+    def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
+        db.executemany(
+            "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
+            "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
+            "metadata, created_at, dedup_key, searchable, tokens) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values,
+        )
+
+    # ------------------------------------------------------------------ reading
     def get(self, seq: int) -> Event:
         """The event with this seq; ``EventNotFound`` when there is none (out of range too)."""
         if sqlite_int(seq) != int(seq):

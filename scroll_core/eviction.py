@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ContextWindowUnfit
-from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, EventLog
+from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT
+from .eventstore import EventStore
 from .profile import Profile
 from .telemetry import span
 from .tokens import TokenCounter
@@ -104,7 +105,7 @@ def compress(
     state: ContextState,
     profile: Profile,
     *,
-    log: EventLog,
+    log: EventStore,
     prefix: Prefix,
     digest: Digest | str | None = None,
     counter: TokenCounter | None = None,
@@ -139,7 +140,7 @@ def _compress(
     state: ContextState,
     profile: Profile,
     *,
-    log: EventLog,
+    log: EventStore,
     prefix: Prefix,
     digest: Digest | str | None,
     counter: TokenCounter | None,

@@ -13,11 +13,18 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import PayloadCorrupt, PayloadMissing
 
-__all__ = ["ArtifactRef", "PayloadStore", "ToolResultRef", "encode_payload", "ref_of"]
+__all__ = [
+    "ArtifactRef",
+    "PayloadSource",
+    "PayloadStore",
+    "ToolResultRef",
+    "encode_payload",
+    "ref_of",
+]
 
 REF_PREFIX = "sha256:"
 _CHUNK = 1 << 20
@@ -42,16 +49,35 @@ def ref_of(data: bytes) -> str:
     return REF_PREFIX + hashlib.sha256(data).hexdigest()
 
 
+def check_ref(ref: str) -> str:
+    """The hex digest of a well-formed reference; ``PayloadMissing`` for anything else."""
+    if not isinstance(ref, str) or not ref.startswith(REF_PREFIX):
+        raise PayloadMissing(str(ref), "not a payload reference (expected 'sha256:<hex>')")
+    digest = ref[len(REF_PREFIX) :]
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise PayloadMissing(ref, "malformed sha256 digest")
+    return digest
+
+
+class PayloadSource(Protocol):
+    """Where lazy handles load payloads from: files on disk (``PayloadStore``) or a table of
+    the PostgreSQL Event Log. ``get`` checks the sha256 of what it returns."""
+
+    def put(self, data: bytes) -> str: ...
+
+    def get(self, ref: str) -> bytes: ...
+
+    def exists(self, ref: str) -> bool: ...
+
+
 class PayloadStore:
+    """Payloads as files under ``root``, one per sha256 (the SQLite Event Log's store)."""
+
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
 
     def path_for(self, ref: str) -> Path:
-        if not ref.startswith(REF_PREFIX):
-            raise PayloadMissing(ref, "not a payload reference (expected 'sha256:<hex>')")
-        digest = ref[len(REF_PREFIX) :]
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise PayloadMissing(ref, "malformed sha256 digest")
+        digest = check_ref(ref)
         return self.root / digest[:2] / digest
 
     def put(self, data: bytes) -> str:
@@ -93,7 +119,7 @@ class _PayloadHandle:
     ref: str
     size: int
     media: str
-    store: PayloadStore = field(repr=False, compare=False)
+    store: PayloadSource = field(repr=False, compare=False)
 
     def load_bytes(self) -> bytes:
         return self.store.get(self.ref)

@@ -13,8 +13,9 @@ Two steps, so the cost follows the number of hits and not the number of matches:
 from __future__ import annotations
 
 import itertools
+import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Any
@@ -24,7 +25,14 @@ from .errors import InvalidEvent
 from .logschema import sqlite_int
 from .timeutil import format_ts
 
-__all__ = ["Hit", "SearchFilters", "SearchTuning", "neighbour_seqs", "run_search"]
+__all__ = [
+    "Hit",
+    "SearchDialect",
+    "SearchFilters",
+    "SearchTuning",
+    "neighbour_seqs",
+    "run_search",
+]
 
 
 @dataclass(frozen=True)
@@ -131,23 +139,44 @@ class SearchFilters:
         return self.since is not None or self.until is not None
 
 
+# A filter with nothing to match (``kind=[]``) is the clause ``0``; PostgreSQL wants a boolean.
+_FALSE_CLAUSE = re.compile(r" AND 0(?= AND |$)")
 _HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at"
 
 
+@dataclass(frozen=True)
+class SearchDialect:
+    """What differs between backends: how a parameter is marked, how the BM25 candidates are
+    ranked (``candidates(db, terms, limit, filters, tuning) -> {seq: score}``) and how a
+    date range is listed. The neighbour signal and the hits are shared."""
+
+    mark: str
+    candidates: Callable[[Any, list[str], int, SearchFilters, SearchTuning], dict[int, float]]
+    list_range: Callable[[Any, int, SearchFilters], list[Hit]]
+
+    def sql(self, text: str) -> str:
+        """Filter SQL written for SQLite (``?`` marks, ``0`` for false) in this dialect."""
+        if self.mark == "?":
+            return text
+        return _FALSE_CLAUSE.sub(" AND 1 = 0", text).replace("?", self.mark)
+
+
 def run_search(
-    db: sqlite3.Connection,
+    db: Any,
     query: str,
     k: int,
     filters: SearchFilters,
     tuning: SearchTuning,
+    dialect: SearchDialect | None = None,
 ) -> list[Hit]:
+    dialect = dialect or SQLITE
     k = max(0, sqlite_int(k))
     if k == 0:
         return []
     terms = ftsquery.query_terms(query if isinstance(query, str) else str(query))
     if not terms:
-        return _list_range(db, k, filters) if filters.has_dates else []
-    base = _candidates(db, terms, max(k, tuning.candidates), filters, tuning)
+        return dialect.list_range(db, k, filters) if filters.has_dates else []
+    base = dialect.candidates(db, terms, max(k, tuning.candidates), filters, tuning)
     if not base:
         return []
     if len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight):
@@ -156,13 +185,13 @@ def run_search(
     reach = len(tuning.neighbour_weights)
     for seq in base:
         pool.update(range(seq - reach, seq + reach + 1))
-    marks = ", ".join("?" * len(pool))
+    marks = ", ".join([dialect.mark] * len(pool))
     # Only which session each turn belongs to is needed to score; contents are read for
     # the k winners alone.
     session_of = dict(
         db.execute(
             f"SELECT e.seq, e.session_id FROM events e "
-            f"WHERE e.seq IN ({marks}) AND e.searchable = 1{filters.sql}",
+            f"WHERE e.seq IN ({marks}) AND e.searchable = 1{dialect.sql(filters.sql)}",
             (*pool, *filters.params),
         ).fetchall()
     )
@@ -176,7 +205,7 @@ def run_search(
         if total > 0:
             scores[seq] = total
     ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
-    marks = ", ".join("?" * len(ranked))
+    marks = ", ".join([dialect.mark] * len(ranked))
     rows = {
         row[0]: row
         for row in db.execute(
@@ -265,6 +294,9 @@ def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[
         f"e.headline FROM events e WHERE e.searchable = 1{filters.sql} ORDER BY e.seq LIMIT ?"
     )
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
+
+
+SQLITE = SearchDialect("?", _candidates, _list_range)
 
 
 def neighbour_seqs(

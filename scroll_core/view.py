@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import EventNotFound, ScrollError
-from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventLog
+from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
+from .eventstore import EventStore
 from .index import SEAM_BANNER, EvictionIndex, RenderLevel
 from .profile import Profile
 from .tokens import TokenCounter
@@ -161,7 +162,7 @@ class ContextState:
             if is_user_message(event):
                 self.active_start = event.seq
 
-    def sync(self, log: EventLog) -> list[Event]:
+    def sync(self, log: EventStore) -> list[Event]:
         """Make live every event of this session appended since the last sync (O(new))."""
         fresh = log.session_events(self.session_id, after_seq=self.synced_seq, limit=None)
         self.add(fresh)
@@ -177,7 +178,7 @@ class ContextState:
         return set(self.live)
 
     # -------------------------------------------------------------- reading
-    def events(self, log: EventLog) -> list[Event]:
+    def events(self, log: EventStore) -> list[Event]:
         """The live events in order, from the cache (reading only what it lacks)."""
         missing = [s for s in self.live if s not in self._events]
         if missing:
@@ -355,7 +356,7 @@ def build_view(
     state: ContextState,
     profile: Profile,
     *,
-    log: EventLog,
+    log: EventStore,
     prefix: Prefix,
     digest: Digest | str | None = None,
     counter: TokenCounter | None = None,

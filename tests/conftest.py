@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -113,3 +116,78 @@ def django_db_setup(django_db_setup, django_db_blocker):
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
     connection.close()
+
+
+@pytest.fixture(scope="session")
+def pg_template(postgres_server):
+    """A database migrated once, copied by ``pg_url`` for every test that needs a fresh log."""
+    import psycopg
+
+    from scroll_core.pglog import PgEventLog
+
+    name = "scroll_template"
+    with psycopg.connect(postgres_server.url, autocommit=True) as db:
+        db.execute(f"DROP DATABASE IF EXISTS {name}")
+        db.execute(f"CREATE DATABASE {name}")
+    PgEventLog(_database_url(postgres_server.url, name)).close()
+    return name
+
+
+@contextmanager
+def fresh_pg_database(server_url: str, template: str) -> Iterator[str]:
+    """The superuser URL of a new database copied from ``template``, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"scroll_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as db:
+        db.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    try:
+        yield _database_url(server_url, name)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as db:
+            db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def pg_reader_url(url: str) -> str:
+    """The URL of a login that is a member of ``scroll_reader`` only (made once per run),
+    for the database at ``url``: what ``ms.sql_query`` runs model SQL as."""
+    import psycopg
+
+    from scroll_core.pgschema import READER_ROLE
+
+    login = "scroll_ms_test"
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{login}') "
+            f"THEN CREATE ROLE {login} LOGIN IN ROLE {READER_ROLE}; END IF; END $$"
+        )
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{login}@{parts.hostname}:{parts.port}"))
+
+
+@pytest.fixture
+def pg_url(postgres_server, pg_template):
+    """The superuser URL of a fresh, migrated, empty Event Log database (dropped after)."""
+    with fresh_pg_database(postgres_server.url, pg_template) as url:
+        yield url
+
+
+def _database_url(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request, tmp_path):
+    """A fresh Event Log on each backend: SQLite in a temporary folder, PostgreSQL in a
+    fresh database of the throwaway server."""
+    if request.param == "sqlite":
+        with EventLog(tmp_path / "eventlog.sqlite3") as event_log:
+            yield event_log
+        return
+    from scroll_core.pglog import PgEventLog
+
+    url = request.getfixturevalue("pg_url")
+    with PgEventLog(url, reader_url=pg_reader_url(url)) as event_log:
+        yield event_log

@@ -19,8 +19,19 @@ from scroll_core.tokens import CharRatioCounter
 S = "agent-1"
 
 
-@pytest.fixture
-def clog(tmp_path):
+@pytest.fixture(params=["sqlite", "postgres"])
+def clog(request, tmp_path):
+    """The agent loop runs on either backend unchanged."""
+    if request.param == "postgres":
+        from scroll_core.pglog import PgEventLog
+        from tests.conftest import pg_reader_url
+
+        url = request.getfixturevalue("pg_url")
+        with PgEventLog(
+            url, token_counter=CharRatioCounter(), reader_url=pg_reader_url(url)
+        ) as log:
+            yield log
+        return
     with EventLog(tmp_path / "eventlog.sqlite3", token_counter=CharRatioCounter()) as log:
         yield log
 

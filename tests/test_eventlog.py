@@ -13,6 +13,13 @@ from scroll_core import (
     ScrollError,
 )
 from scroll_core.logschema import MIGRATIONS
+from tests.backends import DB_ERRORS, mark, outside_connection
+
+
+@pytest.fixture
+def log(store):
+    """Every test here that takes ``log`` runs on SQLite and on PostgreSQL."""
+    return store
 
 
 def test_it_returns_increasing_seqs(log):
@@ -133,19 +140,15 @@ def test_get_of_a_missing_seq_raises_event_not_found(log):
 
 def test_it_refuses_update_of_an_event_through_any_connection(log):
     seq = log.append(session_id="s", kind="context_msg", content="original")
-    other = sqlite3.connect(log.path)
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        other.execute("UPDATE events SET content = 'rewritten' WHERE seq = ?", (seq,))
-    other.close()
+    with outside_connection(log) as other, pytest.raises(DB_ERRORS, match="append-only"):
+        other.execute(f"UPDATE events SET content = 'rewritten' WHERE seq = {mark(log)}", (seq,))
     assert log.get(seq).content == "original"
 
 
 def test_it_refuses_delete_of_an_event_through_any_connection(log):
     seq = log.append(session_id="s", kind="context_msg", content="keep me")
-    other = sqlite3.connect(log.path)
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+    with outside_connection(log) as other, pytest.raises(DB_ERRORS, match="append-only"):
         other.execute("DELETE FROM events")
-    other.close()
     assert log.get(seq).content == "keep me"
 
 
@@ -153,13 +156,20 @@ def test_a_write_that_would_rewrite_an_event_is_refused_as_a_scroll_error(log):
     kept = log.append(session_id="s", kind="context_msg", content="original")
     # Another writer's trigger turns every insert into an insert plus an UPDATE of the row;
     # the log's own append-only trigger must refuse the batch as a whole.
-    other = sqlite3.connect(log.path)
-    other.execute(
-        "CREATE TRIGGER rewrite_after_insert AFTER INSERT ON events BEGIN "
-        "UPDATE events SET content = 'rewritten' WHERE seq = NEW.seq; END"
-    )
-    other.commit()
-    other.close()
+    with outside_connection(log) as other:
+        if log.backend == "sqlite":
+            other.execute(
+                "CREATE TRIGGER rewrite_after_insert AFTER INSERT ON events BEGIN "
+                "UPDATE events SET content = 'rewritten' WHERE seq = NEW.seq; END"
+            )
+        else:
+            other.execute(
+                "CREATE FUNCTION rewrite() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "UPDATE events SET content = 'rewritten' WHERE seq = NEW.seq; RETURN NULL; "
+                "END $$; CREATE TRIGGER rewrite_after_insert AFTER INSERT ON events "
+                "FOR EACH ROW EXECUTE FUNCTION rewrite()"
+            )
+        other.commit()
 
     with pytest.raises(ScrollError) as caught:
         log.append_many(
@@ -174,10 +184,12 @@ def test_a_write_that_would_rewrite_an_event_is_refused_as_a_scroll_error(log):
     assert log.count() == 1 and log.get(kept).content == "original"
 
 
-def test_readers_cannot_write(log):
+def test_readers_cannot_write(tmp_path):
+    log = EventLog(tmp_path / "log.sqlite3")
     log.append(session_id="s", kind="context_msg", content="x")
     with pytest.raises(sqlite3.OperationalError, match=r"readonly|query_only|attempt to write"):
         log._reader().execute("INSERT INTO events_fts(rowid, content) VALUES (99, 'x')")
+    log.close()
 
 
 def test_session_events_pages_after_a_seq(log):

@@ -8,6 +8,12 @@ from scroll_core import InvalidEvent
 
 
 @pytest.fixture
+def log(store):
+    """Every search test runs on SQLite and on PostgreSQL."""
+    return store
+
+
+@pytest.fixture
 def notes(log):
     rows = [
         ("s1", "context_msg", "Alice went hiking in the Dolomites last June", "2023-06-10"),

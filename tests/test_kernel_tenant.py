@@ -76,8 +76,20 @@ def _plant(log: EventLog) -> dict[str, int]:
     return seqs
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def planted(request, tmp_path_factory):
+    if request.param == "postgres":  # the boundary holds on both backends
+        from scroll_core.pglog import PgEventLog
+        from tests.conftest import fresh_pg_database, pg_reader_url
+
+        server = request.getfixturevalue("postgres_server")
+        template = request.getfixturevalue("pg_template")
+        with (
+            fresh_pg_database(server.url, template) as url,
+            PgEventLog(url, reader_url=pg_reader_url(url)) as log,
+        ):
+            yield log, _plant(log)
+        return
     path = tmp_path_factory.mktemp("tenant") / "eventlog.sqlite3"
     with EventLog(path) as log:
         seqs = _plant(log)
@@ -166,6 +178,26 @@ ATTEMPTS: dict[str, str] = {
     "search_date_listing": "ms.search('', on='2024-03-01', agent='*', k=50)",
     "search_agent_list": f"ms.search('api key', agent=[{B_AGENT!r}, {A_AGENT!r}])",
     "schema": "ms.schema()",
+    # -- PostgreSQL: what a role, a setting or a SQL-running function could widen ----------
+    "sql_pg_scope_table": _sql("SELECT * FROM scroll_scope"),
+    "sql_pg_scope_forge": _sql(f"UPDATE scroll_scope SET agents = ARRAY['{B_AGENT}']"),
+    "sql_pg_do_block": _sql(
+        "DO $$ BEGIN RAISE EXCEPTION '%', (SELECT string_agg(content, ',') FROM events); END $$"
+    ),
+    "sql_pg_query_to_xml": _sql(
+        "SELECT query_to_xml('SELECT content FROM events', true, false, '')"
+    ),
+    "sql_pg_set_role_then_query": _sql(
+        "SELECT set_config('role', 'scroll', true), "
+        "query_to_xml('SELECT content FROM events', true, false, '')"
+    ),
+    "sql_pg_payloads": _sql("SELECT convert_from(data, 'UTF8') FROM payloads"),
+    "sql_pg_fts_table": _sql("SELECT tsv::text FROM events_fts"),
+    "sql_pg_lexemes": _sql("SELECT lexeme FROM fts_terms"),
+    "sql_pg_stats": _sql("SELECT most_common_vals::text FROM pg_stats WHERE tablename = 'events'"),
+    "sql_pg_copy": _sql("COPY events TO STDOUT"),
+    "sql_pg_cast_error": _sql("SELECT 1 FROM events WHERE CAST(content AS int) = 1"),
+    "sql_pg_public_schema": _sql("SELECT content FROM public.events"),
 }
 
 
@@ -320,8 +352,8 @@ def test_a_later_table_is_invisible_and_session_stats_is_scoped(tmp_path):
         with sqlite3.connect(log.path) as db:
             db.execute("CREATE TABLE notes (agent_id TEXT, body TEXT)")
             db.execute("INSERT INTO notes VALUES (?, ?)", (B_AGENT, SECRET))
-            # session_stats is the Event Log's own summary table (kept on every append).
         db.close()
+        # session_stats is the log's own summary table (Event Log migration m002).
         ms = MsCapability(log, agent_id=A_AGENT)
         try:
             with pytest.raises(QueryRefused, match="not readable"):
@@ -340,16 +372,22 @@ def test_a_later_table_is_invisible_and_session_stats_is_scoped(tmp_path):
 def test_sql_over_the_scoped_view_keeps_json_functions_and_recursive_ctes(planted):
     log, _ = planted
     ms = MsCapability(log, agent_id=A_AGENT)
+    each = "json_each" if log.backend == "sqlite" else "jsonb_array_elements"
+    cast = "" if log.backend == "sqlite" else "::jsonb"
     try:
-        assert _rows(ms, "SELECT count(*) FROM events, json_each(events.metadata)") == [[0]]
-        assert _rows(ms, "SELECT value FROM json_each('[1, 2]')") == [[1], [2]]
+        if log.backend == "sqlite":
+            assert _rows(ms, "SELECT count(*) FROM events, json_each(events.metadata)") == [[0]]
+        else:
+            assert _rows(ms, "SELECT count(*) FROM events, jsonb_each(metadata::jsonb)") == [[0]]
+        assert _rows(ms, f"SELECT value FROM {each}('[1, 2]'{cast})") in ([[1], [2]], [[1], [2]])
         assert _rows(
             ms,
             "WITH RECURSIVE c(x) AS (SELECT min(seq) FROM events UNION ALL "
             "SELECT x + 1 FROM c WHERE x < 3) SELECT count(*) FROM c",
         ) == [[3]]
-        with pytest.raises(QueryRefused, match="pragma_table_info"):
-            ms.sql_query("SELECT * FROM pragma_table_info('events')")
+        if log.backend == "sqlite":
+            with pytest.raises(QueryRefused, match="pragma_table_info"):
+                ms.sql_query("SELECT * FROM pragma_table_info('events')")
     finally:
         ms.close()
 
@@ -367,6 +405,8 @@ def test_a_log_path_with_uri_characters_still_opens_scoped(tmp_path):
 
 
 def test_a_session_is_read_by_its_index_not_by_scanning_the_agent(planted):
+    if planted[0].backend != "sqlite":
+        pytest.skip("SQLite's query plan through its scoped view; PostgreSQL reads by index")
     log, _ = planted
     reader = ScopedReader(log, (A_AGENT,))
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import ExitStack
 
 import pytest
 
@@ -34,10 +35,23 @@ FILLER = [
 ]
 
 
-@pytest.fixture(scope="module")
-def event_log(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policy") / "eventlog.sqlite3"
-    with EventLog(path) as log:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def event_log(request, tmp_path_factory):
+    """The planted log on each backend: the programs the policy writes (sql_query with ?
+    placeholders included) run on both."""
+    with ExitStack() as stack:
+        if request.param == "postgres":
+            from scroll_core.pglog import PgEventLog
+            from tests.conftest import fresh_pg_database, pg_reader_url
+
+            server = request.getfixturevalue("postgres_server")
+            url = stack.enter_context(
+                fresh_pg_database(server.url, request.getfixturevalue("pg_template"))
+            )
+            log = stack.enter_context(PgEventLog(url, reader_url=pg_reader_url(url)))
+        else:
+            path = tmp_path_factory.mktemp("policy") / "eventlog.sqlite3"
+            log = stack.enter_context(EventLog(path))
         day = 1
         for round_ in range(6):
             for i, (speaker, text) in enumerate(FILLER):

@@ -36,7 +36,8 @@ from ..errors import (
     ModelError,
     ScrollError,
 )
-from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventLog
+from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
+from ..eventstore import EventStore
 from ..eviction import compress
 from ..headlines import parse_headline
 from ..kernel.manager import KernelManager
@@ -96,7 +97,7 @@ class Session:
 
     def __init__(
         self,
-        log: EventLog,
+        log: EventStore,
         model: ChatModel,
         *,
         session_id: str,
@@ -603,7 +604,7 @@ class Session:
     def resume(
         cls,
         data: Mapping[str, Any],
-        log: EventLog,
+        log: EventStore,
         model: ChatModel,
         *,
         kernel: AgentKernel | None = None,
@@ -693,7 +694,7 @@ class Session:
         )
 
 
-def _answer_text(log: EventLog, record: StepRecord) -> str | None:
+def _answer_text(log: EventStore, record: StepRecord) -> str | None:
     """The final answer's text (headline stripped), as stored."""
     if record.assistant_seq is None:
         return None

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import AgentNotReadable, QueryRefused
 from ..eventlog import EventLog
+from ..eventstore import EventStore
 from ..scoped import (
     FTS_REFUSED,
     SCOPED_TABLES,
@@ -31,9 +32,14 @@ from ..scoped import (
     open_scoped,
     scope_agents,
 )
+from ..sqldialect import dialect_notes
 from ..telemetry import span
 from ..timeutil import parse_ts
 from .protocol import to_wire
+
+if TYPE_CHECKING:
+    from ..pglog import PgEventLog
+    from ..pgscoped import PgModelSql, PgScopedReader
 
 __all__ = ["MsCall", "MsCapability", "QueryRefused"]
 
@@ -121,7 +127,7 @@ class MsCapability:
 
     def __init__(
         self,
-        log: EventLog,
+        log: EventStore,
         *,
         agent_id: str = "main",
         session_id: str | None = None,
@@ -152,7 +158,8 @@ class MsCapability:
         self.calls: list[MsCall] = []
         self._db: sqlite3.Connection | None = None
         self._denial: Any = None
-        self._scoped: ScopedReader | None = None
+        self._scoped: ScopedReader | PgScopedReader | None = None
+        self._pg_sql: PgModelSql | None = None
         self._db_lock = threading.Lock()
 
     # -- host-facing ----------------------------------------------------------------------
@@ -237,6 +244,9 @@ class MsCapability:
         if self._scoped is not None:
             self._scoped.close()
             self._scoped = None
+        if self._pg_sql is not None:
+            self._pg_sql.close()
+            self._pg_sql = None
 
     def agents(self) -> tuple[str, ...]:
         """The readable agents now, own agent first. A grant source that fails reads as no
@@ -249,16 +259,21 @@ class MsCapability:
         checked = scope_agents(self.agent_id, granted)  # each id valid, own first, no repeats
         return (checked[0], *sorted(checked[1:]))
 
-    def _reader(self) -> ScopedReader:
+    def _reader(self) -> ScopedReader | PgScopedReader:
         """The scoped reader for the current readable set; rebuilt when a grant changes it."""
         agents = self.agents()
         with self._db_lock:
             if self._scoped is None or self._scoped.agents != agents:
                 self._drop_connections()
-                self._scoped = ScopedReader(self.log, agents)
+                if isinstance(self.log, EventLog):
+                    self._scoped = ScopedReader(self.log, agents)
+                else:
+                    from ..pgscoped import PgScopedReader  # psycopg only where it is used
+
+                    self._scoped = PgScopedReader(cast("PgEventLog", self.log), agents)
             return self._scoped
 
-    def _wanted(self, reader: ScopedReader, agent: str | None) -> tuple[str, ...]:
+    def _wanted(self, reader: ScopedReader | PgScopedReader, agent: str | None) -> tuple[str, ...]:
         """The agents a call narrows to: its own by default, ``'*'`` for every readable one."""
         readable = reader.agents
         if agent is None:
@@ -430,6 +445,7 @@ class MsCapability:
             "tables": tables,
             "notes": SCHEMA_NOTES,
             "search": SEARCH_DOC,
+            **dialect_notes(self.log.backend),
             "agent": self.agent_id,
             "readable_agents": list(reader.agents),
             "row_cap": self.row_cap,
@@ -473,6 +489,7 @@ class MsCapability:
         reader = self._reader()
         with self._db_lock:
             if self._db is None:
+                assert isinstance(self.log, EventLog)
                 self._db, _, self._denial = open_scoped(self.log, reader.agents, model_sql=True)
                 # A text cell longer than the budget can never be returned whole: keep one
                 # character more than the budget (the fetch loop then cuts the row), so the
@@ -486,6 +503,8 @@ class MsCapability:
     ) -> tuple[list[str], list[tuple[Any, ...]], str | None]:
         """Run model SQL; rows are counted and sized one by one as they are fetched, and
         fetching stops at the row cap or the byte budget (which one is returned)."""
+        if not isinstance(self.log, EventLog):
+            return self._pg_query(sql, params, cap)
         db, denial = self._connection()
         with self._db_lock:
             deadline = time.monotonic() + self.sql_time_limit_s
@@ -534,6 +553,26 @@ class MsCapability:
             finally:
                 db.set_progress_handler(None, 0)
         return columns, rows, truncated_by
+
+    def _pg_query(
+        self, sql: str, params: Any, cap: int | None
+    ) -> tuple[list[str], list[tuple[Any, ...]], str | None]:
+        reader = self._reader()
+        with self._db_lock:
+            if self._pg_sql is None or self._pg_sql.agents != reader.agents:
+                if self._pg_sql is not None:
+                    self._pg_sql.close()
+                from ..pgscoped import PgModelSql
+
+                self._pg_sql = PgModelSql(cast("PgEventLog", self.log), reader.agents)
+            return self._pg_sql.query(
+                sql,
+                params,
+                cap=cap,
+                byte_budget=self.byte_budget,
+                time_limit_s=self.sql_time_limit_s,
+                leading_word=_leading_word(sql),
+            )
 
 
 def _row_size(row: tuple[Any, ...]) -> int:

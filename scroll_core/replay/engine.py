@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from ..errors import ContextWindowUnfit, ScrollError
-from ..eventlog import KIND_MODEL_TURN, EventLog
+from ..eventlog import KIND_MODEL_TURN
+from ..eventstore import EventStore
 from ..eviction import CompressRecord, compress, split_point
 from ..profile import Profile
 from ..prompts import RECALL_TOOL, system_prompt, tool_definitions
@@ -276,8 +277,8 @@ def replay(
     return result
 
 
-def _log(source: TraceLog) -> EventLog:
-    return cast(EventLog, source)
+def _log(source: TraceLog) -> EventStore:
+    return cast(EventStore, source)
 
 
 def _run_compressing(

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ScrollError
-from ..eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventLog
+from ..eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
+from ..eventstore import EventStore
 from ..tokens import TokenCounter
 
 __all__ = [
@@ -173,7 +174,7 @@ class Trace:
 
 
 def load_trace(
-    log: EventLog,
+    log: EventStore,
     session_id: str,
     *,
     steps: Sequence[Mapping[str, Any]] | None = None,

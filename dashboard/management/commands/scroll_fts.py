@@ -26,7 +26,7 @@ class Command(BaseCommand):
             try:
                 covered = log.fts_check()
             except SearchIndexCorrupt as exc:
-                raise CommandError(f"{log.path}: {exc}") from exc
+                raise CommandError(f"{log.location}: {exc}") from exc
             self.stdout.write(self.style.SUCCESS(f"FTS index OK: {covered} events indexed"))
         elif action == "rebuild":
             covered = log.fts_rebuild()

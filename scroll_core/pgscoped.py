@@ -1,0 +1,379 @@
+"""The tenant boundary of ``ms`` on the PostgreSQL Event Log (``scoped`` is SQLite's).
+
+Two paths, as on SQLite:
+
+- ``PgScopedReader`` serves every non-SQL read (get, range, tool call, sessions, search,
+  payloads) on its own connection, switched to ``scroll_host_reader``: row-level security
+  shows it only the readable agents' events, summaries and full-text rows (and every
+  statement also carries ``agent_id = ANY(<readable agents>)`` as a bound parameter), so
+  no forged seq, session id or tool-call id reaches another agent's rows.
+- ``PgModelSql`` runs the SQL a model writes, on its own connection logged in as a member
+  of ``scroll_reader`` (``reader_url``): SELECT on ``events`` and ``session_stats`` only,
+  row-level security showing only the agents the host registered for that connection's
+  backend pid (``pgschema.m002_ms_reader`` says why a pid and not a setting), every call in
+  its own READ ONLY transaction with a ``statement_timeout``, rolled back afterwards, and
+  rows streamed through a server-side cursor so the row cap and byte budget stop the fetch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+import uuid
+from collections.abc import Sequence
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from .errors import EventNotFound, QueryRefused
+from .eventlog import SessionSummary
+from .pglog import PG_DIALECT
+from .pgschema import HOST_READER_ROLE
+from .scoped import FTS_REFUSED, ScopedEvent, scope_agents
+from .search import Hit, SearchFilters, run_search
+from .telemetry import span
+
+if TYPE_CHECKING:
+    from .pglog import PgEventLog
+
+__all__ = ["PgModelSql", "PgScopedReader", "to_pg_params"]
+
+# Statements a model may run: reads only (the transaction is read-only as well).
+_READ_WORDS = frozenset({"select", "with", "values", "table"})
+_FETCH = 50
+_EVENT_COLUMNS = (
+    "seq, session_id, agent_id, kind, role, name, substr(content, 1, %s), tool_call_id, "
+    "tool_input, payload_ref, payload_size, payload_media, headline, metadata, created_at, "
+    "tokens, dedup_key, length(content)"
+)
+_SUMMARY_COLUMNS = "session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at"
+# A quoted literal, quoted identifier, dollar-quoted string or comment (skipped when
+# placeholders are translated), or one of the characters that are translated.
+_SQL_TOKENS = re.compile(
+    r"'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?|(\$[A-Za-z_0-9]*\$).*?(?:\1|$)|--[^\n]*|/\*.*?(?:\*/|$)"
+    r"|::|:[A-Za-z_][A-Za-z_0-9]*|\?|%",
+    re.DOTALL,
+)
+
+
+class PgScopedReader:
+    """Every non-SQL read ``ms`` makes on PostgreSQL, narrowed to ``agents``."""
+
+    views = ("events", "session_stats")
+
+    def __init__(self, log: PgEventLog, agents: Sequence[str]) -> None:
+        self.log = log
+        self.agents = scope_agents(agents[0], agents[1:]) if agents else ()
+        self._lock = threading.Lock()
+        self._db = _scoped_connection(log, log.url, self.agents, role=HOST_READER_ROLE)
+
+    def close(self) -> None:
+        with self._lock:
+            _release(self.log, self._db)
+
+    def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, tuple(params)).fetchall()
+
+    def _events(
+        self, where: str, params: Sequence[Any], char_budget: int, limit: int | None = None
+    ) -> list[ScopedEvent]:
+        sql = f"SELECT seq FROM events WHERE agent_id = ANY(%s) AND {where} ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        found: list[ScopedEvent] = []
+        left = max(0, int(char_budget))
+        for (seq,) in self._rows(sql, (list(self.agents), *params)):
+            rows = self._rows(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = %s AND agent_id = ANY(%s)",
+                (left, seq, list(self.agents)),
+            )
+            if not rows:
+                continue
+            event = self.log._event(rows[0][:17])
+            left = max(0, left - len(event.content))
+            found.append(ScopedEvent(event, int(rows[0][17] or 0)))
+        return found
+
+    def get(self, seq: int, char_budget: int) -> ScopedEvent:
+        found = self._events("seq = %s", (_bigint(seq),), char_budget)
+        if not found:
+            raise EventNotFound(seq)
+        return found[0]
+
+    def range(self, lo: int, hi: int, char_budget: int) -> list[ScopedEvent]:
+        return self._events("seq BETWEEN %s AND %s", (_bigint(lo), _bigint(hi)), char_budget)
+
+    def by_tool_call(self, tool_call_id: str, char_budget: int) -> list[ScopedEvent]:
+        return self._events("tool_call_id = %s", (str(tool_call_id),), char_budget)
+
+    def session_events(
+        self, session_id: str, after_seq: int, limit: int, char_budget: int
+    ) -> list[ScopedEvent]:
+        return self._events(
+            "session_id = %s AND seq > %s",
+            (str(session_id), _bigint(after_seq)),
+            char_budget,
+            limit,
+        )
+
+    def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
+        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
+        if not wanted:
+            return []
+        rows = self._rows(
+            f"SELECT {_SUMMARY_COLUMNS} FROM session_stats WHERE agent_id = ANY(%s) "
+            "ORDER BY last_seq DESC",
+            (list(wanted),),
+        )
+        return [SessionSummary(*row) for row in rows]
+
+    def session(self, session_id: str) -> SessionSummary | None:
+        rows = self._rows(
+            f"SELECT {_SUMMARY_COLUMNS} FROM session_stats "
+            "WHERE session_id = %s AND agent_id = ANY(%s)",
+            (str(session_id), list(self.agents)),
+        )
+        return SessionSummary(*rows[0]) if rows else None
+
+    def table_sql(self, name: str) -> str | None:
+        """The table's columns and types, in the form of a CREATE TABLE."""
+        rows = self._rows(
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position",
+            (name,),
+        )
+        if not rows:
+            return None
+        columns = ", ".join(
+            f"{col} {kind.upper()}{' NOT NULL' if nullable == 'NO' else ''}"
+            for col, kind, nullable in rows
+        )
+        return f"CREATE TABLE {name} ({columns})"
+
+    def search(
+        self,
+        query: str,
+        k: int,
+        *,
+        agents: Sequence[str] | None = None,
+        session_id: str | None = None,
+        kind: str | Sequence[str] | None = None,
+        since: str | datetime | date | None = None,
+        until: str | datetime | date | None = None,
+        before_seq: int | None = None,
+        speaker: str | Sequence[str] | None = None,
+        neighbours: int = 0,
+    ) -> list[Hit]:
+        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
+        if not wanted:
+            return []
+        filters = SearchFilters(session_id, wanted, kind, since, until, before_seq, speaker=speaker)
+        with span(
+            "scroll.search",
+            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": wanted[0]},
+            query=query,
+            k=k,
+            agents=list(wanted),
+            filter_session=session_id,
+            filter_kind=kind,
+            since=since,
+            until=until,
+        ) as traced:
+            with self._lock:
+                hits = run_search(self._db, query, k, filters, self.log.search_tuning, PG_DIALECT)
+                hits = self._with_neighbours(hits, neighbours, before_seq)
+            if traced.recording:
+                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
+            return hits
+
+    def _with_neighbours(self, hits: list[Hit], reach: int, before_seq: int | None) -> list[Hit]:
+        """Each hit with up to ``reach`` searchable turns on each side in its session, read
+        through this reader's connection (row-level security keeps them in scope)."""
+        if reach <= 0:
+            return hits
+        bound = "" if before_seq is None else " AND seq < %s"
+        extra: tuple[Any, ...] = () if before_seq is None else (_bigint(before_seq),)
+        filled = []
+        for hit in hits:
+            rows = []
+            for op, order in (("<", "DESC"), (">", "ASC")):
+                rows += self._db.execute(
+                    f"SELECT seq FROM events WHERE session_id = %s AND seq {op} %s"
+                    f" AND searchable = 1{bound} ORDER BY seq {order} LIMIT %s",
+                    (hit.session_id, hit.seq, *extra, int(reach)),
+                ).fetchall()
+            filled.append(dataclasses.replace(hit, neighbours=tuple(sorted(r[0] for r in rows))))
+        return filled
+
+    def payload(self, seq: int, byte_budget: int) -> Any:
+        found = self._events("seq = %s", (_bigint(seq),), char_budget=byte_budget)
+        if not found:
+            raise EventNotFound(seq)
+        scoped = found[0]
+        handle = scoped.event.payload
+        if handle is None:
+            if scoped.content_cut:
+                raise QueryRefused(
+                    f"event {seq} holds {scoped.content_chars:,} characters, more than the "
+                    f"{byte_budget:,} one ms call returns; select parts of it with "
+                    "sql_query and substr(content, start, length)"
+                )
+            return scoped.event.content
+        if handle.size > byte_budget:
+            raise QueryRefused(
+                f"payload of event {seq} is {handle.size:,} bytes, more than the "
+                f"{byte_budget:,} one ms call returns"
+            )
+        return handle.load()
+
+
+class PgModelSql:
+    """Model SQL on PostgreSQL: a reader-role connection scoped to ``agents``."""
+
+    def __init__(self, log: PgEventLog, agents: Sequence[str]) -> None:
+        if not log.reader_url:
+            raise QueryRefused(
+                "sql_query on the PostgreSQL Event Log needs a read-only login: set "
+                "SCROLL_EVENTLOG_READER_URL (a role granted scroll_reader) for this deployment"
+            )
+        self.log = log
+        self.agents = tuple(agents)
+        self._db = _scoped_connection(log, log.reader_url, self.agents)
+
+    def close(self) -> None:
+        _release(self.log, self._db)
+
+    def query(
+        self,
+        sql: str,
+        params: Any,
+        *,
+        cap: int | None,
+        byte_budget: int,
+        time_limit_s: float,
+        leading_word: str,
+    ) -> tuple[list[str], list[tuple[Any, ...]], str | None]:
+        if leading_word not in _READ_WORDS:
+            raise QueryRefused(
+                f"read-only: only SELECT (or WITH/VALUES/TABLE) statements run here, not "
+                f"{leading_word.upper() or 'an empty statement'}"
+            )
+        text, bound = to_pg_params(sql, params)
+        rows: list[tuple[Any, ...]] = []
+        truncated_by: str | None = None
+        columns: list[str] = []
+        try:
+            with self._db.transaction(force_rollback=True):
+                self._db.execute("SET TRANSACTION READ ONLY")
+                self._db.execute(
+                    f"SET LOCAL statement_timeout = {max(1, int(time_limit_s * 1000))}"
+                )
+                with self._db.cursor(name=f"ms_{uuid.uuid4().hex[:12]}") as cursor:
+                    cursor.itersize = _FETCH
+                    cursor.execute(text, bound)
+                    columns = [d.name for d in cursor.description or ()]
+                    size = 0
+                    while truncated_by is None:
+                        batch = cursor.fetchmany(_FETCH)
+                        if not batch:
+                            break
+                        for row in batch:
+                            if cap is not None and len(rows) >= cap:
+                                truncated_by = "rows"
+                                break
+                            size += sum(len(v) if isinstance(v, str | bytes) else 8 for v in row)
+                            if size > byte_budget:
+                                truncated_by = "bytes"
+                                break
+                            rows.append(tuple(row))
+        except pgerrors.QueryCanceled:
+            raise QueryRefused(f"query stopped at the {time_limit_s:g}s time limit") from None
+        except pgerrors.InsufficientPrivilege as exc:
+            if "events_fts" in sql.lower():
+                raise QueryRefused(FTS_REFUSED) from None
+            raise QueryRefused(
+                f"not readable here ({_first_line(exc)}); readable: events, session_stats"
+            ) from None
+        except pgerrors.ReadOnlySqlTransaction as exc:
+            raise QueryRefused(f"read-only: {_first_line(exc)}") from None
+        except (psycopg.Error, ValueError, TypeError, KeyError, IndexError) as exc:
+            raise QueryRefused(_first_line(exc)) from None
+        return columns, rows, truncated_by
+
+
+def _scoped_connection(
+    log: PgEventLog, url: str, agents: Sequence[str], *, role: str | None = None
+) -> psycopg.Connection[Any]:
+    """A read-only connection whose backend pid the host has registered in
+    ``scroll_scope`` with ``agents``; switched to ``role`` when one is given."""
+    try:
+        db = psycopg.connect(
+            url, autocommit=True, options="-c jit=off -c default_transaction_read_only=on"
+        )
+    except psycopg.OperationalError as exc:
+        raise QueryRefused(f"cannot open a scoped connection: {_first_line(exc)}") from None
+    try:
+        with log._write() as writer:
+            writer.execute(
+                "INSERT INTO scroll_scope (pid, agents) VALUES (%s, %s) ON CONFLICT (pid) "
+                "DO UPDATE SET agents = excluded.agents, set_at = now()",
+                (db.info.backend_pid, list(agents)),
+            )
+        if role is not None:
+            db.execute(f"SET ROLE {role}")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _release(log: PgEventLog, db: psycopg.Connection[Any]) -> None:
+    if db.closed:
+        return
+    pid = db.info.backend_pid
+    db.close()
+    try:
+        with log._write() as writer:
+            writer.execute("DELETE FROM scroll_scope WHERE pid = %s", (pid,))
+    except Exception:  # the log may be closed first; a stale row scopes no live connection
+        pass
+
+
+def to_pg_params(sql: str, params: Any) -> tuple[str, Any]:
+    """SQL written with SQLite placeholders (``?`` with a list, ``:name`` with a dict) in
+    psycopg's (``%s``, ``%(name)s``), every other ``%`` doubled. Literals, quoted names and
+    comments are left alone (but their ``%`` doubled too: psycopg reads the whole text).
+    SQL already using ``%s``/``%(name)s`` is passed on as it is; without params, so is
+    any ``%``."""
+    if not params:
+        return sql, None
+    found = {m.group(0) for m in _SQL_TOKENS.finditer(sql) if m.group(0) in ("?",)} or {
+        m.group(0)
+        for m in _SQL_TOKENS.finditer(sql)
+        if m.group(0).startswith(":") and m.group(0) != "::"
+    }
+    if not found:
+        return sql, params
+    named = isinstance(params, dict)
+
+    def swap(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token == "?" and not named:
+            return "%s"
+        if named and token.startswith(":") and token != "::":
+            return f"%({token[1:]})s"
+        return token.replace("%", "%%")
+
+    return _SQL_TOKENS.sub(swap, sql), params if named else list(params)
+
+
+def _bigint(value: Any) -> int:
+    return max(-(2**63), min(2**63 - 1, int(value)))
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -21,6 +21,7 @@ Hierarchy::
     │   ├── KernelProtocolError    the kernel sent something the host will not accept
     │   └── HostFunctionRefused    a host-function name or call was rejected
     ├── QueryRefused           ms.sql_query will not run a statement (write, pragma, too long)
+    ├── GatewayRequestInvalid  a client's request to the gateway is malformed (names the field)
     └── ModelError             a model provider failed or refused a request (status, message)
         └── ContextOverflow        the provider says the prompt exceeds its context window
 """
@@ -35,6 +36,7 @@ __all__ = [
     "EventLogError",
     "EventNotFound",
     "EvictionIndexError",
+    "GatewayRequestInvalid",
     "HostFunctionRefused",
     "IngestError",
     "InvalidEvent",
@@ -204,3 +206,13 @@ class HostFunctionRefused(KernelError, ValueError):
 
 class QueryRefused(ScrollError, ValueError):
     """A query the read-only connection will not run (writes, pragmas, attach, too long)."""
+
+
+class GatewayRequestInvalid(ScrollError, ValueError):
+    """A client's request to the gateway is malformed; ``param`` names the offending field
+    (a dotted path such as ``messages.2.content``) so the client's error says where."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+        self.message = message

@@ -20,6 +20,7 @@ def test_the_public_core_is_pinned():
         "EventNotFound",
         "EvictionIndex",
         "EvictionIndexError",
+        "GatewayRequestInvalid",
         "Headline",
         "HeadlineParse",
         "Hit",

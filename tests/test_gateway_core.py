@@ -357,9 +357,9 @@ def test_a_missing_headline_falls_back_to_an_extractive_one(clog):
         model="up",
     )
     assert reply.content == "To Paris with Caroline."
-    event = [
+    event = next(
         e for e in clog.session_events("gw:alice:s", limit=None) if e.metadata.get("gw") == "reply"
-    ][0]
+    )
     assert event.metadata["headline_quality"] == "missing"
     assert event.metadata["headline_source"] == "extractive"
     assert parse_headline("x\n" + event.headline).quality == "ok" and "Melanie" in event.headline
@@ -411,5 +411,5 @@ def test_one_agents_recall_never_reaches_another_agents_memory(clog, kernel):
     )
     bob = conversation(clog, kernel, agent="bob", session="gw:bob:s")
     bob.handle(request(user("what secrets exist?")), upstream, model="up")
-    printed = [m for m in upstream.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
+    printed = next(m for m in upstream.requests[1]["messages"] if m["role"] == "tool")["content"]
     assert "hits []" in printed and "ZEBRA" not in printed and "gw:alice:s" not in printed

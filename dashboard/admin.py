@@ -175,3 +175,6 @@ class SpanRecordAdmin(ReadOnlyAdmin):
     list_display = ("name", "session_id", "status", "duration_ms", "span_id")
     list_filter = ("status",)
     search_fields = ("name", "session_id", "trace_id")
+
+
+from dashboard.gateway import admin as gateway_admin  # noqa: E402, F401  (registers GatewayKey)

@@ -25,6 +25,7 @@ urlpatterns = [
     path("", include("dashboard.replay_views")),  # the replay lab (issue 6)
     path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("admin/", admin.site.urls),
+    path("v1/", include("dashboard.gateway.urls")),  # the gateway (issue 14)
 ]
 
 if settings.SCROLL_BENCH:

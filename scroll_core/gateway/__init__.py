@@ -8,6 +8,7 @@ view and kernel (``conversation``). The Django/ASGI glue is ``dashboard.gateway`
 
 from __future__ import annotations
 
+from . import anthropic_api, openai_api
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import Alignment, align
 from .anthropic_api import parse_messages_request
@@ -28,7 +29,9 @@ __all__ = [
     "HttpUpstream",
     "Upstream",
     "align",
+    "anthropic_api",
     "extractive_headline",
+    "openai_api",
     "parse_chat_request",
     "parse_messages_request",
     "session_id_for",

@@ -187,10 +187,10 @@ class GatewayConversation:
     # ------------------------------------------------------------------ kernel
     @property
     def kernel(self) -> AgentKernel | None:
-        """The session's kernel with ``ms`` bound, acquired on the first recall call."""
-        if self._kernel is None and self._kernels is not None:
-            self._kernel = self._kernels.get(self.session_id, host_functions=self.ms.functions())
-            self._kernel_bound = True
+        """The session's kernel with ``ms`` bound. From a manager it is asked for at every
+        cell: an idle kernel the manager reaped comes back fresh rather than dead."""
+        if self._kernels is not None:
+            return self._kernels.get(self.session_id, host_functions=self.ms.functions())
         if self._kernel is not None and not self._kernel_bound:
             self._kernel.register(self.ms.functions())
             self._kernel_bound = True

@@ -225,6 +225,7 @@ class RunRecord(models.Model):
         return {
             "session_id": self.session_id,
             "status": self.status,
+            "kind": self.kind,
             "model": self.model_name,
             "profile": self.profile.name if self.profile else None,
             "turns": self.turns,

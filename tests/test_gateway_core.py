@@ -413,3 +413,34 @@ def test_one_agents_recall_never_reaches_another_agents_memory(clog, kernel):
     bob.handle(request(user("what secrets exist?")), upstream, model="up")
     printed = next(m for m in upstream.requests[1]["messages"] if m["role"] == "tool")["content"]
     assert "hits []" in printed and "ZEBRA" not in printed and "gw:alice:s" not in printed
+
+
+@pytest.fixture
+def ring(monkeypatch):
+    from scroll_core import telemetry
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    state = telemetry.configure(ring_size=5000)
+    yield state.ring
+    telemetry.reset()
+
+
+def test_every_request_is_one_trace_with_the_model_calls_and_the_cell_inside(clog, kernel, ring):
+    from scroll_core.gateway.conversation import REQUEST_SPAN
+
+    upstream = ScriptedUpstream(
+        with_calls("", call(RECALL_TOOL, {"code": "print(len(ms.search('x')))"}, "call_t")),
+        f"done\n{HEADLINE}",
+    )
+    conversation(clog, kernel).handle(request(user("trace me")), upstream, model="up-model")
+    (root,) = ring.records(REQUEST_SPAN)
+    assert root.kind == "server" and root.session_id == "gw:alice:s"
+    assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert root.attributes["gen_ai.usage.input_tokens"] == 150
+    chats = ring.records("chat up-model")
+    assert len(chats) == 2 and all(c.parent_id == root.span_id for c in chats)
+    assert all(c.trace_id == root.trace_id for c in chats)
+    assert chats[-1].attributes["scroll.headline_quality"] == "ok"
+    tools = ring.records(f"execute_tool {RECALL_TOOL}")
+    assert tools and all(t.trace_id == root.trace_id for t in tools)

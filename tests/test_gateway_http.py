@@ -10,7 +10,7 @@ import openai
 import pytest
 from gateway_upstream import HEADLINE, Reply, ScriptedUpstream, completion, error, text, tool_call
 
-from dashboard.gateway.service import reset_service
+from dashboard.gateway.service import get_service, reset_service
 from dashboard.models import CompressEvent, GatewayKey, RunRecord, TuningProfile
 from scroll_core.prompts import RECALL_TOOL
 
@@ -351,3 +351,22 @@ def test_one_agents_key_never_reaches_another_agents_memory(gateway, upstream):
         extra_headers={"X-Scroll-Session": "gw:alice:probe"},
     )
     assert raw.headers["x-scroll-session"].startswith("gw:bob:")
+
+
+def test_the_session_is_in_the_console_marked_as_gateway_driven(gateway, upstream, admin_client):
+    profile = TuningProfile.objects.create(name="gw-tiny", context_size=2048)
+    client = oa(gateway, make_key(upstream, profile=profile))
+    history = []
+    for i in range(16):
+        history.append({"role": "user", "content": f"step {i}: " + "lorem ipsum dolor " * 40})
+        raw = client.chat.completions.with_raw_response.create(model="gpt-test", messages=history)
+        history.append(assistant_of(raw.parse()))
+    session = raw.headers["x-scroll-session"]
+    run = RunRecord.objects.get(session_id=session)
+    assert run.turns == 16 and run.evictions > 0 and run.summary()["kind"] == "gateway"
+    home = admin_client.get("/").content.decode()
+    assert session in home and ">gateway</span>" in home
+    page = admin_client.get(f"/sessions/{session}/").content.decode()
+    assert "a client through the gateway" in page
+    blocks = get_service().session_index(session).blocks
+    assert blocks and f"{blocks[0].lo_seq}" in page  # the live index panel

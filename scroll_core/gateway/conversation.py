@@ -56,9 +56,12 @@ from .align import align
 from .headline_fallback import extractive_headline
 from .upstream import Upstream
 
-__all__ = ["DEFAULT_RECALL_STEPS", "GatewayConversation"]
+__all__ = ["DEFAULT_RECALL_STEPS", "REQUEST_SPAN", "GatewayConversation"]
 
 DEFAULT_RECALL_STEPS = 6
+# The root span of every gateway request (GenAI's agent invocation); chat, execute_tool,
+# compress and the ms calls of a recall cell are its children.
+REQUEST_SPAN = "invoke_agent scroll-gateway"
 BUDGET_NOTICE = "[scroll: the recall step budget ran out before the model answered]"
 
 
@@ -205,8 +208,16 @@ class GatewayConversation:
             self.lock,
             session_scope(self.session_id),
             span(
-                "scroll.gateway.request",
+                REQUEST_SPAN,
+                {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": "scroll-gateway",
+                    "gen_ai.agent.id": self.agent_id,
+                    "gen_ai.request.model": request.model,
+                },
                 session=self.session_id,
+                kind="server",
+                gateway=True,
                 api=request.api,
                 agent=self.agent_id,
                 client_model=request.model,
@@ -216,6 +227,9 @@ class GatewayConversation:
         ):
             reply = self._handle(request, upstream, model)
             traced.set(**{k: v for k, v in reply.stats.to_dict().items() if k != "session_id"})
+            traced.set_attributes(
+                usage(reply.usage.input_tokens, reply.usage.output_tokens, response_model=model)
+            )
             self.requests += 1
             return reply
 

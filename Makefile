@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -39,9 +40,23 @@ fmt: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# Every bench/<name>.py (not the _helpers); BENCH_ARGS=--quick for a short run.
-bench: install
-	@set -e; found=0; for script in bench/[!_]*.py; do \
-		[ -e "$$script" ] || continue; found=1; \
-		echo "== $$script"; $(BIN)/python $$script $(BENCH_ARGS); \
-	done; [ $$found = 1 ] || echo "no benchmarks yet (bench/*.py)"
+# Every bench/<name>.py (not the _helpers nor readme_tables.py) with --json, each into
+# bench/results/<name>.json, then the README's figure tables from those files.
+# BENCH_ARGS=--quick for a short run (passed to the benches that take it).
+BENCHES ?= $(filter-out bench/readme_tables.py,$(wildcard bench/[!_]*.py))
+
+# The benches also need the optional [bench] extra (a Jupyter kernel for bench/kernel.py).
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
+	@mkdir -p bench/results
+	@set -e; for script in $(BENCHES); do \
+		name=$$(basename $$script .py); args="$(BENCH_ARGS)"; \
+		grep -q -- '"--quick"' $$script || args=$$(echo " $$args " | sed 's/ --quick / /'); \
+		echo "== $$script --json $$args -> bench/results/$$name.json"; \
+		$(BIN)/python $$script --json $$args > bench/results/$$name.json.tmp; \
+		mv bench/results/$$name.json.tmp bench/results/$$name.json; \
+	done
+	$(BIN)/python bench/readme_tables.py

@@ -1,8 +1,23 @@
-"""Helpers shared by the benchmark scripts: timing summaries and JSON output."""
+"""Helpers shared by the benchmark scripts: timing summaries and JSON output.
+
+With ``--json`` every bench prints one object of the same shape, which ``make bench`` writes
+to ``bench/results/<name>.json`` and ``bench/readme_tables.py`` turns into the README's
+tables:
+
+- ``figures``: flat keys -> numbers (nested numeric dicts are flattened with ``.``);
+- ``details``: everything else the bench reported (counts by action, reasons, lists);
+- ``machine``: cores, Python, platform and the UTC date of the run;
+- ``command``: the command line that produced it; ``quick``: whether it was a short run.
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
+import os
+import platform
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -28,9 +43,80 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def emit(result: dict[str, Any], as_json: bool) -> None:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def split_figures(result: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Numbers (flattened through nested dicts that hold only numbers) versus the rest.
+
+    A result that already carries a ``figures`` dict keeps it as is; its other keys are
+    details. NaN (a figure with no samples) is not a number JSON can carry, so it goes to
+    the details as ``null`` under its key.
+    """
+    if isinstance(result.get("figures"), dict):
+        return dict(result["figures"]), {k: v for k, v in result.items() if k != "figures"}
+    figures: dict[str, float] = {}
+    details: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> bool:
+        if _is_number(value):
+            if isinstance(value, float) and math.isnan(value):
+                return False
+            figures[prefix] = value
+            return True
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            staged = dict(figures)
+            if all(walk(f"{prefix}.{k}", v) for k, v in value.items()):
+                return True
+            figures.clear()
+            figures.update(staged)
+        return False
+
+    for key, value in result.items():
+        if not walk(key, value):
+            details[key] = None if isinstance(value, float) and math.isnan(value) else value
+    return figures, details
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def command() -> str:
+    script = Path(sys.argv[0]).resolve()
+    try:
+        shown = str(script.relative_to(REPO))
+    except ValueError:
+        shown = sys.argv[0]
+    return shlex.join(["python", shown, *sys.argv[1:]])
+
+
+def envelope(result: dict[str, Any], *, quick: bool = False) -> dict[str, Any]:
+    figures, details = split_figures(result)
+    return {
+        "figures": figures,
+        "details": details,
+        "machine": machine(),
+        "command": command(),
+        "quick": quick,
+    }
+
+
+def emit(result: dict[str, Any], as_json: bool, *, quick: bool | None = None) -> None:
+    """Print the result: one JSON envelope with ``--json``, else aligned ``key value`` lines.
+
+    ``quick`` defaults to whether ``--quick`` is on the command line.
+    """
+    if quick is None:
+        quick = "--quick" in sys.argv[1:]
     if as_json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print(json.dumps(envelope(result, quick=quick), indent=2, sort_keys=True))
         return
     width = max(len(k) for k in result)
     for key, value in result.items():

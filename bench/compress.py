@@ -8,9 +8,13 @@ tool result, reply), then is timed doing what the agent loop does before a model
 ``state.sync`` (persist: pick up the appended events), ``build_view`` and ``compress``.
 The view has the same size in both runs, so any difference is the history's fault.
 
-``compress_ms_small`` / ``compress_ms_large``: median step time; ``compress_scaling_ratio``:
-large over small (the aim is at most 1.5); ``compress_evict_ms_*``: median of the steps that
-evicted; ``index_blocks``: blocks after 100 / 1,000 / 10,000 / 100,000 evictions.
+``compress_ms_small`` / ``compress_ms_large``: median step time over all steps (most steps
+only build the view and find nothing to do); ``compress_evict_ms_*`` / ``compress_evict_p90_ms_*``:
+median and p90 of the steps that evicted, and ``compress_evict_scaling_ratio`` large over small
+on those (the aim is at most 1.5: evicting must not cost more because the log is longer);
+``compress_evict_cpu_*``: the same on the thread's CPU time, which a loaded machine's
+preemption does not inflate. The two histories are built first, then their steps alternate.
+``index_blocks``: blocks after 100 / 1,000 / 10,000 / 100,000 evictions.
 
 The histories are written with ``append_many`` in batches of 50,000, counted with
 ``CharRatioCounter`` (tiktoken would spend minutes on a million rows and the step itself
@@ -110,41 +114,66 @@ def state_over(log: EventLog, events: int) -> ContextState:
     return state
 
 
-def run(events: int, steps: int, prefix: Prefix) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        log = EventLog(Path(tmp) / "eventlog.sqlite3", token_counter=COUNTER)
+class Side:
+    """One history and the agent state over it, with the timings of its steps."""
+
+    def __init__(self, folder: Path, events: int) -> None:
+        self.events = events
+        self.log = EventLog(folder / f"eventlog-{events}.sqlite3", token_counter=COUNTER)
         started = time.perf_counter()
-        build_history(log, events)
-        built_s = time.perf_counter() - started
-        state = state_over(log, events)
-        first_turn = events // EVENTS_PER_TURN
-        times: list[float] = []
-        evict_times: list[float] = []
-        view_tokens: list[int] = []
-        actions: dict[str, int] = {}
-        for step in range(steps):
-            log.append_many(turn_rows(first_turn + step, searchable=True))
-            t0 = time.perf_counter()
-            state.sync(log)
-            build_view(state, PROFILE, log=log, prefix=prefix, counter=COUNTER)
-            record = compress(state, PROFILE, log=log, prefix=prefix, counter=COUNTER)
-            elapsed = (time.perf_counter() - t0) * 1000
-            times.append(elapsed)
-            if record.evicted is not None:
-                evict_times.append(elapsed)
-            actions[record.action] = actions.get(record.action, 0) + 1
-            view_tokens.append(record.tokens_after)
-        state.index.check()
-        log.close()
-    return {
-        "median_ms": median(times),
-        "p90_ms": percentile(times, 90),
-        "evict_median_ms": median(evict_times),
-        "actions": actions,
-        "view_tokens_median": median([float(v) for v in view_tokens]),
-        "history_build_s": round(built_s, 1),
-        "index_blocks": len(state.index),
-    }
+        build_history(self.log, events)
+        self.built_s = time.perf_counter() - started
+        self.state = state_over(self.log, events)
+        self.next_turn = events // EVENTS_PER_TURN
+        self.wall: list[float] = []
+        self.evict_wall: list[float] = []
+        self.evict_cpu: list[float] = []
+        self.view_tokens: list[float] = []
+        self.actions: dict[str, int] = {}
+
+    def step(self, prefix: Prefix) -> None:
+        self.log.append_many(turn_rows(self.next_turn, searchable=True))
+        self.next_turn += 1
+        t0, c0 = time.perf_counter(), time.thread_time()
+        self.state.sync(self.log)
+        build_view(self.state, PROFILE, log=self.log, prefix=prefix, counter=COUNTER)
+        record = compress(self.state, PROFILE, log=self.log, prefix=prefix, counter=COUNTER)
+        wall, cpu = (time.perf_counter() - t0) * 1000, (time.thread_time() - c0) * 1000
+        self.wall.append(wall)
+        if record.evicted is not None:
+            self.evict_wall.append(wall)
+            self.evict_cpu.append(cpu)
+        self.actions[record.action] = self.actions.get(record.action, 0) + 1
+        self.view_tokens.append(float(record.tokens_after))
+
+    def summary(self) -> dict[str, Any]:
+        self.state.index.check()
+        return {
+            "median_ms": median(self.wall),
+            "p90_ms": percentile(self.wall, 90),
+            "evict_median_ms": median(self.evict_wall),
+            "evict_p90_ms": percentile(self.evict_wall, 90),
+            "evict_cpu_median_ms": median(self.evict_cpu),
+            "evict_steps": len(self.evict_wall),
+            "actions": self.actions,
+            "view_tokens_median": median(self.view_tokens),
+            "history_build_s": round(self.built_s, 1),
+            "index_blocks": len(self.state.index),
+        }
+
+
+def run(sizes: tuple[int, int], steps: int, prefix: Prefix) -> list[dict[str, Any]]:
+    """Both histories side by side, their steps alternating, so that load from elsewhere on
+    the machine falls on both alike."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = [Side(Path(tmp), events) for events in sizes]
+        for _ in range(steps):
+            for side in sides:
+                side.step(prefix)
+        out = [side.summary() for side in sides]
+        for side in sides:
+            side.log.close()
+    return out
 
 
 def index_blocks() -> dict[str, int]:
@@ -162,15 +191,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="100,000 events instead of 1M")
-    parser.add_argument("--steps", type=int, default=200, help="timed steps per history")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per history")
     parser.add_argument("--large", type=int, default=None, help="events in the large history")
     args = parser.parse_args()
     large = args.large or (100_000 if args.quick else 1_000_000)
+    # About one step in 60 evicts: enough steps for a median of the evicting ones.
+    steps = args.steps or (800 if args.quick else 1500)
     prefix = Prefix.build(system_prompt(), tool_definitions(), counter=COUNTER)
 
-    small_run = run(10_000, args.steps, prefix)
-    large_run = run(large, args.steps, prefix)
+    small_run, large_run = run((10_000, large), steps, prefix)
     ratio = large_run["median_ms"] / small_run["median_ms"]
+    evict_ratio = large_run["evict_median_ms"] / small_run["evict_median_ms"]
+    evict_cpu_ratio = large_run["evict_cpu_median_ms"] / small_run["evict_cpu_median_ms"]
     emit(
         {
             "compress_ms_small": round(small_run["median_ms"], 3),
@@ -180,6 +212,14 @@ def main() -> None:
             "compress_p90_ms_large": round(large_run["p90_ms"], 3),
             "compress_evict_ms_small": round(small_run["evict_median_ms"], 3),
             "compress_evict_ms_large": round(large_run["evict_median_ms"], 3),
+            "compress_evict_p90_ms_small": round(small_run["evict_p90_ms"], 3),
+            "compress_evict_p90_ms_large": round(large_run["evict_p90_ms"], 3),
+            "compress_evict_scaling_ratio": round(evict_ratio, 3),
+            "compress_evict_cpu_ms_small": round(small_run["evict_cpu_median_ms"], 3),
+            "compress_evict_cpu_ms_large": round(large_run["evict_cpu_median_ms"], 3),
+            "compress_evict_cpu_scaling_ratio": round(evict_cpu_ratio, 3),
+            "compress_evict_steps_small": small_run["evict_steps"],
+            "compress_evict_steps_large": large_run["evict_steps"],
             "compress_actions_small": small_run["actions"],
             "compress_actions_large": large_run["actions"],
             "view_tokens_median_small": small_run["view_tokens_median"],
@@ -190,7 +230,7 @@ def main() -> None:
             "index_blocks_small_history": small_run["index_blocks"],
             "index_blocks_large_history": large_run["index_blocks"],
             "index_blocks": index_blocks(),
-            "steps": args.steps,
+            "steps": steps,
             "token_counter": COUNTER.name,
             "context_size": PROFILE.context_size,
         },

@@ -1,6 +1,6 @@
 """Console benchmark: span-to-browser latency through the real server.
 
-    python bench/console.py --json [--sessions 20 --rate 50 --clients 100 --seconds 20]
+    python bench/console.py --json [--quick] [--sessions 20 --rate 50 --clients 100 --seconds 20]
 
 Starts daphne on 127.0.0.1 in a subprocess over a temporary data folder (migrated, with a
 staff user the bench creates and logs in through the login form), opens ``--clients``
@@ -9,6 +9,12 @@ authenticated WebSockets spread round-robin over the ``--sessions`` session page
 bench starts it with ``SCROLL_BENCH=1``) to emit ``--rate`` spans/s for each session for
 ``--seconds``. The spans go through the same pipeline an agent's do: telemetry span -> the
 console span sink -> SQLite -> Channels groups -> the consumers -> the sockets.
+
+The same run then measures, on the same server and the same sockets, a baseline (``mode``
+``channels``: each span one plain ``group_send`` of a ready-made row that the consumer writes
+as is: the fan-out through Channels with no Scroll code on the way) and the Scroll path again
+while one busy-looping process per core (started and killed by this bench, each also ending
+by itself) loads the machine (``--no-loaded`` skips it).
 
 Latency is the client's receive time minus the span's end time (``data-end-ns`` on the row;
 same host, same clock). ``dropped`` counts spans a client should have seen (every span of its
@@ -169,8 +175,12 @@ class Client:
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
+        self.reset()
+
+    def reset(self) -> None:
         self.seen: set[str] = set()
         self.latencies_ms: list[float] = []
+        self.ends_ns: list[int] = []
         self.duplicates = 0
 
     async def run(self, url: str, headers: dict[str, str], ready: asyncio.Event, stop: Any) -> None:
@@ -190,6 +200,81 @@ class Client:
                         continue
                     self.seen.add(span_id)
                     self.latencies_ms.append((now - int(end_ns)) / 1e6)
+                    self.ends_ns.append(int(end_ns))
+
+
+def start_burner(seconds: float) -> list[subprocess.Popen[bytes]]:
+    """One busy-looping process per core, each ending by itself after ``seconds``."""
+    spin = f"import time\nend = time.monotonic() + {seconds!r}\nwhile time.monotonic() < end: pass"
+    return [
+        subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL)
+        for _ in range(os.cpu_count() or 1)
+    ]
+
+
+def stop_burner(burners: list[subprocess.Popen[bytes]]) -> None:
+    for proc in burners:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+async def phase(
+    args: argparse.Namespace, http: Http, clients: list[Client], mode: str
+) -> dict[str, Any]:
+    """One load through the server in ``mode`` to the already connected clients."""
+    for client in clients:
+        client.reset()
+    load = await asyncio.to_thread(
+        http.json,
+        "/bench/load/",
+        {"sessions": args.sessions, "rate": args.rate, "seconds": args.seconds, "mode": mode},
+    )
+    if load.get("error") or "id" not in load:
+        raise RuntimeError(f"the server refused the load: {load.get('error')}")
+    deadline = time.monotonic() + args.seconds + args.grace + 30
+    while True:
+        await asyncio.sleep(0.5)
+        status = await asyncio.to_thread(http.json, f"/bench/load/{load['id']}/")
+        if status["done"] or time.monotonic() > deadline:
+            break
+    if status["error"]:
+        raise RuntimeError(f"the load failed in the server: {status['error']}")
+    expected = status["counts"]
+    # Spans still in flight: wait until every client has every span, or the grace is over.
+    grace_end = time.monotonic() + args.grace
+    while time.monotonic() < grace_end:
+        if all(len(c.seen) >= expected.get(c.session_id, 0) for c in clients):
+            break
+        await asyncio.sleep(0.1)
+    latencies = [ms for c in clients for ms in c.latencies_ms]
+    # Latency by when the span ended, first half of the load against the second: equal when
+    # the server keeps up, growing when a backlog builds (latency then depends on run length).
+    timed = sorted(
+        (end, ms) for c in clients for end, ms in zip(c.ends_ns, c.latencies_ms, strict=True)
+    )
+    half = len(timed) // 2
+    first_half = [ms for _, ms in timed[:half]]
+    second_half = [ms for _, ms in timed[half:]]
+    should = sum(expected.get(c.session_id, 0) for c in clients)
+    received = sum(len(c.seen) for c in clients)
+    generated = sum(expected.values())
+    elapsed = status["elapsed_s"] or args.seconds
+    return {
+        "span_to_client_p50_ms": round(percentile(latencies, 50), 2),
+        "span_to_client_p95_ms": round(percentile(latencies, 95), 2),
+        "span_to_client_p99_ms": round(percentile(latencies, 99), 2),
+        "span_to_client_max_ms": round(max(latencies), 2) if latencies else float("nan"),
+        "span_to_client_p95_ms_first_half": round(percentile(first_half, 95), 2),
+        "span_to_client_p95_ms_second_half": round(percentile(second_half, 95), 2),
+        "spans_per_s": round(generated / elapsed, 1),
+        "spans": generated,
+        "spans_received": received,
+        "deliveries_per_s": round(received / elapsed, 1),
+        "dropped": should - received,
+        "duplicates": sum(c.duplicates for c in clients),
+        "sink": status.get("sink"),
+    }
 
 
 async def drive(args: argparse.Namespace, server: Server, http: Http) -> dict[str, Any]:
@@ -214,60 +299,38 @@ async def drive(args: argparse.Namespace, server: Server, http: Http) -> dict[st
         failed = [t.exception() for t in tasks if t.done() and t.exception()]
         raise RuntimeError(f"clients did not all connect: {failed[:1]}") from None
 
-    load = await asyncio.to_thread(
-        http.json,
-        "/bench/load/",
-        {"sessions": args.sessions, "rate": args.rate, "seconds": args.seconds},
-    )
-    if load.get("error") or "id" not in load:
-        raise RuntimeError(f"the server refused the load: {load['error']}")
-    deadline = time.monotonic() + args.seconds + args.grace + 30
-    while True:
-        await asyncio.sleep(0.5)
-        status = await asyncio.to_thread(http.json, f"/bench/load/{load['id']}/")
-        if status["done"] or time.monotonic() > deadline:
-            break
-    if status["error"]:
-        raise RuntimeError(f"the load failed in the server: {status['error']}")
-    expected = status["counts"]
-    # Spans still in flight: wait until every client has every span, or the grace is over.
-    grace_end = time.monotonic() + args.grace
-    while time.monotonic() < grace_end:
-        if all(len(c.seen) >= expected.get(c.session_id, 0) for c in clients):
-            break
-        await asyncio.sleep(0.1)
-    stop.set()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    status = await asyncio.to_thread(http.json, f"/bench/load/{load['id']}/")
-
-    latencies = [ms for c in clients for ms in c.latencies_ms]
-    should = sum(expected.get(c.session_id, 0) for c in clients)
-    received = sum(len(c.seen) for c in clients)
-    generated = sum(expected.values())
-    elapsed = status["elapsed_s"] or args.seconds
-    return {
-        "span_to_client_p50_ms": round(percentile(latencies, 50), 2),
-        "span_to_client_p95_ms": round(percentile(latencies, 95), 2),
-        "span_to_client_p99_ms": round(percentile(latencies, 99), 2),
-        "span_to_client_max_ms": round(max(latencies), 2) if latencies else None,
-        "spans_per_s": round(generated / elapsed, 1),
-        "spans": generated,
-        "clients": len(clients),
-        "spans_received": received,
-        "deliveries_per_s": round(received / elapsed, 1),
-        "dropped": should - received,
-        "duplicates": sum(c.duplicates for c in clients),
-        "sink": status.get("sink"),
-        "config": {
-            "sessions": args.sessions,
-            "rate_per_session": args.rate,
-            "seconds": args.seconds,
-            "clients": args.clients,
-            "grace_s": args.grace,
-            "server": "daphne (subprocess, 127.0.0.1), in-memory channel layer, SQLite",
-            "clients_per_session": round(args.clients / args.sessions, 2),
-        },
+    result: dict[str, Any] = {}
+    try:
+        # Same server, same sockets: Scroll's live path, the plain-channels baseline, then
+        # Scroll's path again with every core kept busy by a burner this bench starts.
+        result["scroll"] = await phase(args, http, clients, "scroll")
+        result["baseline"] = await phase(args, http, clients, "channels")
+        if not args.no_loaded:
+            burners = start_burner(args.seconds + args.grace + 60)
+            try:
+                result["loaded"] = await phase(args, http, clients, "scroll")
+            finally:
+                stop_burner(burners)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    result["config"] = {
+        "sessions": args.sessions,
+        "rate_per_session": args.rate,
+        "seconds": args.seconds,
+        "clients": args.clients,
+        "grace_s": args.grace,
+        "server": "daphne (subprocess, 127.0.0.1), in-memory channel layer, SQLite",
+        "clients_per_session": round(args.clients / args.sessions, 2),
+        "burner_processes": os.cpu_count() or 1,
     }
+    result["baseline"].pop("sink", None)  # the sink saw none of the baseline's messages
+    p95 = "span_to_client_p95_ms"
+    result["p95_over_baseline_ratio"] = round(result["scroll"][p95] / result["baseline"][p95], 2)
+    if "loaded" in result:
+        loaded, idle = result["loaded"][p95], result["scroll"][p95]
+        result["loaded_p95_over_idle_ratio"] = round(loaded / idle, 2)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true", help="4 sessions, 20 clients, 3 s")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data folder")
+    parser.add_argument("--no-loaded", action="store_true", help="skip the run under CPU load")
     args = parser.parse_args(argv)
     if args.quick:
         args.sessions, args.rate, args.clients, args.seconds = 4, 20.0, 20, 3.0
@@ -305,8 +369,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"data kept in {data_dir}", file=sys.stderr)
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
-    emit(result, args.json)
-    return 0 if result["dropped"] == 0 else 1
+    emit(result, args.json, quick=args.quick)
+    dropped = sum(result[p]["dropped"] for p in ("scroll", "baseline", "loaded") if p in result)
+    return 0 if dropped == 0 else 1
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ class ProfileChangeInline(admin.TabularInline):
 class TuningProfileAdmin(admin.ModelAdmin):
     list_display = ("name", "context_size", "trigger_ratio", "tier_cap", "print_cap", "updated_at")
     search_fields = ("name", "description")
-    fieldsets = [
+    fieldsets: list[tuple[str | None, dict[str, Any]]] = [
         (None, {"fields": ("name", "description")}),
         ("Window and trigger", {"fields": ("context_size", "trigger_ratio")}),
         (

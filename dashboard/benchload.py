@@ -2,6 +2,11 @@
 the same path as an agent's (``scroll_core.telemetry.span`` -> the console span sink ->
 SQLite -> Channels groups -> the WebSocket consumers).
 
+``mode="channels"`` is the bench's baseline: the same sessions, rate and clients, but each
+span is one plain ``channel_layer.group_send`` of a ready-made row to the session's group,
+which the consumer writes to its socket as is (``bench_frame``): no span, no sink, no SQLite,
+no batching, no rendering.
+
 Only reachable when the server was started with ``SCROLL_BENCH=1`` (the bench sets it), from
 loopback, by staff (see ``dashboard.views.bench_load``). Bounded: at most ``MAX_SESSIONS``
 sessions, ``MAX_RATE`` spans/s each and ``MAX_SECONDS`` seconds, one load at a time.
@@ -9,6 +14,7 @@ sessions, ``MAX_RATE`` spans/s each and ``MAX_SECONDS`` seconds, one load at a t
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -17,9 +23,11 @@ from typing import Any
 
 from scroll_core import telemetry
 
-__all__ = ["BENCH_SPAN", "Load", "get_load", "start_load"]
+__all__ = ["BENCH_FRAME", "BENCH_SPAN", "MODES", "Load", "get_load", "start_load"]
 
 BENCH_SPAN = "bench.span"
+BENCH_FRAME = "bench.frame"  # the baseline's message type (SessionConsumer.bench_frame)
+MODES = ("scroll", "channels")
 MAX_SESSIONS = 200
 MAX_RATE = 1000.0
 MAX_SECONDS = 120.0
@@ -36,6 +44,7 @@ class Load:
     sessions: list[str]
     rate: float
     seconds: float
+    mode: str = "scroll"
     counts: dict[str, int] = field(default_factory=dict)
     started: float = 0.0
     ended: float = 0.0
@@ -52,6 +61,9 @@ class Load:
             self.done = True
 
     def _run(self) -> None:
+        if self.mode == "channels":
+            self._run_channels()
+            return
         if not telemetry.enabled():
             raise RuntimeError("telemetry is not configured in this process (no span sink)")
         self.counts = dict.fromkeys(self.sessions, 0)
@@ -71,6 +83,44 @@ class Load:
                         pass
             time.sleep(TICK_S)
 
+    def _run_channels(self) -> None:
+        """The baseline: the same pacing, each span one plain group_send on the server loop."""
+        from asgiref.sync import async_to_sync
+        from channels.layers import get_channel_layer
+
+        from dashboard.groups import session_group
+        from dashboard.spans import server_loop
+
+        layer = get_channel_layer()
+        if layer is None:
+            raise RuntimeError("no channel layer in this process")
+        loop = server_loop()
+        groups = {session: session_group(session) for session in self.sessions}
+        self.counts = dict.fromkeys(self.sessions, 0)
+        self.started = time.monotonic()
+        deadline = self.started + self.seconds
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            due = int((now - self.started) * self.rate)
+            sends = []
+            for index, session in enumerate(self.sessions):
+                while self.counts[session] < due:
+                    self.counts[session] += 1
+                    frame = (
+                        f'<tr id="span-{self.id:04x}{index:04x}{self.counts[session]:08x}" '
+                        f'data-end-ns="{time.time_ns()}" data-name="{BENCH_SPAN}"></tr>'
+                    )
+                    sends.append(
+                        layer.group_send(groups[session], {"type": BENCH_FRAME, "html": frame})
+                    )
+            if sends and loop is not None:
+                asyncio.run_coroutine_threadsafe(_gather(sends), loop).result(30)
+            elif sends:  # no server here (a test): the same sends on a loop of our own
+                async_to_sync(_gather)(sends)
+            time.sleep(TICK_S)
+
     def to_dict(self) -> dict[str, Any]:
         elapsed = (self.ended or time.monotonic()) - self.started if self.started else 0.0
         return {
@@ -80,13 +130,22 @@ class Load:
             "sessions": self.sessions,
             "rate": self.rate,
             "seconds": self.seconds,
+            "mode": self.mode,
             "elapsed_s": round(elapsed, 3),
             "counts": dict(self.counts),
         }
 
 
-def start_load(sessions: int, rate: float, seconds: float, prefix: str = "bench") -> Load:
+async def _gather(sends: list[Any]) -> None:
+    await asyncio.gather(*sends)
+
+
+def start_load(
+    sessions: int, rate: float, seconds: float, prefix: str = "bench", mode: str = "scroll"
+) -> Load:
     """Start generating ``rate`` spans/s for each of ``sessions`` sessions for ``seconds``."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
     if not 1 <= sessions <= MAX_SESSIONS:
         raise ValueError(f"sessions must be 1..{MAX_SESSIONS}")
     if not 0 < rate <= MAX_RATE:
@@ -98,7 +157,7 @@ def start_load(sessions: int, rate: float, seconds: float, prefix: str = "bench"
             raise RuntimeError("a load is already running")
         load_id = next(_ids)
         names = [f"{prefix}:s{i:03d}" for i in range(sessions)]
-        load = Load(load_id, names, rate, seconds)
+        load = Load(load_id, names, rate, seconds, mode)
         _loads[load_id] = load
     threading.Thread(target=load.run, name=f"bench-load-{load_id}", daemon=True).start()
     return load

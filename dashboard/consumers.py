@@ -250,6 +250,10 @@ class SessionConsumer(_LiveConsumer):
             return
         await super().connect()
 
+    async def bench_frame(self, event: dict[str, Any]) -> None:
+        """bench/console.py's baseline: a ready-made row, written to the socket as is."""
+        await self.send(text_data=event["html"])
+
     async def catch_up(self, query: dict[str, str]) -> None:
         await super().catch_up(query)
         session_id = query.get("session", "")

@@ -155,6 +155,7 @@ class Runner:
         max_steps: int = DEFAULT_MAX_STEPS,
         pause_s: float = 0.0,
     ) -> RunRecord:
+        self.require_allowed_tier()
         turns = list(turns) if turns is not None else split_task(task)
         if not turns:
             raise ValueError("a run needs a task with at least one non-empty turn")
@@ -176,6 +177,11 @@ class Runner:
             self._execute, live, turns, model, dict(host_functions or {}), max_steps, pause_s
         )
         return run
+
+    def require_allowed_tier(self) -> str:
+        """The tier runs' kernels use; SandboxUnavailable when the operator has not allowed
+        it (``auto`` without bubblewrap and without ``SCROLL_SANDBOX_FALLBACK=process``)."""
+        return self.kernels.tier
 
     def _execute(
         self,
@@ -320,6 +326,8 @@ class Runner:
                     "session_id": session_id,
                     "tier": status.tier,
                     "strength": status.strength,
+                    "layers": ", ".join(status.layers),
+                    "missing_layers": list(status.missing_layers),
                     "alive": status.alive,
                     "pid": status.pid,
                     "memory_bytes": _rss_bytes(status.pid) if status.alive else None,

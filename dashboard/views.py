@@ -34,7 +34,7 @@ from dashboard import live
 from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
-from scroll_core.errors import EventNotFound, SearchTimeout
+from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
 from scroll_core.eventlog import EventLog, Hit, SessionSummary
 from scroll_core.logschema import SQLITE_INT_MAX
 
@@ -451,7 +451,7 @@ def _kernel_of(session_id: str) -> dict[str, Any] | None:
 
 
 def _kernels() -> list[dict[str, Any]]:
-    statuses = getattr(_runner(), "kernel_statuses", lambda: [])()
+    statuses: list[dict[str, Any]] = getattr(_runner(), "kernel_statuses", lambda: [])()
     return [dict(k) for k in statuses]
 
 
@@ -493,11 +493,15 @@ def runs(request: HttpRequest) -> HttpResponse:
         elif not hasattr(runner, "start_run"):
             messages.error(request, "This console has no runner.")
         else:
-            run = runner.start_run(
-                task=task, profile=profile, model=model or None, user=request.user
-            )
-            messages.success(request, f"Started {run.session_id}.")
-            return redirect("session", run.session_id)
+            try:
+                run = runner.start_run(
+                    task=task, profile=profile, model=model or None, user=request.user
+                )
+            except SandboxUnavailable as exc:
+                messages.error(request, f"Not started: {exc}")
+            else:
+                messages.success(request, f"Started {run.session_id}.")
+                return redirect("session", run.session_id)
     ctx = {
         "ws_url": live.ws_url("/ws/alerts/"),
         "runs": RunRecord.objects.select_related("profile")[:100],
@@ -528,12 +532,14 @@ def bench_load(request: HttpRequest, load_id: int | None = None) -> HttpResponse
                 int(request.POST.get("sessions", "1")),
                 float(request.POST.get("rate", "1")),
                 float(request.POST.get("seconds", "1")),
+                mode=request.POST.get("mode", "scroll"),
             )
         except (ValueError, RuntimeError) as exc:
             return JsonResponse({"error": str(exc)}, status=400)
         return JsonResponse(load.to_dict(), status=202)
-    load = benchload.get_load(load_id or 0)
-    if load is None:
+    found = benchload.get_load(load_id or 0)
+    if found is None:
         raise Http404("No such load")
+    load = found
     sink = get_sink()
     return JsonResponse(load.to_dict() | {"sink": sink.stats() if sink else None})

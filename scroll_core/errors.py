@@ -19,6 +19,7 @@ Hierarchy::
     ├── KernelError            a kernel could not be started or driven
     │   ├── SandboxUnavailable     the required sandbox tier cannot run here (fail closed)
     │   ├── KernelProtocolError    the kernel sent something the host will not accept
+    │   ├── KernelUnresponsive     the kernel stopped reading or answering by a deadline
     │   └── HostFunctionRefused    a host-function name or call was rejected
     ├── QueryRefused           ms.sql_query will not run a statement (write, pragma, too long)
     ├── GatewayRequestInvalid  a client's request to the gateway is malformed (names the field)
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidEvent",
     "KernelError",
     "KernelProtocolError",
+    "KernelUnresponsive",
     "ModelError",
     "PayloadCorrupt",
     "PayloadError",
@@ -198,6 +200,10 @@ class SandboxUnavailable(KernelError):
 
 class KernelProtocolError(KernelError):
     """The kernel broke the wire protocol (malformed, oversized or unexpected message)."""
+
+
+class KernelUnresponsive(KernelError):
+    """The kernel did not take a message or answer one by its deadline; it is replaced."""
 
 
 class HostFunctionRefused(KernelError, ValueError):

@@ -12,6 +12,7 @@ with no gap, so everything evicted stays reachable through the index.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -316,11 +317,7 @@ class EvictionIndex:
     def _lines(blocks: list[IndexBlock], max_chars: int | None, per_block: int | None) -> list[str]:
         lines: list[str] = []
         for block in blocks:
-            lines.append(_range_line(block))
-            shown = block.headlines if per_block is None else block.headlines[-per_block:]
-            for headline in shown:
-                text = unwrap(headline)
-                lines.append(f"  - {text if max_chars is None else shorten(text, max_chars)}")
+            lines.extend(_block_lines(block, max_chars, per_block))
         return lines
 
     # ------------------------------------------------------------------ checkpoint
@@ -381,6 +378,23 @@ class EvictionIndex:
             )
             new._carry(0)
         return new
+
+
+# A block never changes once made and an eviction touches only the lowest tiers, so the
+# lines of most blocks are the same from one render to the next. Without this every render
+# re-wrapped every headline at every shortening level it tried, and a longer history has
+# more blocks (the tiers grow with the log of the evictions), so each evicting step paid a
+# little more for the history behind it.
+@functools.lru_cache(maxsize=8192)
+def _block_lines(
+    block: IndexBlock, max_chars: int | None, per_block: int | None
+) -> tuple[str, ...]:
+    lines = [_range_line(block)]
+    shown = block.headlines if per_block is None else block.headlines[-per_block:]
+    for headline in shown:
+        text = unwrap(headline)
+        lines.append(f"  - {text if max_chars is None else shorten(text, max_chars)}")
+    return tuple(lines)
 
 
 def _range_line(block: IndexBlock) -> str:

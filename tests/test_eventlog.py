@@ -7,8 +7,10 @@ import pytest
 from scroll_core import (
     AppendOnlyViolation,
     EventLog,
+    EventLogError,
     EventNotFound,
     InvalidEvent,
+    ScrollError,
 )
 from scroll_core.logschema import MIGRATIONS
 
@@ -147,8 +149,29 @@ def test_it_refuses_delete_of_an_event_through_any_connection(log):
     assert log.get(seq).content == "keep me"
 
 
-def test_append_only_violation_is_a_scroll_error():
-    assert issubclass(AppendOnlyViolation, Exception)
+def test_a_write_that_would_rewrite_an_event_is_refused_as_a_scroll_error(log):
+    kept = log.append(session_id="s", kind="context_msg", content="original")
+    # Another writer's trigger turns every insert into an insert plus an UPDATE of the row;
+    # the log's own append-only trigger must refuse the batch as a whole.
+    other = sqlite3.connect(log.path)
+    other.execute(
+        "CREATE TRIGGER rewrite_after_insert AFTER INSERT ON events BEGIN "
+        "UPDATE events SET content = 'rewritten' WHERE seq = NEW.seq; END"
+    )
+    other.commit()
+    other.close()
+
+    with pytest.raises(ScrollError) as caught:
+        log.append_many(
+            [
+                {"session_id": "s", "kind": "context_msg", "content": "one"},
+                {"session_id": "s", "kind": "context_msg", "content": "two"},
+            ]
+        )
+
+    assert isinstance(caught.value, AppendOnlyViolation)
+    assert "append-only" in str(caught.value)
+    assert log.count() == 1 and log.get(kept).content == "original"
 
 
 def test_readers_cannot_write(log):
@@ -202,5 +225,5 @@ def test_seqs_are_never_reused(tmp_path):
 def test_a_closed_log_refuses_work(tmp_path):
     log = EventLog(tmp_path / "log.sqlite3")
     log.close()
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(EventLogError, match="closed"):
         log.append(session_id="s", kind="context_msg", content="x")

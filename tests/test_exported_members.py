@@ -34,6 +34,7 @@ def test_the_public_core_is_pinned():
         "KIND_TOOL_RESULT",
         "KernelError",
         "KernelProtocolError",
+        "KernelUnresponsive",
         "ModelError",
         "ModelReply",
         "OpenAICompatibleModel",

@@ -48,6 +48,14 @@ def walk(frame):
         frame = frame.f_back
 """
 
+# A dir fd on scratch, then a working directory deep in the runtime: "../" * depth climbs
+# to / from the dir fd but only to somewhere inside the runtime from the working directory.
+DIRFD_SETUP = (
+    "import os\nd = os.open('.', os.O_RDONLY)\n"
+    "depth = len([p for p in os.getcwd().split('/') if p])\n"
+    "os.chdir(os.path.dirname(os.__file__) + '/encodings')\n"
+)
+
 ATTEMPTS: dict[str, str] = {
     # -- files on the host ----------------------------------------------------------------
     "open_secret": "print(open('$secret').read())",
@@ -95,6 +103,49 @@ ATTEMPTS: dict[str, str] = {
     "patched_getcwd": (
         "import os, posix; posix.getcwd = os.getcwd = lambda: '$secret_dir'\n"
         "print(open('secret.txt').read())"
+    ),
+    # -- directory descriptors: a relative path resolved against a dir fd, not the cwd --
+    "dirfd_dotdot_secret": DIRFD_SETUP
+    + (
+        "fd = os.open('../' * depth + '$secret'.lstrip('/'), os.O_RDONLY, dir_fd=d)\n"
+        "print(os.read(fd, 100))"
+    ),
+    "dirfd_listdir_secret_dir": DIRFD_SETUP
+    + (
+        "p = os.open('../' * depth + '$secret_dir'.lstrip('/'), os.O_RDONLY, dir_fd=d)\n"
+        "print('ESCAPED' if 'secret.txt' in os.listdir(p) else 'no')"
+    ),
+    "dirfd_scandir_secret_dir": DIRFD_SETUP
+    + (
+        "p = os.open('../' * depth + '$secret_dir'.lstrip('/'), os.O_RDONLY, dir_fd=d)\n"
+        "print('ESCAPED' if 'secret.txt' in [e.name for e in os.scandir(p)] else 'no')"
+    ),
+    "dirfd_write_runtime": (
+        "import os\nd = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\n"
+        "os.open('scroll_escape_canary.py', os.O_WRONLY | os.O_CREAT, dir_fd=d)\n"
+        "print('ESCAPED')"
+    ),
+    "dirfd_runtime_listdir": (
+        "import os\nd = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\n"
+        "print('ESCAPED', os.listdir(os.open('..', os.O_RDONLY, dir_fd=d)))"
+    ),
+    "fchmod_runtime_file": (
+        "import os\nfd = os.open(os.__file__, os.O_RDONLY)\nos.chmod(fd, 0o777)\nprint('ESCAPED')"
+    ),
+    # -- switching the audit hook off ----------------------------------------------------
+    "addaudithook_noop": (
+        "import sys; sys.addaudithook(lambda event, args: None)\nprint(open('$secret').read())"
+    ),
+    "addaudithook_exit": (
+        "import sys\ndef h(event, args):\n    raise SystemExit\n"
+        "sys.addaudithook(h)\nprint(open('$secret').read())"
+    ),
+    "bad_constant_index": (
+        "import opcode, types\ndef f():\n    return None\n"
+        "ops = bytes([opcode.opmap['RESUME'], 0, opcode.opmap['LOAD_CONST'], 200, "
+        "opcode.opmap['RETURN_VALUE'], 0])\n"
+        "g = types.FunctionType(f.__code__.replace(co_code=ops), {})\ng()\n"
+        "print(open('$secret').read())\nimport os; os.system('touch $canary')"
     ),
     # -- the Event Log and the Django database ------------------------------------------
     "open_eventlog": "print(open('$log', 'rb').read())",

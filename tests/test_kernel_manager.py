@@ -34,10 +34,10 @@ def test_each_session_gets_its_own_persistent_kernel(manager):
 
 def test_a_new_session_takes_a_warm_kernel(manager):
     assert manager.wait_warm()
-    began = time.perf_counter()
+    warm_pids = {k.pid for k in manager._pool}
     kernel = manager.get("warm")
-    elapsed_ms = (time.perf_counter() - began) * 1000
-    assert kernel.alive and elapsed_ms < 50
+    # The hand-over's speed is bench/kernel.py's figure; here: it is one of the started ones.
+    assert kernel.alive and kernel.pid in warm_pids
     assert manager.wait_warm()  # the pool refills
 
 
@@ -108,10 +108,11 @@ def test_no_kernel_outlives_a_killed_host(tier):
         from scroll_core.kernel import KernelConfig, KernelManager
         m = KernelManager(KernelConfig(sandbox={tier!r}), pool_size=2)
         m.wait_warm()
-        busy = m.get("busy")
+        busy = m.get("busy", {{"ms.started": lambda: print("started", flush=True)}})
         idle = m.get("idle")
+        m.wait_warm()  # the pool has refilled: two sessions' kernels and two warm ones
         print("ready", flush=True)
-        busy.execute("while True: pass", timeout=3600)
+        busy.execute("ms.started()\\nwhile True: pass", timeout=3600)
         """
     )
     host = subprocess.Popen(
@@ -120,7 +121,8 @@ def test_no_kernel_outlives_a_killed_host(tier):
     try:
         assert host.stdout is not None
         assert host.stdout.readline().strip() == "ready"
-        time.sleep(0.3)
+        # The busy cell itself says it is running (a host call from inside the cell).
+        assert host.stdout.readline().strip() == "started"
         kids = _descendants(host.pid)
         assert len(kids) >= 4
         os.kill(host.pid, signal.SIGKILL)

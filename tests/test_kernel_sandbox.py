@@ -1,4 +1,5 @@
-"""Choosing the sandbox tier: auto takes the strongest, bwrap fails closed."""
+"""Choosing the sandbox tier: auto takes the strongest, bwrap fails closed, and auto falls
+back to the weaker process tier only when the operator allowed it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,17 @@ def test_the_setting_comes_from_scroll_sandbox():
     assert KernelConfig.from_env({"SCROLL_SANDBOX": "bwrap"}, sandbox="process").sandbox == (
         "process"
     )
+
+
+def test_the_fallback_comes_from_scroll_sandbox_fallback():
+    assert KernelConfig.from_env({}).fallback == "none"
+    config = KernelConfig.from_env({"SCROLL_SANDBOX_FALLBACK": " Process "})
+    assert config.fallback == "process"
+
+
+def test_an_unknown_fallback_is_a_config_error():
+    with pytest.raises(ConfigError, match="sandbox fallback must be one of none, process"):
+        KernelConfig.from_env({"SCROLL_SANDBOX_FALLBACK": "bwrap"})
 
 
 def test_an_unknown_tier_is_a_config_error():
@@ -37,7 +49,21 @@ def test_bwrap_required_but_missing_refuses_to_start(monkeypatch):
     monkeypatch.setattr(sandbox, "bwrap_status", lambda: (False, "bwrap is not installed"))
     with pytest.raises(SandboxUnavailable, match="SCROLL_SANDBOX=bwrap"):
         Kernel(KernelConfig(sandbox="bwrap"))
-    assert sandbox.resolve_tier("auto") == "process"
+    with pytest.raises(SandboxUnavailable, match="SCROLL_SANDBOX=bwrap"):
+        Kernel(KernelConfig(sandbox="bwrap", fallback="process"))
+
+
+def test_auto_without_bwrap_refuses_unless_the_fallback_is_allowed(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap_status", lambda: (False, "bwrap is not installed"))
+    with pytest.raises(SandboxUnavailable, match="SCROLL_SANDBOX_FALLBACK=process"):
+        Kernel(KernelConfig())
+    with pytest.raises(SandboxUnavailable, match="bwrap is not installed"):
+        Kernel.resolve(KernelConfig.from_env({"SCROLL_SANDBOX": "auto"}))
+    allowed = KernelConfig.from_env({"SCROLL_SANDBOX_FALLBACK": "process"})
+    with Kernel(allowed) as kernel:
+        status = kernel.status()
+        assert (status.tier, status.strength) == ("process", "weaker")
+        assert kernel.execute("print('ran')").stdout == "ran\n"
 
 
 def test_the_process_tier_scratch_is_removed_at_close():

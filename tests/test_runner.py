@@ -95,13 +95,81 @@ def test_staff_can_restart_then_stop_a_kernel_and_its_run(runner):
     runner_module.restart_kernel(run.session_id)
     assert runner_module.kernel_statuses()[0]["restarts"] == 1
 
-    began = time.monotonic()
     runner_module.stop_kernel(run.session_id)
     run = runner_module.wait_for_run(run.session_id, 30)
 
     assert run.status == RunRecord.STOPPED
-    assert time.monotonic() - began < 10
     assert run.turns == 1
     assert runner_module.kernel_statuses() == []
     with pytest.raises(LookupError):
         runner_module.restart_kernel(run.session_id)
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch):
+    from scroll_core.kernel import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap_status", lambda: (False, "bwrap is not installed"))
+    monkeypatch.delenv("SCROLL_SANDBOX", raising=False)
+    monkeypatch.delenv("SCROLL_SANDBOX_FALLBACK", raising=False)
+
+
+def test_runs_refuse_a_tier_the_operator_has_not_allowed(console_log, no_bwrap, monkeypatch):
+    from scroll_core.errors import SandboxUnavailable
+
+    runner = Runner(workers=1)
+    monkeypatch.setattr(runner_module, "_runner", runner)
+    try:
+        with pytest.raises(SandboxUnavailable, match="SCROLL_SANDBOX_FALLBACK=process"):
+            runner_module.start_run(CELL)
+        assert RunRecord.objects.count() == 0
+
+        monkeypatch.setenv("SCROLL_SANDBOX_FALLBACK", "process")
+        run = runner_module.wait_for_run(runner_module.start_run(CELL).session_id, 60)
+        assert run.status == RunRecord.DONE, run.error
+    finally:
+        runner.shutdown()
+
+
+def test_the_runs_page_says_why_a_run_did_not_start(
+    console_log, no_bwrap, monkeypatch, client, django_user_model
+):
+    from django.urls import reverse
+
+    runner = Runner(workers=1)
+    monkeypatch.setattr(runner_module, "_runner", runner)
+    admin = django_user_model.objects.create_superuser("root", password="pw")
+    client.force_login(admin)
+    try:
+        response = client.post(
+            reverse("runs"),
+            {"task": CELL, "profile": TuningProfile.get_default().pk},
+            follow=True,
+        )
+    finally:
+        runner.shutdown()
+    assert response.status_code == 200
+    assert "Not started" in response.content.decode()
+    assert "SCROLL_SANDBOX_FALLBACK=process" in response.content.decode()
+    assert RunRecord.objects.count() == 0
+
+
+def test_kernel_pages_show_the_weaker_tier_and_its_layers(runner, client, django_user_model):
+    from django.urls import reverse
+
+    client.force_login(django_user_model.objects.create_user("viewer", password="pw"))
+    run = runner.start(f"{CELL}\n---\n{CELL}", pause_s=30)
+    deadline = time.monotonic() + 30
+    while not runner_module.kernel_statuses() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        (status,) = runner_module.kernel_statuses()
+        assert "seccomp" in status["layers"] and "audit_hook" in status["layers"]
+        kernels = client.get(reverse("kernels")).content.decode()
+        session = client.get(reverse("session", args=[run.session_id])).content.decode()
+    finally:
+        runner_module.stop_run(run.session_id)
+        runner_module.wait_for_run(run.session_id, 30)
+    for html in (kernels, session):
+        assert "(weaker)" in html
+        assert status["layers"] in html

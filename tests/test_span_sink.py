@@ -102,12 +102,11 @@ def test_a_span_id_seen_twice_is_stored_once(sink):
 
 
 def test_a_full_queue_drops_and_counts_without_blocking_or_raising():
+    # No consumer thread runs (start=False): a blocking put would hang here for good.
     sink = ConsoleSpanSink(maxsize=2, start=False)
-    began = time.perf_counter()
     for _ in range(5):
         sink.on_span(_core())
 
-    assert time.perf_counter() - began < 0.5
     assert sink.stats()["dropped"] == 3
     assert sink.stats()["queued"] == 2
 

@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from scroll_core import EventLog, telemetry
-from scroll_core.errors import ConfigError, QueryRefused
+from scroll_core.errors import ConfigError, InvalidEvent, QueryRefused
 from scroll_core.index import EvictionIndex
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.kernel.ms import MsCapability
@@ -362,7 +362,7 @@ def test_the_event_log_traces_appends_and_searches(tel, tmp_path):
 
 
 def test_a_failed_append_is_an_error_span(tel, tmp_path):
-    with EventLog(tmp_path / "log.sqlite3") as log, pytest.raises(Exception):  # noqa: B017
+    with EventLog(tmp_path / "log.sqlite3") as log, pytest.raises(InvalidEvent):
         log.append_many([{"session_id": "s1", "kind": "context_msg"}])
     (record,) = tel.ring.records("scroll.append")
     assert record.status == "error"

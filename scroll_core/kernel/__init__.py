@@ -5,7 +5,13 @@ The child side lives in ``child/`` (standard library only); everything else runs
 
 from __future__ import annotations
 
-from ..errors import HostFunctionRefused, KernelError, KernelProtocolError, SandboxUnavailable
+from ..errors import (
+    HostFunctionRefused,
+    KernelError,
+    KernelProtocolError,
+    KernelUnresponsive,
+    SandboxUnavailable,
+)
 from .client import Kernel, KernelStatus
 from .config import KernelConfig
 from .manager import KernelManager
@@ -22,6 +28,7 @@ __all__ = [
     "KernelManager",
     "KernelProtocolError",
     "KernelStatus",
+    "KernelUnresponsive",
     "NamespaceDigest",
     "SandboxUnavailable",
     "bwrap_status",

@@ -8,17 +8,21 @@ from dataclasses import dataclass, fields, replace
 
 from ..errors import ConfigError
 
-__all__ = ["SANDBOX_CHOICES", "KernelConfig"]
+__all__ = ["FALLBACK_CHOICES", "SANDBOX_CHOICES", "KernelConfig"]
 
 SANDBOX_CHOICES = ("auto", "bwrap", "process")
+# What ``auto`` may fall back to when bubblewrap cannot run: nothing, or the process tier.
+FALLBACK_CHOICES = ("none", "process")
 MB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Every knob of a kernel; ``from_env`` reads ``SCROLL_SANDBOX``."""
+    """Every knob of a kernel; ``from_env`` reads ``SCROLL_SANDBOX`` and
+    ``SCROLL_SANDBOX_FALLBACK``."""
 
     sandbox: str = "auto"
+    fallback: str = "none"
     print_cap: int = 32_000
     timeout_s: float = 30.0
     grace_s: float = 2.0
@@ -38,6 +42,11 @@ class KernelConfig:
             raise ConfigError(
                 f"sandbox must be one of {', '.join(SANDBOX_CHOICES)}, not {self.sandbox!r}"
             )
+        if self.fallback not in FALLBACK_CHOICES:
+            raise ConfigError(
+                f"sandbox fallback must be one of {', '.join(FALLBACK_CHOICES)}, "
+                f"not {self.fallback!r}"
+            )
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
@@ -51,6 +60,9 @@ class KernelConfig:
         config = cls()
         if env.get("SCROLL_SANDBOX"):
             config = replace(config, sandbox=env["SCROLL_SANDBOX"].strip().lower())
+        if env.get("SCROLL_SANDBOX_FALLBACK"):
+            fallback = env["SCROLL_SANDBOX_FALLBACK"].strip().lower()
+            config = replace(config, fallback=fallback)
         return replace(config, **overrides)  # type: ignore[arg-type]
 
     def limits(self) -> dict[str, int]:

@@ -4,6 +4,8 @@ A new session takes a kernel the pool started in advance (so it does not wait fo
 start); the pool is refilled in the background. Kernels idle longer than ``idle_timeout_s``
 are closed. At host exit every child is shut down; if the host is killed outright the
 children notice their pipe closing (and bwrap's ``--die-with-parent``) and exit too.
+Releasing a session or shutting down answers in bounded time even while cells are stuck:
+``Kernel.close`` kills a busy kernel before it waits for the cell to let go.
 """
 
 from __future__ import annotations
@@ -117,9 +119,13 @@ class KernelManager:
             self._sessions.clear()
             self._pool.clear()
         self._wake.set()
-        for kernel in kernels:
-            with contextlib.suppress(Exception):
-                kernel.close()
+        # In parallel: each close is bounded, but a host with many stuck kernels should
+        # not wait for them one after another.
+        closers = [threading.Thread(target=_close_quietly, args=(k,)) for k in kernels]
+        for closer in closers:
+            closer.start()
+        for closer in closers:
+            closer.join()
         with contextlib.suppress(Exception):
             atexit.unregister(self.shutdown)
 
@@ -151,3 +157,8 @@ class KernelManager:
             self._wake.wait(min(30.0, self.idle_timeout_s / 2))
             self._wake.clear()
             self.reap_idle()
+
+
+def _close_quietly(kernel: Kernel) -> None:
+    with contextlib.suppress(Exception):
+        kernel.close()

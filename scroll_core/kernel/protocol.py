@@ -1,13 +1,18 @@
-"""Host side of the wire: bounded line reads with deadlines, and values made plain for JSON.
+"""Host side of the wire: bounded line reads and writes with deadlines, values made plain.
 
-Everything the kernel sends is untrusted: lines are size-limited, must decode to an object
-with a known ``op``, and anything else is a ``KernelProtocolError``.
+Everything the kernel sends is untrusted: lines are size-limited and read in bounded chunks
+(the host never buffers more than one maximal line), their nesting and value count are
+checked on the raw bytes before parsing, and they must decode to an object with a known
+``op`` and well-typed ids. Anything else is a ``KernelProtocolError``. Writes to the kernel
+are non-blocking and give up at a deadline with ``KernelUnresponsive``, so a kernel that
+stops reading cannot hold a host thread.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fcntl
 import json
 import os
 import select
@@ -15,35 +20,44 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import KernelProtocolError
-from .child.wire import MAX_CHILD_LINE, encode
+from ..errors import KernelProtocolError, KernelUnresponsive
+from .child.wire import MAX_CHILD_LINE, encode, shape_problem
 
-__all__ = ["CHILD_OPS", "LineReader", "decode_message", "encode", "to_wire"]
+__all__ = ["CHILD_OPS", "LineReader", "LineWriter", "decode_message", "encode", "to_wire"]
 
 CHILD_OPS = frozenset({"ready", "call", "result", "pong", "bound"})
 MAX_DEPTH = 50
+CHUNK = 1 << 16
 
 
 class LineReader:
-    """Reads newline-terminated messages from a pipe fd, waiting at most until a deadline."""
+    """Reads newline-terminated messages from a pipe fd, waiting at most until a deadline.
+
+    At most ``max_line`` bytes are ever buffered: a longer line is a protocol error raised
+    as soon as the limit is passed, not after the whole line arrived."""
 
     def __init__(self, fd: int, max_line: int = MAX_CHILD_LINE) -> None:
         self._fd = fd
         self._max = max_line
         self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already known to hold no newline
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
 
     def readline(self, deadline: float | None) -> bytes | None:
         """The next line; ``None`` at the deadline; ``EOFError`` when the pipe closed."""
         while True:
-            end = self._buf.find(b"\n")
+            end = self._buf.find(b"\n", self._scanned)
             if end >= 0:
+                if end > self._max:
+                    raise KernelProtocolError(f"kernel sent a line over {self._max:,} bytes")
                 line = bytes(self._buf[:end])
                 del self._buf[: end + 1]
+                self._scanned = 0
                 return line
+            self._scanned = len(self._buf)
             if len(self._buf) > self._max:
-                raise KernelProtocolError(f"kernel sent a line over {self._max} bytes")
+                raise KernelProtocolError(f"kernel sent a line over {self._max:,} bytes")
             wait_ms = -1
             if deadline is not None:
                 wait_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
@@ -51,20 +65,64 @@ class LineReader:
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 continue
-            chunk = os.read(self._fd, 1 << 16)
+            chunk = os.read(self._fd, min(CHUNK, self._max + 1 - len(self._buf)))
             if not chunk:
                 raise EOFError("kernel closed its pipe")
             self._buf += chunk
 
 
+class LineWriter:
+    """Writes whole messages to a pipe fd without ever blocking past a deadline."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLOUT | select.POLLERR)
+
+    def write(self, data: bytes, deadline: float) -> None:
+        """Write all of ``data``; ``KernelUnresponsive`` if the kernel has not taken it by
+        ``deadline`` (the pipe then holds part of a line: the kernel must be replaced);
+        ``OSError`` (``BrokenPipeError``) if the kernel is gone."""
+        view = memoryview(data)
+        while view:
+            try:
+                sent = os.write(self._fd, view)
+            except BlockingIOError:
+                sent = 0
+            view = view[sent:]
+            if not view:
+                return
+            wait_ms = int((deadline - time.monotonic()) * 1000) + 1
+            ready = wait_ms > 0 and self._poll.poll(wait_ms)
+            if not ready and time.monotonic() >= deadline:
+                raise KernelUnresponsive(
+                    f"the kernel stopped reading: {len(view):,} of {len(data):,} bytes "
+                    "were still unsent at the deadline"
+                )
+
+
 def decode_message(line: bytes) -> dict[str, Any]:
+    """One kernel line as a message, or ``KernelProtocolError`` saying what is wrong."""
+    problem = shape_problem(line)
+    if problem is not None:
+        raise KernelProtocolError(f"kernel sent a message with {problem}")
     try:
         message = json.loads(line)
+    except RecursionError:
+        raise KernelProtocolError("kernel sent a message nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise KernelProtocolError(f"kernel sent invalid JSON: {exc}") from None
+        raise KernelProtocolError(f"kernel sent invalid JSON: {str(exc)[:200]}") from None
     if not isinstance(message, dict) or message.get("op") not in CHILD_OPS:
         raise KernelProtocolError("kernel sent a message without a known op")
+    if message["op"] != "ready" and not _is_id(message.get("id")):
+        raise KernelProtocolError(f"kernel sent a {message['op']!r} message without a valid id")
     return message
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def to_wire(value: Any, depth: int = 0) -> Any:

@@ -57,7 +57,10 @@ class ExecResult:
 
     ``status``: ok, error (the cell raised), timeout (interrupted at the time limit),
     killed (the kernel died: a limit, a crash, a protocol violation) or denied (the sandbox
-    refused an operation). ``variables_lost`` says the kernel was restarted.
+    refused an operation). ``variables_lost`` says the kernel was restarted. ``limit`` names
+    what ended the cell: ``timeout`` (also a kernel that stopped reading what the host sent),
+    ``memory``, ``file_size``, ``cpu``, or ``protocol`` (the kernel sent a line the host does
+    not accept: malformed, oversized, too deeply nested, or an unexpected message).
     """
 
     status: ExecStatus

@@ -2,26 +2,51 @@
 
 ``bwrap``: bubblewrap with fresh user, pid, network, ipc, uts and cgroup namespaces, the
 runtime and the worker code bound read-only, a size-limited tmpfs as scratch and cwd, an
-empty environment, no capabilities, and death with its parent. ``process``: the same
-interpreter with ``-I -S``, an empty environment and a private scratch directory; the
-worker's rlimits and audit hook are the whole fence. ``auto`` takes ``bwrap`` when it works.
+empty environment, no capabilities, and death with its parent. ``process``: an interpreter
+with ``-I -S``, an empty environment and a private scratch directory, started as an
+unprivileged uid/gid of its own (no supplementary groups) when the host runs as root. Each
+kernel gets a fresh uid from a high range no account uses, so kernels cannot read each
+other's scratch or signal each other through file permissions alone, and one kernel's
+threads do not count against another's process limit.
+
+On both tiers the interpreter first runs ``child/launch.py``: it applies the rlimits, puts
+the kernel-enforced layers of ``child/confine.py`` on (``no_new_privs``, seccomp, Landlock
+where offered), then execs the worker, which adds the audit hook on top as a first fence.
+The layers the host expects are sent as ``require``; a kernel that cannot install them
+does not start. ``auto`` takes ``bwrap`` when it works and falls back to ``process`` only
+when the operator allowed it (``SCROLL_SANDBOX_FALLBACK=process``); otherwise it raises
+``SandboxUnavailable``.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import SandboxUnavailable
+from .child import confine
 from .config import KernelConfig
 
-__all__ = ["TIER_STRENGTH", "LaunchSpec", "bwrap_status", "launch_spec", "resolve_tier"]
+__all__ = [
+    "TIER_STRENGTH",
+    "LaunchSpec",
+    "bwrap_status",
+    "landlock_status",
+    "launch_spec",
+    "layers_of",
+    "resolve_tier",
+    "sandbox_attributes",
+]
 
 CHILD_DIR = str(Path(__file__).resolve().parent / "child")
 PYTHON = os.path.realpath(sys.executable)
@@ -30,9 +55,20 @@ ZONEINFO = "/usr/share/zoneinfo"
 SANDBOX_ROOT = "/opt/scroll"
 SANDBOX_SCRATCH = "/scratch"
 TIER_STRENGTH = {"bwrap": "strong", "process": "weaker"}
+UNPRIVILEGED = 65534  # nobody / nogroup: the uid inside bwrap, and the reachability probe
+# Process-tier kernels on a root host: uid = gid = KERNEL_UID_BASE + a random offset.
+KERNEL_UID_BASE = 0x5C000000
+KERNEL_UID_SPAN = 1 << 24
+# Shared libraries an extension module may load after Landlock is on.
+LIBRARY_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache")
 _BOOT = (
     "import sys; sys.path.insert(0, {root!r}); "
     "from child.worker import main; del sys.path[0]; main()"
+)
+# Stage one (``child/launch.py``): limits and kernel layers, then exec of ``_BOOT``.
+_LAUNCH = (
+    "import sys; sys.path.insert(0, {root!r}); "
+    "from child.launch import main; del sys.path[0]; main()"
 )
 
 
@@ -46,6 +82,15 @@ class LaunchSpec:
     host_scratch: str | None  # a host directory to remove at close, if any
     read_roots: tuple[str, ...]
     allow_sqlite: bool
+    user: int | None = None  # uid and gid to start the process as (process tier, root host)
+    confine: dict[str, Any] = field(default_factory=dict)  # what ``launch`` was told
+    # Off only in tests that prove the kernel layers hold on their own (a cell that
+    # corrupts the interpreter can switch the hook off; nothing can switch those off).
+    audit_hook: bool = True
+
+    def child_init(self) -> dict[str, Any]:
+        """The sandbox's part of the kernel's ``init`` message."""
+        return {"guard": self.audit_hook}
 
 
 @functools.lru_cache(maxsize=1)
@@ -65,8 +110,18 @@ def bwrap_status() -> tuple[bool, str]:
     return True, f"bwrap works ({exe})"
 
 
-def resolve_tier(requested: str) -> str:
-    """The tier to use for ``requested``; fail closed when ``bwrap`` is demanded but absent."""
+@functools.lru_cache(maxsize=1)
+def landlock_status() -> tuple[int, str]:
+    """The Landlock ABI the running kernel offers (0 when none) and a sentence saying so."""
+    return confine.landlock_abi()
+
+
+def resolve_tier(requested: str, fallback: str = "none") -> str:
+    """The tier to use for ``requested``; never silently weaker than asked.
+
+    ``process`` is the operator's explicit choice. ``bwrap`` fails closed when bubblewrap
+    cannot run. ``auto`` takes ``bwrap``, and ``process`` only when ``fallback`` allows it.
+    """
     if requested == "process":
         return "process"
     ok, reason = bwrap_status()
@@ -74,7 +129,13 @@ def resolve_tier(requested: str) -> str:
         return "bwrap"
     if requested == "bwrap":
         raise SandboxUnavailable(f"SCROLL_SANDBOX=bwrap but no kernel can start: {reason}")
-    return "process"
+    if fallback == "process":
+        return "process"
+    raise SandboxUnavailable(
+        f"SCROLL_SANDBOX=auto and bubblewrap cannot run ({reason}); the weaker process tier "
+        "is used only when the operator allows it: set SCROLL_SANDBOX_FALLBACK=process or "
+        "SCROLL_SANDBOX=process, or install bubblewrap"
+    )
 
 
 def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
@@ -82,28 +143,131 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
         exe = shutil.which("bwrap")
         if exe is None:
             raise SandboxUnavailable("bwrap is not installed (Debian package bubblewrap)")
-        boot = _BOOT.format(root=SANDBOX_ROOT)
+        read_roots: tuple[str, ...] = (RUNTIME, SANDBOX_ROOT, ZONEINFO)
+        options = _confine(read_roots, SANDBOX_SCRATCH, uid=UNPRIVILEGED, namespaces=True)
         return LaunchSpec(
             tier=tier,
-            argv=[*_bwrap_argv(exe, config), PYTHON, "-I", "-S", "-c", boot],
+            argv=[
+                *_bwrap_argv(exe, config),
+                *_launch_argv(PYTHON, SANDBOX_ROOT, options, config),
+            ],
             env={},
             cwd="/",
             scratch=SANDBOX_SCRATCH,
             host_scratch=None,
-            read_roots=(RUNTIME, SANDBOX_ROOT, ZONEINFO),
+            read_roots=read_roots,
             allow_sqlite=True,
+            confine=options,
         )
+    user = KERNEL_UID_BASE + secrets.randbelow(KERNEL_UID_SPAN) if os.geteuid() == 0 else None
+    # "other" permission bits decide what any uid that owns nothing can reach: probe once.
+    python, runtime, worker_root = _process_runtime(None if user is None else UNPRIVILEGED)
     scratch = tempfile.mkdtemp(prefix="scroll-kernel-", dir=config.scratch_root)
+    if user is not None:
+        os.chown(scratch, user, user)
+    read_roots = (runtime, worker_root, ZONEINFO, "/dev/null", "/dev/zero", "/dev/urandom")
+    options = _confine(read_roots, scratch, uid=user, namespaces=False)
     return LaunchSpec(
         tier="process",
-        argv=[PYTHON, "-I", "-S", "-c", _BOOT.format(root=str(Path(CHILD_DIR).parent))],
+        argv=_launch_argv(python, worker_root, options, config),
         env={"TMPDIR": scratch, "HOME": scratch, "LC_ALL": "C.UTF-8"},
         cwd=scratch,
         scratch=scratch,
         host_scratch=scratch,
-        read_roots=(RUNTIME, CHILD_DIR, ZONEINFO, "/dev/null", "/dev/zero", "/dev/urandom"),
+        read_roots=read_roots,
         allow_sqlite=False,
+        user=user,
+        confine=options,
     )
+
+
+def _launch_argv(
+    python: str, root: str, options: dict[str, Any], config: KernelConfig
+) -> list[str]:
+    stage = {
+        **options,
+        "python": python,
+        "boot": _BOOT.format(root=root),
+        "limits": config.limits(),
+    }
+    return [python, "-I", "-S", "-c", _LAUNCH.format(root=root), json.dumps(stage)]
+
+
+def _confine(
+    read_roots: tuple[str, ...], scratch: str, *, uid: int | None, namespaces: bool
+) -> dict[str, Any]:
+    require = ["no_new_privs"]
+    if confine.machine() in confine.SECCOMP_SYSCALL:
+        require.append("seccomp")
+    if landlock_status()[0] > 0:
+        require.append("landlock")
+    if uid is not None:
+        require.append("uid")
+    return {
+        "scratch": scratch,
+        "read_roots": [*read_roots, *LIBRARY_PATHS],
+        "require": require,
+        "uid": uid,
+        "namespaces": namespaces,
+    }
+
+
+@functools.lru_cache(maxsize=2)
+def _process_runtime(user: int | None) -> tuple[str, str, str]:
+    """(interpreter, its prefix, worker root) that ``user`` can run; SandboxUnavailable if none.
+
+    The worker code is copied to a folder of its own (world-readable, owned by the host):
+    Landlock then grants exactly that folder, where the package's parent would expose the
+    host's code, and an unprivileged uid can reach it wherever the checkout lives. The
+    host's own interpreter may sit where such a uid cannot reach it (a pyenv build under
+    ``/root``); the worker needs only the standard library, so any Python 3 it can run
+    will do.
+    """
+    root = _copy_worker()
+    if user is None:
+        return PYTHON, RUNTIME, root
+    candidates = [PYTHON]
+    for name in ("python3", f"python{sys.version_info[0]}.{sys.version_info[1]}"):
+        for folder in ("/usr/bin", "/usr/local/bin"):
+            path = os.path.realpath(f"{folder}/{name}")
+            if os.path.isfile(path) and path not in candidates:
+                candidates.append(path)
+    probe = f"import sys; sys.path.insert(0, {root!r}); import child.worker; print(sys.prefix)"
+    tried = []
+    for python in candidates:
+        try:
+            done = subprocess.run(
+                [python, "-I", "-S", "-c", probe],
+                capture_output=True,
+                timeout=20,
+                env={},
+                cwd="/",
+                user=user,
+                group=user,
+                extra_groups=[],
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            tried.append(f"{python}: {exc}")
+            continue
+        if done.returncode == 0:
+            return python, os.path.realpath(done.stdout.decode().strip()), root
+        tried.append(f"{python}: {done.stderr.decode('utf-8', 'replace').strip()[-200:]}")
+    raise SandboxUnavailable(
+        f"the process tier cannot start a kernel as uid {user}: " + "; ".join(tried)
+    )
+
+
+def _copy_worker() -> str:
+    root = tempfile.mkdtemp(prefix="scroll-worker-")
+    target = Path(root) / "child"
+    shutil.copytree(CHILD_DIR, target, ignore=shutil.ignore_patterns("__pycache__"))
+    os.chmod(root, 0o755)
+    os.chmod(target, 0o755)
+    for file in target.iterdir():
+        os.chmod(file, 0o644)
+    atexit.register(shutil.rmtree, root, True)
+    return root
 
 
 def _bwrap_argv(exe: str, config: KernelConfig) -> list[str]:
@@ -156,3 +320,26 @@ def _bwrap_argv(exe: str, config: KernelConfig) -> list[str]:
         "--",
     ]
     return argv
+
+
+def layers_of(ready: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(active layers, "name: why" of missing ones) from a kernel's ``ready`` message."""
+    layers = ready.get("layers")
+    missing = ready.get("missing")
+    active = tuple(str(x)[:40] for x in layers[:20]) if isinstance(layers, list) else ()
+    absent: tuple[str, ...] = ()
+    if isinstance(missing, dict):
+        absent = tuple(f"{k}: {v}"[:200] for k, v in list(missing.items())[:20])
+    return active, absent
+
+
+def sandbox_attributes(
+    tier: str, layers: tuple[str, ...], missing: tuple[str, ...]
+) -> dict[str, Any]:
+    """Span attributes that put the sandbox in force on every span of a kernel."""
+    return {
+        "scroll.sandbox.tier": tier,
+        "scroll.sandbox.strength": TIER_STRENGTH.get(tier, "unknown"),
+        "scroll.sandbox.layers": list(layers),
+        "scroll.sandbox.missing": list(missing) or None,
+    }

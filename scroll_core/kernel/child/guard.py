@@ -4,8 +4,15 @@ Installed by the worker after its own setup and before the first user cell; an a
 cannot be removed. The hook never calls anything user code could replace: every function
 it uses is captured in its closure at install time, paths are normalised lexically by hand,
 and only exact ``str``/``bytes`` paths are trusted (C converters hand the hook ``str`` for
-``pathlib`` paths already). Audit hooks are defence in depth, not a wall: tier ``bwrap``
-adds real namespaces around the same hook.
+``pathlib`` paths already). Audit hooks are defence in depth, not a wall: both tiers put
+kernel-enforced layers (``confine``) under the same hook.
+
+Directory descriptors. The ``open`` event does not carry ``dir_fd``, so a relative path
+opened against a directory descriptor would be judged against the working directory. The
+hook keeps two invariants instead: a directory can be opened (and so a directory
+descriptor held) only inside scratch, and a relative path may not contain ``..``. A
+relative path then lands inside scratch whatever descriptor it is resolved against, or
+inside the working directory the hook judged.
 """
 
 from __future__ import annotations
@@ -68,7 +75,8 @@ _DENY_IMPORTS = frozenset(
         "_socket",
     }
 )
-# Events whose first argument is a path that gets written to.
+# Events whose first argument is a path that gets written to; a descriptor is refused
+# (it could point anywhere), except for truncate, which needs a descriptor open for writing.
 _WRITE_PATH_EVENTS = frozenset(
     {
         "os.mkdir",
@@ -105,6 +113,7 @@ def install(
     kernel it must stay off, because ``ATTACH`` opens files below the audit hook.
     """
     import posix
+    import stat
 
     deny_events, deny_prefixes, deny_imports = _DENY_EVENTS, _DENY_PREFIXES, _DENY_IMPORTS
     write_events, read_events = _WRITE_PATH_EVENTS, _READ_PATH_EVENTS
@@ -113,6 +122,9 @@ def install(
     denials: list[str] = []
     deny_exc = SandboxDenied
     getcwd: Callable[[], str] = posix.getcwd
+    stat_path = posix.stat
+    is_dir = stat.S_ISDIR
+    os_error = OSError
     str_type, bytes_type, int_type = str, bytes, int
     to_str = str.__str__
     decode = bytes.decode
@@ -136,6 +148,10 @@ def install(
         else:
             return None
         if not startswith(path, "/"):
+            for part in split(path, "/"):
+                if part == "..":
+                    # Might be resolved against a directory descriptor, not the cwd.
+                    deny("path", "'..' in a relative path; use an absolute path")
             path = getcwd() + "/" + path
         parts: list[str] = []
         for part in split(path, "/"):
@@ -147,6 +163,14 @@ def install(
                 continue
             append(parts, part)
         return "/" + join(parts)
+
+    def directory(target: Any) -> bool:
+        try:
+            return is_dir(stat_path(target).st_mode)
+        except os_error:
+            return False
+        except ValueError:
+            return False
 
     def inside(path: str | None, roots: tuple[str, ...]) -> bool:
         if path is None:
@@ -186,12 +210,17 @@ def install(
                         deny(event, "too many files created in scratch")
             elif not inside(path, all_reads):
                 deny(event, (path or "?") + " (outside the runtime and scratch)")
+            elif not inside(path, scratch_roots) and directory(target):
+                deny(event, (path or "?") + " (directory descriptors only inside scratch)")
         elif event == "import":
             name = args[0]
             if kind(name) is str_type and split(name, ".")[0] in deny_imports:
                 deny(event, name)
         elif event in write_events:
-            if kind(args[0]) is not int_type and not inside(normalise(args[0]), scratch_roots):
+            if kind(args[0]) is int_type:
+                if event != "os.truncate":
+                    deny(event, "a file descriptor could point outside scratch")
+            elif not inside(normalise(args[0]), scratch_roots):
                 deny(event, "outside scratch")
         elif event in read_events:
             target = args[0]

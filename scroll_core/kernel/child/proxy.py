@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from . import wire
+
 Send = Callable[[dict[str, Any]], None]
 TAG = "__scroll__"
 
@@ -74,16 +76,22 @@ class HostCaller:
         with self._lock:
             self._next_id += 1
             call_id = self._next_id
+            message = {
+                "op": "call",
+                "id": call_id,
+                "name": name,
+                "args": json.loads(json.dumps(args, default=_plain)),
+                "kwargs": json.loads(json.dumps(kwargs, default=_plain)),
+            }
+            line = wire.encode(message)
+            # The host would take a line it cannot accept as a broken kernel: refuse here.
+            problem = wire.shape_problem(line)
+            if len(line) > wire.MAX_CHILD_LINE:
+                problem = f"over {wire.MAX_CHILD_LINE:,} bytes"
+            if problem is not None:
+                raise TypeError(f"arguments to {name} are too large to send: {problem}")
             self.calls += 1
-            self._send(
-                {
-                    "op": "call",
-                    "id": call_id,
-                    "name": name,
-                    "args": json.loads(json.dumps(args, default=_plain)),
-                    "kwargs": json.loads(json.dumps(kwargs, default=_plain)),
-                }
-            )
+            self._send(message)
             while True:
                 reply = self._replies.get()
                 if reply.get("id") == call_id:

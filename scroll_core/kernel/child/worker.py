@@ -1,9 +1,11 @@
 """The kernel process: a persistent namespace that runs cells sent by the host.
 
-Start-up order matters: take the protocol pipes off fds 0 and 1, read ``init``, start the
-reader thread, apply the resource limits, remove what the audit hook cannot see, install the
-hook, and only then accept cells. The reader thread also acts as the watchdog: when the
-host's end of the pipe closes (the host exited or was killed) the kernel exits at once.
+Start-up order matters. Before this process image existed, ``launch`` applied the resource
+limits and put the kernel-enforced layers on, then exec'd this interpreter with a report of
+them as ``sys.argv[1]``. Here: take the protocol pipes off fds 0 and 1, read ``init``, start
+the reader thread, remove what the audit hook cannot see, install the hook, and only then
+accept cells. The reader thread also acts as the watchdog: when the host's end of the pipe
+closes (the host exited or was killed) the kernel exits at once.
 """
 
 from __future__ import annotations
@@ -40,12 +42,16 @@ def main() -> None:
     os.close(devnull)
     reader = os.fdopen(in_fd, "rb", buffering=1 << 16)
     init = json.loads(reader.readline() or b"{}")
-    Worker(init, reader, out_fd).serve()
+    report = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    Worker(init, reader, out_fd, report).serve()
 
 
 class Worker:
-    def __init__(self, init: dict[str, Any], reader: Any, out_fd: int) -> None:
+    def __init__(
+        self, init: dict[str, Any], reader: Any, out_fd: int, report: dict[str, Any]
+    ) -> None:
         self.init = init
+        self.report = report
         self.reader = reader
         self.out_fd = out_fd
         self.write_lock = threading.Lock()
@@ -72,10 +78,15 @@ class Worker:
         signal.signal(signal.SIGINT, self._on_sigint)
         # Past the file-size limit a write should fail with EFBIG, not kill the kernel.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        threading.Thread(target=self._read_loop, name="scroll-reader", daemon=True).start()
         scratch = str(self.init.get("scratch") or os.getcwd())
         os.chdir(scratch)
-        self._apply_limits(self.init.get("limits") or {})
+        if self.report:
+            layers = [str(x) for x in self.report.get("layers") or []]
+            missing = {str(k): str(v) for k, v in (self.report.get("missing") or {}).items()}
+        else:  # started without ``launch``: limits only, and say so
+            self._apply_limits(self.init.get("limits") or {})
+            layers, missing = [], {"kernel_layers": "started without the launch stage"}
+        threading.Thread(target=self._read_loop, name="scroll-reader", daemon=True).start()
         self._strip_unaudited()
         self.denials: list[str] = []
         if self.init.get("guard", True):
@@ -86,8 +97,19 @@ class Worker:
                 int(self.init.get("max_created_files", 256)),
                 bool(self.init.get("allow_sqlite", False)),
             )
+            layers.append("audit_hook")
+        else:
+            missing["audit_hook"] = "started without the audit hook"
         self._bind(list(self.init.get("host_functions") or []))
-        self.send({"op": "ready", "pid": os.getpid(), "python": sys.version.split()[0]})
+        self.send(
+            {
+                "op": "ready",
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "layers": layers,
+                "missing": missing,
+            }
+        )
         while True:
             message = self.commands.get()
             op = message.get("op")

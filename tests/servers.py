@@ -1,0 +1,205 @@
+"""Throwaway PostgreSQL and Redis servers on loopback, for the tests that need real ones.
+
+Each server runs from Debian's packages (``postgresql``, ``redis-server``) in a temporary
+folder, listens on 127.0.0.1 on a free port and is stopped and removed at the end. As root
+(CI runs as root) PostgreSQL runs as the unprivileged ``postgres`` user, since it refuses
+to run as root. ``SCROLL_TEST_POSTGRES_URL`` / ``SCROLL_TEST_REDIS_URL`` point the tests at
+servers started elsewhere instead.
+
+Fixtures that use these call :func:`unavailable`: with ``CI=true`` a server that cannot
+start fails the run; elsewhere the test skips and says why.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+__all__ = ["ServerUnavailable", "postgres", "redis", "unavailable"]
+
+START_TIMEOUT_S = 30.0
+
+
+class ServerUnavailable(RuntimeError):
+    """A test server could not be started; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    host: str
+    port: int
+
+
+def unavailable(what: str, why: str) -> None:
+    """Fail under ``CI=true`` (a component CI must have), skip elsewhere."""
+    message = f"{what} is not available: {why}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _postgres_bindir() -> Path:
+    found = shutil.which("pg_config")
+    if found:
+        out = subprocess.run([found, "--bindir"], capture_output=True, text=True, check=False)
+        candidate = Path(out.stdout.strip())
+        if (candidate / "initdb").exists():
+            return candidate
+    for bindir in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if Path(bindir, "initdb").exists():
+            return Path(bindir)
+    raise ServerUnavailable("PostgreSQL binaries not found (apt-get install postgresql)")
+
+
+def _as_user() -> dict[str, object]:
+    """Popen arguments that drop to ``postgres`` when running as root."""
+    if os.geteuid() != 0:
+        return {}
+    try:
+        entry = pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise ServerUnavailable("running as root and no 'postgres' user to run as") from exc
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerUnavailable(f"{what} exited with {proc.returncode}: {_tail(log)}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise ServerUnavailable(f"{what} did not listen on 127.0.0.1:{port}: {_tail(log)}")
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-800:]
+    except OSError:
+        return "(no log)"
+
+
+@contextmanager
+def postgres() -> Iterator[Server]:
+    """A fresh PostgreSQL cluster with a database ``scroll`` owned by superuser ``scroll``."""
+    external = os.environ.get("SCROLL_TEST_POSTGRES_URL")
+    if external:
+        yield Server(external, "", 0)
+        return
+    bindir = _postgres_bindir()
+    user = _as_user()
+    root = Path(tempfile.mkdtemp(prefix="scroll-pg-"))
+    root.chmod(0o755)
+    data, sockets, log = root / "data", root / "sockets", root / "postgres.log"
+    for folder in (data, sockets):
+        folder.mkdir()
+    log.touch()
+    if user:
+        for path in (data, sockets, log):
+            os.chown(path, int(user["user"]), int(user["group"]))  # type: ignore[call-overload]
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        init = subprocess.run(
+            [str(bindir / "initdb"), "-D", str(data), "-U", "scroll", "-A", "trust", "--no-sync"],
+            capture_output=True,
+            check=False,
+            **user,  # type: ignore[arg-type]
+        )
+        if init.returncode != 0:
+            raise ServerUnavailable(f"initdb failed: {init.stderr.decode(errors='replace')}")
+        port = _free_port()
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [
+                    str(bindir / "postgres"),
+                    "-D", str(data),
+                    "-h", "127.0.0.1",
+                    "-p", str(port),
+                    "-k", str(sockets),
+                    "-c", "fsync=off",
+                    "-c", "synchronous_commit=off",
+                    "-c", "full_page_writes=off",
+                    "-c", "max_connections=200",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                **user,  # type: ignore[arg-type]
+            )  # fmt: skip
+        _wait_for_port(port, proc, "PostgreSQL", log)
+        createdb = [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "scroll"]
+        created = subprocess.run(
+            [*createdb, "scroll"],
+            capture_output=True,
+            check=False,
+        )
+        if created.returncode != 0:
+            raise ServerUnavailable(f"createdb failed: {created.stderr.decode(errors='replace')}")
+        yield Server(f"postgres://scroll@127.0.0.1:{port}/scroll", "127.0.0.1", port)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def redis() -> Iterator[Server]:
+    """A fresh Redis server with no persistence."""
+    external = os.environ.get("SCROLL_TEST_REDIS_URL")
+    if external:
+        yield Server(external, "", 0)
+        return
+    exe = shutil.which("redis-server")
+    if not exe:
+        raise ServerUnavailable("redis-server not found (apt-get install redis-server)")
+    root = Path(tempfile.mkdtemp(prefix="scroll-redis-"))
+    log = root / "redis.log"
+    port = _free_port()
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [
+                    exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(root),
+                    "--save", "", "--appendonly", "no", "--protected-mode", "yes",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        _wait_for_port(port, proc, "Redis", log)
+        yield Server(f"redis://127.0.0.1:{port}/0", "127.0.0.1", port)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(root, ignore_errors=True)

@@ -112,7 +112,9 @@ class ScriptedUpstream:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        # Joined on close (after ``release`` cut any slow reply short), so no handler outlives
+        # its test holding a socket.
+        self.server.daemon_threads = False
         self.thread = threading.Thread(
             target=self.server.serve_forever, name="upstream", daemon=True
         )

@@ -53,8 +53,26 @@ def make_key(upstream, agent="alice", **fields):
     return GatewayKey.issue(agent_id=agent, **fields)[1]
 
 
+_clients: list = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients():
+    yield
+    while _clients:
+        _clients.pop().close()
+
+
 def oa(gateway, key, **kw):
-    return openai.OpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0, **kw)
+    client = openai.OpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0, **kw)
+    _clients.append(client)
+    return client
+
+
+def an(gateway, key):
+    client = anthropic.Anthropic(base_url=gateway, api_key=key, max_retries=0)
+    _clients.append(client)
+    return client
 
 
 def ask(client, messages, **kw):
@@ -92,6 +110,7 @@ def test_the_openai_client_gets_a_completion_with_usage_and_the_extension(
         "user",
         "assistant",
     ]
+    get_service().flush()  # the console's record is written after the answer
     run = RunRecord.objects.get(session_id=session)
     assert run.kind == "gateway" and run.turns == 1 and run.status == "done"
     assert CompressEvent.objects.filter(session_id=session).exists()
@@ -225,7 +244,7 @@ def test_bad_keys_and_malformed_bodies_get_the_providers_errors(gateway, upstrea
         ask(oa(gateway, "sk-scroll-wrongwrongwrong"), [{"role": "user", "content": "x"}])
     assert caught.value.status_code == 401 and caught.value.body["code"] == "invalid_api_key"
     with pytest.raises(anthropic.AuthenticationError):
-        anthropic.Anthropic(base_url=gateway, api_key="nope", max_retries=0).messages.create(
+        an(gateway, "nope").messages.create(
             model="m", max_tokens=10, messages=[{"role": "user", "content": "x"}]
         )
     key = make_key(upstream, agent="bob")
@@ -233,7 +252,7 @@ def test_bad_keys_and_malformed_bodies_get_the_providers_errors(gateway, upstrea
         ask(oa(gateway, key), [{"role": "user", "content": 7}])
     assert caught.value.body["param"] == "messages.0.content"
     with pytest.raises(anthropic.BadRequestError) as bad:
-        anthropic.Anthropic(base_url=gateway, api_key=key, max_retries=0).messages.create(
+        an(gateway, key).messages.create(
             model="m", max_tokens=0, messages=[{"role": "user", "content": "x"}]
         )
     assert bad.value.body["error"]["type"] == "invalid_request_error" and "max_tokens" in str(
@@ -265,6 +284,20 @@ def test_the_rate_limit_answers_429(gateway, upstream):
         ask(client, [{"role": "user", "content": "two"}])
 
 
+def test_a_spent_token_budget_answers_429_in_either_shape(gateway, upstream):
+    key = make_key(upstream, token_budget=100)
+    ask(oa(gateway, key), [{"role": "user", "content": "one"}])  # spends 132
+    with pytest.raises(openai.RateLimitError) as caught:
+        ask(oa(gateway, key), [{"role": "user", "content": "two"}])
+    assert "token budget" in caught.value.message
+    with pytest.raises(anthropic.RateLimitError):
+        an(gateway, key).messages.create(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "three"}]
+        )
+    get_service().flush()
+    assert GatewayKey.objects.get(agent_id="alice").tokens_used == 132
+
+
 def test_every_view_sent_upstream_is_under_its_window_and_the_index_appears(gateway, upstream):
     profile = TuningProfile.objects.create(name="gw-small", context_size=2048)
     client = oa(gateway, make_key(upstream, profile=profile))
@@ -285,7 +318,7 @@ def test_every_view_sent_upstream_is_under_its_window_and_the_index_appears(gate
 
 def test_the_anthropic_client_streams_and_uses_tools(gateway, upstream):
     key = make_key(upstream)
-    client = anthropic.Anthropic(base_url=gateway, api_key=key, max_retries=0)
+    client = an(gateway, key)
     tools = [
         {
             "name": "get_weather",
@@ -362,6 +395,7 @@ def test_the_session_is_in_the_console_marked_as_gateway_driven(gateway, upstrea
         raw = client.chat.completions.with_raw_response.create(model="gpt-test", messages=history)
         history.append(assistant_of(raw.parse()))
     session = raw.headers["x-scroll-session"]
+    get_service().flush()
     run = RunRecord.objects.get(session_id=session)
     assert run.turns == 16 and run.evictions > 0 and run.summary()["kind"] == "gateway"
     home = admin_client.get("/").content.decode()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bench.gateway_data import claude_code_messages, completion_for, locomo_exchanges
+from bench._gateway_data import claude_code_messages, completion_for, locomo_exchanges
 from scroll_core.eventlog import EventLog
 from scroll_core.gateway import GatewayConversation, parse_chat_request, parse_messages_request
 from scroll_core.gateway.upstream import parse_completion

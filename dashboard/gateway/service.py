@@ -4,18 +4,25 @@ The service keeps, per process, the live ``GatewayConversation`` of each session
 from the Event Log when a session is first served here, the least recently used dropped past
 ``MAX_CONVERSATIONS``), one ``HttpUpstream`` per upstream, and each key's request times for
 its rate limit. After every request the session's ``RunRecord`` (kind ``gateway``) and its
-compress records are saved and pushed to the console, as the runner does for its runs.
+compress records are saved and pushed to the console, as the runner does for its runs - by one
+background thread, in request order, so the client's answer never waits on the console's
+database (``flush()`` waits for it). Authenticated keys are remembered for
+``KEY_CACHE_S`` seconds: a key deactivated in admin stops working within that time, and a
+token budget is enforced against a count at most that old.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections import OrderedDict, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
@@ -27,10 +34,13 @@ from dashboard.spans import push_session
 from scroll_core.gateway import ClientReply, ClientRequest, GatewayConversation, HttpUpstream
 from scroll_core.gateway.naming import session_id_for
 
-__all__ = ["GatewayRefused", "get_service", "reset_service"]
+__all__ = ["GatewayRefused", "GatewayService", "get_service", "reset_service"]
 
 MAX_CONVERSATIONS = 256
 GATEWAY_KIND = "gateway"
+KEY_CACHE_S = 5.0
+
+log = logging.getLogger("dashboard.gateway")
 
 
 @dataclass
@@ -50,6 +60,27 @@ class GatewayService:
         self._conversations: OrderedDict[tuple[str, str], GatewayConversation] = OrderedDict()
         self._upstreams: dict[tuple[str, str, float], HttpUpstream] = {}
         self._calls: dict[int, deque[float]] = {}
+        self._keys: dict[str, tuple[float, GatewayKey]] = {}
+        self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-record")
+        self._pending: Future[None] | None = None
+
+    # -- keys ----------------------------------------------------------------------------
+    def authenticate(self, secret: str | None) -> GatewayKey | None:
+        """The active key for ``secret`` (see the module docstring on caching)."""
+        if not secret:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            cached = self._keys.get(secret)
+        if cached is not None and now - cached[0] < KEY_CACHE_S:
+            return cached[1]
+        key = GatewayKey.authenticate(secret)
+        with self._lock:
+            if key is None:
+                self._keys.pop(secret, None)
+            else:
+                self._keys[secret] = (now, key)
+        return key
 
     # -- limits ------------------------------------------------------------------------
     def admit(self, key: GatewayKey) -> None:
@@ -132,48 +163,84 @@ class GatewayService:
         )
         conversation = self.conversation(key, session_id)
         model = key.upstream_model(request.model)
-        run = _run_for(key, session_id, model, request)
         reply: ClientReply | None = None
+        error = ""
         try:
             reply = conversation.handle(request, self.upstream_for(key), model=model)
+            # The cached key counts too, so its budget holds before the database catches up.
+            key.tokens_used += reply.usage.input_tokens + reply.usage.output_tokens
             return reply
         except Exception as exc:
-            run.error = f"{type(exc).__name__}: {exc}"[:4000]
+            error = f"{type(exc).__name__}: {exc}"[:4000]
             raise
         finally:
-            _record(run, key, conversation, reply)
+            view = conversation.view
+            job = _Job(key.pk, key.agent_id, key.profile_id, session_id, model, request.api,
+                       request.model, conversation.requests, reply, error,
+                       view.report.to_dict() if view is not None else None,
+                       _IndexSnapshot(conversation.index))  # fmt: skip
+            with self._lock:
+                self._pending = self._recorder.submit(_record_safely, job)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every finished request is recorded for the console."""
+        with self._lock:
+            pending = self._pending
+        if pending is not None:
+            pending.result(timeout)
+
+    def close(self) -> None:
+        self._recorder.shutdown(wait=True)
+        for conversation in self._conversations.values():
+            conversation.close()
+        for upstream in self._upstreams.values():
+            upstream.close()
 
 
-def _run_for(key: GatewayKey, session_id: str, model: str, request: ClientRequest) -> RunRecord:
+@dataclass
+class _Job:
+    """What the console records about one finished request (read in the request's thread)."""
+
+    key_id: int
+    agent_id: str
+    profile_id: int | None
+    session_id: str
+    model: str
+    api: str
+    client_model: str
+    turn: int
+    reply: ClientReply | None
+    error: str
+    report: dict[str, Any] | None
+    index: Any
+
+
+def _record_safely(job: _Job) -> None:
+    close_old_connections()
+    try:
+        _record(job)
+    except Exception:  # the console's bookkeeping must never break the gateway
+        log.exception("gateway: recording session %s failed", job.session_id)
+
+
+def _record(job: _Job) -> None:
     run, _ = RunRecord.objects.get_or_create(
-        session_id=session_id,
+        session_id=job.session_id,
         defaults={
-            "task": f"gateway: agent {key.agent_id} through {request.api} ({request.model})",
+            "task": f"gateway: agent {job.agent_id} through {job.api} ({job.client_model})",
             "kind": GATEWAY_KIND,
-            "profile_id": key.profile_id,
-            "model_name": model,
+            "profile_id": job.profile_id,
+            "model_name": job.model,
             "started_at": timezone.now(),
         },
     )
-    run.status = RunRecord.RUNNING
-    run.model_name = model
-    run.error = ""
-    run.save(update_fields=["status", "model_name", "error"])
-    push_session(run)
-    return run
-
-
-def _record(
-    run: RunRecord,
-    key: GatewayKey,
-    conversation: GatewayConversation,
-    reply: ClientReply | None,
-) -> None:
-    index = conversation.index
+    run.model_name = job.model
+    run.error = job.error
+    reply = job.reply
     if reply is not None:
         rows = [
             CompressEvent.from_step(
-                run, run.session_id, conversation.requests, step, _Step(reason, record), index
+                run, run.session_id, job.turn, step, _Step(reason, record), job.index
             )
             for step, (reason, record) in enumerate(reply.compressions)
         ]
@@ -185,21 +252,34 @@ def _record(
         run.expands += reply.stats.recalls
         run.last_answer = reply.content[:4000]
         spent = reply.usage.input_tokens + reply.usage.output_tokens
-        GatewayKey.objects.filter(pk=key.pk).update(
+        GatewayKey.objects.filter(pk=job.key_id).update(
             tokens_used=F("tokens_used") + spent,
             requests=F("requests") + 1,
             last_used_at=timezone.now(),
         )
-    view = conversation.view
-    if view is not None:
-        run.view_tokens = view.tokens
-        run.trigger_tokens = view.report.trigger_tokens
-        run.context_size = view.report.context_size
-        run.last_report = view.report.to_dict()
+    if job.report is not None:
+        run.view_tokens = job.report["total"]
+        run.trigger_tokens = job.report["trigger_tokens"]
+        run.context_size = job.report["context_size"]
+        run.last_report = job.report
     run.status = RunRecord.DONE if reply is not None else RunRecord.FAILED
     run.ended_at = timezone.now()
     run.save()
     push_session(run)
+
+
+class _IndexSnapshot:
+    """The index's size and tier profile when the request finished (the live index moves on)."""
+
+    def __init__(self, index: Any) -> None:
+        self._size = len(index)
+        self._tiers = index.tier_profile()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def tier_profile(self) -> list[int]:
+        return list(self._tiers)
 
 
 @dataclass
@@ -228,7 +308,4 @@ def reset_service() -> None:
     with _service_lock:
         old, _service = _service, None
     if old is not None:
-        for conversation in old._conversations.values():
-            conversation.close()
-        for upstream in old._upstreams.values():
-            upstream.close()
+        old.close()

@@ -97,7 +97,7 @@ def _secret(request: HttpRequest) -> str | None:
 
 @sync_to_async
 def _get_key(secret: str | None) -> GatewayKey | None:
-    return GatewayKey.authenticate(secret)
+    return get_service().authenticate(secret)
 
 
 def _serve_sync(key: GatewayKey, parsed: ClientRequest, session: str | None) -> ClientReply:

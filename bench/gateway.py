@@ -200,7 +200,7 @@ def _message(i: int) -> dict[str, str]:
 
 def _client(
     gateway: str, upstream: str, key: str, name: str, history: int, requests: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
     messages = [{"role": "system", "content": "You are a benchmark."}]
     messages += [_message(i) for i in range(history - 1 if history % 2 == 0 else history)]
     if messages[-1]["role"] != "user":
@@ -208,6 +208,7 @@ def _client(
     headers = {"authorization": f"Bearer {key}", "x-scroll-session": name}
     through: list[float] = []
     direct: list[float] = []
+    served: list[float] = []
     with httpx.Client(timeout=120) as http:
         for step in range(requests + 1):
             body = {"model": "bench", "messages": messages}
@@ -221,10 +222,12 @@ def _client(
             if step:  # the first request appends the whole history: a warm-up
                 direct.append(direct_s * 1000)
                 through.append(through_s * 1000)
+                timing = response.headers.get("server-timing", "")
+                served.append(float(timing.rpartition("dur=")[2] or "nan"))
             reply = response.json()["choices"][0]["message"]
             messages.append({"role": "assistant", "content": reply["content"]})
             messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
-    return through, direct
+    return through, direct, served
 
 
 def latency(
@@ -240,11 +243,14 @@ def latency(
         results = [f.result() for f in futures]
     through = [x for r in results for x in r[0]]
     direct = [x for r in results for x in r[1]]
+    served = [x for r in results for x in r[2]]
     out = {}
     for q in (50, 95):
         out[f"gateway_p{q}_ms"] = percentile(through, q)
         out[f"direct_p{q}_ms"] = percentile(direct, q)
         out[f"added_p{q}_ms"] = percentile(through, q) - percentile(direct, q)
+        # Of the gateway's time, what serving took (upstream call included), per Server-Timing.
+        out[f"served_p{q}_ms"] = percentile(served, q)
     out["samples"] = float(len(through))
     return out
 

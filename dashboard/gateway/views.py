@@ -100,10 +100,14 @@ def _get_key(secret: str | None) -> GatewayKey | None:
     return get_service().authenticate(secret)
 
 
-def _serve_sync(key: GatewayKey, parsed: ClientRequest, session: str | None) -> ClientReply:
+def _serve_sync(
+    key: GatewayKey, parsed: ClientRequest, session: str | None
+) -> tuple[ClientReply, float]:
     service = get_service()
     service.admit(key)
-    return service.serve(key, parsed, session)
+    began = time.perf_counter()
+    reply = service.serve(key, parsed, session)
+    return reply, (time.perf_counter() - began) * 1000
 
 
 _serve = sync_to_async(_serve_sync, thread_sensitive=False)
@@ -123,7 +127,7 @@ async def _handle(
         return _error(api, 400, f"the body is not JSON: {exc}", param="body")
     try:
         parsed = parse(body)
-        reply = await _serve(key, parsed, request.headers.get(SESSION_HEADER))
+        reply, served_ms = await _serve(key, parsed, request.headers.get(SESSION_HEADER))
     except GatewayRequestInvalid as exc:
         return _error(api, 400, str(exc), param=exc.param)
     except GatewayRefused as exc:
@@ -132,7 +136,12 @@ async def _handle(
         return _upstream_error(api, exc)
     except ContextWindowUnfit as exc:
         return _error(api, 400, str(exc), code="context_length_exceeded")
-    headers = {SESSION_HEADER: reply.stats.session_id}
+    # Server-Timing: the time spent serving the request (upstream calls included), so a
+    # client or the bench can tell it from the HTTP and framework overhead around it.
+    headers = {
+        SESSION_HEADER: reply.stats.session_id,
+        "Server-Timing": f"scroll;dur={served_ms:.2f}",
+    }
     if api == "anthropic":
         if parsed.stream:
             return _sse(_anthropic_stream(reply), headers)

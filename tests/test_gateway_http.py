@@ -97,6 +97,7 @@ def test_the_openai_client_gets_a_completion_with_usage_and_the_extension(
     assert completion.choices[0].message.content == "ok 1"  # the headline is stripped
     assert completion.usage.prompt_tokens == 120 and completion.usage.completion_tokens == 12
     extension = completion.to_dict()["scroll"]
+    assert completion.model_extra["scroll"] == extension  # as the README shows it
     assert extension["upstream_calls"] == 1 and extension["client_tokens"] > 0
     session = raw.headers["x-scroll-session"]
     assert session.startswith("gw:alice:")
@@ -359,6 +360,8 @@ def test_the_anthropic_client_streams_and_uses_tools(gateway, upstream):
     sent = upstream.requests[1]["messages"]
     assert {"role": "tool", "content": "snow", "tool_call_id": "toolu_1"} in sent
     assert reply.to_dict()["scroll"]["appended"] == 1  # only the tool result was new
+    counted = client.messages.count_tokens(model="claude-x", messages=messages, tools=tools)
+    assert counted.input_tokens > 0
 
 
 def test_one_agents_key_never_reaches_another_agents_memory(gateway, upstream):

@@ -191,6 +191,36 @@ async def messages(request: HttpRequest) -> HttpResponse:
 
 
 @csrf_exempt
+async def count_tokens(request: HttpRequest) -> HttpResponse:
+    """``POST /v1/messages/count_tokens``: the tokens of the history as the client sent it
+    (Scroll sends upstream less; the ``scroll`` field of each reply says how much)."""
+    if request.method != "POST":
+        return _error("anthropic", 405, f"{request.path} takes POST")
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error("anthropic", 401, "missing or invalid API key")
+    try:
+        parsed = anthropic_api.parse_messages_request(
+            json.loads(request.body or b"null"), counting=True
+        )
+    except (ValueError, UnicodeDecodeError) as exc:
+        param = exc.param if isinstance(exc, GatewayRequestInvalid) else "body"
+        return _error("anthropic", 400, str(exc), param=param)
+    return JsonResponse({"input_tokens": await sync_to_async(_client_tokens)(parsed)})
+
+
+def _client_tokens(parsed: ClientRequest) -> int:
+    from dashboard.eventlog import get_event_log
+
+    counter = get_event_log().tokens
+    parts = [parsed.system, json.dumps(list(parsed.tools))] if parsed.tools else [parsed.system]
+    parts += [
+        m.content + "".join(c.raw_arguments or "" for c in m.tool_calls) for m in parsed.messages
+    ]
+    return sum(counter.count(p) for p in parts if p)
+
+
+@csrf_exempt
 async def models(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
         return _error("openai", 405, "/v1/models takes GET")

@@ -191,12 +191,13 @@ def _tool_choice(raw: Any) -> Any:
     return None
 
 
-def parse_messages_request(body: Any) -> ClientRequest:
-    """The gateway request for a ``POST /v1/messages`` body (decoded JSON)."""
+def parse_messages_request(body: Any, *, counting: bool = False) -> ClientRequest:
+    """The gateway request for a ``POST /v1/messages`` body (decoded JSON); ``counting`` for
+    ``/v1/messages/count_tokens``, whose body has no ``max_tokens``."""
     _need(isinstance(body, dict), "body", "must be a JSON object")
     model = body.get("model")
     _need(isinstance(model, str) and bool(model.strip()), "model", "is required (a string)")
-    max_tokens = body.get("max_tokens")
+    max_tokens = body.get("max_tokens", 1 if counting else None)
     _need(
         isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0,
         "max_tokens",

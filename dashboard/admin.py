@@ -158,9 +158,12 @@ class AlertAdmin(admin.ModelAdmin):
 
 @admin.register(RunRecord)
 class RunRecordAdmin(ReadOnlyAdmin):
-    list_display = ("session_id", "kind", "status", "model_name", "profile", "steps", "created_at")
-    list_filter = ("status", "kind")
-    search_fields = ("session_id", "task")
+    list_display = (
+        "session_id", "agent_id", "kind", "status", "model_name", "profile", "task_code",
+        "steps", "created_at",
+    )  # fmt: skip
+    list_filter = ("status", "kind", "task_code")
+    search_fields = ("session_id", "agent_id", "task")
 
 
 @admin.register(CompressEvent)

@@ -15,6 +15,7 @@ import threading
 
 from django.apps import AppConfig
 from django.conf import settings
+from django.db.models.signals import post_migrate
 
 log = logging.getLogger("dashboard.apps")
 
@@ -94,6 +95,10 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         # Registers the receiver that closes the Event Log when tests move its path.
         from dashboard import eventlog  # noqa: F401
+        from dashboard.permissions import ensure_operators_group
+
+        # Every migrate (and every test flush) leaves the Operators group with its permissions.
+        post_migrate.connect(ensure_operators_group, sender=self, dispatch_uid="scroll-operators")
 
         if startup_wanted():
             start_console()

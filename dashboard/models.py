@@ -112,6 +112,11 @@ class TuningProfile(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Editing profiles in admin needs Django's own change permission; this one is for the
+        # replay lab's "save these knobs as a new profile" (dashboard/permissions.py).
+        permissions = [
+            ("save_profile_from_replay", "Can save a tuning profile from the replay lab")
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -185,8 +190,14 @@ class RunRecord(models.Model):
     ACTIVE = (QUEUED, RUNNING)
 
     session_id = models.CharField(max_length=200, unique=True)
+    # The run's tenant in the Event Log: its own (``run-…``, ``demo-…``) unless the operator
+    # chose to continue an existing agent, whose memory the run then reads.
+    agent_id = models.CharField(max_length=200, blank=True)
     task = models.TextField()
     kind = models.CharField(max_length=32, default="task")  # "task" or "demo"
+    # Whether the policy model may execute the task's fenced ```python blocks: only for
+    # users holding dashboard.run_task_code (and for runs the server starts itself).
+    task_code = models.BooleanField(default=True)
     profile = models.ForeignKey(
         TuningProfile, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
@@ -212,6 +223,14 @@ class RunRecord(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # Running code is a permission, not a login (dashboard/permissions.py enforces them;
+        # migration 0003 gives them to the "Operators" group).
+        permissions = [
+            ("start_run", "Can start agent runs"),
+            ("stop_run", "Can stop running agent runs"),
+            ("control_kernel", "Can restart or stop a session's kernel"),
+            ("run_task_code", "Can have a run execute the task's own fenced code"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.session_id} ({self.status})"

@@ -1,6 +1,7 @@
 """The replay lab: pick a session, edit knobs, see the recorded run and the replay side by
 side (budget over time, evictions, billed and prefill tokens, regret), save the knobs as a
-new tuning profile. Included from ``dashboard/urls.py``; login required.
+new tuning profile. Included from ``dashboard/urls.py``; login required, and saving needs the
+``save_profile_from_replay`` permission (dashboard/permissions.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.urls import path, reverse
 from dashboard.eventlog import get_event_log
 from dashboard.management.commands.scroll_replay import recorded_compresses
 from dashboard.models import PROFILE_FIELDS, RunRecord, TuningProfile
+from dashboard.permissions import SAVE_PROFILE, denied
 from scroll_core.errors import ConfigError, ScrollError
 from scroll_core.profile import Profile
 from scroll_core.replay import POLICIES, Policy, TraceError, counterfactual, load_trace
@@ -82,6 +84,9 @@ def _budget_figure(report: dict[str, Any]) -> dict[str, Any]:
 
 @login_required
 def replay_page(request: HttpRequest) -> HttpResponse:
+    saving = request.method == "POST" and bool(request.POST.get("save"))
+    if saving and not request.user.has_perm(SAVE_PROFILE):
+        raise denied(SAVE_PROFILE, "save tuning profiles")
     log = get_event_log()
     sessions = [s.session_id for s in log.sessions()]
     session_id = request.POST.get("session") or request.GET.get("session") or ""
@@ -106,7 +111,7 @@ def replay_page(request: HttpRequest) -> HttpResponse:
     except ConfigError as exc:
         context["error"] = str(exc)
         return render(request, "dashboard/replay.html", context, status=400)
-    if request.method == "POST" and request.POST.get("save"):
+    if saving:
         row = TuningProfile(
             name=request.POST.get("name", "").strip(),
             description=f"saved from the replay lab ({session_id})"[:200],

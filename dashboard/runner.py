@@ -7,6 +7,12 @@ process-wide ``KernelManager``. The model is the deterministic policy model unle
 OpenAI-compatible endpoint is configured (``SCROLL_MODEL_NAME``, with
 ``SCROLL_MODEL_BASE_URL`` / ``SCROLL_MODEL_API_KEY``), and then either can be chosen.
 
+Each run is its own agent in the Event Log (``run-<id>``, ``demo-<id>`` for the demo), so
+what one run recalls is its own memory, unless the caller names an existing agent to continue.
+A task's fenced ```python blocks are executed only when the run may run task code: runs the
+server starts itself (``user=None``: the demo, commands) may; a user's run may when the user
+holds ``dashboard.run_task_code``. Otherwise the run's first event says the code will not run.
+
 Before every compress the session re-reads its profile from the database, so an edit in
 admin applies at the next compress. Every compress is saved as a ``CompressEvent`` and the
 run's counters are pushed to the console as ``session.changed``. A run that raises, or
@@ -33,10 +39,12 @@ from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
 from dashboard.models import CompressEvent, RunRecord, TuningProfile
+from dashboard.permissions import RUN_TASK_CODE
 from dashboard.profiles import core_profile
 from dashboard.spans import push_session
 from scroll_core import telemetry
 from scroll_core.agent import Session, StepRecord
+from scroll_core.eventlog import KIND_CONTEXT_MSG
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.models import POLICY_NAME, OpenAICompatibleModel, PolicyModel
 from scroll_core.profile import Profile
@@ -97,10 +105,12 @@ def available_models() -> list[str]:
     return names
 
 
-def make_model(name: str | None, profile: Profile) -> Any:
-    """The policy model for ``None`` or its own name, else the OpenAI-compatible client."""
+def make_model(name: str | None, profile: Profile, *, task_code: bool = True) -> Any:
+    """The policy model for ``None`` or its own name, else the OpenAI-compatible client.
+
+    ``task_code=False`` stops the policy model executing the task's fenced code."""
     if not name or name == POLICY_NAME:
-        return PolicyModel(context_size=profile.context_size)
+        return PolicyModel(context_size=profile.context_size, task_code=task_code)
     if not model_endpoint_configured():
         raise ValueError(f"model {name!r} needs SCROLL_MODEL_NAME (an endpoint) configured")
     return OpenAICompatibleModel(name, context_size=profile.context_size)
@@ -154,15 +164,28 @@ class Runner:
         host_functions: Mapping[str, Callable[..., Any]] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         pause_s: float = 0.0,
+        agent_id: str | None = None,
+        task_code: bool | None = None,
     ) -> RunRecord:
+        """Record a run and hand it to a worker; see the module docstring.
+
+        ``agent_id`` continues that agent's memory (default: a new agent for this run);
+        ``task_code`` says whether fenced code in the task runs (default: only for runs the
+        server starts itself, or a user holding ``dashboard.run_task_code``).
+        """
         self.require_allowed_tier()
         turns = list(turns) if turns is not None else split_task(task)
         if not turns:
             raise ValueError("a run needs a task with at least one non-empty turn")
         profile = profile or TuningProfile.get_default()
-        session_id = session_id or _new_session_id(kind)
+        token = secrets.token_hex(4)
+        session_id = session_id or _new_session_id(kind, token)
+        if task_code is None:
+            task_code = user is None or bool(user.has_perm(RUN_TASK_CODE))
         run = RunRecord.objects.create(
             session_id=session_id,
+            agent_id=agent_id or _new_agent_id(kind, token),
+            task_code=task_code,
             task=task,
             kind=kind,
             profile=profile,
@@ -201,11 +224,14 @@ class Runner:
             push_session(run)
             profile_id = run.profile_id
             profile = core_profile(profile_id)
-            model = make_model(model_name, profile)
+            model = make_model(model_name, profile, task_code=run.task_code)
+            if not run.task_code:
+                _note_task_code_off(run)
             session = Session(
                 get_event_log(),
                 model,
                 session_id=live.session_id,
+                agent_id=run.agent_id,
                 profile=profile,
                 kernels=self.kernels,
                 max_steps=max_steps,
@@ -378,8 +404,33 @@ class Runner:
             self._kernels.shutdown()
 
 
-def _new_session_id(kind: str) -> str:
-    return f"{kind}:{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+def _new_session_id(kind: str, token: str) -> str:
+    return f"{kind}:{timezone.now():%Y%m%d-%H%M%S}-{token}"
+
+
+def _new_agent_id(kind: str, token: str) -> str:
+    """A fresh agent for one run: the demo's ``demo-…``, any other run's ``run-…``."""
+    return f"{'demo' if kind == 'demo' else 'run'}-{token}"
+
+
+TASK_CODE_OFF = (
+    "Task code is off for this run: it was started by a user without the run_task_code "
+    "permission, so fenced python blocks in the task are not executed. Answer from the Event "
+    "Log only, and do not run code the task gives you."
+)
+
+
+def _note_task_code_off(run: RunRecord) -> None:
+    """The run's first event: the task's code will not run, and why (model and console see it)."""
+    get_event_log().append(
+        session_id=run.session_id,
+        agent_id=run.agent_id,
+        kind=KIND_CONTEXT_MSG,
+        role="system",
+        content=TASK_CODE_OFF,
+        metadata={"scroll.task_code": False},
+        dedup_key="run:task-code-off",
+    )
 
 
 def _rss_bytes(pid: int | None) -> int | None:

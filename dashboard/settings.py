@@ -23,6 +23,22 @@ SCROLL_DEMO            "1" starts the built-in demo run when the server starts (
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
 
+Deploying behind TLS (all off by default, so `make run` keeps working over plain HTTP; with
+all of them set, `manage.py check --deploy` has no cookie, HSTS or redirect warnings):
+SCROLL_SECURE_COOKIES  "1" sends the session and CSRF cookies only over HTTPS (Secure)
+SCROLL_HSTS_SECONDS    Strict-Transport-Security max-age in seconds (default 0: no header);
+                       start small (300), raise to 31536000 once HTTPS is known to work
+SCROLL_HSTS_INCLUDE_SUBDOMAINS  "1" adds includeSubDomains to that header
+SCROLL_HSTS_PRELOAD    "1" adds preload (only for domains submitted to the browsers' lists)
+SCROLL_SSL_REDIRECT    "1" redirects every plain-HTTP request to HTTPS
+SCROLL_PROXY_SSL_HEADER  "1" trusts X-Forwarded-Proto: https from the proxy in front as
+                       meaning the request came over HTTPS; set it only when that proxy
+                       always sets (or strips) the header, else clients could forge it
+
+Every response carries a Content-Security-Policy (django-csp, CONTENT_SECURITY_POLICY below):
+scripts, styles, images, fonts and connections (the live WebSocket included) from the console's
+own origin only; no inline scripts, no eval, no frames, no plugins, forms post to itself.
+
 Read by scroll_core directly: SCROLL_SANDBOX (auto|bwrap|process), SCROLL_MODEL_BASE_URL,
 SCROLL_MODEL_API_KEY, SCROLL_MODEL_NAME, SCROLL_MODEL_CONTEXT_SIZE, and the standard
 OTEL_EXPORTER_OTLP_* variables.
@@ -36,6 +52,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
@@ -138,6 +155,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "csp",
     "dashboard",
 ]
 
@@ -150,6 +168,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -232,3 +251,31 @@ SCROLL_BENCH = _env_flag("SCROLL_BENCH", False)
 SCROLL_SPAN_RETENTION = _env_int("SCROLL_SPAN_RETENTION", 50_000, minimum=1)
 SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
 SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)
+
+# Behind TLS: see the module docstring. Off by default, for the embedded plain-HTTP `make run`.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("SCROLL_SECURE_COOKIES", False)
+SECURE_HSTS_SECONDS = _env_int("SCROLL_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_flag("SCROLL_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = _env_flag("SCROLL_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = _env_flag("SCROLL_SSL_REDIRECT", False)
+if _env_flag("SCROLL_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# The console's pages pass this policy (tests/browser/test_console_csp.py): every script is a
+# file (static/scroll.js, htmx, Plotly's vendored bundle), every style is static/scroll.css or
+# set through the CSSOM, and the live socket is same-origin ('self' covers ws:/wss: to the
+# page's own host in CSP level 3 browsers).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}

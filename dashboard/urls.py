@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard import views
+from dashboard import vendor, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -22,8 +22,10 @@ urlpatterns = [
     path("kernels/", views.kernels, name="kernels"),
     path("kernels/<str:action>/<path:session_id>/", views.kernel_action, name="kernel_action"),
     path("runs/", views.runs, name="runs"),
+    path("runs/<path:session_id>/stop/", views.run_stop, name="run_stop"),
     path("", include("dashboard.replay_views")),  # the replay lab (issue 6)
     path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
+    path("vendor/plotly.css", vendor.plotly_css, name="plotly_css"),
     path("admin/", admin.site.urls),
     path("v1/", include("dashboard.gateway.urls")),  # the gateway (issue 14)
 ]

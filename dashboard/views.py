@@ -34,6 +34,14 @@ from dashboard import live
 from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
+from dashboard.permissions import (
+    CONTROL_KERNEL,
+    RUN_TASK_CODE,
+    START_RUN,
+    STOP_RUN,
+    denied,
+    permission_required,
+)
 from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
 from scroll_core.eventlog import EventLog, Hit, SessionSummary
 from scroll_core.logschema import SQLITE_INT_MAX
@@ -462,7 +470,8 @@ def kernels(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/kernels.html", ctx)
 
 
-@staff_member_required
+@login_required
+@permission_required(CONTROL_KERNEL, "restart or stop kernels")
 @require_POST
 def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpResponse:
     runner = _runner()
@@ -480,35 +489,72 @@ def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpRes
     return redirect("kernels")
 
 
+def _known_agents() -> list[str]:
+    """Agents a run may continue: every agent with a session in the Event Log."""
+    return sorted({s.agent_id for s in get_event_log().sessions() if s.agent_id})
+
+
+def _start_run(request: HttpRequest, runner: Any) -> tuple[RunRecord | None, str]:
+    """Start the run the Runs form asks for; the run, or None and why not."""
+    task = request.POST.get("task", "").strip()
+    profile = _get_profile(request.POST.get("profile", "").strip())
+    model = request.POST.get("model", "").strip()
+    agent = request.POST.get("agent", "").strip()
+    if not task or profile is None:
+        return None, "A run needs a task and a profile."
+    if agent and agent not in _known_agents():
+        return None, f"No agent {agent!r} in the Event Log to continue."
+    if not hasattr(runner, "start_run"):
+        return None, "This console has no runner."
+    try:
+        run = runner.start_run(
+            task=task,
+            profile=profile,
+            model=model or None,
+            user=request.user,
+            agent_id=agent or None,
+            task_code=request.user.has_perm(RUN_TASK_CODE),
+        )
+    except SandboxUnavailable as exc:
+        return None, f"Not started: {exc}"
+    return run, ""
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def runs(request: HttpRequest) -> HttpResponse:
     runner = _runner()
+    status = 200
     if request.method == "POST":
-        task = request.POST.get("task", "").strip()
-        profile = _get_profile(request.POST.get("profile"))
-        model = request.POST.get("model", "").strip()
-        if not task or profile is None:
-            messages.error(request, "A run needs a task and a profile.")
-        elif not hasattr(runner, "start_run"):
-            messages.error(request, "This console has no runner.")
-        else:
-            try:
-                run = runner.start_run(
-                    task=task, profile=profile, model=model or None, user=request.user
-                )
-            except SandboxUnavailable as exc:
-                messages.error(request, f"Not started: {exc}")
-            else:
-                messages.success(request, f"Started {run.session_id}.")
-                return redirect("session", run.session_id)
+        if not request.user.has_perm(START_RUN):
+            raise denied(START_RUN, "start runs")
+        run, error = _start_run(request, runner)
+        if run is not None:
+            messages.success(request, f"Started {run.session_id} as agent {run.agent_id}.")
+            return redirect("session", run.session_id)
+        messages.error(request, error)
+        status = 400
     ctx = {
         "ws_url": live.ws_url("/ws/alerts/"),
         "runs": RunRecord.objects.select_related("profile")[:100],
         "profiles": TuningProfile.objects.all(),
         "models": getattr(runner, "available_models", lambda: [])(),
+        "agents": _known_agents() if request.user.has_perm(START_RUN) else [],
     }
-    return render(request, "dashboard/runs.html", ctx)
+    return render(request, "dashboard/runs.html", ctx, status=status)
+
+
+@login_required
+@permission_required(STOP_RUN, "stop runs")
+@require_POST
+def run_stop(request: HttpRequest, session_id: str) -> HttpResponse:
+    run = get_object_or_404(RunRecord, session_id=session_id)
+    stopped = getattr(_runner(), "stop_run", lambda _sid: False)(session_id)
+    if stopped:
+        messages.success(request, f"Stop requested for {session_id}: it stops after this step.")
+    else:
+        messages.error(request, f"{session_id} is not running here ({run.status}).")
+    return redirect("session", session_id)
 
 
 def _loopback(request: HttpRequest) -> bool:

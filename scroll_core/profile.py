@@ -23,6 +23,30 @@ __all__ = ["Profile"]
 # thousands ("128") instead of tokens.
 MIN_CONTEXT_SIZE = 256
 
+# Upper bounds, so that a profile saved by mistake or by a hostile form cannot make the host
+# hold a cell for a day or a printout of gigabytes. Each is far above any sane setting:
+# - context_size, token caps: 10M tokens, several times the largest window offered today;
+# - print_cap: 1M characters (~250k tokens) is already more than a view should ever take;
+# - exec_timeout_s: 10 minutes per cell; a longer cell holds its kernel (and its lock) for
+#   that long, and work of that size belongs outside a cell;
+# - protected_recent_tool_results: 1,000; the view keeps that many results whole, a few
+#   dozen is already generous;
+# - tier_cap: 2**31 - 1, a tier that never fills (a flat index: the replay lab's "flat"
+#   policy); the index's share of the view is capped by index_budget_ratio either way;
+# - pre_trim_min_chars: 1M characters, the print cap's bound (nothing longer comes back).
+MAX_CONTEXT_SIZE = 10_000_000
+UPPER_BOUNDS: dict[str, int] = {
+    "context_size": MAX_CONTEXT_SIZE,
+    "tail_cap_tokens": MAX_CONTEXT_SIZE,
+    "tail_floor_tokens": MAX_CONTEXT_SIZE,
+    "output_reserve_cap": MAX_CONTEXT_SIZE,
+    "print_cap": 1_000_000,
+    "pre_trim_min_chars": 1_000_000,
+    "protected_recent_tool_results": 1_000,
+    "tier_cap": 2**31 - 1,
+    "exec_timeout_s": 600,
+}
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -57,6 +81,9 @@ class Profile:
                 raise ConfigError(f"{f.name} must be an integer, got {value!r}")
             if not math.isfinite(value):
                 raise ConfigError(f"{f.name} must be finite, got {value!r}")
+        for name, bound in UPPER_BOUNDS.items():
+            if getattr(self, name) > bound:
+                raise ConfigError(f"{name} must be at most {bound:,}, got {getattr(self, name)}")
         if self.context_size < MIN_CONTEXT_SIZE:
             raise ConfigError(
                 f"context_size must be at least {MIN_CONTEXT_SIZE} tokens, got {self.context_size}"

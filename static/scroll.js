@@ -11,7 +11,8 @@
       var data = document.getElementById(el.dataset.figure);
       if (!data) return;
       var fig = JSON.parse(data.textContent);
-      Plotly.react(el, fig.data, fig.layout, {displaylogo: false, responsive: true});
+      // No modebar: its per-chart inline styles would break the CSP (dashboard/vendor.py).
+      Plotly.react(el, fig.data, fig.layout, {displayModeBar: false, responsive: true});
     });
   }
 
@@ -61,6 +62,45 @@
       document.body.dispatchEvent(new CustomEvent("scroll:compressed"));
     }
   });
+  // Live frames arrive over the socket, where htmx's ws extension swaps each top-level element
+  // into its target. Two shapes need help first: a row wrapped in <template> (so the parser
+  // keeps a lone <tr>) is unwrapped, and a swap whose target this page does not have (a
+  // session page has no sessions table, only the alerts page has alert tables) is dropped,
+  // which htmx would otherwise report as an error.
+  function oobTarget(el) {
+    var swap = el.getAttribute("hx-swap-oob");
+    if (swap === null) return null;
+    var colon = swap.indexOf(":");
+    var selector = colon > 0 ? swap.slice(colon + 1) : "#" + el.id;
+    if (!/^#[\w:-]+$/.test(selector)) return null;  // not a plain id: leave it to htmx
+    return selector.slice(1);
+  }
+
+  if (typeof htmx !== "undefined") {
+    htmx.defineExtension("scroll-oob", {
+      transformResponse: function (text) {
+        if (text.indexOf("hx-swap-oob") < 0 && text.indexOf("<template") < 0) return text;
+        var holder = document.createElement("template");
+        holder.innerHTML = text;
+        var changed = false;
+        Array.from(holder.content.children).forEach(function (el) {
+          if (el.tagName === "TEMPLATE") {
+            el.replaceWith.apply(el, Array.from(el.content.childNodes));
+            changed = true;
+          }
+        });
+        Array.from(holder.content.children).forEach(function (el) {
+          var target = oobTarget(el);
+          if (target !== null && !document.getElementById(target)) {
+            el.remove();
+            changed = true;
+          }
+        });
+        return changed ? holder.innerHTML : text;
+      }
+    });
+  }
+
   document.addEventListener("htmx:wsOpen", function () { document.body.dataset.live = "open"; });
   document.addEventListener("htmx:wsClose", function () { document.body.dataset.live = "closed"; });
 })();

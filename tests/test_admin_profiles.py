@@ -66,6 +66,28 @@ def test_admin_refuses_a_negative_cap(admin_client, demo):
     assert not ProfileChange.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("exec_timeout_s", "86400000", "exec_timeout_s must be at most 600"),
+        ("print_cap", "2000000000", "print_cap must be at most 1,000,000"),
+        ("context_size", "100000000", "context_size must be at most 10,000,000"),
+    ],
+)
+def test_admin_refuses_a_knob_above_its_upper_bound_naming_it(
+    admin_client, demo, field, value, message
+):
+    url = reverse("admin:dashboard_tuningprofile_change", args=[demo.pk])
+
+    response = admin_client.post(url, _form(demo, **{field: value}))
+
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    demo.refresh_from_db()
+    assert getattr(demo, field) != float(value)
+    assert not ProfileChange.objects.exists()
+
+
 def test_the_profile_form_lists_every_knob(admin_client, demo):
     response = admin_client.get(reverse("admin:dashboard_tuningprofile_change", args=[demo.pk]))
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import stat
 
 import pytest
@@ -12,6 +13,7 @@ from dashboard.console_admin import ensure_admin, password_file
 from dashboard.models import CompressEvent, RunRecord, TuningProfile
 from dashboard.runner import Runner
 from scroll_core.kernel import KernelConfig, KernelManager
+from scroll_core.prompts import ABSTENTION
 
 
 def test_the_logs_are_the_same_every_time_and_tell_the_story():
@@ -68,6 +70,54 @@ def test_the_demo_evicts_early_and_recalls_evicted_facts(console_log, monkeypatc
     assert "CFG-2291" in answers[0] and "dana.k" in answers[0]
     assert "v2.41.0" in answers[1]
     assert "PoolTimeoutError" in answers[2] and "size=8" in answers[2]
+
+
+# The evidence lines a recall program prints: "[seq] date who: text", marked * + or -.
+EVIDENCE_SEQ = re.compile(r"^[*+-]\[(\d+)\] ", re.MULTILINE)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_started_three_times_recalls_only_its_own_session_each_time(
+    console_log, monkeypatch
+):
+    """What `make run` does three times in a row against one Event Log: each start is its own
+    agent, so each recalls its own incident and never an earlier demo's."""
+    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
+    monkeypatch.setattr(runner_module, "_runner", Runner(workers=1, kernels=kernels))
+    TuningProfile.objects.get_or_create(name="demo", defaults={"context_size": 6000})
+
+    agents = set()
+    for start in range(3):
+        run = runner_module.wait_for_run(demo.start_demo(pause_s=0).session_id, 300)
+        assert run.status == RunRecord.DONE, (start, run.error)
+        assert run.agent_id.startswith("demo-") and run.agent_id not in agents
+        agents.add(run.agent_id)
+
+        events = console_log.session_events(run.session_id, limit=None)
+        own = {e.seq for e in events}
+        assert {e.agent_id for e in events} == {run.agent_id}
+        questions = [e.seq for e in events if e.content in demo.RECALL_QUESTIONS]
+        assert len(questions) == len(demo.RECALL_QUESTIONS)
+        recalled = [
+            int(seq)
+            for e in events
+            if e.kind == "tool_result" and e.seq > questions[0]
+            for seq in EVIDENCE_SEQ.findall(e.content)
+        ]
+        # The recall programs found evidence, all of it from this start's own session ...
+        assert recalled, f"start {start}: the recall programs printed no evidence"
+        assert set(recalled) <= own, f"start {start} read {sorted(set(recalled) - own)}"
+        # ... and every recall question is answered from it, none abstained.
+        answers = [
+            e.content
+            for e in events
+            if e.kind == "model_turn" and not e.name and e.seq > questions[0]
+            and "status: answered from" in (e.headline or "")
+        ]  # fmt: skip
+        assert len(answers) == len(demo.RECALL_QUESTIONS), start
+        assert not any(a.startswith(ABSTENTION) for a in answers), start
+        assert "CFG-2291" in answers[0] and "v2.41.0" in answers[1]
+        assert "size=8" in answers[2]
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scroll_core.errors import ConfigError
-from scroll_core.profile import Profile
+from scroll_core.profile import MAX_CONTEXT_SIZE, UPPER_BOUNDS, Profile
 
 
 def test_defaults_are_the_reference_constants():
@@ -68,6 +68,39 @@ def test_bad_values_are_refused_naming_the_field(changes, field):
         Profile(**changes)
     with pytest.raises(ConfigError, match=field):
         Profile().replace(**changes)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        # The values an attacker saved from the replay lab before there were upper bounds.
+        ("exec_timeout_s", 86_400_000),
+        ("print_cap", 2_000_000_000),
+        ("context_size", 100_000_000),
+        ("tail_cap_tokens", 10_000_001),
+        ("tail_floor_tokens", 10_000_001),
+        ("output_reserve_cap", 10_000_001),
+        ("pre_trim_min_chars", 1_000_001),
+        ("protected_recent_tool_results", 1_001),
+        ("tier_cap", 2**31),
+        ("exec_timeout_s", 600.5),
+    ],
+)
+def test_knobs_above_their_upper_bound_are_refused_naming_the_field_and_bound(field, value):
+    bound = f"{UPPER_BOUNDS[field]:,}"
+    with pytest.raises(ConfigError, match=rf"^{field} must be at most {bound}, got"):
+        Profile(**{field: value})
+    with pytest.raises(ConfigError, match=rf"^{field} must be at most {bound}"):
+        Profile.from_mapping({field: str(value)})
+
+
+def test_every_knob_at_its_upper_bound_is_accepted():
+    at_bounds = Profile(
+        **{name: bound for name, bound in UPPER_BOUNDS.items() if name != "exec_timeout_s"},
+        exec_timeout_s=float(UPPER_BOUNDS["exec_timeout_s"]),
+    )
+    assert at_bounds.context_size == MAX_CONTEXT_SIZE
+    assert at_bounds.print_cap == 1_000_000 and at_bounds.exec_timeout_s == 600.0
 
 
 def test_from_mapping_converts_strings_and_refuses_unknown_keys():

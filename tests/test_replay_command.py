@@ -118,7 +118,10 @@ def test_an_unknown_session_is_refused(console_log):
 # ---------------------------------------------------------------------- the replay lab page
 @pytest.fixture
 def staff_client(client, django_user_model):
+    from django.contrib.auth.models import Group
+
     user = django_user_model.objects.create_user("op", password="pw-for-tests-only")
+    user.groups.add(Group.objects.get(name="Operators"))  # saving a profile needs the permission
     client.force_login(user)
     return client
 

@@ -221,11 +221,11 @@ def test_session_page_draws_budget_from_compress_events(client, console_log):
     assert "/ws/sessions/" in response.content.decode()
 
 
-def test_kernel_actions_are_for_staff_only(client):
+def test_kernel_actions_need_the_control_kernel_permission(client):
     response = client.post(reverse("kernel_action", args=["restart", "s1"]))
 
-    assert response.status_code == 302
-    assert "/admin/login/" in response.url
+    assert response.status_code == 403
+    assert "dashboard.control_kernel" in response.content.decode()
 
 
 def test_empty_alert_tables_say_none(client):

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dashboard", "0002_seed_profiles_and_rules"),
+        ("dashboard", "0003_permissions"),
     ]
 
     operations = [

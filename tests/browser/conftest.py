@@ -58,19 +58,38 @@ def staff(transactional_db, django_user_model):
     return django_user_model.objects.create_superuser("ops", "ops@example.invalid", "pw-ops-1")
 
 
+def login(browser, base: str, username: str, password: str, *, bypass_csp: bool = True):
+    """A new browser context logged in as ``username``, and its page (``page.base`` = URL).
+
+    ``bypass_csp`` lets Playwright's ``wait_for_function`` poll (it compiles its predicate,
+    which the console's ``script-src 'self'`` forbids); the CSP tests pass False and wait on
+    selectors instead.
+    """
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, bypass_csp=bypass_csp)
+    pg = context.new_page()
+    pg.base = base
+    pg.goto(base + "/login/")
+    pg.fill("input[name=username]", username)
+    pg.fill("input[name=password]", password)
+    pg.click("button[type=submit]")
+    pg.wait_for_url(base + "/")
+    return pg
+
+
 @pytest.fixture
 def page(browser, asgi_server, staff, settings, tmp_path):
-    """A logged-in page; ``page.base`` is the server's URL."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.base = asgi_server
-    pg.goto(asgi_server + "/login/")
-    pg.fill("input[name=username]", "ops")
-    pg.fill("input[name=password]", "pw-ops-1")
-    pg.click("button[type=submit]")
-    pg.wait_for_url(asgi_server + "/")
+    """A logged-in page (staff); ``page.base`` is the server's URL."""
+    pg = login(browser, asgi_server, "ops", "pw-ops-1")
     yield pg
-    context.close()
+    pg.context.close()
+
+
+@pytest.fixture
+def strict_page(browser, asgi_server, staff):
+    """Like ``page``, with the console's CSP enforced (no ``wait_for_function``)."""
+    pg = login(browser, asgi_server, "ops", "pw-ops-1", bypass_csp=False)
+    yield pg
+    pg.context.close()
 
 
 def shoot(page, name: str) -> None:

@@ -41,6 +41,11 @@ class GatewayKeyAdmin(admin.ModelAdmin):
         *readonly_fields,
     )
 
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "upstream_base_url":
+            kwargs["assume_scheme"] = "https"  # a URL typed without a scheme
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         secret = None if change else obj.set_new_key()
         super().save_model(request, obj, form, change)

@@ -27,7 +27,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
-from dashboard.models import CompressEvent, GatewayKey, RunRecord
+from dashboard.models import CompressEvent, GatewayKey, RunRecord, hash_key
 from dashboard.profiles import core_profile
 from dashboard.runner import get_runner
 from dashboard.spans import push_session
@@ -70,16 +70,17 @@ class GatewayService:
         if not secret:
             return None
         now = time.monotonic()
+        digest = hash_key(secret)  # the cache holds hashes, never a key itself
         with self._lock:
-            cached = self._keys.get(secret)
+            cached = self._keys.get(digest)
         if cached is not None and now - cached[0] < KEY_CACHE_S:
             return cached[1]
         key = GatewayKey.authenticate(secret)
         with self._lock:
             if key is None:
-                self._keys.pop(secret, None)
+                self._keys.pop(digest, None)
             else:
-                self._keys[secret] = (now, key)
+                self._keys[digest] = (now, key)
         return key
 
     # -- limits ------------------------------------------------------------------------

@@ -19,6 +19,8 @@ SCROLL_CONSOLE_SEARCH_TIMEOUT_S  seconds before a console search is stopped (def
 SCROLL_SPAN_RETENTION  spans kept for the Traces page, oldest pruned (default 50000)
 SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
 SCROLL_RUNNER_WORKERS  runs executing at once in the in-process runner (default 4)
+SCROLL_GATEWAY_THREADS gateway requests served at once per process (default 64: each holds a
+                       thread while its upstream answers)
 SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
@@ -251,6 +253,7 @@ SCROLL_BENCH = _env_flag("SCROLL_BENCH", False)
 SCROLL_SPAN_RETENTION = _env_int("SCROLL_SPAN_RETENTION", 50_000, minimum=1)
 SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
 SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)
+SCROLL_GATEWAY_THREADS = _env_int("SCROLL_GATEWAY_THREADS", 64, minimum=1)
 
 # Behind TLS: see the module docstring. Off by default, for the embedded plain-HTTP `make run`.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("SCROLL_SECURE_COOKIES", False)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -106,11 +109,29 @@ def _serve_sync(
     service = get_service()
     service.admit(key)
     began = time.perf_counter()
-    reply = service.serve(key, parsed, session)
+    try:
+        reply = service.serve(key, parsed, session)
+    finally:
+        close_old_connections()  # this pool's threads outlive requests; their connections not
     return reply, (time.perf_counter() - began) * 1000
 
 
-_serve = sync_to_async(_serve_sync, thread_sensitive=False)
+_threads: ThreadPoolExecutor | None = None
+
+
+async def _serve(
+    key: GatewayKey, parsed: ClientRequest, session: str | None
+) -> tuple[ClientReply, float]:
+    """Run the request in a thread of the gateway's own pool: the loop's default executor
+    has a handful of threads, and each request holds one while its upstream answers."""
+    global _threads
+    if _threads is None:
+        _threads = ThreadPoolExecutor(
+            max_workers=settings.SCROLL_GATEWAY_THREADS, thread_name_prefix="gateway"
+        )
+    return await sync_to_async(_serve_sync, thread_sensitive=False, executor=_threads)(
+        key, parsed, session
+    )
 
 
 async def _handle(

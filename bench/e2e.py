@@ -263,6 +263,40 @@ def flat_figures(windows: dict[str, dict[str, dict[str, Any]]]) -> dict[str, flo
     return out
 
 
+README_COLUMNS = (
+    "answer_f1",
+    "f1_single_hop",
+    "f1_temporal",
+    "f1_multi_hop",
+    "f1_open_domain",
+    "f1_adversarial",
+    "evidence_in_view",
+    "evidence_recall",
+    "evidence_reachable",
+    "tokens_billed_per_question",
+    "calls_refused",
+    "ms_calls_per_question",
+    "evictions_during_questions",
+)
+
+
+def readme_tables(windows: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One arm-by-figure table per window and split, read from ``flat_figures`` keys."""
+    tables = []
+    for size, splits in windows.items():
+        for split in ("test", "dev"):
+            if split in splits:
+                tables.append(
+                    {
+                        "title": f"C = {int(size):,}, {split} split",
+                        "rows": [arm.replace("-", "_") for arm in splits[split]],
+                        "columns": list(README_COLUMNS),
+                        "key": f"c{size}_{split}_{{row}}_{{column}}",
+                    }
+                )
+    return tables
+
+
 # ---------------------------------------------------------------------- one window
 def run_window(
     conversations: Sequence[Conversation],
@@ -408,6 +442,7 @@ def main() -> None:
         **{arm: first[headline_split][arm] for arm in ARMS},
         "windows": windows,
         "figures": flat_figures(windows),
+        "readme_tables": readme_tables(windows),
         "notes": NOTES,
         "setup": {
             "dataset": "locomo",

@@ -32,6 +32,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from dashboard import alerts as alert_rules
 from dashboard import live
 from dashboard.eventlog import get_event_log
+from dashboard.grants import grants_for, readers_of
 from dashboard.groups import session_safe_id
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
 from dashboard.permissions import (
@@ -71,6 +72,19 @@ class SessionRow:
 
 def _get_summary(log: EventLog, session_id: str) -> SessionSummary | None:
     return log.session(session_id)
+
+
+def _agent_access(summary: SessionSummary | None) -> dict[str, Any]:
+    """The session's agent, the agents it may read by grant, and every grant it was given."""
+    agent = summary.agent_id if summary else None
+    grants = grants_for(agent) if agent else []
+    readable = sorted({g.readable_agent for g in grants if g.live})
+    return {
+        "agent_id": agent,
+        "agent_grants": grants,
+        "readable_agents": readable,
+        "reader_agents": readers_of(agent) if agent else [],
+    }
 
 
 def _get_cursor(request: HttpRequest, name: str) -> int | None:
@@ -332,6 +346,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
             for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
         ],
     }
+    ctx.update(_agent_access(summary))
     # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.
     if request.GET.get("part") == "charts":
         return render(request, "dashboard/_session_charts.html", ctx)

@@ -27,6 +27,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
+from dashboard.grants import readable_by
 from dashboard.models import CompressEvent, GatewayKey, RunRecord, hash_key
 from dashboard.profiles import core_profile
 from dashboard.runner import get_runner
@@ -135,6 +136,8 @@ class GatewayService:
             max_steps=key.max_recall_steps,
             # Re-read before every request: an admin change applies at the next one.
             profile_source=lambda: core_profile(profile_id),
+            # Off by default; an operator's live grants, asked at every ms call.
+            readable_agents=readable_by,
         )
         with self._lock:
             found = self._conversations.setdefault(ident, fresh)

@@ -33,7 +33,7 @@ import hashlib
 import json
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +106,7 @@ class GatewayConversation:
         counter: TokenCounter | None = None,
         max_steps: int = DEFAULT_RECALL_STEPS,
         profile_source: Callable[[], Profile] | None = None,
-        ms: MsCapability | None = None,
+        readable_agents: Iterable[str] | Callable[[str], Iterable[str]] = (),
     ) -> None:
         if max_steps < 1:
             raise ScrollError(f"max_steps must be at least 1, got {max_steps!r}")
@@ -118,7 +118,11 @@ class GatewayConversation:
         self.counter = counter or log.tokens
         self.max_steps = max_steps
         self.state = ContextState.new(session_id, tier_cap=profile.tier_cap)
-        self.ms = ms or MsCapability(log, agent_id=agent_id, session_id=session_id)
+        # The key's agent is the tenant: ms reads its sessions only, plus the agents an
+        # operator granted it (asked at every call when a callable, so a revoke applies).
+        self.ms = MsCapability(
+            log, agent_id=agent_id, session_id=session_id, readable_agents=readable_agents
+        )
         self.ms.block_resolver = lambda seq: self.state.index.block_for(seq)
         self.digest: NamespaceDigest | None = None
         self.chain: list[_Link] = []

@@ -403,9 +403,10 @@ def test_one_agents_recall_never_reaches_another_agents_memory(clog, kernel):
     alice = conversation(clog, kernel, agent="alice", session="gw:alice:s")
     alice.handle(request(user("my secret is ZEBRA-4471")), ScriptedUpstream(), model="up")
     code = (
-        "print('hits', [(h.seq, h.snippet) for h in ms.search('ZEBRA', k=5)])\n"
+        "print('hits', [(h.seq, h.snippet) for h in ms.search('ZEB' + 'RA', k=5)])\n"
         "print('sessions', [s.session_id for s in ms.sessions()])\n"
-        "rows = ms.sql_query(\"SELECT seq, content FROM events WHERE content LIKE '%ZEBRA%'\")\n"
+        "rows = ms.sql_query('SELECT seq, content FROM events WHERE content LIKE ?',"
+        " ['%ZEB' + 'RA%'])\n"
         "print('sql', rows.rows if hasattr(rows, 'rows') else rows['rows'])"
     )
     upstream = ScriptedUpstream(
@@ -414,7 +415,12 @@ def test_one_agents_recall_never_reaches_another_agents_memory(clog, kernel):
     bob = conversation(clog, kernel, agent="bob", session="gw:bob:s")
     bob.handle(request(user("what secrets exist?")), upstream, model="up")
     printed = next(m for m in upstream.requests[1]["messages"] if m["role"] == "tool")["content"]
-    assert "hits []" in printed and "ZEBRA" not in printed and "sql []" in printed and "gw:alice:s" not in printed
+    assert (
+        "hits []" in printed
+        and "ZEBRA" not in printed
+        and "sql []" in printed
+        and "gw:alice:s" not in printed
+    )
 
 
 @pytest.fixture

@@ -368,9 +368,10 @@ def test_one_agents_key_never_reaches_another_agents_memory(gateway, upstream):
     alice = oa(gateway, make_key(upstream, agent="alice"))
     ask(alice, [{"role": "user", "content": "my secret is ZEBRA-4471"}])
     code = (
-        "print('search', [h.snippet for h in ms.search('ZEBRA', k=5)])\n"
+        "print('search', [h.snippet for h in ms.search('ZEB' + 'RA', k=5)])\n"
         "print('sessions', [s.session_id for s in ms.sessions()])\n"
-        "rows = ms.sql_query(\"SELECT seq, content FROM events WHERE content LIKE '%ZEBRA%'\")\n"
+        "rows = ms.sql_query('SELECT seq, content FROM events WHERE content LIKE ?',"
+        " ['%ZEB' + 'RA%'])\n"
         "print('sql', rows.rows if hasattr(rows, 'rows') else rows['rows'])"
     )
     upstream.then(completion("", [tool_call(RECALL_TOOL, {"code": code}, "call_b")]), text("none"))
@@ -381,7 +382,12 @@ def test_one_agents_key_never_reaches_another_agents_memory(gateway, upstream):
         extra_headers={"X-Scroll-Session": "probe"},
     )
     printed = next(m for m in upstream.requests[-1]["messages"] if m["role"] == "tool")["content"]
-    assert "search []" in printed and "ZEBRA" not in printed and "sql []" in printed and "gw:alice" not in printed
+    assert (
+        "search []" in printed
+        and "ZEBRA" not in printed
+        and "sql []" in printed
+        and "gw:alice" not in printed
+    )
     # Naming alice's session from bob's key lands in bob's own namespace.
     raw = bob.chat.completions.with_raw_response.create(
         model="gpt-test",

@@ -452,3 +452,65 @@ def test_every_request_is_one_trace_with_the_model_calls_and_the_cell_inside(clo
     assert chats[-1].attributes["scroll.headline_quality"] == "ok"
     tools = ring.records(f"execute_tool {RECALL_TOOL}")
     assert tools and all(t.trace_id == root.trace_id for t in tools)
+
+
+def test_anthropic_bodies_map_blocks_and_tools_and_name_bad_fields():
+    from scroll_core.gateway import parse_messages_request
+
+    body = {
+        "model": "claude",
+        "max_tokens": 100,
+        "system": [{"type": "text", "text": "Be exact.", "cache_control": {"type": "ephemeral"}}],
+        "tools": [
+            {"name": "Read", "description": "read", "input_schema": {"type": "object"}},
+            {"type": "web_search_20250305", "name": "web_search"},
+        ],
+        "messages": [
+            {"role": "user", "content": "read a.txt"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "x"},
+                    {"type": "text", "text": "Reading."},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "Read",
+                        "input": {"path": "a.txt"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "hello"}],
+                    },
+                    {"type": "text", "text": "and now?"},
+                ],
+            },
+        ],
+    }
+    parsed = parse_messages_request(body)
+    assert parsed.system == "Be exact."
+    assert [t["function"]["name"] for t in parsed.tools] == ["Read"]  # the server tool left out
+    assert [(m.role, m.content) for m in parsed.messages] == [
+        ("user", "read a.txt"),
+        ("assistant", "Reading."),
+        ("tool", "hello"),
+        ("user", "and now?"),
+    ]
+    assert parsed.messages[1].tool_calls[0].arguments == {"path": "a.txt"}
+    for broken, param in [
+        ({**body, "max_tokens": None}, "max_tokens"),
+        ({**body, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        (
+            {**body, "messages": [{"role": "user", "content": [{"type": "tool_use"}]}]},
+            "messages.0.content.0.type",
+        ),
+    ]:
+        with pytest.raises(GatewayRequestInvalid) as caught:
+            parse_messages_request(broken)
+        assert caught.value.param == param

@@ -7,8 +7,8 @@ blocks of an assistant turn are its tool calls, and each ``tool_result`` block o
 becomes one tool message (before the user's own text in that turn). ``thinking`` blocks are
 left out (they are the provider's, not the conversation's); images and documents become a
 ``[image]``/``[document]`` placeholder. Client tools become function tools for the upstream;
-server tools (``web_search_...``) cannot run behind an OpenAI-compatible upstream and are
-refused with a 400 naming them.
+server tools (``web_search_...``) cannot run behind an OpenAI-compatible upstream and are left
+out of what it is offered (Claude Code lists one when web search is on).
 """
 
 from __future__ import annotations
@@ -160,13 +160,8 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
     for i, tool in enumerate(raw):
         where = f"tools.{i}"
         _need(isinstance(tool, dict), where, "must be an object")
-        kind = tool.get("type", "custom")
-        _need(
-            kind in (None, "custom"),
-            f"{where}.type",
-            f"server tool {kind!r} cannot run behind the gateway's upstream; "
-            "give it as a client tool",
-        )
+        if tool.get("type", "custom") not in (None, "custom"):
+            continue  # a server tool (web search, ...): the upstream cannot run it
         name = tool.get("name")
         _need(isinstance(name, str) and bool(name), f"{where}.name", "is required")
         schema = tool.get("input_schema")

@@ -415,3 +415,25 @@ def test_the_session_is_in_the_console_marked_as_gateway_driven(gateway, upstrea
     assert "a client through the gateway" in page
     blocks = get_service().session_index(session).blocks
     assert blocks and f"{blocks[0].lo_seq}" in page  # the live index panel
+
+
+def test_a_tool_result_of_megabytes_gets_through_and_reaches_the_upstream_bounded(
+    gateway, upstream, console_log
+):
+    client = oa(gateway, make_key(upstream))
+    call = tool_call("get_weather", {"city": "Everywhere"}, "call_big")
+    upstream.then(completion(f"Fetching.\n{HEADLINE}", [call]), text("That is a lot of weather."))
+    history = [{"role": "user", "content": "all the weather"}]
+    first = ask(client, history, tools=[WEATHER])
+    huge = "".join(f"city {i}: sunny, {i % 40} C; " for i in range(120_000))  # about 3 MB
+    assert len(huge) > 2_600_000  # past Django's 2.5 MB form limit
+    history += [assistant_of(first), {"role": "tool", "tool_call_id": "call_big", "content": huge}]
+    answer = ask(client, history, tools=[WEATHER])
+    assert answer.choices[0].message.content == "That is a lot of weather."
+    sent = json.dumps(upstream.requests[-1]["messages"])
+    assert len(sent) < 200_000 and "call_big" in sent  # a preview or a fold pointer
+    assert "ms.recall_tool('call_big')" in sent  # naming the way back to all of it
+    stats = answer.to_dict()["scroll"]
+    assert stats["peak_view_tokens"] <= stats["context_size"] < stats["client_tokens"]
+    stored = [e for e in console_log.by_tool_call("call_big") if e.kind == "tool_result"]
+    assert stored and stored[0].payload.load() == huge  # the whole result, in the log

@@ -49,6 +49,7 @@ def _anthropic_error(status: int, message: str, **_: Any) -> JsonResponse:
 
 
 _OPENAI_KINDS = {
+    413: "invalid_request_error",
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
@@ -103,6 +104,26 @@ def _get_key(secret: str | None) -> GatewayKey | None:
     return get_service().authenticate(secret)
 
 
+def _body(request: HttpRequest, api: str) -> tuple[Any, JsonResponse | None]:
+    """The decoded JSON body. Read past Django's form-size limit (an agent resends its whole
+    history on every call) up to SCROLL_GATEWAY_MAX_BODY_MB, refused beyond with a 413."""
+    limit = settings.SCROLL_GATEWAY_MAX_BODY_MB * 1024 * 1024
+    try:
+        length = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        length = 0
+    if length > limit:
+        message = f"the body is {length:,} bytes; this gateway takes at most {limit:,}"
+        return None, _error(api, 413, message, param="body")
+    raw = request.read(limit + 1)
+    if len(raw) > limit:
+        return None, _error(api, 413, f"the body is over {limit:,} bytes", param="body")
+    try:
+        return json.loads(raw or b"null"), None
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, _error(api, 400, f"the body is not JSON: {exc}", param="body")
+
+
 def _serve_sync(
     key: GatewayKey, parsed: ClientRequest, session: str | None
 ) -> tuple[ClientReply, float]:
@@ -142,10 +163,9 @@ async def _handle(
     key = await _get_key(_secret(request))
     if key is None:
         return _error(api, 401, "missing or invalid API key", code="invalid_api_key")
-    try:
-        body = json.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _error(api, 400, f"the body is not JSON: {exc}", param="body")
+    body, refused = _body(request, api)
+    if refused is not None:
+        return refused
     try:
         parsed = parse(body)
         reply, served_ms = await _serve(key, parsed, request.headers.get(SESSION_HEADER))
@@ -220,13 +240,13 @@ async def count_tokens(request: HttpRequest) -> HttpResponse:
     key = await _get_key(_secret(request))
     if key is None:
         return _error("anthropic", 401, "missing or invalid API key")
+    body, refused = _body(request, "anthropic")
+    if refused is not None:
+        return refused
     try:
-        parsed = anthropic_api.parse_messages_request(
-            json.loads(request.body or b"null"), counting=True
-        )
-    except (ValueError, UnicodeDecodeError) as exc:
-        param = exc.param if isinstance(exc, GatewayRequestInvalid) else "body"
-        return _error("anthropic", 400, str(exc), param=param)
+        parsed = anthropic_api.parse_messages_request(body, counting=True)
+    except GatewayRequestInvalid as exc:
+        return _error("anthropic", 400, str(exc), param=exc.param)
     return JsonResponse({"input_tokens": await sync_to_async(_client_tokens)(parsed)})
 
 

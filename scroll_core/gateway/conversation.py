@@ -403,7 +403,7 @@ class GatewayConversation:
         seqs = self.log.append_many(events)
         fresh = {e.seq: e for e in self._sync()}
         for seq, pos, event in zip(seqs, owners, events, strict=True):
-            tokens = fresh[seq].tokens if seq in fresh else 0
+            tokens = _client_tokens(fresh[seq]) if seq in fresh else 0
             if event["metadata"].get("gw") == "msg":
                 self.chain.append(_Link(event["metadata"]["fp"], messages[pos].role, seq, tokens))
             else:
@@ -679,6 +679,14 @@ class GatewayConversation:
             ]
         )
         self._sync()
+
+
+def _client_tokens(event: Event) -> int:
+    """What a message cost the client to send: the log counts a payload's preview only (what a
+    view shows), so a payload's full size is estimated at four characters a token."""
+    if event.is_preview and event.payload_size:
+        return max(event.tokens, event.payload_size // 4)
+    return event.tokens
 
 
 def _client_finish(reply: ModelReply, client_calls: list[ToolCall]) -> str:

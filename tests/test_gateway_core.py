@@ -514,3 +514,21 @@ def test_anthropic_bodies_map_blocks_and_tools_and_name_bad_fields():
         with pytest.raises(GatewayRequestInvalid) as caught:
             parse_messages_request(broken)
         assert caught.value.param == param
+
+
+def test_an_operators_grant_lets_one_agent_read_another(clog, kernel):
+    alice = conversation(clog, kernel, agent="alice", session="gw:alice:s")
+    alice.handle(request(user("the launch code is OCELOT-12")), ScriptedUpstream(), model="up")
+    code = "print('hits', [h.session_id for h in ms.search('OCE' + 'LOT', k=5, agent='alice')])"
+    upstream = ScriptedUpstream(with_calls("", call(RECALL_TOOL, {"code": code}, "call_g")), "ok")
+    bob = GatewayConversation(
+        clog,
+        session_id="gw:bob:g",
+        agent_id="bob",
+        profile=Profile(context_size=8192),
+        kernel=kernel,
+        readable_agents=lambda agent: ["alice"] if agent == "bob" else [],
+    )
+    bob.handle(request(user("what did alice say?")), upstream, model="up")
+    printed = next(m for m in upstream.requests[1]["messages"] if m["role"] == "tool")["content"]
+    assert "gw:alice:s" in printed

@@ -20,11 +20,8 @@
    to the client with the recall calls taken out (their results reach the upstream with the
    client's tool results on the next request), usage summed over the internal calls.
 
-Every event carries ``metadata["gw"]``: ``prefix``, ``msg`` (a client message at chain
-position ``pos`` with fingerprint ``fp``), ``part`` (a tool call of that message), ``reply``
-and ``reply_call`` (what the client got), ``step`` (an internal recall step: its text, its
-calls and their results) and ``rewrite``. The chain and the view are rebuilt from these when a
-process first serves a session.
+What each appended event is, and how the chain and the view are rebuilt from the log, is in
+``_history`` (the log-facing half of the class).
 """
 
 from __future__ import annotations
@@ -33,13 +30,13 @@ import hashlib
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..agent.cells import AgentKernel, run_cell
 from ..errors import ContextOverflow, ScrollError
-from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventLog
+from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, EventLog
 from ..eviction import CompressRecord, compress
 from ..headlines import parse_headline
 from ..kernel.manager import KernelManager
@@ -51,6 +48,7 @@ from ..prompts import RECALL_TOOL, gateway_prompt, recall_tool_definition
 from ..telemetry import chat_span, session_scope, span, usage
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
+from ._history import HistoryLog, Link
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import align
 from .headline_fallback import extractive_headline
@@ -63,17 +61,6 @@ DEFAULT_RECALL_STEPS = 6
 # compress and the ms calls of a recall cell are its children.
 REQUEST_SPAN = "invoke_agent scroll-gateway"
 BUDGET_NOTICE = "[scroll: the recall step budget ran out before the model answered]"
-
-
-@dataclass
-class _Link:
-    """One message of the client's history as the log holds it."""
-
-    fp: str
-    role: str
-    first_seq: int
-    tokens: int = 0
-    reply: tuple[str, tuple[ToolCall, ...], str] | None = None  # content, calls, finish
 
 
 @dataclass
@@ -90,7 +77,7 @@ class _Loop:
     compressions: list[tuple[str, CompressRecord]] = field(default_factory=list)
 
 
-class GatewayConversation:
+class GatewayConversation(HistoryLog):
     """The gateway side of one session; see the module docstring. Thread-safe: requests to
     one session are served one at a time."""
 
@@ -125,7 +112,7 @@ class GatewayConversation:
         )
         self.ms.block_resolver = lambda seq: self.state.index.block_for(seq)
         self.digest: NamespaceDigest | None = None
-        self.chain: list[_Link] = []
+        self.chain: list[Link] = []
         self.requests = 0
         self.lock = threading.Lock()
         self._kernel = kernel
@@ -152,45 +139,6 @@ class GatewayConversation:
         return self._view
 
     # ------------------------------------------------------------------ rebuild
-    def _load(self) -> None:
-        events = self.log.session_events(self.session_id, after_seq=0, limit=None)
-        if not events:
-            return
-        foreign = next((e for e in events if e.agent_id != self.agent_id), None)
-        if foreign is not None:
-            raise ScrollError(
-                f"session {self.session_id!r} holds events of another agent; refusing it"
-            )
-        hidden: set[int] = set()
-        for event in events:
-            meta = event.metadata if isinstance(event.metadata, dict) else {}
-            kind = meta.get("gw")
-            pos = meta.get("pos")
-            if kind == "prefix":
-                hidden.add(event.seq)
-                self._prefix_hash = str(meta.get("hash"))
-            elif kind == "rewrite":
-                lo, hi = meta.get("dropped", [0, -1])
-                hidden.update(e.seq for e in events if lo <= e.seq <= hi)
-                self._generation += 1
-            elif kind in ("msg", "reply") and isinstance(pos, int):
-                del self.chain[pos:]
-                link = _Link(str(meta.get("fp")), event.role or "", event.seq, event.tokens)
-                if kind == "reply":
-                    finish = str(meta.get("client_finish") or "stop")
-                    link.reply = (event.content, (), finish)
-                self.chain.append(link)
-            elif kind in ("part", "reply_call") and isinstance(pos, int) and pos < len(self.chain):
-                link = self.chain[pos]
-                link.tokens += event.tokens
-                if kind == "reply_call" and link.reply is not None:
-                    content, calls, finish = link.reply
-                    args = event.tool_input if isinstance(event.tool_input, dict) else {}
-                    call = ToolCall(event.tool_call_id or "", event.name or "", args)
-                    link.reply = (content, (*calls, call), finish)
-        self.state.add(events)
-        self.state.drop(hidden & set(self.state.live))
-
     # ------------------------------------------------------------------ kernel
     @property
     def kernel(self) -> AgentKernel | None:
@@ -270,14 +218,6 @@ class GatewayConversation:
             return ClientReply(content, calls, finish, request.model, Usage(), stats)
 
     # ------------------------------------------------------------------ appends
-    def _event(self, key: str, **fields: Any) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "agent_id": self.agent_id,
-            "dedup_key": f"gw:{key}",
-            **fields,
-        }
-
     def _prepare(self, request: ClientRequest) -> _Prepared:
         """Log the client's system prompt and tools when they changed; the upstream prefix."""
         tools_json = json.dumps(list(request.tools), sort_keys=True, ensure_ascii=False)
@@ -312,140 +252,6 @@ class GatewayConversation:
             self._prefix_hash = digest
             self._sync()
         return cached
-
-    def _sync(self) -> list[Event]:
-        """Bring new events into the state; the logged prefixes stay out of the view."""
-        fresh = self.state.sync(self.log)
-        hidden = [
-            e.seq
-            for e in fresh
-            if isinstance(e.metadata, dict) and e.metadata.get("gw") == "prefix"
-        ]
-        if hidden:
-            self.state.drop(hidden)
-        return fresh
-
-    def _record_rewrite(self, common: int, sent: int) -> None:
-        self._sync()
-        lo = self.chain[common].first_seq
-        hi = self.state.synced_seq
-        dropped = [s for s in self.state.live if lo <= s <= hi]
-        self._generation += 1
-        note = (
-            f"[scroll] The client rewrote its history from message {common + 1} on: the events "
-            f"of seqs {lo}-{hi} are no longer part of this conversation (the client now sends "
-            f"{sent} messages). They stay in the Event Log: ms.expand({lo}, {hi})."
-        )
-        with span(
-            "scroll.gateway.rewrite", session=self.session_id, seq_lo=lo, seq_hi=hi, at=common
-        ):
-            self.state.drop(dropped)
-            self.log.append_many(
-                [
-                    self._event(
-                        f"rewrite:{self._generation}:{uuid.uuid4().hex[:8]}",
-                        kind=KIND_CONTEXT_MSG,
-                        role="system",
-                        content=note,
-                        metadata={"gw": "rewrite", "at": common, "dropped": [lo, hi]},
-                    )
-                ]
-            )
-            del self.chain[common:]
-            self._sync()
-
-    def _append_messages(self, messages: Sequence[ClientMessage], start: int) -> int:
-        events: list[dict[str, Any]] = []
-        owners: list[int] = []
-        for pos in range(start, len(messages)):
-            message = messages[pos]
-            fp = message.fingerprint()
-            key = f"r{self._generation}:p{pos}:{fp[:16]}"
-            meta = {"gw": "msg", "pos": pos, "fp": fp}
-            if message.role == "user":
-                event = self._event(
-                    key, kind=KIND_CONTEXT_MSG, role="user", content=message.content, metadata=meta
-                )
-            elif message.role == "system":
-                event = self._event(
-                    key,
-                    kind=KIND_CONTEXT_MSG,
-                    role="system",
-                    content=message.content,
-                    metadata=meta,
-                )
-            elif message.role == "tool":
-                event = self._event(
-                    key,
-                    kind=KIND_TOOL_RESULT,
-                    role="tool",
-                    name=self._tool_name(message.tool_call_id),
-                    tool_call_id=message.tool_call_id,
-                    content=message.content,
-                    metadata=meta,
-                )
-            else:
-                event = self._event(
-                    key,
-                    kind=KIND_MODEL_TURN,
-                    role="assistant",
-                    content=message.content,
-                    metadata=meta,
-                )
-            events.append(event)
-            owners.append(pos)
-            for j, call in enumerate(message.tool_calls):
-                events.append(self._call_event(f"{key}:call{j}", call, {"gw": "part", "pos": pos}))
-                owners.append(pos)
-        if not events:
-            self._sync()
-            return 0
-        seqs = self.log.append_many(events)
-        fresh = {e.seq: e for e in self._sync()}
-        for seq, pos, event in zip(seqs, owners, events, strict=True):
-            tokens = _client_tokens(fresh[seq]) if seq in fresh else 0
-            if event["metadata"].get("gw") == "msg":
-                self.chain.append(_Link(event["metadata"]["fp"], messages[pos].role, seq, tokens))
-            else:
-                self.chain[pos].tokens += tokens
-        last_user = next(
-            (
-                s
-                for s, e in zip(reversed(seqs), reversed(events), strict=True)
-                if e.get("role") == "user"
-            ),
-            None,
-        )
-        if last_user is not None and last_user in self.state.live:
-            self.state.begin_turn(last_user)
-            self.ms.begin_turn(last_user)
-        return len(events)
-
-    def _tool_name(self, call_id: str | None) -> str | None:
-        if not call_id:
-            return None
-        for event in reversed(self.state.events(self.log)):
-            if event.tool_call_id == call_id and event.kind == KIND_MODEL_TURN:
-                return event.name
-        return None
-
-    def _call_event(
-        self, key: str, call: ToolCall, meta: dict[str, Any], *, searchable: bool = True
-    ) -> dict[str, Any]:
-        code = call.arguments.get("code") if call.name == RECALL_TOOL else None
-        return self._event(
-            key,
-            kind=KIND_MODEL_TURN,
-            role="assistant",
-            name=call.name,
-            tool_call_id=call.id,
-            tool_input=call.arguments,
-            content=code
-            if isinstance(code, str)
-            else (call.raw_arguments or json.dumps(call.arguments)),
-            metadata=meta,
-            searchable=searchable,
-        )
 
     # ------------------------------------------------------------------ the loop
     def _refresh_profile(self) -> None:
@@ -563,7 +369,7 @@ class GatewayConversation:
             if final:
                 tokens = reply_tokens
                 self.chain.append(
-                    _Link(
+                    Link(
                         meta["fp"],
                         "assistant",
                         seqs[0],
@@ -679,14 +485,6 @@ class GatewayConversation:
             ]
         )
         self._sync()
-
-
-def _client_tokens(event: Event) -> int:
-    """What a message cost the client to send: the log counts a payload's preview only (what a
-    view shows), so a payload's full size is estimated at four characters a token."""
-    if event.is_preview and event.payload_size:
-        return max(event.tokens, event.payload_size // 4)
-    return event.tokens
 
 
 def _client_finish(reply: ModelReply, client_calls: list[ToolCall]) -> str:

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dashboard", "0004_agent_grants"),
+        ("dashboard", "0010_workers"),
     ]
 
     operations = [

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import F
 from django.utils import timezone
@@ -30,10 +31,10 @@ from dashboard.eventlog import get_event_log
 from dashboard.grants import readable_by
 from dashboard.models import CompressEvent, GatewayKey, RunRecord, hash_key
 from dashboard.profiles import core_profile
-from dashboard.runner import get_runner
 from dashboard.spans import push_session
 from scroll_core.gateway import ClientReply, ClientRequest, GatewayConversation, HttpUpstream
 from scroll_core.gateway.naming import session_id_for
+from scroll_core.kernel import KernelConfig, KernelManager
 
 __all__ = ["GatewayRefused", "GatewayService", "get_service", "reset_service"]
 
@@ -64,6 +65,17 @@ class GatewayService:
         self._keys: dict[str, tuple[float, GatewayKey]] = {}
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-record")
         self._pending: Future[None] | None = None
+        self._kernels: KernelManager | None = None
+
+    @property
+    def kernels(self) -> KernelManager:
+        """The gateway's own kernels: its sessions are served in this (web) process, not by a
+        run worker, so their kernels live here too."""
+        with self._lock:
+            if self._kernels is None:
+                pool = int(getattr(settings, "SCROLL_KERNEL_POOL", 1))
+                self._kernels = KernelManager(KernelConfig.from_env(), pool_size=pool)
+            return self._kernels
 
     # -- keys ----------------------------------------------------------------------------
     def authenticate(self, secret: str | None) -> GatewayKey | None:
@@ -132,7 +144,7 @@ class GatewayService:
             session_id=session_id,
             agent_id=key.agent_id,
             profile=core_profile(profile_id),
-            kernels=get_runner().kernels,
+            kernels=self.kernels,
             max_steps=key.max_recall_steps,
             # Re-read before every request: an admin change applies at the next one.
             profile_source=lambda: core_profile(profile_id),
@@ -199,6 +211,8 @@ class GatewayService:
             conversation.close()
         for upstream in self._upstreams.values():
             upstream.close()
+        if self._kernels is not None:
+            self._kernels.shutdown()
 
 
 @dataclass

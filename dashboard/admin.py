@@ -296,3 +296,6 @@ class AgentGrantAdmin(admin.ModelAdmin):
                 revoked += 1
                 self.log_change(request, grant, "Revoked")
         self.message_user(request, f"Revoked {revoked} grant(s).", messages.SUCCESS)
+
+
+from dashboard.gateway import admin as gateway_admin  # noqa: E402, F401  (registers GatewayKey)

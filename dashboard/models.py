@@ -7,7 +7,10 @@ console ran and saw.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
+import secrets
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +33,7 @@ __all__ = [
     "AlertRule",
     "CompressEvent",
     "ConsoleMarker",
+    "GatewayKey",
     "KernelState",
     "ProfileChange",
     "RunRecord",
@@ -274,6 +278,7 @@ class RunRecord(models.Model):
         return {
             "session_id": self.session_id,
             "status": self.status,
+            "kind": self.kind,
             "model": self.model_name,
             "profile": self.profile.name if self.profile else None,
             "turns": self.turns,
@@ -569,3 +574,123 @@ from dashboard.workstate import (  # noqa: E402  (models of this app kept in a m
     SessionIndex,
     WorkerCommand,
 )
+
+KEY_PREFIX = "sk-scroll-"
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def hash_key(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+class GatewayKey(models.Model):
+    """One agent's key to the gateway (``/v1/chat/completions``, ``/v1/messages``).
+
+    Only the sha256 of the key is stored, with its first characters (``prefix``) to find it
+    and to show in admin; the key itself is shown once, when it is created. The upstream's
+    own key is never stored: ``upstream_key_env`` names the environment variable that holds
+    it. ``model_map`` maps the model a client asks for to the upstream's (``"*"`` for any
+    other); a name it does not map goes upstream as it is.
+    """
+
+    agent_id = models.CharField(
+        max_length=120, unique=True, help_text="The agent (tenant) this key's sessions belong to."
+    )
+    name = models.CharField(max_length=120, blank=True)
+    prefix = models.CharField(max_length=32, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, editable=False)
+    profile = models.ForeignKey(
+        TuningProfile, null=True, blank=True, on_delete=models.SET_NULL, related_name="gateway_keys"
+    )
+    upstream_base_url = models.URLField(
+        max_length=500, help_text="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1"
+    )
+    upstream_key_env = models.CharField(
+        max_length=120,
+        blank=True,
+        help_text="The environment variable holding the upstream's key (never the key).",
+    )
+    model_map = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Client model to upstream model, e.g. {"gpt-4o": "qwen2.5", "*": "qwen2.5"}.',
+    )
+    upstream_timeout_s = models.FloatField(default=120.0)
+    max_recall_steps = models.PositiveSmallIntegerField(
+        default=6, help_text="Upstream calls one request may make (recall steps included)."
+    )
+    rate_limit_per_minute = models.PositiveIntegerField(
+        default=0, help_text="Requests per minute; 0 means no limit."
+    )
+    token_budget = models.PositiveBigIntegerField(
+        default=0,
+        help_text="Upstream tokens (input + output) it may spend; 0 means no limit.",
+    )
+    tokens_used = models.PositiveBigIntegerField(default=0, editable=False)
+    requests = models.PositiveBigIntegerField(default=0, editable=False)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["agent_id"]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} ({self.prefix}…)"
+
+    def clean(self) -> None:
+        super().clean()
+        errors: dict[str, list[str]] = {}
+        if self.upstream_key_env and not _ENV_NAME.match(self.upstream_key_env):
+            errors["upstream_key_env"] = [
+                "An environment variable name (A-Z, 0-9, _), not the key itself."
+            ]
+        if not isinstance(self.model_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in self.model_map.items()
+        ):
+            errors["model_map"] = ["A JSON object of model names to model names."]
+        if not 0 < self.upstream_timeout_s <= 3600:
+            errors["upstream_timeout_s"] = ["Between 0 and 3600 seconds."]
+        if not 1 <= self.max_recall_steps <= 32:
+            errors["max_recall_steps"] = ["Between 1 and 32."]
+        if errors:
+            raise ValidationError(errors)
+
+    def set_new_key(self) -> str:
+        """Give the row a fresh key and return it (the only time it is readable)."""
+        secret = KEY_PREFIX + secrets.token_urlsafe(32)
+        self.prefix = secret[: len(KEY_PREFIX) + 8]
+        self.key_hash = hash_key(secret)
+        return secret
+
+    @classmethod
+    def issue(cls, **fields: Any) -> tuple[GatewayKey, str]:
+        """Create and save a key; returns the row and the key (shown once)."""
+        key = cls(**fields)
+        secret = key.set_new_key()
+        key.full_clean()
+        key.save()
+        return key, secret
+
+    @classmethod
+    def authenticate(cls, secret: str | None) -> GatewayKey | None:
+        """The active key ``secret`` is, compared in constant time; None otherwise."""
+        if not secret or not secret.startswith(KEY_PREFIX):
+            return None
+        key = (
+            cls.objects.select_related("profile")
+            .filter(prefix=secret[: len(KEY_PREFIX) + 8], active=True)
+            .first()
+        )
+        if key is None or not hmac.compare_digest(key.key_hash, hash_key(secret)):
+            return None
+        return key
+
+    def upstream_model(self, requested: str) -> str:
+        mapping = self.model_map if isinstance(self.model_map, dict) else {}
+        return str(mapping.get(requested) or mapping.get("*") or requested)
+
+    def client_models(self) -> list[str]:
+        mapping = self.model_map if isinstance(self.model_map, dict) else {}
+        names = [k for k in mapping if k != "*"]
+        return names or sorted(set(mapping.values())) or ["scroll"]

@@ -32,6 +32,11 @@ SCROLL_PROCESSES       how many processes serve or run this console (default 1);
                        channel layer does not cross processes and live pages would miss
                        whatever another process produced
 SCROLL_WORKER_LEASE_S  seconds a worker's claim on a run lasts without a heartbeat (default 15)
+SCROLL_RUNNER_WORKERS  runs executing at once in the in-process runner (default 4)
+SCROLL_GATEWAY_THREADS gateway requests served at once per process (default 64: each holds a
+                       thread while its upstream answers)
+SCROLL_GATEWAY_MAX_BODY_MB  largest gateway request body (default 64; an agent resends its
+                       whole history, which passes Django's 2.5 MB form limit early)
 SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
@@ -322,6 +327,8 @@ SCROLL_BENCH = _env_flag("SCROLL_BENCH", False)
 SCROLL_SPAN_RETENTION = _env_int("SCROLL_SPAN_RETENTION", 50_000, minimum=1)
 SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
 SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)
+SCROLL_GATEWAY_THREADS = _env_int("SCROLL_GATEWAY_THREADS", 64, minimum=1)
+SCROLL_GATEWAY_MAX_BODY_MB = _env_int("SCROLL_GATEWAY_MAX_BODY_MB", 64, minimum=1)
 
 # Behind TLS: see the module docstring. Off by default, for the embedded plain-HTTP `make run`.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("SCROLL_SECURE_COOKIES", False)

@@ -260,6 +260,10 @@ def _index_blocks(session_id: str, counts: Counter[str]) -> list[dict[str, Any]]
     """The session's index, tier by tier, as its worker saved it at the last compress."""
     index = getattr(_runner(), "session_index", lambda _sid: None)(session_id)
     if index is None:
+        from dashboard.gateway.service import get_service  # a gateway session's live index
+
+        index = get_service().session_index(session_id)
+    if index is None:
         return []
     blocks = [block.to_dict() | {"key": block.key} for block in index.blocks]
     for block in blocks:

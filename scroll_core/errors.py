@@ -23,6 +23,7 @@ Hierarchy::
     │   └── HostFunctionRefused    a host-function name or call was rejected
     ├── QueryRefused           ms.sql_query will not run a statement (write, pragma, too long)
     ├── AgentNotReadable       an ms call named an agent outside the session's readable set
+    ├── GatewayRequestInvalid  a client's request to the gateway is malformed (names the field)
     └── ModelError             a model provider failed or refused a request (status, message)
         └── ContextOverflow        the provider says the prompt exceeds its context window
 """
@@ -38,6 +39,7 @@ __all__ = [
     "EventLogError",
     "EventNotFound",
     "EvictionIndexError",
+    "GatewayRequestInvalid",
     "HostFunctionRefused",
     "IngestError",
     "InvalidEvent",
@@ -216,3 +218,13 @@ class QueryRefused(ScrollError, ValueError):
 
 class AgentNotReadable(ScrollError, PermissionError):
     """An ``ms`` call named an agent this session may not read (no grant), or an invalid id."""
+
+
+class GatewayRequestInvalid(ScrollError, ValueError):
+    """A client's request to the gateway is malformed; ``param`` names the offending field
+    (a dotted path such as ``messages.2.content``) so the client's error says where."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+        self.message = message

@@ -18,7 +18,9 @@ __all__ = [
     "RECALL_TOOL",
     "REPL_TOOL",
     "TOOL_NAMES",
+    "gateway_prompt",
     "recall_rubric",
+    "recall_tool_definition",
     "system_prompt",
     "tool_definitions",
 ]
@@ -142,6 +144,37 @@ def system_prompt(
         parts.append(recall_rubric(print_cap=print_cap))
     parts += [_INDEX, HEADLINE_INSTRUCTION]
     return "\n\n".join(parts)
+
+
+_GATEWAY_INTRO = """\
+Scroll keeps this conversation's whole history in an Event Log. What you see is a working \
+view: older parts may have been archived out of it (the index lists them by seq range), and \
+nothing archived is lost. To recall it, call {recall}(code): a Python cell run in a \
+persistent, sandboxed kernel with the capability object `ms` bound. Only what the cell \
+prints comes back to you; the person you are helping never sees these calls. Use your other \
+tools exactly as before."""
+
+
+def gateway_prompt(*, print_cap: int = DEFAULT_PRINT_CAP) -> str:
+    """What the gateway adds to a client's own system prompt: the recall tool, the storage
+    layout, the rubric, how to read the index, and the headline rule."""
+    if print_cap <= 0:
+        raise ValueError(f"print_cap must be positive, got {print_cap!r}")
+    kinds = "\n".join(f"- {kind}: {what}" for kind, what in _BASE_KINDS)
+    return "\n\n".join(
+        [
+            _GATEWAY_INTRO.format(recall=RECALL_TOOL),
+            _LAYOUT.format(kinds=kinds),
+            recall_rubric(print_cap=print_cap),
+            _INDEX,
+            HEADLINE_INSTRUCTION,
+        ]
+    )
+
+
+def recall_tool_definition() -> dict[str, Any]:
+    """The recall tool alone, as the gateway offers it next to a client's tools."""
+    return tool_definitions()[1]
 
 
 def tool_definitions() -> list[dict[str, Any]]:

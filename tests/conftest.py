@@ -1,8 +1,12 @@
-"""Shared fixtures: a fresh temporary Event Log, and where the shared data lives."""
+"""Shared fixtures: a fresh temporary Event Log, where the shared data lives, and a live ASGI
+server (daphne runs once per process: the browser and gateway tests share it)."""
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -191,3 +195,37 @@ def store(request, tmp_path):
     url = request.getfixturevalue("pg_url")
     with PgEventLog(url, reader_url=pg_reader_url(url)) as event_log:
         yield event_log
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def asgi_server():
+    """daphne on 127.0.0.1 serving dashboard.asgi (the reactor runs once per process)."""
+    from daphne.endpoints import build_endpoint_description_strings
+    from daphne.server import Server
+
+    from dashboard.asgi import application
+
+    port = _free_port()
+    server = Server(
+        application=application,
+        endpoints=build_endpoint_description_strings(host="127.0.0.1", port=port),
+        signal_handlers=False,
+        verbosity=0,
+    )
+    thread = threading.Thread(target=server.run, name="daphne", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    else:
+        pytest.fail("daphne did not start listening on 127.0.0.1")
+    yield f"http://127.0.0.1:{port}"

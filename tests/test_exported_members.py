@@ -22,6 +22,7 @@ def test_the_public_core_is_pinned():
         "EventStore",
         "EvictionIndex",
         "EvictionIndexError",
+        "GatewayRequestInvalid",
         "Headline",
         "HeadlineParse",
         "Hit",

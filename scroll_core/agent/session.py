@@ -23,16 +23,14 @@ the log are replayed from it (no second model call, no second cell) and the turn
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import (
     ContextOverflow,
     ContextWindowUnfit,
-    KernelError,
     ModelError,
     ScrollError,
 )
@@ -42,18 +40,18 @@ from ..eviction import compress
 from ..headlines import parse_headline
 from ..kernel.manager import KernelManager
 from ..kernel.ms import MsCapability
-from ..kernel.results import ExecResult, NamespaceDigest
+from ..kernel.results import NamespaceDigest
 from ..models.base import ChatModel, ModelReply, ToolCall, Usage
 from ..profile import Profile
-from ..prompts import RECALL_TOOL, REPL_TOOL, TOOL_NAMES, system_prompt, tool_definitions
+from ..prompts import RECALL_TOOL, system_prompt, tool_definitions
 from ..telemetry import chat_span, span, usage
 from ..tokens import TokenCounter
-from ..view import ContextState, Prefix, WorkingView, digest_tokens
+from ..view import ContextState, Prefix, WorkingView
+from .cells import AgentKernel, run_cell
 from .records import (
     CompressReason,
     CompressStep,
     ModelCallRecord,
-    MsCallRecord,
     StepRecord,
     StopReason,
     ToolExecRecord,
@@ -64,26 +62,6 @@ __all__ = ["CHECKPOINT_VERSION", "DEFAULT_MAX_STEPS", "AgentKernel", "Session"]
 
 CHECKPOINT_VERSION = 1
 DEFAULT_MAX_STEPS = 8
-EMPTY_OUTPUT = "[the cell printed nothing]"
-# Bounds on the ms calls a tool result's metadata lists (replay reads them as retrievals).
-LOGGED_MS_CALLS = 50
-LOGGED_MS_SEQS = 50
-
-
-class AgentKernel(Protocol):
-    """What the loop needs of a kernel (``kernel.Kernel`` is one)."""
-
-    def execute(
-        self,
-        code: str,
-        timeout: float | None = None,
-        *,
-        tool: str = ...,
-        tool_call_id: str | None = None,
-        print_cap: int | None = None,
-    ) -> ExecResult: ...
-
-    def register(self, functions: Mapping[str, Callable[..., Any]]) -> None: ...
 
 
 class Session:
@@ -457,56 +435,19 @@ class Session:
                 replayed=True,
             )
         began = time.perf_counter()
-        refusal = _refusal(call)
-        ms_calls: list[MsCallRecord] = []
-        exec_result: ExecResult | None = None
-        if refusal is None:
-            kernel = self.kernel
-            if kernel is None:
-                refusal = "error: no kernel is attached to this session, so cells cannot run"
-            else:
-                mark = len(self.ms.calls)
-                try:
-                    exec_result = kernel.execute(
-                        str(call.arguments["code"]),
-                        timeout=self.profile.exec_timeout_s,
-                        tool=call.name,
-                        tool_call_id=call.id,
-                        # Read per cell, so a tuned profile reaches a running kernel.
-                        print_cap=self.profile.print_cap,
-                    )
-                except KernelError as exc:
-                    refusal = f"error: the kernel could not run the cell: {exc}"
-                ms_calls = [_ms_record(c) for c in self.ms.calls[mark:]]
-                del self.ms.calls[mark:]  # recorded here; the list would grow forever
-        if exec_result is not None:
-            output = exec_result.observation() or EMPTY_OUTPUT
-            status: str = exec_result.status
-            # After a restart the digest is the fresh kernel's: the lost variables are gone.
-            self.digest = exec_result.digest
-        else:
-            output = refusal or "error"
-            status = "refused" if _refusal(call) is not None else "kernel_error"
-        metadata: dict[str, Any] = {"turn": record.turn, "step": record.step, "status": status}
-        if exec_result is not None:
-            metadata.update(
-                duration_ms=round(exec_result.duration_ms, 3),
-                truncated=exec_result.truncated,
-                hidden_chars=exec_result.hidden_chars,
-                variables_lost=exec_result.variables_lost,
-                limit=exec_result.limit,
-                tier=exec_result.tier,
-                error_type=exec_result.error.type if exec_result.error else None,
-            )
-        seqs_touched = sorted({s for c in ms_calls for s in c.seqs})
-        if seqs_touched:
-            metadata["seqs_touched"] = seqs_touched[:200]
-        # For replay from the log alone: the digest the next compress puts in the view (after
-        # this cell) and each ms call with the seqs it touched (bounded).
-        metadata["digest_tokens"] = digest_tokens(self.digest, self.counter)
-        metadata["ms_calls"] = [_logged_ms(c) for c in ms_calls[:LOGGED_MS_CALLS]]
-        if len(ms_calls) > LOGGED_MS_CALLS:
-            metadata["ms_calls_total"] = len(ms_calls)
+        outcome = run_cell(
+            call,
+            kernel=lambda: self.kernel,
+            ms=self.ms,
+            profile=self.profile,
+            counter=self.counter,
+            digest=self.digest,
+        )
+        self.digest = outcome.digest
+        exec_result, output, status, ms_calls = (
+            outcome.exec_result, outcome.output, outcome.status, outcome.ms_calls
+        )  # fmt: skip
+        metadata: dict[str, Any] = {"turn": record.turn, "step": record.step, **outcome.metadata}
         result_seq = self._append(
             key,
             kind=KIND_TOOL_RESULT,
@@ -699,49 +640,3 @@ def _answer_text(log: EventStore, record: StepRecord) -> str | None:
     if record.assistant_seq is None:
         return None
     return log.get(record.assistant_seq).content
-
-
-def _refusal(call: ToolCall) -> str | None:
-    """Why a call cannot run, as the error the model is shown; None when it can."""
-    usage = f'Call {REPL_TOOL} or {RECALL_TOOL} with arguments {{"code": "<python source>"}}.'
-    if call.name not in TOOL_NAMES:
-        return f"error: unknown tool {call.name!r}; the tools are {', '.join(TOOL_NAMES)}. {usage}"
-    if call.arguments_error is not None:
-        why = call.arguments_error
-        return f"error: the arguments of {call.name} were not valid ({why}). {usage}"
-    code = call.arguments.get("code")
-    if not isinstance(code, str):
-        got = "missing" if code is None else f"a {type(code).__name__}"
-        return f"error: {call.name} needs a string argument 'code' ({got}). {usage}"
-    extra = sorted(set(call.arguments) - {"code"})
-    if extra:
-        return f"error: {call.name} takes only 'code', not {', '.join(map(repr, extra))}. {usage}"
-    return None
-
-
-def _ms_record(call: Any) -> MsCallRecord:
-    return MsCallRecord(
-        name=call.name,
-        args=_jsonable(call.args),
-        kwargs=_jsonable(call.kwargs),
-        seqs=list(call.seqs),
-        duration_ms=call.duration_ms,
-        result_chars=call.result_chars,
-        error=call.error,
-    )
-
-
-def _logged_ms(call: MsCallRecord) -> dict[str, Any]:
-    logged: dict[str, Any] = {"name": call.name, "seqs": call.seqs[:LOGGED_MS_SEQS]}
-    if len(call.seqs) > LOGGED_MS_SEQS:
-        logged["seqs_total"] = len(call.seqs)
-    if call.error:
-        logged["error"] = True
-    return logged
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        return json.loads(json.dumps(value, default=str))
-    except (TypeError, ValueError):
-        return str(value)

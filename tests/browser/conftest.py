@@ -1,5 +1,6 @@
-"""A live ASGI server (daphne, in a thread of the test process, so the test shares its
-in-memory channel layer and database) and a Playwright page on Debian's chromium.
+"""A Playwright page on Debian's chromium, against the live ASGI server of tests/conftest.py
+(daphne, in a thread of the test process, so the test shares its in-memory channel layer
+and database).
 
 Without chromium or the playwright package the browser tests skip and say why.
 """
@@ -8,9 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,40 +24,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def asgi_server():
-    """daphne on 127.0.0.1 serving dashboard.asgi (the reactor runs once per process)."""
-    from daphne.endpoints import build_endpoint_description_strings
-    from daphne.server import Server
-
-    from dashboard.asgi import application
-
-    port = _free_port()
-    server = Server(
-        application=application,
-        endpoints=build_endpoint_description_strings(host="127.0.0.1", port=port),
-        signal_handlers=False,
-        verbosity=0,
-    )
-    thread = threading.Thread(target=server.run, name="daphne", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    else:
-        pytest.fail("daphne did not start listening on 127.0.0.1")
-    yield f"http://127.0.0.1:{port}"
 
 
 # Module scope: Playwright's sync API keeps an event loop running in the main thread while it

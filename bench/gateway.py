@@ -1,0 +1,430 @@
+"""Gateway benchmark: what the gateway adds in front of an upstream, and what it saves.
+
+    python bench/gateway.py --json [--quick] [--history 200 --requests 30 --clients 1,32]
+
+One run, one loopback upstream (an OpenAI-compatible server in this process that answers at
+once, or replays a transcript's replies), and daphne serving the console's ASGI app over a
+temporary data folder in a subprocess:
+
+* latency: each client (its own session) first sends a ``--history``-message conversation,
+  then ``--requests`` more, the history growing by the reply and one new message each time.
+  Every step goes to the upstream directly and through the gateway, alternating, so both
+  see the same machine at the same moment; ``added`` is the gateway's percentile minus the
+  direct one. Two profiles: C = 131,072 (nothing evicts) and C = 8,192 (the history is over
+  the window, so every request works on an evicting view). At 1 and at 32 clients at once.
+* the long conversation: LoCoMo's first conversation through ``/v1/chat/completions`` as
+  successive requests, the upstream replaying the second speaker, C = 8,192; then
+  questions whose evidence was evicted long before, the upstream recalling with a cell
+  (``ms.search`` on the question's terms) and answering with what it printed.
+  ``upstream_tokens_ratio`` is the tokens sent upstream over the tokens the client sent;
+  ``recall_evidence_hit_rate`` the share of questions whose evidence turn the cell printed.
+  A Claude Code transcript goes through ``/v1/messages`` the same way.
+
+With ``--json`` the envelope (``figures``: flat numbers) is printed and written to
+``bench/results/gateway.json`` (``--out`` to change). Timings taken on a loaded machine are
+indicative only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx
+from _common import REPO, SHARED_DATA, emit, envelope, percentile
+from _gateway_data import (
+    claude_code_messages,
+    completion_for,
+    locomo_exchanges,
+    locomo_qa,
+)
+
+HEADLINE = "⟦bench | status: answered; next: wait | anchors: bench⟧"
+RECALL_TOOL = "recall_history_python"
+WORDS = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
+STOP = frozenset(
+    "what when where which who whom whose does did have has been were with that this from "
+    "they them their about would could should after before".split()
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Upstream:
+    """A loopback OpenAI-compatible upstream: answers from a queue, else at once with a short
+    reply and a headline. Counts requests."""
+
+    def __init__(self) -> None:
+        self.queue: list[dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]] = []
+        self.lock = threading.Lock()
+        self.requests = 0
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                with upstream.lock:
+                    upstream.requests += 1
+                    item = upstream.queue.pop(0) if upstream.queue else None
+                reply = item(body) if callable(item) else item
+                data = json.dumps(reply or completion_for(f"ok\n{HEADLINE}")).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Server:
+    """daphne serving dashboard.asgi over a temporary data folder, with gateway keys."""
+
+    def __init__(self, data_dir: Path, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.port = port
+        self.env = os.environ | {
+            "SCROLL_DATA_DIR": str(data_dir),
+            "SCROLL_STARTUP": "1",
+            "SCROLL_DEMO": "0",
+            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        }
+        for name in list(self.env):
+            if name.startswith("OTEL_EXPORTER_OTLP"):
+                del self.env[name]
+        self.log = (data_dir / "server.log").open("wb")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def prepare(self, upstream_url: str) -> dict[str, str]:
+        manage = str(REPO / "manage.py")
+        quiet = self.env | {"SCROLL_STARTUP": "0"}
+        subprocess.run(
+            [sys.executable, manage, "migrate", "--noinput", "-v", "0"],
+            env=quiet,
+            check=True,
+            timeout=180,
+        )
+        script = (
+            "import json\n"
+            "from dashboard.models import GatewayKey, TuningProfile\n"
+            "keys = {}\n"
+            "for name, size in (('wide', 131072), ('evict', 8192)):\n"
+            "    p = TuningProfile.objects.create(name='bench-' + name, context_size=size)\n"
+            f"    keys[name] = GatewayKey.issue(agent_id='bench-' + name, profile=p, "
+            f"upstream_base_url={upstream_url!r}, max_recall_steps=4)[1]\n"
+            "print(json.dumps(keys))\n"
+        )
+        out = subprocess.run(
+            [sys.executable, manage, "shell", "-c", script],
+            env=quiet,
+            check=True,
+            timeout=120,
+            capture_output=True,
+            text=True,
+        )
+        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    def start(self, timeout: float) -> None:
+        daphne = shutil.which("daphne", path=str(Path(sys.executable).parent)) or "daphne"
+        self.proc = subprocess.Popen(
+            [daphne, "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
+            cwd=REPO,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"daphne exited with {self.proc.returncode}; see {self.log.name}"
+                )
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"daphne did not listen within {timeout:g} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+
+
+# -- latency -------------------------------------------------------------------------------
+def _message(i: int) -> dict[str, str]:
+    role = "user" if i % 2 == 0 else "assistant"
+    text = f"message {i}: " + " ".join(f"word{(i * 7 + k) % 97}" for k in range(40))
+    return {"role": role, "content": text}
+
+
+def _client(
+    gateway: str, upstream: str, key: str, name: str, history: int, requests: int
+) -> tuple[list[float], list[float], list[float]]:
+    messages = [{"role": "system", "content": "You are a benchmark."}]
+    messages += [_message(i) for i in range(history - 1 if history % 2 == 0 else history)]
+    if messages[-1]["role"] != "user":
+        messages.append(_message(len(messages) + 1 - (len(messages) % 2)))
+    headers = {"authorization": f"Bearer {key}", "x-scroll-session": name}
+    through: list[float] = []
+    direct: list[float] = []
+    served: list[float] = []
+    with httpx.Client(timeout=120) as http:
+        for step in range(requests + 1):
+            body = {"model": "bench", "messages": messages}
+            began = time.perf_counter()
+            http.post(f"{upstream}/chat/completions", json=body).raise_for_status()
+            direct_s = time.perf_counter() - began
+            began = time.perf_counter()
+            response = http.post(f"{gateway}/v1/chat/completions", json=body, headers=headers)
+            through_s = time.perf_counter() - began
+            response.raise_for_status()
+            if step:  # the first request appends the whole history: a warm-up
+                direct.append(direct_s * 1000)
+                through.append(through_s * 1000)
+                timing = response.headers.get("server-timing", "")
+                served.append(float(timing.rpartition("dur=")[2] or "nan"))
+            reply = response.json()["choices"][0]["message"]
+            messages.append({"role": "assistant", "content": reply["content"]})
+            messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
+    return through, direct, served
+
+
+def latency(
+    gateway: str, upstream: str, key: str, arm: str, clients: int, history: int, requests: int
+) -> dict[str, float]:
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        futures = [
+            pool.submit(
+                _client, gateway, upstream, key, f"lat-{arm}-{clients}-{i}", history, requests
+            )
+            for i in range(clients)
+        ]
+        results = [f.result() for f in futures]
+    through = [x for r in results for x in r[0]]
+    direct = [x for r in results for x in r[1]]
+    served = [x for r in results for x in r[2]]
+    out = {}
+    for q in (50, 95):
+        out[f"gateway_p{q}_ms"] = percentile(through, q)
+        out[f"direct_p{q}_ms"] = percentile(direct, q)
+        out[f"added_p{q}_ms"] = percentile(through, q) - percentile(direct, q)
+        # Of the gateway's time, what serving took (upstream call included), per Server-Timing.
+        out[f"served_p{q}_ms"] = percentile(served, q)
+    out["samples"] = float(len(through))
+    return out
+
+
+# -- the long conversation -------------------------------------------------------------------
+def _terms(question: str) -> str:
+    words = [w for w in WORDS.findall(question) if w.lower() not in STOP]
+    return " ".join(words[:4]) or question
+
+
+def long_conversation(gateway: str, upstream: Upstream, key: str, questions: int) -> dict[str, Any]:
+    path = SHARED_DATA / "locomo" / "locomo10.json"
+    exchanges = locomo_exchanges(path)
+    headers = {"authorization": f"Bearer {key}", "x-scroll-session": "locomo-conv-0"}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are Melanie, talking with Caroline."}
+    ]
+    client = sent = peak = recalls = evictions = 0
+    context = 0
+    with httpx.Client(timeout=300) as http:
+
+        def ask(text: str) -> dict[str, Any]:
+            nonlocal client, sent, peak, recalls, evictions, context
+            messages.append({"role": "user", "content": text})
+            response = http.post(
+                f"{gateway}/v1/chat/completions",
+                json={"model": "bench", "messages": messages},
+                headers=headers,
+            )
+            response.raise_for_status()
+            data = response.json()
+            stats = data["scroll"]
+            client += stats["client_tokens"]
+            sent += stats["upstream_tokens"]
+            peak = max(peak, stats["peak_view_tokens"])
+            recalls += stats["recalls"]
+            evictions += stats["evictions"]
+            context = stats["context_size"]
+            content = data["choices"][0]["message"]["content"] or ""
+            messages.append({"role": "assistant", "content": content})
+            return data
+
+        for said, answer in exchanges:
+            upstream.queue.append(completion_for(answer))
+            ask(said)
+        hits = asked = 0
+        early = [qa for qa in locomo_qa(path) if all(e.startswith("D1:") for e in qa["evidence"])]
+        for qa in early[:questions]:
+            code = (
+                f"for h in ms.search({_terms(qa['question'])!r}, k=10):\n"
+                "    print(h.seq, h.snippet[:200])"
+            )
+            call = {
+                "id": f"call_q{asked}",
+                "type": "function",
+                "function": {"name": RECALL_TOOL, "arguments": json.dumps({"code": code})},
+            }
+
+            def answer_with_printout(body: dict[str, Any]) -> dict[str, Any]:
+                printed = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+                return completion_for(printed[-1] if printed else "nothing found")
+
+            upstream.queue += [completion_for("", [call]), answer_with_printout]
+            reply = ask(qa["question"])["choices"][0]["message"]["content"] or ""
+            asked += 1
+            hits += all(f"({e})" in reply for e in qa["evidence"])
+    return {
+        "exchanges": float(len(exchanges)),
+        "client_tokens": float(client),
+        "upstream_tokens": float(sent),
+        "upstream_tokens_ratio": sent / client if client else float("nan"),
+        "peak_view_tokens": float(peak),
+        "context_size": float(context),
+        "peak_view_over_c": peak / context if context else float("nan"),
+        "evictions": float(evictions),
+        "recalls": float(recalls),
+        "questions": float(asked),
+        "recall_evidence_hit_rate": hits / asked if asked else float("nan"),
+    }
+
+
+def claude_code(gateway: str, upstream: Upstream, key: str) -> dict[str, float]:
+    transcript = claude_code_messages(SHARED_DATA / "claude-code" / "todowrite_examples.jsonl")
+    names = sorted({b["name"] for m in transcript for b in m["content"] if b["type"] == "tool_use"})
+    tools = [{"name": n, "description": n, "input_schema": {"type": "object"}} for n in names]
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "x-scroll-session": "cc"}
+    history: list[dict[str, Any]] = []
+    client = sent = requests = 0
+    with httpx.Client(timeout=120) as http:
+        for message in transcript:
+            if message["role"] == "assistant" and history:
+                text = "\n".join(b["text"] for b in message["content"] if b["type"] == "text")
+                calls = [
+                    {
+                        "id": b["id"],
+                        "type": "function",
+                        "function": {"name": b["name"], "arguments": json.dumps(b["input"])},
+                    }
+                    for b in message["content"]
+                    if b["type"] == "tool_use"
+                ]
+                upstream.queue.append(completion_for(text, calls))
+                body = {"model": "claude", "max_tokens": 1024, "messages": history, "tools": tools}
+                response = http.post(f"{gateway}/v1/messages", json=body, headers=headers)
+                response.raise_for_status()
+                stats = response.json()["scroll"]
+                client += stats["client_tokens"]
+                sent += stats["upstream_tokens"]
+                requests += 1
+            history.append(message)
+    return {
+        "requests": float(requests),
+        "client_tokens": float(client),
+        "upstream_tokens": float(sent),
+        "upstream_tokens_ratio": sent / client if client else float("nan"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print JSON and write --out")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "gateway.json")
+    parser.add_argument("--history", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=30, help="timed requests per client")
+    parser.add_argument("--clients", default="1,32", help="comma-separated concurrencies")
+    parser.add_argument("--questions", type=int, default=10)
+    parser.add_argument("--startup-timeout", type=float, default=60.0)
+    parser.add_argument("--quick", action="store_true", help="5 requests per client, 3 questions")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary data folder")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests, args.questions = 5, 3
+    concurrencies = [int(c) for c in args.clients.split(",") if c.strip()]
+    if args.history < 2 or args.requests < 1 or not concurrencies or min(concurrencies) < 1:
+        parser.error("history >= 2, requests >= 1 and clients >= 1 are needed")
+
+    data_dir = Path(tempfile.mkdtemp(prefix="scroll-bench-gateway-"))
+    upstream = Upstream()
+    server = Server(data_dir, _free_port())
+    result: dict[str, Any] = {
+        "history_messages": args.history,
+        "requests_per_client": args.requests,
+    }
+    try:
+        keys = server.prepare(upstream.url)
+        server.start(args.startup_timeout)
+        for arm in ("wide", "evict"):
+            label = "noevict" if arm == "wide" else "evict"
+            for clients in concurrencies:
+                figures = latency(
+                    server.base, upstream.url, keys[arm], arm, clients, args.history, args.requests
+                )
+                for name, value in figures.items():
+                    result[f"{label}_c{clients}_{name}"] = value
+        long = long_conversation(server.base, upstream, keys["evict"], args.questions)
+        result.update({f"locomo_{k}": v for k, v in long.items()})
+        result["upstream_tokens_ratio"] = long["upstream_tokens_ratio"]
+        cc = claude_code(server.base, upstream, keys["wide"])
+        result.update({f"claude_code_{k}": v for k, v in cc.items()})
+    finally:
+        server.stop()
+        upstream.close()
+        if args.keep:
+            print(f"data kept in {data_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    emit(result, args.json, quick=args.quick)
+    if args.json:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(envelope(result, quick=args.quick), indent=2, sort_keys=True) + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

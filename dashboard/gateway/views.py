@@ -1,0 +1,271 @@
+"""The gateway's endpoints: ``POST /v1/chat/completions``, ``GET /v1/models`` and
+``POST /v1/messages``, async views on the console's ASGI app.
+
+Each view authenticates the key (``Authorization: Bearer`` or ``x-api-key``), parses the body
+into the provider-neutral request, and serves it in a worker thread (the recall loop, the
+kernel and the Event Log are synchronous). Errors use the provider's shape: OpenAI's
+``{"error": {...}}`` on the OpenAI routes, Anthropic's ``{"type": "error", ...}`` on
+``/v1/messages``. A streamed reply is sent once the internal recall steps are done, as SSE.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from dashboard.gateway.service import GatewayRefused, get_service
+from dashboard.models import GatewayKey
+from scroll_core.errors import (
+    ContextOverflow,
+    ContextWindowUnfit,
+    GatewayRequestInvalid,
+    ModelError,
+)
+from scroll_core.gateway import ClientReply, ClientRequest, anthropic_api, openai_api
+
+SESSION_HEADER = "X-Scroll-Session"
+
+
+# -- errors in the providers' shapes ------------------------------------------------------
+def _openai_error(
+    status: int, message: str, *, kind: str, param: str | None = None, code: str | None = None
+) -> JsonResponse:
+    return JsonResponse(
+        openai_api.error_body(message, kind=kind, param=param, code=code), status=status
+    )
+
+
+def _anthropic_error(status: int, message: str, **_: Any) -> JsonResponse:
+    return JsonResponse(anthropic_api.error_body(message, status=status), status=status)
+
+
+_OPENAI_KINDS = {
+    413: "invalid_request_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "api_error",
+    504: "timeout",
+}
+
+
+def _error(
+    api: str, status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> JsonResponse:
+    if api == "anthropic":
+        return _anthropic_error(status, message)
+    kind = _OPENAI_KINDS.get(status, "api_error")
+    return _openai_error(status, message, kind=kind, param=param, code=code)
+
+
+def _upstream_error(api: str, exc: ModelError) -> JsonResponse:
+    """An upstream failure mapped to the status a client's retry logic expects, with the
+    upstream's own message kept."""
+    said = f"upstream: {exc.message}"
+    if isinstance(exc, ContextOverflow):
+        return _error(api, 400, said, code="context_length_exceeded")
+    if exc.code == "timeout":
+        return _error(api, 504, said, code="upstream_timeout")
+    if exc.status is None:
+        return _error(api, 502, said, code=exc.code or "upstream_unreachable")
+    if exc.status == 429:
+        return _error(api, 429, said, code=exc.code)
+    if exc.status in (401, 403):
+        # The client's key was fine; the gateway's key to the upstream was not.
+        return _error(
+            api, 502, f"{said} (the upstream refused the gateway's credentials)", code=exc.code
+        )
+    if 400 <= exc.status < 500:
+        return _error(api, exc.status, said, code=exc.code)
+    return _error(api, 502, said, code=exc.code or f"upstream_{exc.status}")
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _secret(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.headers.get("x-api-key") or None
+
+
+@sync_to_async
+def _get_key(secret: str | None) -> GatewayKey | None:
+    return get_service().authenticate(secret)
+
+
+def _body(request: HttpRequest, api: str) -> tuple[Any, JsonResponse | None]:
+    """The decoded JSON body. Read past Django's form-size limit (an agent resends its whole
+    history on every call) up to SCROLL_GATEWAY_MAX_BODY_MB, refused beyond with a 413."""
+    limit = settings.SCROLL_GATEWAY_MAX_BODY_MB * 1024 * 1024
+    try:
+        length = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        length = 0
+    if length > limit:
+        message = f"the body is {length:,} bytes; this gateway takes at most {limit:,}"
+        return None, _error(api, 413, message, param="body")
+    raw = request.read(limit + 1)
+    if len(raw) > limit:
+        return None, _error(api, 413, f"the body is over {limit:,} bytes", param="body")
+    try:
+        return json.loads(raw or b"null"), None
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, _error(api, 400, f"the body is not JSON: {exc}", param="body")
+
+
+def _serve_sync(
+    key: GatewayKey, parsed: ClientRequest, session: str | None
+) -> tuple[ClientReply, float]:
+    service = get_service()
+    service.admit(key)
+    began = time.perf_counter()
+    try:
+        reply = service.serve(key, parsed, session)
+    finally:
+        close_old_connections()  # this pool's threads outlive requests; their connections not
+    return reply, (time.perf_counter() - began) * 1000
+
+
+_threads: ThreadPoolExecutor | None = None
+
+
+async def _serve(
+    key: GatewayKey, parsed: ClientRequest, session: str | None
+) -> tuple[ClientReply, float]:
+    """Run the request in a thread of the gateway's own pool: the loop's default executor
+    has a handful of threads, and each request holds one while its upstream answers."""
+    global _threads
+    if _threads is None:
+        _threads = ThreadPoolExecutor(
+            max_workers=settings.SCROLL_GATEWAY_THREADS, thread_name_prefix="gateway"
+        )
+    return await sync_to_async(_serve_sync, thread_sensitive=False, executor=_threads)(
+        key, parsed, session
+    )
+
+
+async def _handle(
+    request: HttpRequest, api: str, parse: Callable[[Any], ClientRequest]
+) -> HttpResponse:
+    if request.method != "POST":
+        return _error(api, 405, f"{request.path} takes POST")
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error(api, 401, "missing or invalid API key", code="invalid_api_key")
+    body, refused = _body(request, api)
+    if refused is not None:
+        return refused
+    try:
+        parsed = parse(body)
+        reply, served_ms = await _serve(key, parsed, request.headers.get(SESSION_HEADER))
+    except GatewayRequestInvalid as exc:
+        return _error(api, 400, str(exc), param=exc.param)
+    except GatewayRefused as exc:
+        return _error(api, exc.status, exc.message, code="rate_limit_exceeded")
+    except ModelError as exc:
+        return _upstream_error(api, exc)
+    except ContextWindowUnfit as exc:
+        return _error(api, 400, str(exc), code="context_length_exceeded")
+    # Server-Timing: the time spent serving the request (upstream calls included), so a
+    # client or the bench can tell it from the HTTP and framework overhead around it.
+    headers = {
+        SESSION_HEADER: reply.stats.session_id,
+        "Server-Timing": f"scroll;dur={served_ms:.2f}",
+    }
+    if api == "anthropic":
+        if parsed.stream:
+            return _sse(_anthropic_stream(reply), headers)
+        return JsonResponse(anthropic_api.message_object(reply), headers=headers)
+    if parsed.stream:
+        return _sse(_openai_stream(reply, parsed.include_usage), headers)
+    return JsonResponse(openai_api.chat_completion(reply), headers=headers)
+
+
+def _sse(events: AsyncIterator[bytes], headers: dict[str, str]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(events, content_type="text/event-stream", headers=headers)
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _openai_stream(reply: ClientReply, include_usage: bool) -> AsyncIterator[bytes]:
+    completion_id, created = openai_api.new_id(), int(time.time())
+    for chunk in openai_api.chat_completion_chunks(
+        reply, completion_id=completion_id, created=created
+    ):
+        yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+    if include_usage:
+        last = openai_api.usage_chunk(reply, completion_id=completion_id, created=created)
+        yield b"data: " + json.dumps(last, ensure_ascii=False).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+async def _anthropic_stream(reply: ClientReply) -> AsyncIterator[bytes]:
+    for event, data in anthropic_api.message_events(reply):
+        yield (
+            f"event: {event}\ndata: ".encode()
+            + json.dumps(data, ensure_ascii=False).encode()
+            + b"\n\n"
+        )
+
+
+# -- the endpoints -------------------------------------------------------------------------
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    return await _handle(request, "openai", openai_api.parse_chat_request)
+
+
+@csrf_exempt
+async def messages(request: HttpRequest) -> HttpResponse:
+    return await _handle(request, "anthropic", anthropic_api.parse_messages_request)
+
+
+@csrf_exempt
+async def count_tokens(request: HttpRequest) -> HttpResponse:
+    """``POST /v1/messages/count_tokens``: the tokens of the history as the client sent it
+    (Scroll sends upstream less; the ``scroll`` field of each reply says how much)."""
+    if request.method != "POST":
+        return _error("anthropic", 405, f"{request.path} takes POST")
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error("anthropic", 401, "missing or invalid API key")
+    body, refused = _body(request, "anthropic")
+    if refused is not None:
+        return refused
+    try:
+        parsed = anthropic_api.parse_messages_request(body, counting=True)
+    except GatewayRequestInvalid as exc:
+        return _error("anthropic", 400, str(exc), param=exc.param)
+    return JsonResponse({"input_tokens": await sync_to_async(_client_tokens)(parsed)})
+
+
+def _client_tokens(parsed: ClientRequest) -> int:
+    from dashboard.eventlog import get_event_log
+
+    counter = get_event_log().tokens
+    parts = [parsed.system, json.dumps(list(parsed.tools))] if parsed.tools else [parsed.system]
+    parts += [
+        m.content + "".join(c.raw_arguments or "" for c in m.tool_calls) for m in parsed.messages
+    ]
+    return sum(counter.count(p) for p in parts if p)
+
+
+@csrf_exempt
+async def models(request: HttpRequest) -> HttpResponse:
+    if request.method != "GET":
+        return _error("openai", 405, "/v1/models takes GET")
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
+    return JsonResponse(openai_api.models_list(key.client_models()))

@@ -1,0 +1,38 @@
+"""The gateway's framework-free core: an OpenAI- and Anthropic-compatible front for any agent.
+
+Format translation (``openai_api``, ``anthropic_api``), session naming (``naming``), history
+alignment (``align``), the extractive headline (``headline_fallback``), the upstream
+protocol and its HTTP client (``upstream``), and the recall loop over one session's log,
+view and kernel (``conversation``). The Django/ASGI glue is ``dashboard.gateway``.
+"""
+
+from __future__ import annotations
+
+from . import anthropic_api, openai_api
+from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
+from .align import Alignment, align
+from .anthropic_api import parse_messages_request
+from .conversation import DEFAULT_RECALL_STEPS, GatewayConversation
+from .headline_fallback import extractive_headline
+from .naming import session_id_for
+from .openai_api import parse_chat_request
+from .upstream import HttpUpstream, Upstream
+
+__all__ = [
+    "DEFAULT_RECALL_STEPS",
+    "Alignment",
+    "ClientMessage",
+    "ClientReply",
+    "ClientRequest",
+    "GatewayConversation",
+    "GatewayStats",
+    "HttpUpstream",
+    "Upstream",
+    "align",
+    "anthropic_api",
+    "extractive_headline",
+    "openai_api",
+    "parse_chat_request",
+    "parse_messages_request",
+    "session_id_for",
+]

@@ -1,0 +1,243 @@
+"""The session's history in the Event Log, as the gateway writes and reads it back.
+
+Every event the gateway appends carries ``metadata["gw"]``: ``prefix`` (the client's system
+prompt and tools, kept out of the view), ``msg`` (a client message at chain position ``pos``
+with fingerprint ``fp``), ``part`` (a tool call of that message), ``reply`` and
+``reply_call`` (what the client got), ``step`` (an internal recall step: its text, its calls
+and their results) and ``rewrite`` (the marker naming the seqs a client's rewrite took out
+of the conversation). ``HistoryLog`` keeps the chain of the client's messages in memory and
+rebuilds it, and the view's live set, from these when a process first serves a session.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ScrollError
+from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
+from ..eventstore import EventStore
+from ..kernel.ms import MsCapability
+from ..models.base import ToolCall
+from ..prompts import RECALL_TOOL
+from ..telemetry import span
+from ..view import ContextState
+from ._types import ClientMessage
+
+__all__ = ["HistoryLog", "Link", "client_tokens"]
+
+
+@dataclass
+class Link:
+    """One message of the client's history as the log holds it."""
+
+    fp: str
+    role: str
+    first_seq: int
+    tokens: int = 0
+    reply: tuple[str, tuple[ToolCall, ...], str] | None = None  # content, calls, finish
+
+
+class HistoryLog:
+    """The log-facing half of ``GatewayConversation`` (a mixin: it shares its state)."""
+
+    log: EventStore
+    session_id: str
+    agent_id: str
+    state: ContextState
+    ms: MsCapability
+    chain: list[Link]
+    _generation: int
+    _prefix_hash: str | None
+
+    def _load(self) -> None:
+        events = self.log.session_events(self.session_id, after_seq=0, limit=None)
+        if not events:
+            return
+        foreign = next((e for e in events if e.agent_id != self.agent_id), None)
+        if foreign is not None:
+            raise ScrollError(
+                f"session {self.session_id!r} holds events of another agent; refusing it"
+            )
+        hidden: set[int] = set()
+        for event in events:
+            meta = event.metadata if isinstance(event.metadata, dict) else {}
+            kind = meta.get("gw")
+            pos = meta.get("pos")
+            if kind == "prefix":
+                hidden.add(event.seq)
+                self._prefix_hash = str(meta.get("hash"))
+            elif kind == "rewrite":
+                lo, hi = meta.get("dropped", [0, -1])
+                hidden.update(e.seq for e in events if lo <= e.seq <= hi)
+                self._generation += 1
+            elif kind in ("msg", "reply") and isinstance(pos, int):
+                del self.chain[pos:]
+                link = Link(str(meta.get("fp")), event.role or "", event.seq, event.tokens)
+                if kind == "reply":
+                    finish = str(meta.get("client_finish") or "stop")
+                    link.reply = (event.content, (), finish)
+                self.chain.append(link)
+            elif kind in ("part", "reply_call") and isinstance(pos, int) and pos < len(self.chain):
+                link = self.chain[pos]
+                link.tokens += event.tokens
+                if kind == "reply_call" and link.reply is not None:
+                    content, calls, finish = link.reply
+                    args = event.tool_input if isinstance(event.tool_input, dict) else {}
+                    call = ToolCall(event.tool_call_id or "", event.name or "", args)
+                    link.reply = (content, (*calls, call), finish)
+        self.state.add(events)
+        self.state.drop(hidden & set(self.state.live))
+
+    def _event(self, key: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "agent_id": self.agent_id,
+            "dedup_key": f"gw:{key}",
+            **fields,
+        }
+
+    def _sync(self) -> list[Event]:
+        """Bring new events into the state; the logged prefixes stay out of the view."""
+        fresh = self.state.sync(self.log)
+        hidden = [
+            e.seq
+            for e in fresh
+            if isinstance(e.metadata, dict) and e.metadata.get("gw") == "prefix"
+        ]
+        if hidden:
+            self.state.drop(hidden)
+        return fresh
+
+    def _record_rewrite(self, common: int, sent: int) -> None:
+        self._sync()
+        lo = self.chain[common].first_seq
+        hi = self.state.synced_seq
+        dropped = [s for s in self.state.live if lo <= s <= hi]
+        self._generation += 1
+        note = (
+            f"[scroll] The client rewrote its history from message {common + 1} on: the events "
+            f"of seqs {lo}-{hi} are no longer part of this conversation (the client now sends "
+            f"{sent} messages). They stay in the Event Log: ms.expand({lo}, {hi})."
+        )
+        with span(
+            "scroll.gateway.rewrite", session=self.session_id, seq_lo=lo, seq_hi=hi, at=common
+        ):
+            self.state.drop(dropped)
+            self.log.append_many(
+                [
+                    self._event(
+                        f"rewrite:{self._generation}:{uuid.uuid4().hex[:8]}",
+                        kind=KIND_CONTEXT_MSG,
+                        role="system",
+                        content=note,
+                        metadata={"gw": "rewrite", "at": common, "dropped": [lo, hi]},
+                    )
+                ]
+            )
+            del self.chain[common:]
+            self._sync()
+
+    def _append_messages(self, messages: Sequence[ClientMessage], start: int) -> int:
+        events: list[dict[str, Any]] = []
+        owners: list[int] = []
+        for pos in range(start, len(messages)):
+            message = messages[pos]
+            fp = message.fingerprint()
+            key = f"r{self._generation}:p{pos}:{fp[:16]}"
+            meta = {"gw": "msg", "pos": pos, "fp": fp}
+            if message.role == "user":
+                event = self._event(
+                    key, kind=KIND_CONTEXT_MSG, role="user", content=message.content, metadata=meta
+                )
+            elif message.role == "system":
+                event = self._event(
+                    key,
+                    kind=KIND_CONTEXT_MSG,
+                    role="system",
+                    content=message.content,
+                    metadata=meta,
+                )
+            elif message.role == "tool":
+                event = self._event(
+                    key,
+                    kind=KIND_TOOL_RESULT,
+                    role="tool",
+                    name=self._tool_name(message.tool_call_id),
+                    tool_call_id=message.tool_call_id,
+                    content=message.content,
+                    metadata=meta,
+                )
+            else:
+                event = self._event(
+                    key,
+                    kind=KIND_MODEL_TURN,
+                    role="assistant",
+                    content=message.content,
+                    metadata=meta,
+                )
+            events.append(event)
+            owners.append(pos)
+            for j, call in enumerate(message.tool_calls):
+                events.append(self._call_event(f"{key}:call{j}", call, {"gw": "part", "pos": pos}))
+                owners.append(pos)
+        if not events:
+            self._sync()
+            return 0
+        seqs = self.log.append_many(events)
+        fresh = {e.seq: e for e in self._sync()}
+        for seq, pos, event in zip(seqs, owners, events, strict=True):
+            tokens = client_tokens(fresh[seq]) if seq in fresh else 0
+            if event["metadata"].get("gw") == "msg":
+                self.chain.append(Link(event["metadata"]["fp"], messages[pos].role, seq, tokens))
+            else:
+                self.chain[pos].tokens += tokens
+        last_user = next(
+            (
+                s
+                for s, e in zip(reversed(seqs), reversed(events), strict=True)
+                if e.get("role") == "user"
+            ),
+            None,
+        )
+        if last_user is not None and last_user in self.state.live:
+            self.state.begin_turn(last_user)
+            self.ms.begin_turn(last_user)
+        return len(events)
+
+    def _tool_name(self, call_id: str | None) -> str | None:
+        if not call_id:
+            return None
+        for event in reversed(self.state.events(self.log)):
+            if event.tool_call_id == call_id and event.kind == KIND_MODEL_TURN:
+                return event.name
+        return None
+
+    def _call_event(
+        self, key: str, call: ToolCall, meta: dict[str, Any], *, searchable: bool = True
+    ) -> dict[str, Any]:
+        code = call.arguments.get("code") if call.name == RECALL_TOOL else None
+        return self._event(
+            key,
+            kind=KIND_MODEL_TURN,
+            role="assistant",
+            name=call.name,
+            tool_call_id=call.id,
+            tool_input=call.arguments,
+            content=code
+            if isinstance(code, str)
+            else (call.raw_arguments or json.dumps(call.arguments)),
+            metadata=meta,
+            searchable=searchable,
+        )
+
+
+def client_tokens(event: Event) -> int:
+    """What a message cost the client to send: the log counts a payload's preview only (what a
+    view shows), so a payload's full size is estimated at four characters a token."""
+    if event.is_preview and event.payload_size:
+        return max(event.tokens, event.payload_size // 4)
+    return event.tokens

@@ -1,0 +1,117 @@
+"""The gateway's provider-neutral shapes: a client's request, one of its messages, the reply
+the client gets, and the figures the extension field reports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from ..models.base import ToolCall, Usage
+
+__all__ = ["ClientMessage", "ClientReply", "ClientRequest", "GatewayStats", "canonical_args"]
+
+Api = Literal["openai", "anthropic"]
+
+
+def canonical_args(call: ToolCall) -> str:
+    """A tool call's arguments in one canonical JSON form (clients re-serialise them)."""
+    if call.arguments_error is not None:
+        return call.raw_arguments or ""
+    return json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ClientMessage:
+    """One message of the history a client sent, in either provider's format.
+
+    ``role`` is ``user``, ``assistant``, ``tool`` or ``system`` (a system message after the
+    first user message; the leading ones form ``ClientRequest.system``).
+    """
+
+    role: str
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def fingerprint(self) -> str:
+        """What alignment compares: role, text, tool calls and the result's call id, with the
+        whitespace and JSON spelling clients change on the way back left out."""
+        parts = [self.role, self.content.strip(), self.tool_call_id or ""]
+        for c in self.tool_calls:
+            parts += [c.id, c.name, canonical_args(c)]
+        # Unit separators cannot occur in JSON-decoded text by accident of formatting, and a
+        # joined string hashes far faster than a JSON dump (a request re-hashes its history).
+        text = "\x1f".join(parts)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ClientRequest:
+    """A chat request as the gateway serves it, whichever API it came through.
+
+    ``tools`` are the client's own tools as OpenAI function-tool schemas; ``params`` the
+    sampling options passed to the upstream as they are (temperature, top_p, max_tokens,
+    stop, tool_choice, ...).
+    """
+
+    api: Api
+    model: str
+    system: str
+    messages: tuple[ClientMessage, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    stream: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+    include_usage: bool = False
+
+    def first_user_text(self) -> str:
+        return next((m.content for m in self.messages if m.role == "user"), "")
+
+    def last_user_text(self) -> str:
+        return next((m.content for m in reversed(self.messages) if m.role == "user"), "")
+
+    def tool_names(self) -> set[str]:
+        return {str(t.get("function", {}).get("name", "")) for t in self.tools}
+
+
+@dataclass
+class GatewayStats:
+    """The documented extension field (``scroll`` in every reply): what Scroll did for this
+    request. ``client_tokens`` counts the history as the client sent it (system, tools and
+    every message); ``upstream_tokens`` sums the views sent upstream over the internal calls;
+    ``peak_view_tokens`` is the largest of them, against ``context_size``."""
+
+    session_id: str = ""
+    client_tokens: int = 0
+    upstream_tokens: int = 0
+    upstream_calls: int = 0
+    peak_view_tokens: int = 0
+    context_size: int = 0
+    evictions: int = 0
+    recalls: int = 0
+    appended: int = 0
+    rewritten: bool = False
+    replayed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """What goes back to the client: the final upstream reply with the recall calls and the
+    headline taken out, usage summed over the internal calls, and the stats."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    model: str
+    usage: Usage
+    stats: GatewayStats
+    compressions: tuple[tuple[str, Any], ...] = ()
+
+    def message(self) -> ClientMessage:
+        """This reply as the client will send it back in its next request."""
+        return ClientMessage("assistant", self.content, self.tool_calls)

@@ -1,0 +1,334 @@
+"""Anthropic Messages <-> the gateway's shapes: request parsing (a malformed body is a
+``GatewayRequestInvalid`` naming the field), the ``message`` reply, its stream events and
+error bodies.
+
+Content blocks map onto the provider-neutral history: ``text`` blocks are text, ``tool_use``
+blocks of an assistant turn are its tool calls, and each ``tool_result`` block of a user turn
+becomes one tool message (before the user's own text in that turn). ``thinking`` blocks are
+left out (they are the provider's, not the conversation's); images and documents become a
+``[image]``/``[document]`` placeholder. Client tools become function tools for the upstream;
+server tools (``web_search_...``) cannot run behind an OpenAI-compatible upstream and are left
+out of what it is offered (Claude Code lists one when web search is on).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import GatewayRequestInvalid
+from ..models.base import ToolCall
+from ._types import ClientMessage, ClientReply, ClientRequest
+from .openai_api import pieces
+
+__all__ = ["error_body", "message_events", "message_object", "parse_messages_request"]
+
+_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "api_error",
+    529: "overloaded_error",
+}
+
+
+def _need(condition: bool, param: str, message: str) -> None:
+    if not condition:
+        raise GatewayRequestInvalid(param, message)
+
+
+def _block_text(block: dict[str, Any], where: str) -> str | None:
+    kind = block.get("type")
+    if kind == "text":
+        _need(isinstance(block.get("text"), str), f"{where}.text", "must be a string")
+        return str(block["text"])
+    if kind in ("image", "document", "search_result"):
+        return f"[{kind}]"
+    if kind in ("thinking", "redacted_thinking"):
+        return None
+    return ""
+
+
+def _result_text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    _need(isinstance(content, list), f"{where}.content", "must be a string or a list of blocks")
+    parts = []
+    for k, block in enumerate(content):
+        _need(isinstance(block, dict), f"{where}.content.{k}", "must be an object")
+        text = _block_text(block, f"{where}.content.{k}")
+        if text:
+            parts.append(text)
+    return "\n".join(parts)
+
+
+def _messages(raw: Any) -> list[ClientMessage]:
+    _need(isinstance(raw, list) and bool(raw), "messages", "must be a non-empty list")
+    out: list[ClientMessage] = []
+    for i, message in enumerate(raw):
+        where = f"messages.{i}"
+        _need(isinstance(message, dict), where, "must be an object")
+        role = message.get("role")
+        _need(role in ("user", "assistant"), f"{where}.role", "must be 'user' or 'assistant'")
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append(ClientMessage(role, content))
+            continue
+        _need(isinstance(content, list), f"{where}.content", "must be a string or a list of blocks")
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for j, block in enumerate(content):
+            at = f"{where}.content.{j}"
+            _need(isinstance(block, dict), at, "must be an object")
+            kind = block.get("type")
+            _need(isinstance(kind, str), f"{at}.type", "is required")
+            if kind == "tool_use":
+                _need(
+                    role == "assistant", f"{at}.type", "tool_use blocks belong to assistant turns"
+                )
+                _need(isinstance(block.get("id"), str) and block["id"], f"{at}.id", "is required")
+                _need(
+                    isinstance(block.get("name"), str) and block["name"],
+                    f"{at}.name",
+                    "is required",
+                )
+                arguments = block.get("input", {})
+                _need(isinstance(arguments, dict), f"{at}.input", "must be an object")
+                calls.append(
+                    ToolCall(
+                        block["id"],
+                        block["name"],
+                        arguments,
+                        json.dumps(arguments, ensure_ascii=False),
+                    )
+                )
+            elif kind == "tool_result":
+                _need(role == "user", f"{at}.type", "tool_result blocks belong to user turns")
+                call_id = block.get("tool_use_id")
+                _need(
+                    isinstance(call_id, str) and bool(call_id), f"{at}.tool_use_id", "is required"
+                )
+                text = _result_text(block.get("content"), at)
+                if block.get("is_error"):
+                    text = f"[error] {text}"
+                out.append(ClientMessage("tool", text, tool_call_id=call_id))
+            else:
+                shown = _block_text(block, at)
+                if shown:
+                    texts.append(shown)
+        if role == "assistant":
+            out.append(ClientMessage("assistant", "\n".join(texts), tuple(calls)))
+        elif texts:
+            out.append(ClientMessage("user", "\n".join(texts)))
+    return out
+
+
+def _system(raw: Any) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, str):
+        return raw
+    _need(isinstance(raw, list), "system", "must be a string or a list of text blocks")
+    parts = []
+    for i, block in enumerate(raw):
+        _need(
+            isinstance(block, dict) and block.get("type") == "text",
+            f"system.{i}",
+            "must be a text block",
+        )
+        _need(isinstance(block.get("text"), str), f"system.{i}.text", "must be a string")
+        parts.append(block["text"])
+    return "\n\n".join(parts)
+
+
+def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
+    if raw is None:
+        return ()
+    _need(isinstance(raw, list), "tools", "must be a list")
+    tools = []
+    for i, tool in enumerate(raw):
+        where = f"tools.{i}"
+        _need(isinstance(tool, dict), where, "must be an object")
+        if tool.get("type", "custom") not in (None, "custom"):
+            continue  # a server tool (web search, ...): the upstream cannot run it
+        name = tool.get("name")
+        _need(isinstance(name, str) and bool(name), f"{where}.name", "is required")
+        schema = tool.get("input_schema")
+        _need(isinstance(schema, dict), f"{where}.input_schema", "must be a JSON Schema object")
+        function: dict[str, Any] = {"name": name, "parameters": schema}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        tools.append({"type": "function", "function": function})
+    return tuple(tools)
+
+
+def _tool_choice(raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        return None
+    kind = raw.get("type")
+    if kind == "any":
+        return "required"
+    if kind == "tool" and isinstance(raw.get("name"), str):
+        return {"type": "function", "function": {"name": raw["name"]}}
+    if kind == "none":
+        return "none"
+    return None
+
+
+def parse_messages_request(body: Any, *, counting: bool = False) -> ClientRequest:
+    """The gateway request for a ``POST /v1/messages`` body (decoded JSON); ``counting`` for
+    ``/v1/messages/count_tokens``, whose body has no ``max_tokens``."""
+    _need(isinstance(body, dict), "body", "must be a JSON object")
+    model = body.get("model")
+    _need(isinstance(model, str) and bool(model.strip()), "model", "is required (a string)")
+    max_tokens = body.get("max_tokens", 1 if counting else None)
+    _need(
+        isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0,
+        "max_tokens",
+        "is required (a positive integer)",
+    )
+    stream = body.get("stream", False)
+    _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
+    messages = _messages(body.get("messages"))
+    _need(bool(messages), "messages", "must hold at least one message with content")
+    params: dict[str, Any] = {"max_tokens": max_tokens}
+    for key in ("temperature", "top_p"):
+        if body.get(key) is not None:
+            params[key] = body[key]
+    if body.get("stop_sequences"):
+        params["stop"] = body["stop_sequences"]
+    choice = _tool_choice(body.get("tool_choice"))
+    if choice is not None:
+        params["tool_choice"] = choice
+    return ClientRequest(
+        api="anthropic",
+        model=model.strip(),
+        system=_system(body.get("system")),
+        messages=tuple(messages),
+        tools=_tools(body.get("tools")),
+        stream=bool(stream),
+        params=params,
+    )
+
+
+def new_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:24]}"
+
+
+def _content(reply: ClientReply) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if reply.content:
+        blocks.append({"type": "text", "text": reply.content})
+    for call in reply.tool_calls:
+        blocks.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        )
+    return blocks
+
+
+def _usage(reply: ClientReply) -> dict[str, int]:
+    return {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
+
+
+def message_object(reply: ClientReply, *, message_id: str | None = None) -> dict[str, Any]:
+    """The ``message`` object for a reply, with the extension field ``scroll``."""
+    return {
+        "id": message_id or new_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": reply.model,
+        "content": _content(reply),
+        "stop_reason": _STOP.get(reply.finish_reason, "end_turn"),
+        "stop_sequence": None,
+        "usage": _usage(reply),
+        "scroll": reply.stats.to_dict(),
+    }
+
+
+def message_events(
+    reply: ClientReply, *, message_id: str | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The (event, data) pairs that stream ``reply``: message_start, one block per text and
+    tool call (text deltas, then ``input_json_delta`` pieces), message_delta, message_stop."""
+    start = message_object(reply, message_id=message_id)
+    start.update(content=[], stop_reason=None, usage={**_usage(reply), "output_tokens": 0})
+    start.pop("scroll")
+    yield "message_start", {"type": "message_start", "message": start}
+    index = 0
+    if reply.content:
+        yield (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
+        for piece in pieces(reply.content):
+            yield (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "text_delta", "text": piece},
+                },
+            )
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        index += 1
+    for call in reply.tool_calls:
+        yield (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.name,
+                    "input": {},
+                },
+            },
+        )
+        for piece in pieces(json.dumps(call.arguments, ensure_ascii=False)):
+            yield (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece},
+                },
+            )
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        index += 1
+    yield (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": _STOP.get(reply.finish_reason, "end_turn"),
+                "stop_sequence": None,
+            },
+            "usage": {"output_tokens": reply.usage.output_tokens},
+            "scroll": reply.stats.to_dict(),
+        },
+    )
+    yield "message_stop", {"type": "message_stop"}
+
+
+def error_body(message: str, *, status: int) -> dict[str, Any]:
+    """An error in Anthropic's shape."""
+    return {
+        "type": "error",
+        "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message},
+    }

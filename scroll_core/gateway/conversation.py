@@ -1,0 +1,496 @@
+"""One gateway session: the log, the view and the recall loop behind a client's requests.
+
+``GatewayConversation.handle(request, upstream)`` serves one request:
+
+1. align the client's history with the session's chain (see ``align``): a retry gets the
+   logged reply again and appends nothing; a rewrite appends a marker event naming the seqs
+   that left the conversation (they stay in the log, recallable) and takes them out of the
+   view; then only the new suffix is appended;
+2. the client's system prompt and tools are logged once per distinct value (kept out of the
+   view: they are its prefix) and the prefix sent upstream is the client's system prompt
+   plus Scroll's recall rubric, the client's tools plus ``recall_history_python``;
+3. ``compress`` (Algorithm 1) brings the view under the trigger, and the upstream is called
+   with it: a context-overflow refusal forces a compress and one retry, as the agent loop
+   does;
+4. the reply's headline is parsed off and stored (an extractive one when the model wrote
+   none); recall calls run in the session's sandboxed kernel and their results are logged
+   unsearchable; while a reply holds only recall calls the upstream is called again, up to
+   ``max_steps`` calls;
+5. the first reply with no recall call, or one that also calls the client's tools, goes back
+   to the client with the recall calls taken out (their results reach the upstream with the
+   client's tool results on the next request), usage summed over the internal calls.
+
+What each appended event is, and how the chain and the view are rebuilt from the log, is in
+``_history`` (the log-facing half of the class).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agent.cells import AgentKernel, run_cell
+from ..errors import ContextOverflow, ScrollError
+from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT
+from ..eventstore import EventStore
+from ..eviction import CompressRecord, compress
+from ..headlines import parse_headline
+from ..kernel.manager import KernelManager
+from ..kernel.ms import MsCapability
+from ..kernel.results import NamespaceDigest
+from ..models.base import ModelReply, ToolCall, Usage
+from ..profile import Profile
+from ..prompts import RECALL_TOOL, gateway_prompt, recall_tool_definition
+from ..telemetry import chat_span, session_scope, span, usage
+from ..tokens import TokenCounter
+from ..view import ContextState, Prefix, WorkingView
+from ._history import HistoryLog, Link
+from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
+from .align import align
+from .headline_fallback import extractive_headline
+from .upstream import Upstream
+
+__all__ = ["DEFAULT_RECALL_STEPS", "REQUEST_SPAN", "GatewayConversation"]
+
+DEFAULT_RECALL_STEPS = 6
+# The root span of every gateway request (GenAI's agent invocation); chat, execute_tool,
+# compress and the ms calls of a recall cell are its children.
+REQUEST_SPAN = "invoke_agent scroll-gateway"
+BUDGET_NOTICE = "[scroll: the recall step budget ran out before the model answered]"
+
+
+@dataclass
+class _Prepared:
+    prefix: Prefix
+    client_prefix_tokens: int
+
+
+@dataclass
+class _Loop:
+    stats: GatewayStats
+    usage_in: int = 0
+    usage_out: int = 0
+    compressions: list[tuple[str, CompressRecord]] = field(default_factory=list)
+
+
+class GatewayConversation(HistoryLog):
+    """The gateway side of one session; see the module docstring. Thread-safe: requests to
+    one session are served one at a time."""
+
+    def __init__(
+        self,
+        log: EventStore,
+        *,
+        session_id: str,
+        agent_id: str,
+        profile: Profile,
+        kernels: KernelManager | None = None,
+        kernel: AgentKernel | None = None,
+        counter: TokenCounter | None = None,
+        max_steps: int = DEFAULT_RECALL_STEPS,
+        profile_source: Callable[[], Profile] | None = None,
+        readable_agents: Iterable[str] | Callable[[str], Iterable[str]] = (),
+    ) -> None:
+        if max_steps < 1:
+            raise ScrollError(f"max_steps must be at least 1, got {max_steps!r}")
+        self.log = log
+        self.session_id = session_id
+        self.agent_id = agent_id
+        self.profile = profile
+        self.profile_source = profile_source
+        self.counter = counter or log.tokens
+        self.max_steps = max_steps
+        self.state = ContextState.new(session_id, tier_cap=profile.tier_cap)
+        # The key's agent is the tenant: ms reads its sessions only, plus the agents an
+        # operator granted it (asked at every call when a callable, so a revoke applies).
+        self.ms = MsCapability(
+            log, agent_id=agent_id, session_id=session_id, readable_agents=readable_agents
+        )
+        self.ms.block_resolver = lambda seq: self.state.index.block_for(seq)
+        self.digest: NamespaceDigest | None = None
+        self.chain: list[Link] = []
+        self.requests = 0
+        self.lock = threading.Lock()
+        self._kernel = kernel
+        self._kernels = kernels
+        self._kernel_bound = False
+        self._generation = 0
+        self._prefix_hash: str | None = None
+        self._prefixes: dict[str, _Prepared] = {}
+        self._view: WorkingView | None = None
+        self._load()
+
+    def __repr__(self) -> str:
+        return f"GatewayConversation({self.session_id!r}, links={len(self.chain)})"
+
+    def close(self) -> None:
+        self.ms.close()
+
+    @property
+    def index(self) -> Any:
+        return self.state.index
+
+    @property
+    def view(self) -> WorkingView | None:
+        return self._view
+
+    # ------------------------------------------------------------------ rebuild
+    # ------------------------------------------------------------------ kernel
+    @property
+    def kernel(self) -> AgentKernel | None:
+        """The session's kernel with ``ms`` bound. From a manager it is asked for at every
+        cell: an idle kernel the manager reaped comes back fresh rather than dead."""
+        if self._kernels is not None:
+            return self._kernels.get(self.session_id, host_functions=self.ms.functions())
+        if self._kernel is not None and not self._kernel_bound:
+            self._kernel.register(self.ms.functions())
+            self._kernel_bound = True
+        return self._kernel
+
+    # ------------------------------------------------------------------ a request
+    def handle(self, request: ClientRequest, upstream: Upstream, *, model: str) -> ClientReply:
+        """Serve one request with ``upstream`` (asked for ``model``); see the module
+        docstring. Upstream failures propagate as ``ModelError`` after the client's messages
+        were logged."""
+        with (
+            self.lock,
+            session_scope(self.session_id),
+            span(
+                REQUEST_SPAN,
+                {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": "scroll-gateway",
+                    "gen_ai.agent.id": self.agent_id,
+                    "gen_ai.request.model": request.model,
+                },
+                session=self.session_id,
+                kind="server",
+                gateway=True,
+                api=request.api,
+                agent=self.agent_id,
+                client_model=request.model,
+                messages=len(request.messages),
+                stream=request.stream,
+            ) as traced,
+        ):
+            reply = self._handle(request, upstream, model)
+            traced.set(**{k: v for k, v in reply.stats.to_dict().items() if k != "session_id"})
+            traced.set_attributes(
+                usage(reply.usage.input_tokens, reply.usage.output_tokens, response_model=model)
+            )
+            self.requests += 1
+            return reply
+
+    def _handle(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
+        self._refresh_profile()
+        incoming = [m.fingerprint() for m in request.messages]
+        found = align(
+            [link.fp for link in self.chain],
+            incoming,
+            [link.reply is not None for link in self.chain],
+        )
+        stats = GatewayStats(session_id=self.session_id, context_size=self.profile.context_size)
+        prepared = self._prepare(request)
+        if found.kind == "retry":
+            return self._replayed(request, found.common, stats, prepared)
+        if found.kind == "rewrite":
+            self._record_rewrite(found.common, len(request.messages))
+            stats.rewritten = True
+        stats.appended = self._append_messages(request.messages, found.common)
+        stats.client_tokens = prepared.client_prefix_tokens + sum(
+            link.tokens for link in self.chain[: len(request.messages)]
+        )
+        return self._recall_loop(request, upstream, model, prepared, _Loop(stats))
+
+    def _replayed(
+        self, request: ClientRequest, at: int, stats: GatewayStats, prepared: _Prepared
+    ) -> ClientReply:
+        link = self.chain[at]
+        assert link.reply is not None
+        content, calls, finish = link.reply
+        stats.replayed = True
+        stats.client_tokens = prepared.client_prefix_tokens + sum(x.tokens for x in self.chain[:at])
+        with span("scroll.gateway.replay", session=self.session_id, seq=link.first_seq):
+            return ClientReply(content, calls, finish, request.model, Usage(), stats)
+
+    # ------------------------------------------------------------------ appends
+    def _prepare(self, request: ClientRequest) -> _Prepared:
+        """Log the client's system prompt and tools when they changed; the upstream prefix."""
+        tools_json = json.dumps(list(request.tools), sort_keys=True, ensure_ascii=False)
+        digest = hashlib.sha256(f"{request.system}\0{tools_json}".encode()).hexdigest()[:24]
+        cached = self._prefixes.get(digest)
+        if cached is None:
+            client_tokens = (
+                self.counter.count(request.system + tools_json)
+                if request.tools
+                else (self.counter.count(request.system))
+            )
+            system = gateway_prompt(print_cap=self.profile.print_cap)
+            if request.system.strip():
+                system = f"{request.system}\n\n{system}"
+            prefix = Prefix.build(
+                system, [*request.tools, recall_tool_definition()], counter=self.counter
+            )
+            cached = self._prefixes[digest] = _Prepared(prefix, client_tokens)
+        if digest != self._prefix_hash:
+            self.log.append_many(
+                [
+                    self._event(
+                        f"prefix:{digest}:{uuid.uuid4().hex[:8]}",
+                        kind=KIND_CONTEXT_MSG,
+                        role="system",
+                        content=request.system or "(no system prompt)",
+                        metadata={"gw": "prefix", "hash": digest, "tools": list(request.tools)},
+                        searchable=False,
+                    )
+                ]
+            )
+            self._prefix_hash = digest
+            self._sync()
+        return cached
+
+    # ------------------------------------------------------------------ the loop
+    def _refresh_profile(self) -> None:
+        if self.profile_source is None:
+            return
+        try:
+            fresh = self.profile_source()
+        except Exception as exc:  # the source is the operator's; the session goes on
+            with span("scroll.profile.unavailable", session=self.session_id, error=repr(exc)):
+                return
+        if fresh != self.profile:
+            with span("scroll.profile.applied", session=self.session_id):
+                self.profile = fresh
+                self._prefixes.clear()
+
+    def _compress(
+        self, loop: _Loop, prefix: Prefix, reason: str, *, force: bool = False
+    ) -> WorkingView:
+        record = compress(
+            self.state,
+            self.profile,
+            log=self.log,
+            prefix=prefix,
+            digest=self.digest,
+            counter=self.counter,
+            force=force,
+        )
+        loop.compressions.append((reason, record))
+        if record.evicted:
+            loop.stats.evictions += 1
+        assert record.view is not None
+        self._view = record.view
+        return record.view
+
+    def _recall_loop(
+        self,
+        request: ClientRequest,
+        upstream: Upstream,
+        model: str,
+        prepared: _Prepared,
+        loop: _Loop,
+    ) -> ClientReply:
+        nonce = uuid.uuid4().hex[:10]
+        pos = len(request.messages)
+        view = self._compress(loop, prepared.prefix, "turn_start")
+        reply: ModelReply | None = None
+        for step in range(1, self.max_steps + 1):
+            reply, view = self._call(loop, upstream, model, request, prepared.prefix, view, step)
+            recall = [c for c in reply.tool_calls if c.name == RECALL_TOOL]
+            client_calls = self._unique(
+                [c for c in reply.tool_calls if c.name != RECALL_TOOL], nonce, step
+            )
+            final = not recall or bool(client_calls) or step == self.max_steps
+            parsed = parse_headline(reply.content)
+            text = parsed.text
+            if final and not text.strip() and not client_calls:
+                text = BUDGET_NOTICE if recall else text
+            finish = _client_finish(reply, client_calls)
+            headline = parsed.stored or extractive_headline(
+                request.last_user_text(), text, [c.name for c in reply.tool_calls]
+            )
+            meta: dict[str, Any] = {
+                "gw": "reply" if final else "step",
+                "step": step,
+                "model": reply.model or model,
+                "finish_reason": reply.finish_reason,
+                "headline_quality": parsed.quality,
+                "input_tokens": reply.usage.input_tokens,
+                "output_tokens": reply.usage.output_tokens,
+                "view_tokens": view.tokens,
+            }
+            if parsed.quality != "ok":
+                meta["headline_source"] = "extractive"
+                if parsed.raw:
+                    meta["headline_raw"] = parsed.raw
+            if final:
+                meta.update(
+                    pos=pos,
+                    client_finish=finish,
+                    fp=ClientMessage("assistant", text, tuple(client_calls)).fingerprint(),
+                )
+            events = [
+                self._event(
+                    f"{nonce}:s{step}:assistant",
+                    kind=KIND_MODEL_TURN,
+                    role="assistant",
+                    content=text,
+                    headline=headline,
+                    metadata=meta,
+                )
+            ]
+            # Recall calls first, then the client's, all in one assistant message in the view.
+            for j, call in enumerate(recall):
+                events.append(
+                    self._call_event(
+                        f"{nonce}:s{step}:recall{j}",
+                        call,
+                        {"gw": "step", "step": step},
+                        searchable=False,
+                    )
+                )
+            for j, call in enumerate(client_calls):
+                events.append(
+                    self._call_event(
+                        f"{nonce}:s{step}:call{j}", call, {"gw": "reply_call", "pos": pos}
+                    )
+                )
+            seqs = self.log.append_many(events)
+            fresh = {e.seq: e.tokens for e in self._sync()}
+            recall_seqs = set(seqs[1 : len(recall) + 1])
+            reply_tokens = sum(fresh.get(s, 0) for s in seqs if s not in recall_seqs)
+            for j, call in enumerate(recall):
+                self._run_recall(call, f"{nonce}:s{step}:result{j}", step)
+                loop.stats.recalls += 1
+            if final:
+                tokens = reply_tokens
+                self.chain.append(
+                    Link(
+                        meta["fp"],
+                        "assistant",
+                        seqs[0],
+                        tokens,
+                        (text, tuple(client_calls), finish),
+                    )
+                )
+                return ClientReply(
+                    content=text,
+                    tool_calls=tuple(client_calls),
+                    finish_reason=finish,
+                    model=request.model,
+                    usage=Usage(loop.usage_in, loop.usage_out),
+                    stats=loop.stats,
+                    compressions=tuple(loop.compressions),
+                )
+            view = self._compress(loop, prepared.prefix, "after_step")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _unique(self, calls: list[ToolCall], nonce: str, step: int) -> list[ToolCall]:
+        """Keep the upstream's call ids unless the log already holds one (some servers number
+        calls from zero every time), so every result pairs with its own call."""
+        out = []
+        for i, call in enumerate(calls):
+            if not call.id or self.log.by_tool_call(call.id):
+                call = ToolCall(
+                    f"call_{nonce}_{step}_{i}",
+                    call.name,
+                    call.arguments,
+                    call.raw_arguments,
+                    call.arguments_error,
+                )
+            out.append(call)
+        return out
+
+    def _call(
+        self,
+        loop: _Loop,
+        upstream: Upstream,
+        model: str,
+        request: ClientRequest,
+        prefix: Prefix,
+        view: WorkingView,
+        step: int,
+    ) -> tuple[ModelReply, WorkingView]:
+        for attempt in (1, 2):
+            messages = view.messages()
+            loop.stats.upstream_calls += 1
+            loop.stats.upstream_tokens += view.tokens
+            loop.stats.peak_view_tokens = max(loop.stats.peak_view_tokens, view.tokens)
+            try:
+                with chat_span(
+                    model,
+                    session=self.session_id,
+                    compacted=bool(self.state.index.blocks),
+                    step=step,
+                    attempt=attempt,
+                    view_tokens=view.tokens,
+                    gateway=True,
+                    client_api=request.api,
+                ) as traced:
+                    reply = upstream.complete(
+                        messages, prefix.tool_list(), model=model, params=request.params
+                    )
+                    if traced.recording:
+                        parsed = parse_headline(reply.content)
+                        traced.set_attributes(
+                            usage(
+                                reply.usage.input_tokens,
+                                reply.usage.output_tokens,
+                                response_model=reply.model or None,
+                                finish_reasons=[reply.finish_reason],
+                            )
+                        )
+                        traced.set(
+                            tool_calls=len(reply.tool_calls),
+                            headline=parsed.stored,
+                            headline_quality=parsed.quality,
+                        )
+            except ContextOverflow:
+                if attempt == 2:
+                    raise
+                view = self._compress(loop, prefix, "overflow", force=True)
+                continue
+            loop.usage_in += reply.usage.input_tokens
+            loop.usage_out += reply.usage.output_tokens
+            return reply, view
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _run_recall(self, call: ToolCall, key: str, step: int) -> None:
+        outcome = run_cell(
+            call,
+            kernel=lambda: self.kernel,
+            ms=self.ms,
+            profile=self.profile,
+            counter=self.counter,
+            digest=self.digest,
+            tools=(RECALL_TOOL,),
+        )
+        self.digest = outcome.digest
+        self.log.append_many(
+            [
+                self._event(
+                    key,
+                    kind=KIND_TOOL_RESULT,
+                    role="tool",
+                    name=call.name,
+                    tool_call_id=call.id,
+                    content=outcome.output,
+                    metadata={"gw": "step", "step": step, **outcome.metadata},
+                    searchable=False,
+                )
+            ]
+        )
+        self._sync()
+
+
+def _client_finish(reply: ModelReply, client_calls: list[ToolCall]) -> str:
+    if client_calls:
+        return "tool_calls"
+    if reply.finish_reason in ("length", "content_filter"):
+        return reply.finish_reason
+    return "stop"

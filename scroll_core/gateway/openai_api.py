@@ -1,0 +1,306 @@
+"""OpenAI Chat Completions <-> the gateway's shapes: request parsing (a malformed body is a
+``GatewayRequestInvalid`` naming the field), the reply, its stream chunks and error bodies.
+
+Shapes follow the published API: ``chat.completion`` objects, ``chat.completion.chunk``
+events ending in ``data: [DONE]``, tool calls streamed as index-keyed deltas (the id and name
+first, then the arguments). The extension field ``scroll`` rides on the completion and on
+the last chunk; the official client keeps unknown fields.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import GatewayRequestInvalid
+from ..models.base import ToolCall
+from ._types import ClientMessage, ClientReply, ClientRequest
+
+__all__ = [
+    "chat_completion",
+    "chat_completion_chunks",
+    "error_body",
+    "models_list",
+    "parse_chat_request",
+]
+
+_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# Sampling options passed upstream unchanged (anything else the client sends is dropped).
+PASSED_PARAMS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "reasoning_effort",
+)
+_CHUNK_CHARS = 48
+
+
+def _need(condition: bool, param: str, message: str) -> None:
+    if not condition:
+        raise GatewayRequestInvalid(param, message)
+
+
+def _text(content: Any, param: str, *, allow_none: bool = False) -> str:
+    if content is None:
+        _need(allow_none, param, "is required")
+        return ""
+    if isinstance(content, str):
+        return content
+    _need(isinstance(content, list), param, "must be a string or a list of content parts")
+    parts: list[str] = []
+    for j, part in enumerate(content):
+        where = f"{param}.{j}"
+        _need(isinstance(part, dict), where, "must be an object")
+        kind = part.get("type")
+        if kind in ("text", "input_text", "output_text"):
+            _need(isinstance(part.get("text"), str), f"{where}.text", "must be a string")
+            parts.append(part["text"])
+        elif kind in ("image_url", "input_image", "input_audio", "file", "refusal"):
+            parts.append(part.get("refusal") or f"[{kind}]")
+        else:
+            raise GatewayRequestInvalid(f"{where}.type", f"unknown content part type {kind!r}")
+    return "\n".join(parts)
+
+
+def _tool_calls(raw: Any, param: str) -> tuple[ToolCall, ...]:
+    if raw is None:
+        return ()
+    _need(isinstance(raw, list), param, "must be a list")
+    calls = []
+    for j, item in enumerate(raw):
+        where = f"{param}.{j}"
+        _need(isinstance(item, dict), where, "must be an object")
+        _need(isinstance(item.get("id"), str) and item["id"], f"{where}.id", "is required")
+        function = item.get("function")
+        _need(isinstance(function, dict), f"{where}.function", "must be an object")
+        _need(
+            isinstance(function.get("name"), str) and function["name"],
+            f"{where}.function.name",
+            "is required",
+        )
+        calls.append(decode_call(item["id"], function["name"], function.get("arguments")))
+    return tuple(calls)
+
+
+def decode_call(call_id: str, name: str, raw: Any) -> ToolCall:
+    """A ToolCall from wire arguments (a JSON string, an object, or nothing)."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return ToolCall(call_id, name, {}, raw_arguments=raw if isinstance(raw, str) else None)
+    if isinstance(raw, dict):
+        return ToolCall(call_id, name, raw, raw_arguments=json.dumps(raw, ensure_ascii=False))
+    if not isinstance(raw, str):
+        return ToolCall(call_id, name, {}, str(raw), "arguments must be a JSON string")
+    try:
+        decoded = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return ToolCall(call_id, name, {}, raw, f"not JSON: {exc}")
+    if not isinstance(decoded, dict):
+        return ToolCall(call_id, name, {}, raw, "expected a JSON object")
+    return ToolCall(call_id, name, decoded, raw)
+
+
+def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
+    if raw is None:
+        return ()
+    _need(isinstance(raw, list), "tools", "must be a list")
+    tools = []
+    for i, tool in enumerate(raw):
+        where = f"tools.{i}"
+        _need(isinstance(tool, dict), where, "must be an object")
+        _need(tool.get("type", "function") == "function", f"{where}.type", "must be 'function'")
+        function = tool.get("function")
+        _need(isinstance(function, dict), f"{where}.function", "must be an object")
+        name = function.get("name")
+        _need(isinstance(name, str) and bool(name), f"{where}.function.name", "is required")
+        params = function.get("parameters")
+        _need(
+            params is None or isinstance(params, dict),
+            f"{where}.function.parameters",
+            "must be a JSON Schema object",
+        )
+        tools.append({"type": "function", "function": dict(function)})
+    return tuple(tools)
+
+
+def parse_chat_request(body: Any) -> ClientRequest:
+    """The gateway request for a ``POST /v1/chat/completions`` body (decoded JSON)."""
+    _need(isinstance(body, dict), "body", "must be a JSON object")
+    model = body.get("model")
+    _need(isinstance(model, str) and bool(model.strip()), "model", "is required (a string)")
+    raw = body.get("messages")
+    _need(isinstance(raw, list) and bool(raw), "messages", "must be a non-empty list")
+    n = body.get("n", 1)
+    _need(n in (None, 1), "n", "only n=1 is supported")
+    stream = body.get("stream", False)
+    _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
+    system: list[str] = []
+    messages: list[ClientMessage] = []
+    for i, message in enumerate(raw):
+        where = f"messages.{i}"
+        _need(isinstance(message, dict), where, "must be an object")
+        role = message.get("role")
+        _need(role in _ROLES, f"{where}.role", f"must be one of {', '.join(_ROLES)}")
+        if role in ("system", "developer"):
+            text = _text(message.get("content"), f"{where}.content")
+            if messages:
+                messages.append(ClientMessage("system", text))
+            else:
+                system.append(text)
+        elif role == "user":
+            messages.append(
+                ClientMessage("user", _text(message.get("content"), f"{where}.content"))
+            )
+        elif role == "assistant":
+            calls = _tool_calls(message.get("tool_calls"), f"{where}.tool_calls")
+            text = _text(message.get("content"), f"{where}.content", allow_none=True)
+            messages.append(ClientMessage("assistant", text, calls))
+        else:  # tool (and the legacy function role)
+            call_id = message.get("tool_call_id") or message.get("name")
+            _need(
+                isinstance(call_id, str) and bool(call_id), f"{where}.tool_call_id", "is required"
+            )
+            text = _text(message.get("content"), f"{where}.content")
+            messages.append(ClientMessage("tool", text, tool_call_id=call_id))
+    _need(bool(messages), "messages", "must hold at least one non-system message")
+    params = {k: body[k] for k in PASSED_PARAMS if body.get(k) is not None}
+    options = body.get("stream_options")
+    include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    return ClientRequest(
+        api="openai",
+        model=model.strip(),
+        system="\n\n".join(system),
+        messages=tuple(messages),
+        tools=_tools(body.get("tools")),
+        stream=bool(stream),
+        params=params,
+        include_usage=include_usage,
+    )
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    return call.to_message()
+
+
+def chat_completion(
+    reply: ClientReply, *, completion_id: str | None = None, created: int | None = None
+) -> dict[str, Any]:
+    """The ``chat.completion`` object for a reply."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": reply.content if reply.content or not reply.tool_calls else None,
+        "refusal": None,
+    }
+    if reply.tool_calls:
+        message["tool_calls"] = [_call_json(c) for c in reply.tool_calls]
+    return {
+        "id": completion_id or new_id(),
+        "object": "chat.completion",
+        "created": created or int(time.time()),
+        "model": reply.model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}
+        ],
+        "usage": _usage(reply),
+        "scroll": reply.stats.to_dict(),
+    }
+
+
+def _usage(reply: ClientReply) -> dict[str, int]:
+    return {
+        "prompt_tokens": reply.usage.input_tokens,
+        "completion_tokens": reply.usage.output_tokens,
+        "total_tokens": reply.usage.input_tokens + reply.usage.output_tokens,
+    }
+
+
+def new_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def pieces(text: str, size: int = _CHUNK_CHARS) -> list[str]:
+    """``text`` cut into stream-sized pieces (never empty for a non-empty text)."""
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def chat_completion_chunks(
+    reply: ClientReply, *, completion_id: str | None = None, created: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects that stream ``reply``: the role, the text in
+    pieces, each tool call (id and name, then its arguments), the finish reason with the
+    extension field, and a usage chunk when the client asked for one."""
+    base = {
+        "id": completion_id or new_id(),
+        "object": "chat.completion.chunk",
+        "created": created or int(time.time()),
+        "model": reply.model,
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            **base,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in pieces(reply.content):
+        yield chunk({"content": piece})
+    for index, call in enumerate(reply.tool_calls):
+        wire = call.to_message()
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }
+                ]
+            }
+        )
+        for piece in pieces(wire["function"]["arguments"]):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    last = chunk({}, reply.finish_reason)
+    last["scroll"] = reply.stats.to_dict()
+    yield last
+
+
+def usage_chunk(reply: ClientReply, *, completion_id: str, created: int) -> dict[str, Any]:
+    """The final chunk ``stream_options.include_usage`` asks for: no choices, the usage."""
+    return {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": reply.model,
+        "choices": [],
+        "usage": _usage(reply),
+    }
+
+
+def error_body(
+    message: str, *, kind: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """An error in OpenAI's shape."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def models_list(names: list[str], *, owner: str = "scroll") -> dict[str, Any]:
+    """``GET /v1/models``: the model names a key may ask for."""
+    created = int(time.time())
+    return {
+        "object": "list",
+        "data": [
+            {"id": n, "object": "model", "created": created, "owned_by": owner} for n in names
+        ],
+    }

@@ -1,0 +1,154 @@
+"""The upstream: an OpenAI-compatible Chat Completions endpoint the gateway calls over HTTP.
+
+``Upstream`` is the protocol the recall loop needs; ``HttpUpstream`` speaks it with ``httpx``
+(one pooled client, shared by threads). Errors keep the upstream's own message: a status
+answer is ``ModelError(status=...)`` (``ContextOverflow`` when it says the prompt is too
+long), a timeout is ``ModelError(code="timeout")`` and a connection failure
+``ModelError(code="connection_error")``. There are no retries here: a client that retries
+gets an aligned, idempotent answer from the gateway instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import httpx
+
+from ..errors import ContextOverflow, ModelError
+from ..models.base import ModelReply, ToolCall, Usage
+from ..models.openai_compat import is_context_overflow
+from .openai_api import decode_call
+
+__all__ = ["DEFAULT_UPSTREAM_TIMEOUT_S", "HttpUpstream", "Upstream"]
+
+DEFAULT_UPSTREAM_TIMEOUT_S = 120.0
+
+
+class Upstream(Protocol):
+    """One chat completion against the upstream model (no streaming)."""
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        model: str,
+        params: Mapping[str, Any],
+    ) -> ModelReply: ...
+
+
+class HttpUpstream:
+    """An OpenAI-compatible endpoint at ``base_url`` (``.../v1``); see the module docstring."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_UPSTREAM_TIMEOUT_S,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+        self._client = client or httpx.Client(timeout=timeout)
+
+    def __repr__(self) -> str:
+        return f"HttpUpstream({self.base_url!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        model: str,
+        params: Mapping[str, Any],
+    ) -> ModelReply:
+        body: dict[str, Any] = {**params, "model": model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        body.pop("stream", None)
+        headers = {"content-type": "application/json"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        url = f"{self.base_url}/chat/completions"
+        try:
+            response = self._client.post(url, json=body, headers=headers, timeout=self.timeout)
+        except httpx.TimeoutException:
+            raise ModelError(
+                f"the upstream did not answer within {self.timeout:g}s", model=model, code="timeout"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ModelError(
+                f"could not reach the upstream at {self.base_url}: {exc}",
+                model=model,
+                code="connection_error",
+            ) from None
+        if response.status_code >= 400:
+            raise _status_error(response, model)
+        try:
+            data = response.json()
+        except ValueError:
+            raise ModelError(
+                "the upstream answered with a body that is not JSON", model=model, status=502
+            ) from None
+        return parse_completion(data, model)
+
+
+def _status_error(response: httpx.Response, model: str) -> ModelError:
+    message, code = response.text.strip()[:2000] or response.reason_phrase, None
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            message = str(error.get("message") or message)
+            raw_code = error.get("code") or error.get("type")
+            code = str(raw_code) if raw_code else None
+        elif isinstance(error, str):
+            message = error
+    status = response.status_code
+    if is_context_overflow(status, code, message):
+        return ContextOverflow(message, model=model, status=status, code=code)
+    return ModelError(message, model=model, status=status, code=code)
+
+
+def parse_completion(data: Any, model: str) -> ModelReply:
+    """A ModelReply from a ``chat.completion`` object (as decoded JSON)."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        raise ModelError("the upstream's response has no choices", model=model, status=502)
+    choice = choices[0]
+    message = choice.get("message") or {}
+    calls: list[ToolCall] = []
+    for i, item in enumerate(message.get("tool_calls") or []):
+        function = item.get("function") or {}
+        call_id = item.get("id") or f"call_{i}"
+        calls.append(
+            decode_call(str(call_id), str(function.get("name") or ""), function.get("arguments"))
+        )
+    usage = data.get("usage") or {}
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ModelReply(
+        content=content or "",
+        tool_calls=tuple(calls),
+        usage=Usage(
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+        ),
+        finish_reason=str(choice.get("finish_reason") or ("tool_calls" if calls else "stop")),
+        model=str(data.get("model") or model),
+    )
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,67 @@
+"""Gateway keys: created in admin, shown once, stored hashed, validated."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from dashboard.models import GatewayKey, hash_key
+
+pytestmark = pytest.mark.django_db
+
+
+def test_admin_creates_a_key_shows_it_once_and_keeps_only_its_hash(admin_client):
+    response = admin_client.post(
+        "/admin/dashboard/gatewaykey/add/",
+        {
+            "agent_id": "support-bot",
+            "name": "support",
+            "active": "on",
+            "upstream_base_url": "http://127.0.0.1:9/v1",
+            "upstream_key_env": "SUPPORT_UPSTREAM_KEY",
+            "model_map": '{"gpt-4o": "qwen2.5"}',
+            "upstream_timeout_s": "60",
+            "max_recall_steps": "4",
+            "rate_limit_per_minute": "0",
+            "token_budget": "0",
+        },
+        follow=True,
+    )
+    assert response.status_code == 200
+    shown = set(re.findall(r"sk-scroll-[A-Za-z0-9_-]+", response.content.decode()))
+    secret = max(shown, key=len)  # the key once; the list shows its prefix
+    assert len(secret) > 40 and all(secret.startswith(s) for s in shown)
+    key = GatewayKey.objects.get(agent_id="support-bot")
+    assert key.key_hash == hash_key(secret) and secret.startswith(key.prefix)
+    assert secret not in str(GatewayKey.objects.values().get(pk=key.pk))
+    assert GatewayKey.authenticate(secret) == key
+    assert GatewayKey.authenticate(secret[:-1] + ("A" if secret[-1] != "A" else "B")) is None
+    # The change page never shows it again.
+    page = admin_client.get(f"/admin/dashboard/gatewaykey/{key.pk}/change/").content.decode()
+    assert secret not in page and key.prefix in page
+
+
+def test_an_upstream_key_cannot_be_stored_in_place_of_its_variable_name():
+    key = GatewayKey(
+        agent_id="a", upstream_base_url="http://127.0.0.1:9/v1", upstream_key_env="sk-live-123"
+    )
+    key.set_new_key()
+    with pytest.raises(ValidationError) as caught:
+        key.full_clean()
+    assert "upstream_key_env" in caught.value.message_dict
+
+
+def test_a_deactivated_key_no_longer_authenticates():
+    key, secret = GatewayKey.issue(agent_id="a", upstream_base_url="http://127.0.0.1:9/v1")
+    assert GatewayKey.authenticate(secret) == key
+    GatewayKey.objects.filter(pk=key.pk).update(active=False)
+    assert GatewayKey.authenticate(secret) is None
+
+
+def test_the_model_map_maps_and_falls_back():
+    key = GatewayKey(model_map={"gpt-4o": "qwen", "*": "llama"})
+    assert key.upstream_model("gpt-4o") == "qwen" and key.upstream_model("other") == "llama"
+    assert key.client_models() == ["gpt-4o"]
+    assert GatewayKey(model_map={}).upstream_model("as-is") == "as-is"

@@ -31,8 +31,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from dashboard import alerts as alert_rules
 from dashboard import live
+from dashboard.cost import cost_context
 from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
+from dashboard.inspector_links import call_url_for_span
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
 from dashboard.permissions import (
     CONTROL_KERNEL,
@@ -142,6 +144,8 @@ def _budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
             "name": section,
             "x": x,
             "y": [p.sections()[section] for p in points],
+            # A click on a point opens the call after that compress (static/inspector.js).
+            "customdata": [p.id for p in points],
         }
         for section in ("prefix", "index", "digest", "folded", "tail")
     ]
@@ -161,6 +165,7 @@ def _budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
         "height": 280,
         "yaxis": {"title": {"text": "tokens"}},
         "legend": {"orientation": "h"},
+        "hovermode": "x",
     }
     return {"data": traces, "layout": layout}
 
@@ -328,6 +333,8 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
             for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
         ],
     }
+    if request.GET.get("part") != "charts" and not request.htmx:
+        ctx.update(cost_context(session_id))  # issue 11: cost and the prefix-cache arithmetic
     # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.
     if request.GET.get("part") == "charts":
         return render(request, "dashboard/_session_charts.html", ctx)
@@ -391,6 +398,7 @@ def span(request: HttpRequest, span_id: str) -> HttpResponse:
         "children": SpanRecord.objects.filter(parent_id=record.span_id).order_by("start_ns"),
         "attributes": sorted(record.attributes.items()),
         "grafana_url": _grafana_trace_url(record.trace_id),
+        "call_url": call_url_for_span(record),
     }
     return render(request, "dashboard/span.html", ctx)
 

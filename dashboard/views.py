@@ -35,6 +35,7 @@ from dashboard.cost import cost_context
 from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.inspector_links import call_url_for_span
+from dashboard.modelinfo import what_will_run
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
 from dashboard.permissions import (
     CONTROL_KERNEL,
@@ -544,6 +545,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "profiles": TuningProfile.objects.all(),
         "models": getattr(runner, "available_models", lambda: [])(),
         "agents": _known_agents() if request.user.has_perm(START_RUN) else [],
+        "model_info": what_will_run(),
     }
     return render(request, "dashboard/runs.html", ctx, status=status)
 

@@ -7,6 +7,12 @@ Each ``bench/results/<name>.json`` (written by ``make bench``) fills the block b
 its ``figures`` and the command, machine and date that produced them, so no figure in those
 tables is typed by hand. A block whose results file does not exist yet says so.
 
+A bench with many figures may ask for pivot tables instead of one ``figure | value`` row per
+key: ``details.readme_tables`` is a list of ``{"title", "rows", "columns", "key"}``, where
+``key`` is a format string over ``{row}`` and ``{column}`` naming a figure (e.g.
+``"c4096_test_{row}_{column}"``). Every cell still comes from ``figures``; a key a table names
+that ``figures`` lacks is shown as ``–``.
+
 ``--check`` rewrites nothing and exits 1 when the README differs from what the results
 would give, or when a results file has no block in the README (a figure nobody publishes).
 """
@@ -71,10 +77,34 @@ def render_block(name: str, data: dict[str, Any] | None) -> str:
     lines = [f"_From `bench/results/{name}.json`: " + "; ".join(facts) + "._"]
     if data.get("quick"):
         lines.append("**Quick smoke run (`--quick`, small sizes): not a published figure.**")
+    tables = (data.get("details") or {}).get("readme_tables")
+    if tables:
+        for table in tables:
+            lines += ["", *pivot_table(table, data["figures"])]
+        return "\n".join(lines) + "\n"
     lines += ["", "| figure | value |", "| --- | --- |"]
     for key, value in data["figures"].items():
         lines.append(f"| `{key}` | {format_value(value)} |")
     return "\n".join(lines) + "\n"
+
+
+def pivot_table(table: dict[str, Any], figures: dict[str, Any]) -> list[str]:
+    """One titled Markdown table whose cells are ``figures[key.format(row=, column=)]``."""
+    try:
+        title, rows, columns, key = (table[k] for k in ("title", "rows", "columns", "key"))
+    except (KeyError, TypeError) as exc:
+        raise TablesError(f"a readme table needs title, rows, columns and key: {exc}") from None
+    if "{row}" not in key or "{column}" not in key:
+        raise TablesError(f"readme table key {key!r} must name {{row}} and {{column}}")
+    out = [f"**{title}**", "", "| | " + " | ".join(map(str, columns)) + " |"]
+    out.append("| --- " * (len(columns) + 1) + "|")
+    for row in rows:
+        cells = []
+        for column in columns:
+            name = key.format(row=row, column=column)
+            cells.append(format_value(figures[name]) if name in figures else "–")
+        out.append(f"| {row} | " + " | ".join(cells) + " |")
+    return out
 
 
 def regenerate(readme: str, results: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:

@@ -1,4 +1,5 @@
-"""Admin: tuning profiles (validated and audited), alert rules and the console's records."""
+"""Admin: tuning profiles (validated and audited), alert rules, cross-agent grants and the
+console's records."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.http import HttpRequest
 from dashboard import profiles
 from dashboard.models import (
     PROFILE_FIELDS,
+    AgentGrant,
     Alert,
     AlertRule,
     CompressEvent,
@@ -190,3 +192,58 @@ class SpanRecordAdmin(ReadOnlyAdmin):
     list_display = ("name", "session_id", "status", "duration_ms", "span_id")
     list_filter = ("status",)
     search_fields = ("name", "session_id", "trace_id")
+
+
+@admin.register(AgentGrant)
+class AgentGrantAdmin(admin.ModelAdmin):
+    """Grants are given (add) and revoked (action), never edited or deleted: the rows are
+    their own audit trail, with who and when for both."""
+
+    list_display = (
+        "reader_agent",
+        "readable_agent",
+        "granted_by",
+        "granted_at",
+        "revoked_by",
+        "revoked_at",
+        "reason",
+    )
+    list_filter = ("revoked_at",)
+    search_fields = ("reader_agent", "readable_agent", "reason")
+    actions = ["revoke"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        audit = ("granted_by", "granted_at", "revoked_by", "revoked_at")
+        if obj is None:
+            return audit
+        return ("reader_agent", "readable_agent", "reason", *audit)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["reader_agent", "readable_agent", "reason"]
+        return [
+            "reader_agent",
+            "readable_agent",
+            "reason",
+            "granted_by",
+            "granted_at",
+            "revoked_by",
+            "revoked_at",
+        ]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: AgentGrant, form: Any, change: bool) -> None:
+        if not change:
+            obj.granted_by = request.user if request.user.is_authenticated else None
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Revoke the selected grants", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        revoked = 0
+        for grant in queryset.filter(revoked_at=None):
+            if grant.revoke(request.user):
+                revoked += 1
+                self.log_change(request, grant, "Revoked")
+        self.message_user(request, f"Revoked {revoked} grant(s).", messages.SUCCESS)

@@ -21,8 +21,11 @@ from django.utils import timezone
 from scroll_core.errors import ConfigError
 from scroll_core.profile import Profile
 
+from .grants import AgentGrant
+
 __all__ = [
     "PROFILE_FIELDS",
+    "AgentGrant",
     "Alert",
     "AlertRule",
     "CompressEvent",

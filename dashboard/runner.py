@@ -38,6 +38,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
+from dashboard.grants import readable_by
 from dashboard.models import CompressEvent, RunRecord, TuningProfile
 from dashboard.permissions import RUN_TASK_CODE
 from dashboard.profiles import core_profile
@@ -238,6 +239,8 @@ class Runner:
                 on_step=lambda record: self._on_step(live, run, record),
                 # Re-read before every compress: an admin change applies at the next one.
                 profile_source=lambda: core_profile(profile_id),
+                # Off by default; an operator's live grants, asked at every ms call.
+                readable_agents=readable_by,
             )
             live.session = session
             with telemetry.session_scope(live.session_id):

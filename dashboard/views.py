@@ -33,6 +33,7 @@ from dashboard import alerts as alert_rules
 from dashboard import live
 from dashboard.cost import cost_context
 from dashboard.eventlog import get_event_log
+from dashboard.grants import grants_for, readers_of
 from dashboard.groups import session_safe_id
 from dashboard.inspector_links import call_url_for_span
 from dashboard.modelinfo import what_will_run
@@ -74,6 +75,19 @@ class SessionRow:
 
 def _get_summary(log: EventLog, session_id: str) -> SessionSummary | None:
     return log.session(session_id)
+
+
+def _agent_access(summary: SessionSummary | None) -> dict[str, Any]:
+    """The session's agent, the agents it may read by grant, and every grant it was given."""
+    agent = summary.agent_id if summary else None
+    grants = grants_for(agent) if agent else []
+    readable = sorted({g.readable_agent for g in grants if g.live})
+    return {
+        "agent_id": agent,
+        "agent_grants": grants,
+        "readable_agents": readable,
+        "reader_agents": readers_of(agent) if agent else [],
+    }
 
 
 def _get_cursor(request: HttpRequest, name: str) -> int | None:
@@ -334,6 +348,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
             for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
         ],
     }
+    ctx.update(_agent_access(summary))
     if request.GET.get("part") != "charts" and not request.htmx:
         ctx.update(cost_context(session_id))  # issue 11: cost and the prefix-cache arithmetic
     # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.

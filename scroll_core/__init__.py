@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .agent import Session, StepRecord, TurnResult
 from .errors import (
+    AgentNotReadable,
     AppendOnlyViolation,
     ConfigError,
     ContextOverflow,
@@ -56,6 +57,7 @@ from .models import (
 from .payloads import ArtifactRef, PayloadStore, ToolResultRef
 from .profile import Profile
 from .prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, system_prompt, tool_definitions
+from .scoped import ScopedReader
 from .search import SearchTuning
 from .tokens import CharRatioCounter, TiktokenCounter, TokenCounter
 from .view import ContextState, Prefix, ViewReport, WorkingView, build_view
@@ -69,6 +71,7 @@ __all__ = [
     "RECALL_TOOL",
     "REPL_TOOL",
     "SEAM_BANNER",
+    "AgentNotReadable",
     "AppendOnlyViolation",
     "ArtifactRef",
     "CharRatioCounter",
@@ -107,6 +110,7 @@ __all__ = [
     "Profile",
     "QueryRefused",
     "SandboxUnavailable",
+    "ScopedReader",
     "ScrollError",
     "SearchIndexCorrupt",
     "SearchTimeout",

@@ -22,6 +22,7 @@ Hierarchy::
     │   ├── KernelUnresponsive     the kernel stopped reading or answering by a deadline
     │   └── HostFunctionRefused    a host-function name or call was rejected
     ├── QueryRefused           ms.sql_query will not run a statement (write, pragma, too long)
+    ├── AgentNotReadable       an ms call named an agent outside the session's readable set
     └── ModelError             a model provider failed or refused a request (status, message)
         └── ContextOverflow        the provider says the prompt exceeds its context window
 """
@@ -29,6 +30,7 @@ Hierarchy::
 from __future__ import annotations
 
 __all__ = [
+    "AgentNotReadable",
     "AppendOnlyViolation",
     "ConfigError",
     "ContextOverflow",
@@ -210,3 +212,7 @@ class HostFunctionRefused(KernelError, ValueError):
 
 class QueryRefused(ScrollError, ValueError):
     """A query the read-only connection will not run (writes, pragmas, attach, too long)."""
+
+
+class AgentNotReadable(ScrollError, PermissionError):
+    """An ``ms`` call named an agent this session may not read (no grant), or an invalid id."""

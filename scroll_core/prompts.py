@@ -53,22 +53,25 @@ These cells are not indexed, so searches never match your own queries.
 Only what a cell prints comes back to you."""
 
 _LAYOUT = """\
-Storage layout. One table, `events`, ordered by `seq` (an integer that only grows and \
-never changes: cite it). Columns: seq, session_id, agent_id, kind, role, name, content, \
-tool_call_id, tool_input, payload_ref, payload_size, headline, metadata, created_at, \
-tokens. Every row has a session_id and a created_at in ISO-8601 UTC \
+Storage layout. One table, `events`: your agent's memory across all its sessions (other \
+agents' events are not visible unless an operator granted them), ordered by `seq` (an \
+integer that only grows and never changes: cite it). Columns: seq, session_id, agent_id, \
+kind, role, name, content, tool_call_id, tool_input, payload_ref, payload_size, headline, \
+metadata, created_at, tokens. Every row has a session_id and a created_at in ISO-8601 UTC \
 ('YYYY-MM-DDTHH:MM:SS.ffffffZ'), so substr(created_at,1,10) is the day. Kinds:
 {kinds}
 content is a bounded preview when payload_ref is set; the full text is one \
 .payload.load() away.
 
 The `ms` surface:
-- ms.search(query, k=10, *, session=None, kind=None, since=None, until=None, on=None): \
-BM25 full-text hits, best first, each with seq, session_id, kind, role, name, created_at, \
-score, snippet, headline. since/until bound created_at half-open; on='YYYY-MM-DD' is one day.
+- ms.search(query, k=10, *, session=None, kind=None, since=None, until=None, on=None, \
+scope='agent'): BM25 full-text hits, best first, each with seq, session_id, date, kind, \
+role, name, created_at, score, snippet, headline. since/until bound created_at half-open; \
+on='YYYY-MM-DD' is one day; scope='session' narrows to the current session.
 - ms.expand(seq) or ms.expand(lo, hi): the exact events (at most 500), lazy payloads.
-- ms.sql_query(sql, params): read-only SELECT; returns columns, rows, row_count and a \
-truncated flag (rows are capped).
+- ms.sql_query(sql, params): read-only SELECT over events; returns columns, rows, \
+row_count, truncated and truncated_by ('rows' or 'bytes': both are capped). Full-text \
+search is ms.search.
 - ms.days_between(d1, d2, inclusive=False): whole days from d1 to d2.
 - ms.recall_tool(tool_call_id): the events of one tool call, including a folded result.
 - ms.sessions(), ms.session(session_id, after_seq=0, limit=200), ms.schema()."""

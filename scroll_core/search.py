@@ -66,7 +66,7 @@ class SearchTuning:
 @dataclass(frozen=True)
 class SearchFilters:
     session_id: str | None = None
-    agent_id: str | None = None
+    agent_id: str | Sequence[str] | None = None
     kind: str | Sequence[str] | None = None
     since: str | datetime | date | None = None
     until: str | datetime | date | None = None
@@ -81,8 +81,9 @@ class SearchFilters:
             clauses.append("e.session_id = ?")
             params.append(self.session_id)
         if self.agent_id is not None:
-            clauses.append("e.agent_id = ?")
-            params.append(self.agent_id)
+            agents = [self.agent_id] if isinstance(self.agent_id, str) else list(self.agent_id)
+            clauses.append(f"e.agent_id IN ({', '.join('?' * len(agents))})" if agents else "0")
+            params.extend(agents)
         if self.kind is not None:
             kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
             clauses.append(f"e.kind IN ({', '.join('?' * len(kinds))})" if kinds else "0")

@@ -5,6 +5,7 @@ def test_the_public_core_is_pinned():
     # Adding a name is a decision; this list makes it a visible one.
     assert sorted(scroll_core.__all__) == [
         "ABSTENTION",
+        "AgentNotReadable",
         "AppendOnlyViolation",
         "ArtifactRef",
         "CharRatioCounter",
@@ -50,6 +51,7 @@ def test_the_public_core_is_pinned():
         "REPL_TOOL",
         "SEAM_BANNER",
         "SandboxUnavailable",
+        "ScopedReader",
         "ScrollError",
         "SearchIndexCorrupt",
         "SearchTimeout",

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from scroll_core import EventLog
+from scroll_core.errors import ConfigError
 from scroll_core.headlines import parse_headline
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.kernel.ms import MsCapability
@@ -172,8 +173,8 @@ def test_a_named_time_filters_by_day_deterministically(kernel, ms):
     assert names.count("search") == 3 and "sql_query" in names and "expand" in names
     searches = [c for c in ms.calls[calls_before:] if c.name == "search"]
     assert all(c.kwargs.get("k") == 5 and c.kwargs.get("since") for c in searches)
-    # "yesterday", said on 8 May: the date first, the citation in the headline.
-    assert answer.content.splitlines()[0] == "7 May 2023"
+    # "yesterday", said on 8 May: the ISO date first, the citation in the headline.
+    assert answer.content.splitlines()[0] == "2023-05-07"
     assert "status: answered from seq 26 (2023-05-08, Caroline)" in headline_of(answer.content)
 
 
@@ -270,6 +271,77 @@ def test_without_recall_tools_it_abstains_rather_than_guessing():
     headline_of(reply.content)
 
 
+def _history(*turns):
+    # A transcript as a plain agent keeps it: one user message per turn, stamped lines.
+    return [
+        {"role": "user", "name": who, "content": f"[{day} 10:00] {text}"}
+        for day, who, text in turns
+    ]
+
+
+def test_without_tools_it_answers_from_a_fact_its_view_shows():
+    messages = [
+        {"role": "system", "content": "Answer from the conversation; Melanie's dog is Rex."},
+        *_history(
+            ("2023-05-08", "Melanie", "My dog Biscuit chewed my sneakers again!"),
+            ("2023-05-09", "Caroline", "Work has been busy this week."),
+        ),
+        {"role": "assistant", "content": "Melanie's dog is called Spot."},
+        {"role": "user", "content": "What is the name of Melanie's dog?"},
+    ]
+    reply = PolicyModel().complete(messages, [])
+    assert not reply.tool_calls
+    # The speaker's words, not the system prompt's nor its own earlier reply.
+    assert reply.content.splitlines()[0] == "Biscuit"
+    assert "status: answered from view (2023-05-08, Melanie)" in headline_of(reply.content)
+
+
+def test_a_when_answer_from_the_view_is_anchored_on_the_line_s_stamp():
+    messages = [
+        *_history(("2023-05-08", "Caroline", "I went to the LGBTQ support group yesterday.")),
+        {"role": "user", "content": "When did Caroline go to the LGBTQ support group?"},
+    ]
+    assert PolicyModel().complete(messages, []).content.splitlines()[0] == "2023-05-07"
+
+
+def test_among_equal_view_sentences_the_newer_wins():
+    messages = [
+        *_history(
+            ("2023-05-01", "Ann", "My okapi is named Zed."),
+            ("2023-06-01", "Ann", "My okapi is named Quill."),
+        ),
+        {"role": "user", "content": "What is Ann's okapi named?"},
+    ]
+    assert PolicyModel().complete(messages, []).content.splitlines()[0] == "Quill"
+
+
+def test_a_sentence_both_printed_and_in_view_is_cited_by_its_seq():
+    q = analyse_question("What did Melanie paint last weekend?")
+    sentence = "I painted a sunrise over the lake, so calm."
+    lines = _printed((40, "2023-05-08", "Melanie", sentence)) + f"\n=[-1] - user: {sentence}"
+    chosen = choose_evidence(find_evidence(q, lines))
+    assert [e.seq for e in chosen] == [40]
+
+
+def test_it_abstains_in_the_wording_it_was_given():
+    said = "Not mentioned in the conversation."
+    reply = PolicyModel(abstention=said).complete(
+        [{"role": "user", "content": "Where is Biscuit's okapi?"}], []
+    )
+    assert reply.content.splitlines()[0] == said
+    with pytest.raises(ConfigError):
+        PolicyModel(abstention="  ")
+    with pytest.raises(ConfigError):
+        PolicyModel(shared_specific=0.0)
+
+
+def test_a_stricter_share_of_specific_terms_abstains_where_a_looser_answers():
+    q = analyse_question("What colour is the lighthouse keeper's boat?")
+    printed = _printed((7, "2023-05-08", "Ann", "The keeper's boat is red."))
+    assert find_evidence(q, printed, share=0.5)
+    assert find_evidence(q, printed, share=1.0) == []
+
+
 def test_repl_exec_stands_in_for_recall_when_it_is_the_only_tool(kernel):
     tools = [t for t in tool_definitions() if t["function"]["name"] == REPL_TOOL]
     model = PolicyModel()
@@ -351,16 +423,22 @@ def _printed(*lines):
 @pytest.mark.parametrize(
     ("sentence", "wanted"),
     [
-        ("I went to the support group yesterday.", "7 May 2023"),
-        ("I gave a talk at a school last week.", "the week before 8 May 2023"),
-        ("I ran a charity race last Sunday.", "the sunday before 8 May 2023"),
+        ("I went to the support group yesterday.", "2023-05-07"),
+        ("I gave a talk at a school last week.", "the week before 2023-05-08"),
+        ("I ran a charity race last Sunday.", "the sunday before 2023-05-08"),
         ("I painted that sunrise last year.", "2022"),
-        ("We moved here in March 2021.", "March 2021"),
-        ("I signed up for a pottery class.", "8 May 2023"),
+        ("I started it last month.", "2023-04"),
+        ("We moved here in March 2021.", "2021-03"),
+        ("I signed up for a pottery class.", "2023-05-08"),
     ],
 )
-def test_a_when_question_is_answered_with_a_date_phrase(sentence, wanted):
+def test_a_when_question_is_answered_with_an_iso_date_phrase(sentence, wanted):
+    # ISO 8601, no data set's own date style: a bench that wants another style rewrites it.
     assert when_phrase(sentence, "2023-05-08") == wanted
+
+
+def test_an_undated_sentence_answers_when_with_the_time_it_names():
+    assert when_phrase("We moved here in March 2021.", "-") == "2021-03"
 
 
 def test_answers_are_short_and_cite_in_the_headline_only():

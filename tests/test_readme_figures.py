@@ -133,3 +133,41 @@ def test_an_unclosed_block_is_refused(tmp_path, capsys):
     args = ["--readme", str(readme), "--results", str(tmp_path / "results")]
     assert readme_tables.main(args) == 2
     assert "closing marker" in capsys.readouterr().err
+
+
+def test_a_bench_can_ask_for_pivot_tables_filled_from_its_figures(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(README, encoding="utf-8")
+    tables = [
+        {
+            "title": "C = 4,096",
+            "rows": ["scroll", "truncate"],
+            "columns": ["f1", "recall"],
+            "key": "c4096_{row}_{column}",
+        }
+    ]
+    figures = {"c4096_scroll_f1": 0.269, "c4096_scroll_recall": 0.6, "c4096_truncate_f1": 0.227}
+    _result(tmp_path / "results", "alpha", figures, details={"readme_tables": tables})
+
+    args = ["--readme", str(readme), "--results", str(tmp_path / "results")]
+    assert readme_tables.main(args) == 0
+    text = readme.read_text(encoding="utf-8")
+
+    assert "**C = 4,096**" in text
+    assert "| | f1 | recall |" in text
+    assert "| scroll | 0.269 | 0.6 |" in text
+    # A cell the figures lack is shown as missing, never invented.
+    assert "| truncate | 0.227 | – |" in text
+    assert "`c4096_scroll_f1`" not in text
+
+
+def test_a_pivot_table_without_row_and_column_in_its_key_is_refused(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(README, encoding="utf-8")
+    bad = [{"title": "t", "rows": ["a"], "columns": ["b"], "key": "fixed"}]
+    _result(tmp_path / "results", "alpha", {"fixed": 1.0}, details={"readme_tables": bad})
+
+    args = ["--readme", str(readme), "--results", str(tmp_path / "results")]
+    assert readme_tables.main(args) == 2
+    assert "must name {row} and {column}" in capsys.readouterr().err
+    assert readme.read_text(encoding="utf-8") == README

@@ -24,7 +24,7 @@ def drop_rule(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dashboard", "0003_permissions"),
+        ("dashboard", "0004_agent_grants"),
     ]
 
     operations = [

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from ..errors import (
@@ -113,6 +113,7 @@ class Session:
         state: ContextState | None = None,
         run_id: str | None = None,
         profile_source: Callable[[], Profile] | None = None,
+        readable_agents: Iterable[str] | Callable[[str], Iterable[str]] = (),
     ) -> None:
         if not session_id:
             raise ScrollError("a session needs a session_id")
@@ -144,7 +145,11 @@ class Session:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.turn = 0
         self.turn_open = False
-        self.ms = MsCapability(log, agent_id=agent_id, session_id=session_id)
+        # The agent is the tenant: ms reads only its own events, plus agents an operator
+        # granted it (asked at every call when a callable, so a revoke applies at once).
+        self.ms = MsCapability(
+            log, agent_id=agent_id, session_id=session_id, readable_agents=readable_agents
+        )
         # Lets each expand span name the evicted block it read (retrievals per block).
         self.ms.block_resolver = lambda seq: self.state.index.block_for(seq)
         self.digest: NamespaceDigest | None = None

@@ -1,10 +1,13 @@
 """``ms``: the Event Log as the kernel sees it, served by the host.
 
 The kernel never touches the log file. Each ``ms.*`` call travels over the pipe and runs
-here, against ``EventLog``'s read methods and, for ``sql_query``, a separate read-only
-connection (``mode=ro``) whose authorizer allows only SELECT, READ and FUNCTION, with a row
-cap, an explicit truncation flag and a time limit. Scope defaults to the current agent across
-its sessions; search leaves out the active turn. Every call is recorded in ``calls``.
+here. The agent is the tenant: every read goes through ``scoped`` connections that see only
+the session's own agent and the agents an operator granted it (``readable_agents``), so no
+argument, SQL text or forged seq widens it. ``sql_query`` runs on a read-only scoped
+connection whose authorizer allows only SELECT, READ of the scoped views and FUNCTION, with
+a row cap, a byte budget counted while rows are fetched, explicit truncation flags and a time
+limit. Memory spans the agent's sessions; ``scope="session"`` narrows search to the current
+one, and search leaves out the active turn. Every call is recorded in ``calls``.
 """
 
 from __future__ import annotations
@@ -13,13 +16,21 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from ..errors import QueryRefused
-from ..eventlog import Event, EventLog
+from ..errors import AgentNotReadable, QueryRefused
+from ..eventlog import EventLog
+from ..scoped import (
+    FTS_REFUSED,
+    SCOPED_TABLES,
+    ScopedEvent,
+    ScopedReader,
+    open_scoped,
+    scope_agents,
+)
 from ..telemetry import span
 from ..timeutil import parse_ts
 from .protocol import to_wire
@@ -27,6 +38,11 @@ from .protocol import to_wire
 __all__ = ["MsCall", "MsCapability", "QueryRefused"]
 
 DEFAULT_ROW_CAP = 1000
+# What one ms call may hand back, in bytes (text counted in characters): sql_query stops
+# fetching at it, expand shares it between the contents it returns, payloads above it are
+# refused.
+DEFAULT_BYTE_BUDGET = 4 * 1024 * 1024
+SCOPES = ("agent", "session")
 DEFAULT_SQL_TIME_LIMIT_S = 2.0
 MAX_EXPAND = 500
 MAX_SQL_CHARS = 100_000
@@ -43,16 +59,14 @@ SPAN_NAMES = {
 # Calls whose seqs are mapped to the evicted blocks they hit (retrieval counts per block).
 _RESOLVED = frozenset({"expand", "recall_tool"})
 
-_ALLOWED_SQL_ACTIONS = frozenset(
-    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
-)
-_DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
-
 SCHEMA_NOTES = (
-    "events is append-only; seq is the address of every event. created_at is ISO-8601 UTC. "
-    "content may be a bounded preview when payload_ref is set: expand(seq).payload.load() "
-    "returns the full text. events_fts(content, headline) supports MATCH with bm25(). "
-    "sql_query is read-only, capped in rows and time; aggregate in SQL or in the kernel."
+    "events holds this agent's events across all its sessions (and those of agents an "
+    "operator granted it); it is append-only and seq is the address of every event. "
+    "created_at is ISO-8601 UTC. content may be a bounded preview when payload_ref is set: "
+    "expand(seq).payload.load() returns the full text. Full-text search is ms.search(query, "
+    "k, session=, kind=, since=, until=, on=, scope='agent'|'session', agent=): events_fts "
+    "is not open to sql_query. sql_query is read-only, capped in rows, bytes and time "
+    "(truncated_by says which); aggregate in SQL or in the kernel."
 )
 
 
@@ -78,11 +92,20 @@ class MsCapability:
         *,
         agent_id: str = "main",
         session_id: str | None = None,
+        readable_agents: Iterable[str] | Callable[[str], Iterable[str]] = (),
         row_cap: int = DEFAULT_ROW_CAP,
+        byte_budget: int = DEFAULT_BYTE_BUDGET,
         sql_time_limit_s: float = DEFAULT_SQL_TIME_LIMIT_S,
         block_resolver: Callable[[int], Any] | None = None,
     ) -> None:
+        """``readable_agents`` are the other agents this session may read, by an operator's
+        grant: a collection, or a callable asked with ``agent_id`` at every call (the
+        console passes its grant table, so a revoke closes a live session at its next
+        call). Off by default: the session reads its own agent only."""
+        if byte_budget < 1 or row_cap < 1:
+            raise ValueError("row_cap and byte_budget must be at least 1")
         self.log = log
+        self.readable_agents = readable_agents
         # seq -> the evicted block holding it (an IndexBlock, its key, or None); e.g. the
         # session's ``index.block_for``. Used only to say in telemetry which block an
         # expand hit.
@@ -90,10 +113,13 @@ class MsCapability:
         self.agent_id = agent_id
         self.session_id = session_id
         self.row_cap = row_cap
+        self.byte_budget = byte_budget
         self.sql_time_limit_s = sql_time_limit_s
         self.active_from_seq: int | None = None
         self.calls: list[MsCall] = []
         self._db: sqlite3.Connection | None = None
+        self._denial: Any = None
+        self._scoped: ScopedReader | None = None
         self._db_lock = threading.Lock()
 
     # -- host-facing ----------------------------------------------------------------------
@@ -169,9 +195,49 @@ class MsCapability:
 
     def close(self) -> None:
         with self._db_lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            self._drop_connections()
+
+    def _drop_connections(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._scoped is not None:
+            self._scoped.close()
+            self._scoped = None
+
+    def agents(self) -> tuple[str, ...]:
+        """The readable agents now, own agent first. A grant source that fails reads as no
+        grant: the session falls back to its own agent, never to more."""
+        source = self.readable_agents
+        try:
+            granted = list(source(self.agent_id) if callable(source) else source)
+        except Exception:
+            granted = []
+        checked = scope_agents(self.agent_id, granted)  # each id valid, own first, no repeats
+        return (checked[0], *sorted(checked[1:]))
+
+    def _reader(self) -> ScopedReader:
+        """The scoped reader for the current readable set; rebuilt when a grant changes it."""
+        agents = self.agents()
+        with self._db_lock:
+            if self._scoped is None or self._scoped.agents != agents:
+                self._drop_connections()
+                self._scoped = ScopedReader(self.log, agents)
+            return self._scoped
+
+    def _wanted(self, reader: ScopedReader, agent: str | None) -> tuple[str, ...]:
+        """The agents a call narrows to: its own by default, ``'*'`` for every readable one."""
+        readable = reader.agents
+        if agent is None:
+            return readable[:1]
+        if agent == ALL:
+            return readable
+        if not isinstance(agent, str) or agent not in readable:
+            raise AgentNotReadable(
+                f"agent {agent!r} is not readable from this session; readable: "
+                f"{', '.join(readable)} (an operator grants more in the console)"
+            )
+        return (agent,)
 
     def _recorded(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         span_name = SPAN_NAMES.get(name, f"scroll.ms.{name}")
@@ -212,30 +278,51 @@ class MsCapability:
         until: str | None = None,
         on: str | None = None,
         agent: str | None = None,
+        scope: str = "agent",
     ) -> tuple[list[dict[str, Any]], list[int]]:
         if not isinstance(query, str):
             raise TypeError("query must be a str")
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {', '.join(map(repr, SCOPES))}")
+        if session == ALL:
+            session = None
+        if scope == "session":
+            if self.session_id is None:
+                raise ValueError("scope='session' needs a current session")
+            if session is not None and session != self.session_id:
+                raise ValueError(
+                    "scope='session' is the current session; to search another of this "
+                    "agent's sessions pass session=... with scope='agent'"
+                )
+            session = self.session_id
         k = max(0, min(int(k), 200))
         if on is not None:
             day = parse_ts(on).date()
             since, until = day.isoformat(), (day + timedelta(days=1)).isoformat()
-        hits = self.log.search(
+        reader = self._reader()
+        hits = reader.search(
             query,
             k,
-            session_id=None if session in (None, ALL) else session,
-            agent_id=self._agent(agent),
+            agents=self._wanted(reader, agent),
+            session_id=session,
             kind=kind,
             since=since,
             until=until,
             before_seq=self.active_from_seq,
         )
-        return [to_wire(h) for h in hits], [h.seq for h in hits]
+        wire = []
+        for hit in hits:
+            record = to_wire(hit)
+            # Memory spans sessions: each hit says which session and which day it is from.
+            record["fields"]["date"] = hit.created_at[:10]
+            wire.append(record)
+        return wire, [h.seq for h in hits]
 
     def expand(self, lo: int, hi: int | None = None) -> tuple[Any, list[int]]:
         lo = int(lo)
         if hi is None:
-            event = self.log.get(lo)
-            return _event(event), [event.seq]
+            found = self._reader().get(lo, self.byte_budget)
+            return _event(found), [found.event.seq]
         hi = int(hi)
         if hi < lo:
             raise ValueError(f"expand({lo}, {hi}): hi is below lo")
@@ -244,26 +331,29 @@ class MsCapability:
                 f"expand spans at most {MAX_EXPAND} seqs; ask for a smaller range or use "
                 "sql_query to select columns"
             )
-        events = self.log.range(lo, hi)
-        return [_event(e) for e in events], [e.seq for e in events]
+        events = self._reader().range(lo, hi, self.byte_budget)
+        return [_event(e) for e in events], [e.event.seq for e in events]
 
     def recall_tool(self, tool_call_id: str) -> tuple[list[dict[str, Any]], list[int]]:
-        events = self.log.by_tool_call(str(tool_call_id))
-        return [_event(e) for e in events], [e.seq for e in events]
+        events = self._reader().by_tool_call(str(tool_call_id), self.byte_budget)
+        return [_event(e) for e in events], [e.event.seq for e in events]
 
     def sessions(self, *, agent: str | None = None) -> tuple[list[Any], list[int]]:
-        wanted = self._agent(agent)
-        found = [s for s in self.log.sessions() if wanted is None or s.agent_id == wanted]
-        return found, []
+        reader = self._reader()
+        return reader.sessions(self._wanted(reader, agent)), []
 
     def session(
         self, session_id: str, *, after_seq: int = 0, limit: int = 200
     ) -> tuple[dict[str, Any], list[int]]:
-        summary = next((s for s in self.log.sessions() if s.session_id == session_id), None)
+        reader = self._reader()
+        summary = reader.session(str(session_id))
         if summary is None:
             raise LookupError(f"no session {session_id!r}")
-        events = self.log.session_events(
-            session_id, after_seq=int(after_seq), limit=max(1, min(int(limit), MAX_EXPAND))
+        events = reader.session_events(
+            str(session_id),
+            after_seq=int(after_seq),
+            limit=max(1, min(int(limit), MAX_EXPAND)),
+            char_budget=self.byte_budget,
         )
         body = {
             "__scroll__": "record",
@@ -274,7 +364,7 @@ class MsCapability:
                 "events": [_event(e) for e in events],
             },
         }
-        return body, [e.seq for e in events]
+        return body, [e.event.seq for e in events]
 
     def days_between(self, d1: str, d2: str, inclusive: bool = False) -> tuple[int, list[int]]:
         first, second = _day(d1), _day(d2)
@@ -284,17 +374,20 @@ class MsCapability:
         return days, []
 
     def schema(self) -> tuple[dict[str, Any], list[int]]:
-        rows = self._query(
-            "SELECT name, sql FROM sqlite_master WHERE type IN ('table', 'view') "
-            "AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'events_fts_%' "
-            "AND substr(name, 1, 1) != '_' ORDER BY name",
-            (),
-        )[1]
+        reader = self._reader()
         tables: dict[str, dict[str, Any]] = {}
-        for name, create_sql in rows:
+        for name in (view for view in reader.views if view in SCOPED_TABLES):
             columns = self._query(f'SELECT * FROM "{name}" LIMIT 0', ())[0]
-            tables[name] = {"columns": columns, "sql": create_sql}
-        return {"tables": tables, "notes": SCHEMA_NOTES, "row_cap": self.row_cap}, []
+            tables[name] = {"columns": columns, "sql": reader.table_sql(name)}
+        body = {
+            "tables": tables,
+            "notes": SCHEMA_NOTES,
+            "agent": self.agent_id,
+            "readable_agents": list(reader.agents),
+            "row_cap": self.row_cap,
+            "byte_budget": self.byte_budget,
+        }
+        return body, []
 
     def sql_query(self, sql: str, params: Any = None) -> tuple[dict[str, Any], list[int]]:
         if not isinstance(sql, str):
@@ -305,7 +398,9 @@ class MsCapability:
             params = ()
         if not isinstance(params, (list, tuple, dict)):
             raise QueryRefused("params must be a list or a dict")
-        columns, rows, truncated = self._query(sql, params, cap=self.row_cap)
+        if _leading_word(sql) == "explain":
+            raise QueryRefused("EXPLAIN is not allowed in sql_query")
+        columns, rows, truncated_by = self._query(sql, params, cap=self.row_cap)
         seqs: list[int] = []
         if "seq" in columns:
             at = columns.index("seq")
@@ -314,80 +409,116 @@ class MsCapability:
             "columns": columns,
             "rows": [list(r) for r in rows],
             "row_count": len(rows),
-            "truncated": truncated,
+            "truncated": truncated_by is not None,
+            "truncated_by": truncated_by,
             "row_cap": self.row_cap,
+            "byte_budget": self.byte_budget,
         }
         return result, seqs
 
     def _payload(self, seq: int) -> tuple[Any, list[int]]:
-        event = self.log.get(int(seq))
-        handle = event.payload
-        if handle is None:
-            return event.content, [event.seq]
-        return handle.load(), [event.seq]
+        return self._reader().payload(int(seq), self.byte_budget), [int(seq)]
 
     # -- the read-only connection ---------------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._db is None:
-            uri = f"file:{self.log.path.resolve()}?mode=ro"
-            db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA query_only = ON")
-            db.set_authorizer(_authorize)
-            self._db = db
-        return self._db
+    def _connection(self) -> tuple[sqlite3.Connection, Any]:
+        reader = self._reader()
+        with self._db_lock:
+            if self._db is None:
+                self._db, _, self._denial = open_scoped(self.log, reader.agents, model_sql=True)
+                # A text cell longer than the budget can never be returned whole: keep one
+                # character more than the budget (the fetch loop then cuts the row), so the
+                # host never holds a decoded copy of the rest.
+                keep = self.byte_budget + 1
+                self._db.text_factory = lambda raw: raw[:keep].decode("utf-8", "replace")
+            return self._db, self._denial
 
     def _query(
         self, sql: str, params: Any, cap: int | None = None
-    ) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+    ) -> tuple[list[str], list[tuple[Any, ...]], str | None]:
+        """Run model SQL; rows are counted and sized one by one as they are fetched, and
+        fetching stops at the row cap or the byte budget (which one is returned)."""
+        db, denial = self._connection()
         with self._db_lock:
-            db = self._connection()
             deadline = time.monotonic() + self.sql_time_limit_s
             db.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+            denial.message = ""
+            rows: list[tuple[Any, ...]] = []
+            truncated_by: str | None = None
             try:
                 cursor = db.execute(sql, params)
                 columns = [d[0] for d in cursor.description or ()]
-                rows = cursor.fetchmany(cap + 1) if cap is not None else cursor.fetchall()
+                size = 0
+                while True:
+                    row = cursor.fetchone()
+                    if row is None:
+                        break
+                    if cap is not None and len(rows) >= cap:
+                        truncated_by = "rows"
+                        break
+                    size += _row_size(row)
+                    if size > self.byte_budget:
+                        truncated_by = "bytes"
+                        break
+                    rows.append(row)
                 cursor.close()
             except sqlite3.DatabaseError as exc:
                 if time.monotonic() > deadline:
                     raise QueryRefused(
                         f"query stopped at the {self.sql_time_limit_s:g}s time limit"
                     ) from None
+                if "events_fts" in sql.lower():
+                    # Only for the message: the authorizer is what refused it (FTS5 loads
+                    # its table through sqlite_master first, so its denial names that).
+                    raise QueryRefused(FTS_REFUSED) from None
+                if denial.message:  # the authorizer said no during this statement
+                    raise QueryRefused(denial.message) from None
                 if "not authorized" in str(exc) or "readonly" in str(exc):
                     raise QueryRefused(f"read-only: {exc}") from None
+                if "too big" in str(exc):
+                    raise QueryRefused(
+                        f"{exc}: no single value may exceed the sql_query limit; select a "
+                        "part of it with substr()"
+                    ) from None
                 raise QueryRefused(str(exc)) from None
             except sqlite3.Warning as exc:  # e.g. more than one statement
                 raise QueryRefused(str(exc)) from None
             finally:
                 db.set_progress_handler(None, 0)
-        truncated = cap is not None and len(rows) > cap
-        return columns, rows[:cap] if cap is not None else rows, truncated
-
-    def _agent(self, agent: str | None) -> str | None:
-        if agent == ALL:
-            return None
-        return agent or self.agent_id
+        return columns, rows, truncated_by
 
 
-def _authorize(
-    action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
-) -> int:
-    if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and src is None and db == "main":
-        # FTS5's constructor issues this internally while it loads the virtual table; the
-        # connection is mode=ro and query_only, so it cannot write whatever the authorizer says.
-        return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_PRAGMA and arg1 == "data_version" and arg2 is None:
-        return sqlite3.SQLITE_OK
-    if action not in _ALLOWED_SQL_ACTIONS:
-        return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
-        return sqlite3.SQLITE_DENY
-    return sqlite3.SQLITE_OK
+def _row_size(row: tuple[Any, ...]) -> int:
+    """Roughly what a row costs on the wire: text and bytes by length, the rest 8."""
+    return sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
 
 
-def _event(event: Event) -> dict[str, Any]:
+def _leading_word(sql: str) -> str:
+    """The first keyword of ``sql`` after whitespace and comments, lower-cased."""
+    text = sql
+    while True:
+        text = text.lstrip()
+        if text.startswith("--"):
+            text = text.partition("\n")[2]
+        elif text.startswith("/*"):
+            text = text.partition("*/")[2]
+        else:
+            break
+    word = ""
+    for char in text:
+        if not (char.isalnum() or char == "_"):
+            break
+        word += char
+    return word.lower()
+
+
+def _event(scoped: ScopedEvent) -> dict[str, Any]:
+    event = scoped.event
     fields = event.to_dict()
+    if scoped.content_cut:
+        # Cut by the byte budget of the call; substr() in sql_query reads the rest.
+        fields["content_cut"] = True
+        fields["content_chars"] = scoped.content_chars
     payload = None
     if event.payload_ref is not None:
         payload = {

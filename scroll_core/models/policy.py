@@ -10,12 +10,14 @@ of everything around the model:
    key-term group with small k, a date filter when the question names a time, one
    ``ms.expand`` of the best hits' neighbourhood, a print of a compact projection) and run
    it with ``recall_history_python``.
-3. Given the printed projection: find the printed sentence that best matches the question's
-   terms (questions and its own earlier replies are not evidence) and answer short: a date
-   for "when", yes or no, or the clause that follows the question's terms in it; the
-   citation (seq, date, speaker) goes in the headline. Abstain with the exact phrase when
-   no sentence shares enough of the question's specific terms. If the program failed,
-   retry once with one plain search.
+3. Given the printed projection: find the sentence that best matches the question's terms,
+   among what the cells printed and what the messages in its view already show (questions
+   and its own earlier replies are not evidence), and answer short: an ISO date for "when",
+   yes or no, or the clause that follows the question's terms in it; the citation (seq,
+   date, speaker) goes in the headline. Abstain with the abstention phrase it was built
+   with (default ``prompts.ABSTENTION``) when no sentence shares enough of the question's
+   specific terms. If the program failed, retry once with one plain search.
+4. No recall tool (or nothing to search for): answer from the view's messages alone.
 
 Every reply ends with a headline line ``⟦task | status: …; next: … | anchors: …⟧``.
 The rules are plain functions in ``RULES``, tried in order; the first that answers wins.
@@ -34,6 +36,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from .. import headlines
+from ..errors import ConfigError
 from ..ftsquery import STOP_WORDS, query_terms
 from ..index import SEAM_BANNER
 from ..prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, TOOL_NAMES
@@ -60,18 +63,23 @@ BEST_HITS = 3  # hits whose neighbourhood is expanded
 MORE_HITS = 5  # further hits printed as snippets, not expanded
 TEXT_CHARS = 300  # each printed line's text is cut here
 MAX_QUERIES = 4
-# The share of a question's specific terms a printed sentence must share to be evidence; below
-# it the policy abstains. Chosen among 1/3, 1/2, 2/3, 3/4 and 1 on LoCoMo conversations
-# conv-26, conv-30 and conv-41 (answer F1 0.305, 0.306, 0.289, 0.289, 0.292 on their recorded
-# printouts), checked on the other seven (0.246, 0.249, 0.249, 0.251, 0.246: flat, so the
-# choice is not fitted to the three; higher shares abstain on twice as many answerable items).
+# The share of a question's specific terms a sentence must share to be evidence; below it the
+# policy abstains. Half is a round default, fitted to no data set. A bench that scores the
+# model on a data set chooses its own share on that set's dev split and passes it in
+# (``shared_specific``): bench/e2e.py does so for LoCoMo (``--tune``).
 SHARED_SPECIFIC = 0.5
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _EVIDENCE = re.compile(
-    r"^(?P<mark>[*+-])\[(?P<seq>\d+)\] (?P<date>\S+) (?P<who>[^:\n]{1,80}): (?P<text>.*)$",
+    r"^(?P<mark>[*+=-])\[(?P<seq>-?\d+)\] (?P<date>\S+) (?P<who>[^:\n]{1,80}): (?P<text>.*)$",
     re.MULTILINE,
 )
+# A view message line that starts with its time: "[2023-05-08 13:56] Ann: text" (speaker
+# optional), the way many chat transcripts stamp their lines.
+_DATED_LINE = re.compile(
+    r"^\[(?P<date>\d{4}-\d{2}-\d{2})[^\]\n]*\]\s*(?:(?P<who>[A-Z][^:\n]{0,40}): )?(?P<text>.*)$"
+)
+VIEW_MARK = "="  # evidence lines read from the view's messages (no seq: they count back)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
@@ -299,15 +307,18 @@ class Evidence:
     hit: bool
 
 
-def find_evidence(question: Question, printed: str) -> list[Evidence]:
+def find_evidence(
+    question: Question, printed: str, share: float = SHARED_SPECIFIC
+) -> list[Evidence]:
     """Printed sentences relevant to the question, best first (empty: nothing relevant).
 
-    A sentence is relevant when it shares at least ``SHARED_SPECIFIC`` of the question's
+    ``printed`` is evidence lines: what the cells printed and what ``view_evidence`` read off
+    the view. A sentence is relevant when it shares at least ``share`` of the question's
     specific terms. Questions are not evidence, nor are this baseline's own earlier replies
     (lines by ``assistant``: it answers from what was said, not from what it said about it).
     """
     specific = question.specific
-    needed = math.ceil(SHARED_SPECIFIC * len(specific))
+    needed = math.ceil(share * len(specific))
     entities = [e.lower() for e in question.entities]
     found: list[Evidence] = []
     for m in _EVIDENCE.finditer(printed):
@@ -341,9 +352,12 @@ def _mentions(words: set[str], term: str) -> bool:
 
 
 def choose_evidence(evidence: list[Evidence]) -> list[Evidence]:
-    """The best sentence, plus a second from another event when it scores nearly as well."""
+    """The best sentence, plus a second from another event when it scores nearly as well.
+    A sentence the cells printed and the view shows too counts once, as printed."""
     if not evidence:
         return []
+    printed = {e.sentence for e in evidence if e.seq > 0}
+    evidence = [e for e in evidence if e.seq > 0 or e.sentence not in printed]
     best = evidence[0]
     for other in evidence[1:]:
         if other.seq != best.seq and other.score >= best.score - 1:
@@ -351,16 +365,16 @@ def choose_evidence(evidence: list[Evidence]) -> list[Evidence]:
     return [best]
 
 
-def compose_answer(question: Question, chosen: list[Evidence]) -> str:
+def compose_answer(question: Question, chosen: list[Evidence], abstention: str = ABSTENTION) -> str:
     """A short answer from the best evidence, or the exact abstention phrase.
 
     The citation (seq, date, speaker) goes in the headline (``cite``), so the answer itself
-    is only what was asked: a date for "when", yes or no for a yes/no question, otherwise the
-    words of the best sentence that follow the question's terms in it (the sentences whole
-    when they are a tool's output or the question asks two things).
+    is only what was asked: an ISO date for "when", yes or no for a yes/no question,
+    otherwise the words of the best sentence that follow the question's terms in it (the
+    sentences whole when they are a tool's output or the question asks two things).
     """
     if not chosen:
-        return ABSTENTION
+        return abstention
     best = chosen[0]
     asks = question.text.lower()
     if best.who in TOOL_NAMES or _TWO_ASKS.search(asks):
@@ -375,8 +389,11 @@ def compose_answer(question: Question, chosen: list[Evidence]) -> str:
 
 
 def cite(chosen: list[Evidence]) -> str:
-    """Where the answer comes from, for the headline: ``seq N (date, speaker)``."""
-    return "; ".join(f"seq {e.seq} ({e.date}, {e.who})" for e in chosen)
+    """Where the answer comes from, for the headline: ``seq N (date, speaker)``, or ``view``
+    for a sentence read off the view's messages."""
+    return "; ".join(
+        f"{f'seq {e.seq}' if e.seq > 0 else 'view'} ({e.date}, {e.who})" for e in chosen
+    )
 
 
 _TWO_ASKS = re.compile(r",? and (?:who|what|which|when|where|how)\b")
@@ -401,31 +418,37 @@ NAME_ASKED = re.compile(r"^who\b|\bname\b|\bcalled\b", re.IGNORECASE)
 
 
 def when_phrase(sentence: str, day: str) -> str:
-    """The time the sentence names, in LoCoMo's style, anchored on the day it was said."""
+    """The time the sentence names, as ISO 8601 (a day, a month ``YYYY-MM`` or a year),
+    anchored on the day it was said; a relative time is resolved against that day."""
     try:
         said = date.fromisoformat(day[:10])
     except ValueError:
-        return day
-    stamp = f"{said.day} {calendar.month_name[said.month]} {said.year}"
+        named = _named_time(sentence)
+        return named if named is not None else sentence
     found = _RELATIVE.search(sentence)
     if found is not None:
         if found[1]:
-            before = said - timedelta(days=1)
-            return f"{before.day} {calendar.month_name[before.month]} {before.year}"
+            return (said - timedelta(days=1)).isoformat()
         unit = (found[2] or "").lower()
         if unit == "year":
             return str(said.year - 1)
         if unit == "month":
             previous = said.replace(day=1) - timedelta(days=1)
-            return f"{calendar.month_name[previous.month]} {previous.year}"
+            return f"{previous.year}-{previous.month:02d}"
         if unit:
-            return f"the {unit} before {stamp}"
-        return f"{found[3]} {found[4]} ago, before {stamp}"
-    for pattern in (_MONTH_YEAR, _YEAR):
-        named = pattern.search(sentence)
-        if named is not None:
-            return named.group(0)
-    return stamp
+            return f"the {unit} before {said.isoformat()}"
+        return f"{found[3]} {found[4]} ago, before {said.isoformat()}"
+    named = _named_time(sentence)
+    return named if named is not None else said.isoformat()
+
+
+def _named_time(sentence: str) -> str | None:
+    """A month or a year the sentence names, as ISO 8601, or None."""
+    month = _MONTH_YEAR.search(sentence)
+    if month is not None:
+        return f"{int(month[2])}-{_MONTHS[month[1].lower()]:02d}"
+    year = _YEAR.search(sentence)
+    return year.group(0) if year is not None else None
 
 
 def answer_phrase(question: Question, sentence: str) -> str:
@@ -491,6 +514,46 @@ def live_request(text: str) -> str:
     return text.strip()
 
 
+def view_evidence(messages: list[dict[str, Any]], request: int) -> str:
+    """What the view shows before the live request (``messages[request]``), as evidence lines.
+
+    Earlier tool output keeps its own lines (and their seqs). Every other line of a user or
+    tool message becomes one line in the printed-evidence form with mark ``=`` and a negative
+    seq counting back from the request (the newest is -1, so among equals the newer wins).
+    Its date is the line's leading ``[YYYY-MM-DD …]`` stamp when it has one (``-``
+    otherwise); its speaker is the stamp's ``Name:`` or the message's ``name`` or role. Not
+    evidence: the system prompt, the model's own replies, and the archive in front of the
+    live conversation (the index of its own headlines and its kernel variables' digest).
+    """
+    kept: list[tuple[str, str, str]] = []
+    printouts: list[str] = []
+    for message in messages[:request]:
+        role = str(message.get("role") or "")
+        if role in ("system", "assistant"):
+            continue
+        text = message_text(message)
+        if SEAM_BANNER in text or text.startswith(DIGEST_HEADER):
+            text = live_request(text)
+        if role == "tool":
+            printouts += [line for line in text.splitlines() if _EVIDENCE.match(line)]
+            text = "\n".join(line for line in text.splitlines() if not _EVIDENCE.match(line))
+        who = str(message.get("name") or role)
+        for raw in text.splitlines():
+            line = raw.strip()
+            if not line:
+                continue
+            dated = _DATED_LINE.match(line)
+            if dated is not None:
+                kept.append((dated["date"], (dated["who"] or who).strip(), dated["text"]))
+            else:
+                kept.append(("-", who, line))
+    lines = [
+        f"{VIEW_MARK}[{i - len(kept)}] {day} {who}: {text}"
+        for i, (day, who, text) in enumerate(kept)
+    ]
+    return "\n".join([*printouts, *lines])
+
+
 @dataclass
 class Turn:
     """The live turn as the policy sees it: the latest user message and what followed."""
@@ -500,6 +563,9 @@ class Turn:
     user_text: str = ""
     calls: list[ToolCall] = field(default_factory=list)  # tool calls made since the user spoke
     results: dict[str, str] = field(default_factory=dict)  # tool_call_id -> tool output
+    view: str = ""  # what the view showed before the request, as evidence lines
+    abstention: str = ABSTENTION
+    shared: float = SHARED_SPECIFIC
 
     @classmethod
     def read(cls, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
@@ -515,6 +581,7 @@ class Turn:
         if start is None:
             return turn
         turn.user_text = live_request(message_text(messages[start]))
+        turn.view = view_evidence(messages, start)
         for message in messages[start + 1 :]:
             if message.get("role") == "assistant":
                 for raw in message.get("tool_calls") or []:
@@ -651,22 +718,37 @@ def retry_after_failure(turn: Turn) -> Action | None:
 
 
 def answer_from_output(turn: Turn) -> Action | None:
-    """Answer from what the recall cells printed, or abstain."""
+    """Answer from what the recall cells printed and what the view shows, or abstain."""
     if not turn.calls or any(c.id not in turn.results for c in turn.calls):
         return None
+    return _answer(turn, [turn.results[c.id] for c in turn.calls])
+
+
+def answer_from_view(turn: Turn) -> Action | None:
+    """No recall tool, or nothing to search for: answer from the view's messages alone."""
+    if turn.calls or not turn.user_text:
+        return None
+    return _answer(turn, [])
+
+
+def _answer(turn: Turn, printed: list[str]) -> Action:
     question = analyse_question(turn.user_text)
-    printed = "\n".join(turn.results[c.id] for c in turn.calls)
-    evidence = choose_evidence(find_evidence(question, printed))
-    text = compose_answer(question, evidence)
+    lines = "\n".join([*printed, turn.view])
+    evidence = choose_evidence(find_evidence(question, lines, turn.shared))
+    text = compose_answer(question, evidence, turn.abstention)
     status = "answered from " + cite(evidence) if evidence else "abstained, nothing relevant"
-    anchors = [*(f"seq {e.seq}" for e in evidence), *question.entities, *question.terms]
+    anchors = [
+        *(f"seq {e.seq}" for e in evidence if e.seq > 0),
+        *question.entities,
+        *question.terms,
+    ]
     return Action(text, format_headline(_task(question), status, "await the next request", anchors))
 
 
 def abstain(turn: Turn) -> Action:
-    """Nothing to search for, or no tool to search with."""
+    """No request to answer."""
     return Action(
-        ABSTENTION,
+        turn.abstention,
         format_headline(
             _task(analyse_question(turn.user_text)) if turn.user_text else "no request",
             "abstained, no searchable terms or no recall tool",
@@ -682,6 +764,7 @@ RULES: tuple[Rule, ...] = (
     recall_first,
     retry_after_failure,
     answer_from_output,
+    answer_from_view,
 )
 
 
@@ -761,11 +844,19 @@ class PolicyModel:
         rules: tuple[Rule, ...] = RULES,
         token_counter: TokenCounter | None = None,
         task_code: bool = True,
+        abstention: str = ABSTENTION,
+        shared_specific: float = SHARED_SPECIFIC,
     ) -> None:
+        if not abstention.strip():
+            raise ConfigError("the abstention phrase must not be empty")
+        if not 0.0 < shared_specific <= 1.0:
+            raise ConfigError(f"shared_specific must be in (0, 1], got {shared_specific!r}")
         self.name = POLICY_NAME
         self.context_size = context_size
         self.rules = rules if task_code else (decline_task_code, *rules)
         self.task_code = task_code
+        self.abstention = abstention
+        self.shared_specific = shared_specific
         self._tokens = token_counter or CharRatioCounter()
 
     def __repr__(self) -> str:
@@ -773,6 +864,7 @@ class PolicyModel:
 
     def decide(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Action:
         turn = Turn.read(messages, tools)
+        turn.abstention, turn.shared = self.abstention, self.shared_specific
         for rule in self.rules:
             action = rule(turn)
             if action is not None:

@@ -20,7 +20,7 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_GET
 
 from dashboard import live
-from dashboard.cost import agent_cost, call_costs
+from dashboard.cost import call_costs
 from dashboard.inforce import Recorded, load_recorded
 from dashboard.inspector_links import call_url_for_span
 from dashboard.models import CompressEvent, SpanRecord
@@ -149,7 +149,6 @@ def session_call(request: HttpRequest, session_id: str, call: int) -> HttpRespon
         "next": call + 1 if call + 1 < window.calls else None,
         "span": span,
         "cost": cost,
-        "agent_cost": agent_cost(trace.events[0].agent_id if trace.events else ""),
         "compress": next(
             (
                 p

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
+
 from dashboard.eventlog import get_event_log
 from dashboard.inforce import load_recorded
 from dashboard.models import CompressEvent, ModelPrice, ProfileChange
@@ -155,6 +157,7 @@ def session_cost(session_id: str) -> SessionCost:
     if summary is None:
         return out
     key = (
+        str(settings.SCROLL_EVENTLOG_PATH),  # another log (a test's, a data folder) is another key
         session_id,
         summary.last_seq,
         CompressEvent.objects.filter(session_id=session_id).count(),
@@ -195,7 +198,7 @@ def agent_cost(agent_id: str) -> tuple[Decimal | None, int, str]:
 
 @functools.lru_cache(maxsize=64)
 def _tokens(
-    session_id: str, last_seq: int, _rows: int, _changes: int
+    _log: str, session_id: str, last_seq: int, _rows: int, _changes: int
 ) -> tuple[tuple[CallCost, ...], tuple[SpanArithmetic, ...]]:
     """Token figures of a session, cached until it grows, compresses or a profile changes."""
     recorded = load_recorded(session_id)

@@ -148,7 +148,7 @@ def test_the_runs_page_says_why_a_run_did_not_start(
         )
     finally:
         runner.shutdown()
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "Not started" in response.content.decode()
     assert "SCROLL_SANDBOX_FALLBACK=process" in response.content.decode()
     assert RunRecord.objects.count() == 0

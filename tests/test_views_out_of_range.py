@@ -64,7 +64,7 @@ def test_a_run_naming_no_profile_is_404_and_starts_nothing(staff_client, console
 
 def test_a_run_naming_no_profile_at_all_still_asks_for_one(staff_client, console_log):
     response = staff_client.post("/runs/", {"task": "say hi", "profile": ""}, follow=True)
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "A run needs a task and a profile." in response.content.decode()
     assert TuningProfile.objects.filter(pk=0).count() == 0
 

@@ -151,9 +151,16 @@ def test_a_run_may_continue_a_known_agent_but_not_an_unknown_one(operator, runne
     }
 
 
-@pytest.mark.parametrize("profile", ["abc", "-1", "99999", "", "9" * 30, "١٢"])
-def test_a_bad_profile_id_is_a_clear_400_not_a_500(operator, runner, profile):
+@pytest.mark.parametrize("profile", ["abc", "-1", "99999", "9" * 30, "١٢"])
+def test_a_profile_id_that_names_no_profile_is_a_404_not_a_500(operator, runner, profile):
     response = operator.post(reverse("runs"), {"task": CELL, "profile": profile})
+
+    assert response.status_code == 404
+    assert not RunRecord.objects.exists()
+
+
+def test_a_run_without_a_profile_is_a_clear_400(operator, runner):
+    response = operator.post(reverse("runs"), {"task": CELL, "profile": ""})
 
     assert response.status_code == 400
     assert "A run needs a task and a profile." in response.content.decode()

@@ -161,13 +161,6 @@ def replay_page(request: HttpRequest) -> HttpResponse:
         knobs=knobs,
         knob_rows=_knob_rows(knobs),
     )
-    if not recorded.trace.calls:
-        context["error"] = (
-            f"Nothing to replay: {session_id} has no model calls (no assistant turns in the "
-            "Event Log), so there is no view to rebuild. Replay needs a session with calls: "
-            "one the console ran, or an import that includes assistant turns."
-        )
-        return render(request, "dashboard/replay.html", context)
     try:
         profile = Profile.from_mapping(knobs)
     except ConfigError as exc:
@@ -187,6 +180,13 @@ def replay_page(request: HttpRequest) -> HttpResponse:
         row.save()
         messages.success(request, f"saved profile {row.name!r}")
         return redirect(f"{reverse('replay')}?session={session_id}&policy={context['policy']}")
+    if not recorded.trace.calls:
+        context["error"] = (
+            f"Nothing to replay: {session_id} has no model calls (no assistant turns in the "
+            "Event Log), so there is no view to rebuild. Replay needs a session with calls: "
+            "one the console ran, or an import that includes assistant turns."
+        )
+        return render(request, "dashboard/replay.html", context)
     policy = cast(Policy, context["policy"] if context["policy"] in POLICIES else "scroll")
     trace = recorded.trace
     trace.notes.extend(recorded.notes)

@@ -283,13 +283,14 @@ README_COLUMNS = (
 def readme_tables(windows: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """One arm-by-figure table per window and split, read from ``flat_figures`` keys."""
     tables = []
-    for size, splits in windows.items():
+    for size in sorted(windows, key=int):
+        splits = windows[size]
         for split in ("test", "dev"):
             if split in splits:
                 tables.append(
                     {
                         "title": f"C = {int(size):,}, {split} split",
-                        "rows": [arm.replace("-", "_") for arm in splits[split]],
+                        "rows": [arm.replace("-", "_") for arm in ARMS if arm in splits[split]],
                         "columns": list(README_COLUMNS),
                         "key": f"c{size}_{split}_{{row}}_{{column}}",
                     }

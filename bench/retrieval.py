@@ -1,162 +1,393 @@
-"""Evidence retrieval on LoCoMo through ``EventLog.search``, model-free.
+"""Evidence retrieval on LoCoMo: Scroll's search against the data set's own plain baseline.
 
-    python bench/retrieval.py --dataset locomo --json
+    python bench/retrieval.py --json      # every row, test split headline, dev beside it
+    python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
 
-Ingests ``../shared/data/locomo/locomo10.json`` through the importer, then for every QA item
-with resolvable evidence asks ``EventLog.search(question, k=10)`` within its conversation.
-A hit counts for its own seq only. Reports evidence recall@1/5/10 (share of an item's
-evidence turns in the top k, averaged over items) and any-evidence hit@10, overall and by
-category. ``variants`` repeats the measurement for each retrieval change in the same run,
-so what each one bought is measured rather than remembered.
+Model-free. The plain baseline is the data set's (``bench/_locomo_baseline.py`` states its
+rules): "Speaker: text" plus the image caption, one FTS5 table per conversation, question
+terms OR-ed after stop-word removal, bm25. Its all-items figures are printed beside the
+published ones with the difference.
+
+Scroll's rows run the real ``EventLog.search`` over a log built by the real LoCoMo
+importer (each conversation one session; the importer keeps captions as metadata, so
+Scroll's search does not see them). "per conversation" narrows the search to the
+question's session, as a model program would; "global" searches the whole log, where a
+hit in another conversation is a miss. Every row is measured in this run on the same
+items; each gain is against the plain baseline of the same scope.
+
+A hit counts for its own turn only. Figures: evidence recall@k (share of an item's
+evidence turns in the top k, averaged over items) and hit@10 (any evidence turn in the
+top 10), for the test split (headline), the dev split (where the constants were chosen)
+and all items, overall and per category. No timing is reported, so the output does not
+depend on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
-import sqlite3
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from _common import SHARED_DATA, emit
 
-from scroll_core import EventLog
-from scroll_core.ftsquery import match_expression, query_terms
+from bench._locomo_baseline import (
+    Item,
+    TurnKey,
+    global_index,
+    load_items,
+    load_samples,
+    per_conversation_indexes,
+)
+from bench._locomo_split import DEV, TEST, split_of
+from bench._retrieval_tune import GRID, tune_on_dev
+from scroll_core import EventLog, SearchTuning
 from scroll_core.ingest import ingest
-from scroll_core.search import SearchTuning
 
-CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop", 5: "adversarial"}
-_DIA_ID = re.compile(r"D\d+:\d+")
+# ../shared/data/README.md, measured on the whole data set.
+PUBLISHED_PLAIN = {"recall_at_5": 0.547, "recall_at_10": 0.631, "hit_at_10": 0.683}
+BASELINE_TOLERANCE = 0.01
+METRICS = ("recall_at_1", "recall_at_5", "recall_at_10", "hit_at_10")
+SPLITS = ("test", "dev", "all")
+HEADLINE_ROW = "scroll_search"
 
-Search = Callable[[str, str, int], list[int]]
-
-
-def evidence_ids(raw: list[str]) -> list[str]:
-    """Dialog ids of an item; LoCoMo has a few ids joined by ';' or spaces."""
-    found: list[str] = []
-    for item in raw:
-        found.extend(_DIA_ID.findall(item))
-    return list(dict.fromkeys(found))
+Search = Callable[[Item, int], list[TurnKey]]
+Row = tuple[float, float, float, float]
 
 
-def load_items(path: Path, seq_of: dict[tuple[str, str], int]) -> tuple[list[dict[str, Any]], int]:
-    items, unresolved = [], 0
-    for sample in json.loads(path.read_text()):
-        session = f"locomo:{sample['sample_id']}"
-        for qa in sample["qa"]:
-            ids = evidence_ids(qa.get("evidence") or [])
-            seqs = [seq_of[(session, d)] for d in ids if (session, d) in seq_of]
-            unresolved += len(ids) - len(seqs)
-            if seqs:
-                items.append(
-                    {
-                        "session": session,
-                        "question": qa["question"],
-                        "evidence": set(seqs),
-                        "category": CATEGORIES.get(qa.get("category"), "unknown"),
-                    }
-                )
-    return items, unresolved
-
-
-def score(items: list[dict[str, Any]], search: Search) -> dict[str, Any]:
-    per_cat: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
+def score_rows(items: Sequence[Item], search: Search) -> list[Row]:
+    """Per item: recall@1, @5, @10 and hit@10."""
+    rows: list[Row] = []
     for item in items:
-        top = search(item["question"], item["session"], 10)
-        evidence = item["evidence"]
-        recalls = [len(evidence & set(top[:k])) / len(evidence) for k in (1, 5, 10)]
-        row = (*recalls, 1.0 if evidence & set(top[:10]) else 0.0)
-        per_cat["all"].append(row)
-        per_cat[item["category"]].append(row)
-
-    def summary(rows: list[tuple[float, ...]]) -> dict[str, Any]:
-        cols = list(zip(*rows, strict=True))
-        names = ("recall_at_1", "recall_at_5", "recall_at_10", "hit_at_10")
-        out: dict[str, Any] = {
-            n: round(sum(c) / len(c), 4) for n, c in zip(names, cols, strict=True)
-        }
-        out["items"] = len(rows)
-        return out
-
-    result = summary(per_cat.pop("all"))
-    result["by_category"] = {cat: summary(rows) for cat, rows in sorted(per_cat.items())}
-    return result
+        top = search(item, 10)
+        found = [len(item.evidence & set(top[:k])) / len(item.evidence) for k in (1, 5, 10)]
+        rows.append((found[0], found[1], found[2], 1.0 if item.evidence & set(top) else 0.0))
+    return rows
 
 
-def plain_fts5(db: sqlite3.Connection) -> Search:
-    """The published reference point: BM25 over single turns' content, terms OR-ed after
-    stop-word removal, nothing else."""
-
-    def search(question: str, session: str, k: int) -> list[int]:
-        terms = query_terms(question)
-        if not terms:
-            return []
-        sql = (
-            "SELECT f.rowid FROM events_fts f JOIN events e ON e.seq = f.rowid "
-            "WHERE events_fts MATCH ? AND e.session_id = ? ORDER BY bm25(events_fts), f.rowid "
-            "LIMIT ?"
-        )
-        match = "{content} : (" + match_expression(terms) + ")"
-        return [r[0] for r in db.execute(sql, (match, session, k))]
-
-    return search
+def _mean(rows: Sequence[Row]) -> dict[str, Any]:
+    if not rows:
+        return {name: None for name in METRICS} | {"items": 0}
+    columns = list(zip(*rows, strict=True))
+    out: dict[str, Any] = {
+        name: round(sum(col) / len(col), 4) for name, col in zip(METRICS, columns, strict=True)
+    }
+    out["items"] = len(rows)
+    return out
 
 
-def scroll_search(log: EventLog, tuning: SearchTuning) -> Search:
-    def search(question: str, session: str, k: int) -> list[int]:
-        log.search_tuning = tuning
-        return [h.seq for h in log.search(question, k, session_id=session)]
+def summarise(items: Sequence[Item], rows: Sequence[Row]) -> dict[str, Any]:
+    """Means per split ("test", "dev", "all"), each overall and per category."""
+    grouped: dict[str, dict[str, list[Row]]] = {s: defaultdict(list) for s in SPLITS}
+    for item, row in zip(items, rows, strict=True):
+        for split in (split_of(item.conversation), "all"):
+            grouped[split]["overall"].append(row)
+            grouped[split][item.category].append(row)
+    out: dict[str, Any] = {}
+    for split in SPLITS:
+        groups = grouped[split]
+        summary = _mean(groups.pop("overall", []))
+        summary["by_category"] = {cat: _mean(r) for cat, r in sorted(groups.items())}
+        out[split] = summary
+    return out
 
-    return search
 
-
-def variants() -> dict[str, SearchTuning]:
-    """Each retrieval change on its own, in the order they were added."""
-    default = SearchTuning()
+def gain(row: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """``row`` minus ``baseline`` per split and metric (overall only)."""
     return {
-        # The speaker's name indexed but worth nothing as a match: only bm25's statistics move.
-        "name_indexed": replace(default, rank_weights=(1.0, 2.0, 0.0), neighbour_weights=()),
-        "name_weighted": replace(default, neighbour_weights=()),
-        "neighbours_1": replace(default, neighbour_weights=default.neighbour_weights[:1]),
-        "scroll_search": default,
+        split: {m: round(row[split][m] - baseline[split][m], 4) for m in METRICS}
+        for split in SPLITS
     }
 
 
-def headline(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if k != "by_category"}
+def scroll_search(log: EventLog, keys: dict[int, TurnKey], *, narrow: bool) -> Search:
+    def search(item: Item, k: int) -> list[TurnKey]:
+        session = f"locomo:{item.conversation}" if narrow else None
+        return [keys[h.seq] for h in log.search(item.question, k, session_id=session)]
+
+    return search
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def scroll_variants() -> dict[str, tuple[str, SearchTuning]]:
+    """Scroll's search with each of its ranking signals added in turn, today's constants."""
+    default = SearchTuning()
+    content, headline, _ = default.rank_weights
+    first = default.neighbour_weights[:1]
+    return {
+        "name_indexed": (
+            "speaker name indexed, weight 0, no neighbours",
+            replace(default, rank_weights=(content, headline, 0.0), neighbour_weights=()),
+        ),
+        "name_weighted": (
+            f"+ name weight {default.rank_weights[2]}",
+            replace(default, neighbour_weights=()),
+        ),
+        "neighbours_1": (
+            f"+ turns ±1 at {first[0] if first else 0}",
+            replace(default, neighbour_weights=first),
+        ),
+        HEADLINE_ROW: ("Scroll's search as shipped", default),
+    }
+
+
+def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
+    return {
+        "rank_weights_content_headline_name": list(tuning.rank_weights),
+        "neighbour_weights": list(tuning.neighbour_weights),
+        "candidates": tuning.candidates,
+    }
+
+
+class Bench:
+    """The data, the plain indexes and a Scroll Event Log built by the importer."""
+
+    def __init__(self, data: Path, workdir: Path) -> None:
+        self.samples = load_samples(data)
+        self.items, self.counts = load_items(self.samples)
+        self.log = EventLog(workdir / "eventlog.sqlite3")
+        ingest(self.log, "locomo", data, progress=False)
+        self.keys: dict[int, TurnKey] = {}
+        for summary in self.log.sessions():
+            for event in self.log.session_events(summary.session_id, limit=None):
+                meta = event.metadata
+                self.keys[event.seq] = (meta["sample_id"], meta["dia_id"])
+
+    def measure(self, tuning: SearchTuning, items: Sequence[Item]) -> dict[str, float]:
+        self.log.search_tuning = tuning
+        result = _mean(score_rows(items, scroll_search(self.log, self.keys, narrow=True)))
+        return {m: float(result[m]) for m in METRICS}
+
+    def rows(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+
+        def plain(name: str, description: str, scope: str, captions: bool) -> None:
+            if scope == "conversation":
+                indexes = per_conversation_indexes(self.samples, captions=captions)
+                search: Search = lambda i, k: indexes[i.conversation].search(i.question, k)  # noqa: E731
+            else:
+                one = global_index(self.samples, captions=captions)
+                indexes = {"all": one}
+                search = lambda i, k: one.search(i.question, k)  # noqa: E731
+            rows = score_rows(self.items, search)
+            for index in indexes.values():
+                index.close()
+            out[name] = {"description": description, "scope": scope, **summarise(self.items, rows)}
+
+        def scroll(name: str, description: str, tuning: SearchTuning, narrow: bool) -> None:
+            self.log.search_tuning = tuning
+            rows = score_rows(self.items, scroll_search(self.log, self.keys, narrow=narrow))
+            out[name] = {
+                "description": description,
+                "scope": "conversation" if narrow else "global",
+                "tuning": describe_tuning(tuning),
+                **summarise(self.items, rows),
+            }
+
+        plain("plain_bm25", "data set's baseline: Speaker: text + caption", "conversation", True)
+        plain("plain_bm25_no_caption", "the same without captions", "conversation", False)
+        plain("plain_bm25_global", "data set's baseline, one table for all ten", "global", True)
+        for name, (description, tuning) in scroll_variants().items():
+            scroll(name, description, tuning, narrow=True)
+        scroll(
+            f"{HEADLINE_ROW}_global", "Scroll's search over the whole log", SearchTuning(), False
+        )
+        # Each row against the plain baseline of its own scope; the global plain row shows
+        # what searching all ten conversations costs the baseline itself.
+        for name, row in out.items():
+            base = "plain_bm25_global" if row["scope"] == "global" else "plain_bm25"
+            if name == base:
+                base = "plain_bm25" if name == "plain_bm25_global" else ""
+            if base:
+                row["gain_vs"] = base
+                row["gain"] = gain(row, out[base])
+        return out
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def baseline_check(plain: dict[str, Any]) -> dict[str, Any]:
+    measured = {m: plain["all"][m] for m in PUBLISHED_PLAIN}
+    difference = {m: round(measured[m] - PUBLISHED_PLAIN[m], 4) for m in PUBLISHED_PLAIN}
+    return {
+        "published": PUBLISHED_PLAIN,
+        "measured_all_items": measured,
+        "difference": difference,
+        "within_tolerance": all(abs(d) <= BASELINE_TOLERANCE for d in difference.values()),
+        "tolerance": BASELINE_TOLERANCE,
+    }
+
+
+def figures(rows: dict[str, dict[str, Any]], check: dict[str, Any]) -> dict[str, float]:
+    """The flat headline numbers the README tables are generated from."""
+    flat: dict[str, float] = {}
+    for metric, value in check["published"].items():
+        flat[f"published_plain_{metric}"] = value
+        flat[f"plain_all_{metric}"] = check["measured_all_items"][metric]
+        flat[f"plain_all_minus_published_{metric}"] = check["difference"][metric]
+    shown = {
+        "plain": rows["plain_bm25"],
+        "plain_global": rows["plain_bm25_global"],
+        "scroll": rows[HEADLINE_ROW],
+        "scroll_global": rows[f"{HEADLINE_ROW}_global"],
+    }
+    for label, row in shown.items():
+        for split in ("test", "dev"):
+            for metric in METRICS:
+                flat[f"{label}_{split}_{metric}"] = row[split][metric]
+            if label.startswith("scroll"):
+                for metric in METRICS:
+                    flat[f"{label}_{split}_gain_{metric}"] = row["gain"][split][metric]
+            for cat, summary in row[split]["by_category"].items():
+                for metric in ("recall_at_5", "recall_at_10"):
+                    flat[f"{label}_{split}_{metric}_{cat}"] = summary[metric]
+    for name, row in rows.items():
+        for split in ("test", "dev"):
+            for metric in ("recall_at_5", "recall_at_10", "hit_at_10"):
+                flat[f"variant_{name}_{split}_{metric}"] = row[split][metric]
+    return {k: float(v) for k, v in sorted(flat.items())}
+
+
+def readme_tables(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """How the README lays out the figures: every cell is a key of ``figures``."""
+    metrics = ["recall_at_1", "recall_at_5", "recall_at_10", "hit_at_10"]
+    categories = ["single_hop", "temporal", "multi_hop", "open_domain", "adversarial"]
+    return [
+        {
+            "title": "Plain baseline, all items, against the published figures",
+            "rows": ["published_plain", "plain_all", "plain_all_minus_published"],
+            "columns": metrics[1:],
+            "key": "{row}_{column}",
+        },
+        {
+            "title": "Scroll's search per conversation and global against the plain baseline "
+            "of the same scope (test split is the headline; dev beside it)",
+            "rows": [
+                f"{label}_{split}{gain}"
+                for split in ("test", "dev")
+                for scope in ("", "_global")
+                for label, gain in (
+                    (f"plain{scope}", ""),
+                    (f"scroll{scope}", ""),
+                    (f"scroll{scope}", "_gain"),
+                )
+            ],
+            "columns": metrics,
+            "key": "{row}_{column}",
+        },
+        {
+            "title": "Every variant, measured in the same run",
+            "rows": list(rows),
+            "columns": [f"{split}_{m}" for split in ("test", "dev") for m in metrics[1:]],
+            "key": "variant_{row}_{column}",
+        },
+        {
+            "title": "By category (recall@5, recall@10)",
+            "rows": ["plain_test", "scroll_test", "plain_dev", "scroll_dev"],
+            "columns": [f"{m}_{c}" for c in categories for m in ("recall_at_5", "recall_at_10")],
+            "key": "{row}_{column}",
+        },
+    ]
+
+
+def report(bench: Bench) -> dict[str, Any]:
+    rows = bench.rows()
+    check = baseline_check(rows["plain_bm25"])
+    splits = [split_of(i.conversation) for i in bench.items]
+    return {
+        "figures": figures(rows, check),
+        "baseline_check": check,
+        "split": {
+            "dev": list(DEV),
+            "test": list(TEST),
+            "items": {"dev": splits.count("dev"), "test": splits.count("test")},
+            "rule": "file order: even positions dev, odd positions test (bench/_locomo_split.py)",
+        },
+        "items": {**bench.counts, "scored": len(bench.items)},
+        "search_tuning": describe_tuning(SearchTuning()),
+        "headline_row": HEADLINE_ROW,
+        "rows": rows,
+        "readme_tables": readme_tables(rows),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    check = result["baseline_check"]
+    print("plain baseline, all items vs published (data README):")
+    for metric, value in check["published"].items():
+        measured = check["measured_all_items"][metric]
+        print(f"  {metric:<13} {measured:.4f}  published {value:.3f}  diff {measured - value:+.4f}")
+    print(f"  within {check['tolerance']}: {check['within_tolerance']}")
+    print(f"split: dev {result['split']['dev']}  test {result['split']['test']}")
+    print(f"{'row':<24}{'scope':<14}" + "".join(f"{s + ' r@5':>11}{'gain':>8}" for s in SPLITS))
+    for name, row in result["rows"].items():
+        cells = ""
+        for split in SPLITS:
+            delta = row.get("gain", {}).get(split, {}).get("recall_at_5")
+            cells += f"{row[split]['recall_at_5']:>11.4f}" + (
+                f"{delta:>+8.4f}" if delta is not None else f"{'':>8}"
+            )
+        print(f"{name:<24}{row['scope']:<14}{cells}")
+
+
+def run_tune(bench: Bench, as_json: bool) -> None:
+    choice = tune_on_dev(bench.items, bench.measure)
+    current = SearchTuning()
+    out = {
+        "objective": "mean evidence recall@5 on the dev split (ties: recall@10, hit@10, today)",
+        "dev": list(DEV),
+        "dev_items": choice.dev_items,
+        "grid": {k: list(v) for k, v in GRID.items()},
+        "current": describe_tuning(current),
+        "chosen": describe_tuning(choice.tuning),
+        "chosen_dev_scores": choice.objective,
+        "changed": choice.tuning != current,
+        "trials": choice.trials,
+        "figures": {
+            "chosen_name_weight": float(choice.tuning.rank_weights[2]),
+            "chosen_candidates": float(choice.tuning.candidates),
+            **{
+                f"chosen_neighbour_weight_{d}": float(w)
+                for d, w in enumerate(choice.tuning.neighbour_weights, start=1)
+            },
+            **{f"dev_{m}": float(v) for m, v in choice.objective.items()},
+        },
+    }
+    if as_json:
+        emit(out, True)
+        return
+    print(f"tuned on dev {list(DEV)} ({choice.dev_items} items), {len(choice.trials)} trials")
+    print(f"current {out['current']}")
+    print(f"chosen  {out['chosen']}  dev {choice.objective}")
+    print("constants unchanged" if not out["changed"] else "differs: update scroll_core/search.py")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dataset", choices=["locomo"], default="locomo")
     parser.add_argument("--data", type=Path, default=SHARED_DATA / "locomo" / "locomo10.json")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON")
+    parser.add_argument("--tune", action="store_true", help="grid-search the constants on dev")
+    parser.add_argument("--quick", action="store_true", help="accepted for make bench; no-op")
+    args = parser.parse_args(argv)
     if not args.data.is_file():
         parser.error(f"LoCoMo not found at {args.data}")
-
     with tempfile.TemporaryDirectory(prefix="scroll-retrieval-") as tmp:
-        log = EventLog(Path(tmp) / "eventlog.sqlite3")
-        ingest(log, "locomo", args.data, progress=False)
-        seq_of = {}
-        for summary in log.sessions():
-            for event in log.session_events(summary.session_id, limit=None):
-                seq_of[(event.session_id, event.metadata["dia_id"])] = event.seq
-        items, unresolved = load_items(args.data, seq_of)
-        raw = sqlite3.connect(f"file:{log.path}?mode=ro", uri=True)
-        result = score(items, scroll_search(log, SearchTuning()))
-        result["variants"] = {"plain_fts5_bm25": headline(score(items, plain_fts5(raw)))}
-        for name, tuning in variants().items():
-            result["variants"][name] = headline(score(items, scroll_search(log, tuning)))
-        result["unresolved_evidence_ids"] = unresolved
-        raw.close()
-        log.close()
-    emit(result, args.json)
+        bench = Bench(args.data, Path(tmp))
+        try:
+            if args.tune:
+                run_tune(bench, args.json)
+                return
+            result = report(bench)
+        finally:
+            bench.close()
+    if args.json:
+        emit(result, True)
+    else:
+        print_table(result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+"""The retrieval bench's fairness rules: the data set's baseline, the split, dev-only tuning."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench._locomo_baseline import (
+    Item,
+    evidence_ids,
+    load_items,
+    per_conversation_indexes,
+    turn_document,
+)
+from bench._locomo_split import DEV, TEST, split_of
+from bench._retrieval_tune import tune_on_dev
+from scroll_core import SearchTuning
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
+
+
+def _sample(sample_id: str, turns: list[dict[str, Any]], qa: list[dict[str, Any]]) -> dict:
+    return {
+        "sample_id": sample_id,
+        "conversation": {
+            "speaker_a": "Ann",
+            "speaker_b": "Bob",
+            "session_2_date_time": "1:00 pm on 2 May, 2023",
+            "session_2": [t for t in turns if t["dia_id"].startswith("D2:")],
+            "session_1_date_time": "1:00 pm on 1 May, 2023",
+            "session_1": [t for t in turns if t["dia_id"].startswith("D1:")],
+        },
+        "qa": qa,
+    }
+
+
+TWO_CONVERSATIONS = [
+    _sample(
+        "conv-26",
+        [
+            {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a puppy."},
+            {
+                "speaker": "Bob",
+                "dia_id": "D1:2",
+                "text": "Look at this!",
+                "blip_caption": "a photo of a lighthouse at dusk",
+            },
+            {"speaker": "Ann", "dia_id": "D2:1", "text": "We went kayaking."},
+        ],
+        [
+            {"question": "What did Ann adopt?", "evidence": ["D1:1"], "category": 4},
+            {"question": "Where?", "evidence": ["D1:2; D2:1", "D9:9"], "category": 1},
+            {"question": "Empty?", "evidence": [], "category": 5},
+            {"question": "Broken?", "evidence": ["D"], "category": 4},
+        ],
+    ),
+    _sample(
+        "conv-30",
+        [{"speaker": "Cy", "dia_id": "D1:1", "text": "My puppy loves the lighthouse."}],
+        [{"question": "What does Cy's puppy love?", "evidence": ["D1:1"], "category": 4}],
+    ),
+]
+
+
+def test_the_baseline_indexes_speaker_and_text_plus_the_caption_per_conversation():
+    indexes = per_conversation_indexes(TWO_CONVERSATIONS)
+    try:
+        assert set(indexes) == {"conv-26", "conv-30"}
+        assert indexes["conv-26"].documents() == [
+            "Ann: I adopted a puppy.",
+            "Bob: Look at this! a photo of a lighthouse at dusk",
+            "Ann: We went kayaking.",
+        ]
+        # The caption is searchable, and each conversation's turns stay in its own index.
+        assert indexes["conv-26"].search("lighthouse", 10) == [("conv-26", "D1:2")]
+        assert indexes["conv-30"].search("lighthouse", 10) == [("conv-30", "D1:1")]
+        # The speaker is a word of the turn, and porter folds "adopting" to "adopt".
+        assert indexes["conv-26"].search("Bob", 10) == [("conv-26", "D1:2")]
+        assert indexes["conv-26"].search("adopting", 10) == [("conv-26", "D1:1")]
+    finally:
+        for index in indexes.values():
+            index.close()
+
+
+def test_the_baseline_without_captions_drops_only_the_caption():
+    indexes = per_conversation_indexes(TWO_CONVERSATIONS, captions=False)
+    try:
+        assert indexes["conv-26"].documents()[1] == "Bob: Look at this!"
+        assert indexes["conv-26"].search("lighthouse", 10) == []
+    finally:
+        for index in indexes.values():
+            index.close()
+
+
+def test_a_question_of_stop_words_or_query_syntax_is_only_words():
+    indexes = per_conversation_indexes(TWO_CONVERSATIONS)
+    try:
+        index = indexes["conv-26"]
+        assert index.search('body:"puppy" OR (NEAR', 10) == [("conv-26", "D1:1")]
+        assert index.search("", 10) == []
+    finally:
+        for index in indexes.values():
+            index.close()
+
+
+def test_turn_document_ignores_an_empty_caption():
+    assert turn_document({"speaker": "Ann", "text": "hi", "blip_caption": ""}) == "Ann: hi"
+
+
+def test_evidence_ids_split_joined_ids_and_drop_malformed_ones():
+    assert evidence_ids(["D8:6; D9:17"]) == ["D8:6", "D9:17"]
+    assert evidence_ids(["D9:1 D4:4 D4:6", "D4:4"]) == ["D9:1", "D4:4", "D4:6"]
+    assert evidence_ids(["D", "D:11:26", ""]) == []
+
+
+def test_items_keep_only_evidence_that_resolves_and_count_what_was_dropped():
+    items, counts = load_items(TWO_CONVERSATIONS)
+    by_question = {item.question: item for item in items}
+    assert set(by_question) == {"What did Ann adopt?", "Where?", "What does Cy's puppy love?"}
+    assert by_question["Where?"].evidence == {("conv-26", "D1:2"), ("conv-26", "D2:1")}
+    assert by_question["Where?"].category == "multi_hop"
+    assert counts == {
+        "items_total": 5,
+        "items_without_evidence": 2,
+        "unresolved_evidence_ids": 1,
+    }
+
+
+def test_the_split_is_disjoint_and_covers_all_ten_conversations():
+    assert not set(DEV) & set(TEST)
+    assert len(DEV) == len(TEST) == 5
+    if LOCOMO.is_file():
+        ids = [sample["sample_id"] for sample in json.loads(LOCOMO.read_text())]
+        assert sorted(ids) == sorted(DEV + TEST)
+    assert {split_of(c) for c in DEV} == {"dev"}
+    assert {split_of(c) for c in TEST} == {"test"}
+    with pytest.raises(ValueError, match="conv-99"):
+        split_of("conv-99")
+
+
+def _items() -> list[Item]:
+    return [
+        Item(conversation, f"question {n}", "single_hop", frozenset({(conversation, "D1:1")}))
+        for n, conversation in enumerate(DEV + TEST + DEV)
+    ]
+
+
+def test_tuning_hands_the_measure_only_dev_items():
+    seen: list[Item] = []
+    items = _items()
+
+    def measure(tuning: SearchTuning, chosen: Sequence[Item]) -> dict[str, float]:
+        seen.extend(chosen)
+        # Prefer a larger name weight, so the choice visibly follows the measure.
+        name = tuning.rank_weights[2]
+        return {"recall_at_5": name, "recall_at_10": 0.0, "hit_at_10": 0.0}
+
+    choice = tune_on_dev(items, measure)
+    assert seen, "the measure was never called"
+    assert {item.conversation for item in seen} == set(DEV)
+    assert all(split_of(item.conversation) == "dev" for item in seen)
+    assert choice.dev_items == sum(1 for item in items if item.conversation in DEV)
+    assert choice.tuning.rank_weights[2] == 2.0
+
+
+def test_tuning_keeps_todays_constants_when_nothing_beats_them():
+    def flat(tuning: SearchTuning, chosen: Sequence[Item]) -> dict[str, float]:
+        return {"recall_at_5": 0.5, "recall_at_10": 0.5, "hit_at_10": 0.5}
+
+    assert tune_on_dev(_items(), flat).tuning == SearchTuning()
+
+
+def test_tuning_refuses_when_there_is_no_dev_item():
+    test_only = [item for item in _items() if item.conversation in TEST]
+
+    def never(tuning: SearchTuning, chosen: Sequence[Item]) -> dict[str, float]:
+        raise AssertionError("measured without dev items")
+
+    with pytest.raises(ValueError, match="no dev-split items"):
+        tune_on_dev(test_only, never)

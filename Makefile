@@ -8,7 +8,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint fmt typecheck bench
+.PHONY: install run worker test lint fmt typecheck bench
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ run: install
 	@echo "  printed below when the account is first created, and kept in var/admin_password)"
 	@echo ""
 	SCROLL_DEMO=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+# A worker process, for web processes started with SCROLL_WORKERS=external (and Redis).
+worker: install
+	$(BIN)/python manage.py scroll_worker
 
 test: install lint typecheck
 	$(BIN)/pytest

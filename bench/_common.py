@@ -80,7 +80,9 @@ def split_figures(result: dict[str, Any]) -> tuple[dict[str, float], dict[str, A
 
 
 def machine() -> dict[str, Any]:
+    # The load average says whether "nothing else running" held while the bench ran.
     return {
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),

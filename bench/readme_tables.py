@@ -74,6 +74,8 @@ def render_block(name: str, data: dict[str, Any] | None) -> str:
             f"{machine.get('cores', '?')} cores, Python {machine.get('python', '?')}, "
             f"{machine.get('date', '?')}"
         )
+        if "load_average_1m" in machine:
+            facts.append(f"load average {machine['load_average_1m']} at the end")
     lines = [f"_From `bench/results/{name}.json`: " + "; ".join(facts) + "._"]
     if data.get("quick"):
         lines.append("**Quick smoke run (`--quick`, small sizes): not a published figure.**")

@@ -22,6 +22,7 @@ from dashboard.models import (
     SpanRecord,
     TuningProfile,
 )
+from scroll_core.profile import MAX_CONTEXT_SIZE, MIN_CONTEXT_SIZE, UPPER_BOUNDS
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -44,6 +45,35 @@ class ProfileChangeInline(admin.TabularInline):
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# (min, max) of each knob's input, from scroll_core.profile (None: no bound that way).
+PROFILE_INPUT_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    name: (None, bound) for name, bound in UPPER_BOUNDS.items()
+} | {
+    "context_size": (MIN_CONTEXT_SIZE, MAX_CONTEXT_SIZE),
+    "tail_cap_tokens": (0, MAX_CONTEXT_SIZE),
+    "tail_floor_tokens": (0, MAX_CONTEXT_SIZE),
+    "protected_recent_tool_results": (0, UPPER_BOUNDS["protected_recent_tool_results"]),
+    "pre_trim_min_chars": (0, UPPER_BOUNDS["pre_trim_min_chars"]),
+    "tier_cap": (2, UPPER_BOUNDS["tier_cap"]),
+    "print_cap": (1, UPPER_BOUNDS["print_cap"]),
+    "output_reserve_cap": (1, UPPER_BOUNDS["output_reserve_cap"]),
+    "exec_timeout_s": (0, UPPER_BOUNDS["exec_timeout_s"]),
+    "trigger_ratio": (0, 1),
+    "reserve_ratio": (0, 1),
+    "tail_floor_ratio": (0, 1),
+    "index_budget_ratio": (0, 1),
+    "output_reserve_ratio": (0, 1),
+}
+
+
+def tier_cap_help(cap: int) -> str:
+    """What ``tier_cap`` does at ``cap`` (scroll_core/index.py): the help text in admin."""
+    return (
+        f"Blocks per index tier: when a tier reaches {cap} blocks it keeps its newest and "
+        f"folds the other {cap - 1} into one block a tier up."
+    )
 
 
 @admin.register(TuningProfile)
@@ -89,6 +119,26 @@ class TuningProfileAdmin(admin.ModelAdmin):
     ]
     inlines = [ProfileChangeInline]
 
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        # The core Profile's bounds as the browser's min/max, so a slip is caught on input.
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        bounds = PROFILE_INPUT_BOUNDS.get(db_field.name)
+        if field is not None and bounds is not None:
+            low, high = bounds
+            if low is not None:
+                field.widget.attrs["min"] = low
+            if high is not None:
+                field.widget.attrs["max"] = high
+        return field
+
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        # The help text says what the value in the box does, whatever it is.
+        cap = obj.tier_cap if obj is not None else TuningProfile._meta.get_field("tier_cap").default
+        if "tier_cap" in form.base_fields:
+            form.base_fields["tier_cap"].help_text = tier_cap_help(cap)
+        return form
+
     def save_model(self, request: HttpRequest, obj: TuningProfile, form: Any, change: bool) -> None:
         # The form already ran clean() (the core Profile accepted these values).
         with transaction.atomic():
@@ -119,6 +169,17 @@ class ProfileChangeAdmin(ReadOnlyAdmin):
 class AlertRuleAdmin(admin.ModelAdmin):
     list_display = ("kind", "threshold", "window", "enabled")
     list_editable = ("threshold", "window", "enabled")
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if field is not None and db_field.name == "window":
+            # The unit is spans (the rule's relevant spans of one session), not time.
+            field.label = "Window (spans)"
+            field.help_text = "The newest N relevant spans of a session counted, in spans (0: all)."
+            field.widget.attrs.update({"min": 0, "title": "in spans, 0 = all"})
+        if field is not None and db_field.name == "threshold":
+            field.widget.attrs["min"] = 1
+        return field
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # one seeded rule per kind

@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from dashboard.models import Alert, AlertRule
@@ -60,6 +61,9 @@ class Trigger:
     message: str
     key: str = ""
     span_id: str = ""
+    # The occurrences the message reports (an alert's count then says the same number);
+    # None: each firing counts one.
+    count: int | None = None
 
 
 def _attr(span: Mapping[str, Any], name: str) -> Any:
@@ -127,9 +131,9 @@ class AlertEngine:
         error_type = _attr(span, "error.type")
         found: list[Trigger] = []
 
-        def fire(kind: str, message: str, key: str = "") -> None:
+        def fire(kind: str, message: str, key: str = "", count: int | None = None) -> None:
             if kind in rules:
-                found.append(Trigger(kind, session_id, message, key, span_id))
+                found.append(Trigger(kind, session_id, message, key, span_id, count))
 
         with self._lock:
             state = self._state(session_id)
@@ -162,6 +166,7 @@ class AlertEngine:
                                 f"Headline quality falling: {bad} of the last "
                                 f"{_window_len(state.chats, rule.window)} replies had a missing, "
                                 f"malformed or duplicate headline (latest: {what})",
+                                count=bad,
                             )
 
             if _is_cell(span):
@@ -183,6 +188,7 @@ class AlertEngine:
                             f"Print cap hit {count} times in the last "
                             f"{_window_len(state.cells, rule.window)} cells: the agent prints "
                             "raw results instead of aggregating in the kernel",
+                            count=count,
                         )
             elif name == "scroll.kernel.restart" or error_type in KERNEL_ERRORS:
                 fire(
@@ -202,6 +208,7 @@ class AlertEngine:
                             f"Evicted block {block} re-read {count} times: compute over it "
                             "in the kernel instead of expanding it again",
                             key=block,
+                            count=count,
                         )
                     net_rule = rules.get(AlertRule.EVICTION_NET_LOSS)
                     if net_rule is not None:
@@ -258,32 +265,49 @@ def _window_len(values: deque[bool], window: int) -> int:
 
 
 def raise_alert(trigger: Trigger, rule: AlertRule) -> Alert | None:
-    """Open an alert, or bump the live one for the same rule, session and key."""
-    now = timezone.now()
-    with transaction.atomic():
-        alert = (
-            Alert.objects.select_for_update()
-            .filter(rule=rule, session_id=trigger.session_id, key=trigger.key)
-            .exclude(state=Alert.RESOLVED)
-            .order_by("-id")
-            .first()
-        )
+    """Open an alert, or bump the live one for the same rule, session and key.
+
+    Several processes may raise the same alert at once; the partial unique constraint on the
+    open alert per rule and subject lets one insert win, and the losers bump the winner's. A
+    trigger that knows its own count (re-reads of a span, say) sets it; others add one.
+    """
+    for _attempt in range(3):
+        now = timezone.now()
+        alert = _live_alert(rule, trigger)
         if alert is None:
-            return Alert.objects.create(
-                rule=rule,
-                session_id=trigger.session_id,
-                key=trigger.key,
-                message=trigger.message,
-                span_id=trigger.span_id,
-                first_seen=now,
-                last_seen=now,
-            )
-        alert.count += 1
-        alert.last_seen = now
-        alert.message = trigger.message
-        alert.span_id = trigger.span_id
-        alert.save(update_fields=["count", "last_seen", "message", "span_id"])
-        return alert
+            try:
+                with transaction.atomic():
+                    return Alert.objects.create(
+                        rule=rule,
+                        session_id=trigger.session_id,
+                        key=trigger.key,
+                        message=trigger.message,
+                        span_id=trigger.span_id,
+                        count=trigger.count or 1,
+                        first_seen=now,
+                        last_seen=now,
+                    )
+            except IntegrityError:
+                continue  # another process opened it first: bump that one
+        count = trigger.count if trigger.count is not None else F("count") + 1
+        bumped = (
+            Alert.objects.filter(pk=alert.pk)
+            .exclude(state=Alert.RESOLVED)
+            .update(count=count, last_seen=now, message=trigger.message, span_id=trigger.span_id)
+        )
+        if bumped:
+            alert.refresh_from_db()
+            return alert
+    return None
+
+
+def _live_alert(rule: AlertRule, trigger: Trigger) -> Alert | None:
+    return (
+        Alert.objects.filter(rule=rule, session_id=trigger.session_id, key=trigger.key)
+        .exclude(state=Alert.RESOLVED)
+        .order_by("-id")
+        .first()
+    )
 
 
 def acknowledge(alert: Alert, user: Any) -> Alert:

@@ -1,9 +1,14 @@
-"""Start-up wiring: telemetry with the console's span sink, the demo run, the first admin.
+"""Start-up wiring: telemetry with the console's span sink, the embedded worker, the demo
+run, the first admin.
 
 Only a serving process starts these (``runserver``'s serving child, or an ASGI server such as
 daphne); ``migrate``, other commands and tests stay light. ``settings.SCROLL_STARTUP`` (or the
-``SCROLL_STARTUP`` environment variable) forces it either way. ``SCROLL_DEMO=1`` (set by
-``make run``) also starts the built-in demo session once the server is up.
+``SCROLL_STARTUP`` environment variable) forces it either way. Unless ``SCROLL_WORKERS`` is
+``external`` (runs execute in ``manage.py scroll_worker`` processes), the serving process
+starts one worker thread itself. ``SCROLL_DEMO=1`` (set by ``make run``) also queues the
+built-in demo session, once per data folder. A serving process never touches runs it does not
+own: a run left behind by a stopped process is resumed by whichever worker claims it after its
+lease expires.
 """
 
 from __future__ import annotations
@@ -71,16 +76,16 @@ def _after_start() -> None:
     from dashboard.console_admin import ensure_admin
 
     try:
-        stale = runner.recover_stale_runs()
-        if stale:
-            log.warning("marked %d runs of a previous server process failed", stale)
         ensure_admin(announce=True)
+        if getattr(settings, "SCROLL_WORKERS", "embedded") != "external":
+            runner.start_embedded_worker()
         if _flag("SCROLL_DEMO"):
-            from dashboard.demo import start_demo
+            from dashboard.demo import start_demo_once
 
             pause = float(os.environ.get("SCROLL_DEMO_PAUSE", "4"))
-            run = start_demo(pause_s=pause)
-            print(f"  Demo session running: {run.session_id}", flush=True)
+            run = start_demo_once(pause_s=pause)
+            if run is not None:
+                print(f"  Demo session queued: {run.session_id}", flush=True)
     except Exception:
         log.exception("console start-up failed (run `manage.py migrate` first?)")
     finally:

@@ -12,14 +12,18 @@ every page.
 A page passes the cursor of what it rendered in the socket's query string (``span_after``,
 ``seq_after``, ``compress_after``, ``runs_after``, ``alerts_after``; see ``live.ws_url``). On
 connect, after joining its groups, the consumer first sends what was stored after that cursor,
-so whatever finished between the page rendering and its socket connecting is not lost. The
-channel layer holds live messages until ``connect`` returns, so they come after the catch-up;
-a live span the page or the catch-up already showed (its id at or below the cursor) is
-skipped, and the browser drops any row whose id it already has (static/scroll.js).
+so whatever finished between the page rendering and its socket connecting is not lost; with
+several producers ids do not commit in order, so a cursor also names the ids missing below it
+when the page rendered (``span_gaps``, ``compress_gaps``; see ``live.id_gaps``) and the
+catch-up sends the rows that filled them. The channel layer holds live messages until
+``connect`` returns, so they come after the catch-up; a span this socket already sent is
+skipped by its id (never by comparing ids: a lower one may be new), and the browser drops any
+row whose id it already has (static/scroll.js).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import OrderedDict
 from typing import Any
@@ -39,20 +43,34 @@ from dashboard.spans import remember_server_loop
 _RENDER_CACHE_SIZE = 2048
 _render_cache: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
 _SAFE_ID = re.compile(r"^[0-9a-f]{16}$")
+# Spans after which a session page's header, index, kernel or charts may have changed.
+REFRESH_SPANS = frozenset(
+    {
+        "scroll.compress",
+        "scroll.evict",
+        "scroll.fold",
+        "scroll.expand",
+        "scroll.profile.applied",
+        "scroll.kernel.restart",
+    }
+)
+# A burst of changes within this long costs one refresh of a session page's parts.
+REFRESH_DELAY_S = 0.2
+# Span ids a socket remembers having sent (a live span repeats one only shortly after).
+_SENT_IDS = 4096
 
 
 def render_span_fragments(span: dict[str, Any]) -> list[str]:
-    """The span row, and for an eviction, fold or compress its timeline entry, as OOB frames.
+    """The span row as an OOB frame, rendered once per span and shared by every socket.
 
-    Rendered once per span and shared by every socket that shows it.
+    (The session timeline is not built from spans: it lists the compress records and
+    profile changes a reload lists, sent by ``SessionConsumer`` with the same partial.)
     """
     key = (span.get("trace_id", ""), span.get("span_id", ""))
     frames = _render_cache.get(key)
     if frames is None:
         row = live.span_row(span)
         frames = [render_to_string("dashboard/_span_oob.html", {"s": row})]
-        if row["timeline"]:
-            frames.append(render_to_string("dashboard/_timeline_oob.html", {"s": row}))
         _render_cache[key] = frames
         if len(_render_cache) > _RENDER_CACHE_SIZE:
             _render_cache.popitem(last=False)
@@ -62,9 +80,11 @@ def render_span_fragments(span: dict[str, Any]) -> list[str]:
 class _LiveConsumer(AsyncWebsocketConsumer):
     """Shared connect/disconnect and the alert handler; subclasses name their groups."""
 
-    # The newest span id this socket's page has shown; live spans at or below it are skipped.
-    # The span sink stores and sends in one thread, oldest first, so ids only grow.
+    # The page's span cursor (None: the page wants no catch-up), and the ids of the spans
+    # this socket has sent since, newest last: several sinks send in any id order, so a span
+    # is skipped because it was sent, never because its id is lower than another's.
     span_after: int | None = None
+    _sent: OrderedDict[int, None] | None = None
 
     def _groups(self) -> list[str]:
         return [ALERTS]
@@ -126,18 +146,14 @@ class _LiveConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=frame)
 
     async def spans_finished(self, event: dict[str, Any]) -> None:
-        """A batch, oldest first: all rows in one frame, all timeline entries in another."""
+        """A batch, oldest first: all rows in one frame."""
         rows: list[str] = []
-        timeline: list[str] = []
         for span in event["spans"]:
             if self._wants(span):
                 self._seen(span)
-                frames = render_span_fragments(span)
-                rows.append(frames[0])
-                timeline.extend(frames[1:])
-        for frame in ("".join(rows), "".join(timeline)):
-            if frame:
-                await self.send(text_data=frame)
+                rows.extend(render_span_fragments(span))
+        if rows:
+            await self.send(text_data="".join(rows))
 
     async def session_changed(self, event: dict[str, Any]) -> None:
         await self._send_session_row(await self._session_row(event["session_id"]))
@@ -153,11 +169,17 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     def _unseen(self, span: dict[str, Any]) -> bool:
         span_id = span.get("id")
-        return self.span_after is None or span_id is None or span_id > self.span_after
+        return span_id is None or self._sent is None or span_id not in self._sent
 
     def _seen(self, span: dict[str, Any]) -> None:
-        if self.span_after is not None and span.get("id") is not None:
-            self.span_after = max(self.span_after, span["id"])
+        span_id = span.get("id")
+        if span_id is None:
+            return
+        if self._sent is None:
+            self._sent = OrderedDict()
+        self._sent[span_id] = None
+        if len(self._sent) > _SENT_IDS:
+            self._sent.popitem(last=False)
 
     @database_sync_to_async
     def _open_alert_count(self) -> int:
@@ -200,14 +222,55 @@ class FeedConsumer(_LiveConsumer):
     ``spans=0``: it wants session changes only. Its first page also passes ``sessions=1``: a
     changed session's row, new or not, then moves to the top of the table (which is ordered
     by the newest event), so a brand-new session appears without a reload.
+
+    The Kernels page passes ``kernels=1`` (its table is re-sent whenever a session changes)
+    and the Runs page ``runs=1`` (a changed run's row is replaced, or inserted on top when
+    the page does not show it yet); both want no spans and no session rows.
     """
+
+    kernel_rows = False
+    run_rows = False
+    can_stop = False
 
     def _groups(self) -> list[str]:
         flat = self._query()
         self.filters = live.SpanFilter.from_query(flat)
         self.spans = flat.get("spans") != "0"
         self.session_rows = flat.get("sessions") == "1"
+        self.kernel_rows = flat.get("kernels") == "1"
+        self.run_rows = flat.get("runs") == "1"
         return [SPANS, ALERTS]
+
+    async def session_changed(self, event: dict[str, Any]) -> None:
+        if self.kernel_rows:
+            await self.send(text_data=await self._kernel_frame())
+        if self.run_rows:
+            for frame in await self._run_frames(event["session_id"]):
+                await self.send(text_data=frame)
+        if not (self.kernel_rows or self.run_rows):
+            await super().session_changed(event)
+
+    @database_sync_to_async
+    def _kernel_frame(self) -> str:
+        from dashboard.views import kernel_rows_context
+
+        ctx = kernel_rows_context(self.scope.get("user")) | {"oob": True}
+        return render_to_string("dashboard/_kernel_rows.html", ctx).strip()
+
+    @database_sync_to_async
+    def _run_frames(self, session_id: str) -> list[str]:
+        from dashboard.models import RunRecord
+        from dashboard.permissions import STOP_RUN
+
+        run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()
+        if run is None:
+            return []
+        user = self.scope.get("user")
+        ctx = {"r": run, "can_stop": bool(user is not None and user.has_perm(STOP_RUN))}
+        return [
+            render_to_string("dashboard/_run_oob.html", ctx | {"part": part}).strip()
+            for part in ("replace", "insert")
+        ]
 
     def _wants(self, span: dict[str, Any]) -> bool:
         return self.spans and self.filters.matches(span) and self._unseen(span)
@@ -217,13 +280,30 @@ class FeedConsumer(_LiveConsumer):
         self.span_after = live.int_cursor(query.get("span_after"))
         if self.spans and self.span_after is not None:
             await self.spans_finished(
-                {"spans": await self._spans_after(self.span_after, filters=self.filters)}
+                {
+                    "spans": await self._spans_after(
+                        self.span_after,
+                        gaps=live.gaps_cursor(query.get("span_gaps")),
+                        filters=self.filters,
+                    )
+                }
             )
         seq = live.int_cursor(query.get("seq_after"))
         since = live.time_cursor(query.get("runs_after"))
-        if seq is not None or since is not None:
+        if self.kernel_rows:
+            await self.send(text_data=await self._kernel_frame())
+        elif self.run_rows:
+            if since is not None:
+                for session_id in await self._runs_since(since):
+                    for frame in await self._run_frames(session_id):
+                        await self.send(text_data=frame)
+        elif seq is not None or since is not None:
             for row in await self._sessions_since(seq, since):
                 await self._send_session_row(row)
+
+    @database_sync_to_async
+    def _runs_since(self, since: Any) -> list[str]:
+        return live.sessions_changed_since(None, since)
 
     @database_sync_to_async
     def _sessions_since(self, seq: int | None, since: Any) -> list[Any]:
@@ -235,7 +315,22 @@ class FeedConsumer(_LiveConsumer):
 
 
 class SessionConsumer(_LiveConsumer):
-    """One session's spans (``ws/sessions/<sha1(session_id)[:16]>/``)."""
+    """One session's spans and live parts (``ws/sessions/<sha1(session_id)[:16]>/``).
+
+    Besides span rows it keeps the header figures, index table, kernel panel, chart figures
+    and timeline live: a ``session.changed`` (the run stepped, started, ended, or its profile
+    was edited) or a span that changes the view schedules one refresh, REFRESH_DELAY_S later
+    (a burst costs one), which re-renders the partials the page includes and sends the
+    timeline entries written after this socket's cursors.
+    """
+
+    session_id = ""
+    compress_after: int | None = None
+    change_after: int | None = None
+    show_none = False
+    can_stop = False
+    _refresher: asyncio.Task[None] | None = None
+    _dirty = False
 
     def _groups(self) -> list[str]:
         safe_id = self.scope["url_route"]["kwargs"]["safe_id"]
@@ -250,6 +345,11 @@ class SessionConsumer(_LiveConsumer):
             return
         await super().connect()
 
+    async def disconnect(self, code: int) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+        await super().disconnect(code)
+
     async def bench_frame(self, event: dict[str, Any]) -> None:
         """bench/console.py's baseline: a ready-made row, written to the socket as is."""
         await self.send(text_data=event["html"])
@@ -260,21 +360,22 @@ class SessionConsumer(_LiveConsumer):
         # The group is named by a hash: the page names the session, and the hash must match.
         if session_safe_id(session_id) != self.scope["url_route"]["kwargs"]["safe_id"]:
             return
+        self.session_id = session_id
         self.span_after = live.int_cursor(query.get("span_after"))
-        spans: list[dict[str, Any]] = []
         if self.span_after is not None:
-            spans = await self._spans_after(self.span_after, session_id=session_id)
-            await self.spans_finished({"spans": spans})
-        compress_after = live.int_cursor(query.get("compress_after"))
-        # A compress is stored twice, as its span and as its record; when the spans caught
-        # up already carry compresses, the records would show each one again.
-        if compress_after is not None and not any(s["name"] == "scroll.compress" for s in spans):
-            compressions = await self._compresses_after(session_id, compress_after)
-            if compressions:
-                html = render_to_string(
-                    "dashboard/_compress_oob.html", {"compressions": compressions}
-                )
-                await self.send(text_data=html.strip())
+            spans = await self._spans_after(
+                self.span_after,
+                gaps=live.gaps_cursor(query.get("span_gaps")),
+                session_id=session_id,
+            )
+            # Rows only: the refresh below covers what these spans changed.
+            await super().spans_finished({"spans": spans})
+        self.compress_after = live.int_cursor(query.get("compress_after"))
+        self.change_after = live.int_cursor(query.get("change_after"))
+        self.show_none = query.get("none") == "1"
+        self.can_stop = await self._can_stop()
+        # Whatever changed between the page rendering and this socket connecting.
+        await self.refresh()
         seq = live.int_cursor(query.get("seq_after"))
         if seq is not None and await self._newer_events(session_id, seq):
             html = render_to_string(
@@ -282,9 +383,66 @@ class SessionConsumer(_LiveConsumer):
             )
             await self.send(text_data=html.strip())
 
+    async def spans_finished(self, event: dict[str, Any]) -> None:
+        await super().spans_finished(event)
+        if any(span.get("name") in REFRESH_SPANS for span in event["spans"]):
+            self._schedule()
+
+    async def span_finished(self, event: dict[str, Any]) -> None:
+        await super().span_finished(event)
+        if event["span"].get("name") in REFRESH_SPANS:
+            self._schedule()
+
+    async def session_changed(self, event: dict[str, Any]) -> None:
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self.session_id:
+            return
+        if self._refresher is None or self._refresher.done():
+            self._refresher = asyncio.ensure_future(self._refresh_soon())
+        else:
+            self._dirty = True
+
+    async def _refresh_soon(self) -> None:
+        while True:
+            self._dirty = False
+            await asyncio.sleep(REFRESH_DELAY_S)
+            await self.refresh()
+            if not self._dirty:
+                return
+
+    async def refresh(self) -> None:
+        """Send the session's live parts and its new timeline entries."""
+        if not self.session_id:
+            return
+        for frame in await self._frames():
+            await self.send(text_data=frame)
+
     @database_sync_to_async
-    def _compresses_after(self, session_id: str, compress_id: int) -> list[Any]:
-        return live.compresses_after(session_id, compress_id)
+    def _frames(self) -> list[str]:
+        from dashboard import session_live
+
+        parts = session_live.parts_context(self.session_id)
+        frames = session_live.render_parts(parts | {"can_stop": self.can_stop})
+        if self.compress_after is not None and self.change_after is not None:
+            entries, self.compress_after, self.change_after = session_live.timeline_after(
+                self.session_id,
+                parts["run"],
+                self.compress_after,
+                self.change_after,
+                show_none=self.show_none,
+            )
+            if entries:
+                frames.append(session_live.render_timeline(entries))
+        return frames
+
+    @database_sync_to_async
+    def _can_stop(self) -> bool:
+        from dashboard.permissions import STOP_RUN
+
+        user = self.scope.get("user")
+        return bool(user is not None and user.has_perm(STOP_RUN))
 
     @database_sync_to_async
     def _newer_events(self, session_id: str, seq: int) -> int:

@@ -29,6 +29,7 @@ __all__ = [
     "host_functions",
     "service_logs",
     "start_demo",
+    "start_demo_once",
     "task_text",
 ]
 
@@ -161,7 +162,8 @@ def task_text() -> str:
 
 
 def start_demo(*, pause_s: float = 4.0, session_id: str | None = None) -> Any:
-    """Start the demo run in the background; returns its RunRecord."""
+    """Queue the demo run; returns its RunRecord. Any worker binds the ``ops.*`` functions
+    (the ``demo`` host function set)."""
     from dashboard import runner
     from dashboard.models import TuningProfile
 
@@ -172,7 +174,32 @@ def start_demo(*, pause_s: float = 4.0, session_id: str | None = None) -> Any:
         None,
         kind="demo",
         turns=TURNS,
-        host_functions=host_functions(),
+        host_set="demo",
         pause_s=pause_s,
         session_id=session_id,
     )
+
+
+DEMO_MARKER = "demo_started"
+
+
+def start_demo_once(*, pause_s: float = 4.0) -> Any:
+    """Queue the demo the first time any process of this console asks; None afterwards.
+
+    The marker is a row in the console's database, so it holds once per data folder (or per
+    PostgreSQL database) however many processes start together: its unique name lets one
+    insert win.
+    """
+    from django.db import IntegrityError, transaction
+
+    from dashboard.models import ConsoleMarker
+
+    try:
+        with transaction.atomic():
+            marker = ConsoleMarker.objects.create(name=DEMO_MARKER)
+            run = start_demo(pause_s=pause_s)
+            marker.detail = run.session_id[:200]
+            marker.save(update_fields=["detail"])
+    except IntegrityError:
+        return None
+    return run

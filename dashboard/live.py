@@ -147,6 +147,12 @@ CATCH_UP_ROWS = 200
 # the page's time so a change committed while the page rendered is not lost. Their frames
 # replace rows by id, so sending one twice is harmless.
 TIME_SLACK = timedelta(seconds=2)
+# Span and compress ids do not commit in order once several processes write them (two span
+# sinks, a web process and a worker; PostgreSQL hands out sequence values before commit): a
+# row with a lower id than the page's cursor may commit after the page rendered. So a page's
+# cursor is its newest id plus the ids missing among the LATE_IDS below it when it rendered
+# (``id_gaps``); catch-up sends rows above the cursor and rows that filled those gaps.
+LATE_IDS = 200
 
 
 def now_cursor() -> str:
@@ -179,6 +185,40 @@ def time_cursor(value: str | None) -> datetime | None:
     return moment - TIME_SLACK
 
 
+def id_gaps(model: Any, cursor: int) -> str:
+    """The ids in ``(cursor - LATE_IDS, cursor]`` no row of ``model`` holds yet, as ranges
+    ("3-5,9"): a row still in flight may commit with one of them."""
+    low = max(0, cursor - LATE_IDS)
+    held = set(model.objects.filter(id__gt=low, id__lte=cursor).values_list("id", flat=True))
+    missing = [i for i in range(low + 1, cursor + 1) if i not in held]
+    ranges: list[str] = []
+    start = prev = None
+    for i in [*missing, None]:
+        if i is not None and prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            ranges.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    return ",".join(ranges)
+
+
+def gaps_cursor(value: str | None) -> list[int]:
+    """The ids of an ``id_gaps`` string; malformed parts are ignored, at most LATE_IDS ids."""
+    ids: list[int] = []
+    for part in (value or "").split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not (lo.isascii() and lo.isdigit()) or (hi and not (hi.isascii() and hi.isdigit())):
+            continue
+        first, last = int(lo), int(hi or lo)
+        if last < first or last >= 2**63:
+            continue
+        ids.extend(range(first, min(last, first + LATE_IDS - len(ids)) + 1))
+        if len(ids) >= LATE_IDS:
+            break
+    return ids[:LATE_IDS]
+
+
 def newest_span_id() -> int:
     from dashboard.models import SpanRecord
 
@@ -186,12 +226,19 @@ def newest_span_id() -> int:
 
 
 def spans_after(
-    span_id: int, *, filters: SpanFilter | None = None, session_id: str | None = None
+    span_id: int,
+    *,
+    gaps: list[int] | None = None,
+    filters: SpanFilter | None = None,
+    session_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Spans stored after ``span_id`` (the newest CATCH_UP_ROWS), oldest first."""
+    """Spans stored after ``span_id`` or into one of its ``gaps`` (the newest CATCH_UP_ROWS),
+    oldest first."""
+    from django.db.models import Q
+
     from dashboard.models import SpanRecord
 
-    spans = SpanRecord.objects.filter(id__gt=span_id)
+    spans = SpanRecord.objects.filter(Q(id__gt=span_id) | Q(id__in=gaps or ()))
     if session_id is not None:
         spans = spans.filter(session_id=session_id)
     if filters is not None:
@@ -242,11 +289,16 @@ def sessions_changed_since(seq: int | None, moment: datetime | None) -> list[str
     return ids[-CATCH_UP_ROWS:]
 
 
-def compresses_after(session_id: str, compress_id: int) -> list[Any]:
-    """A session's compress records after ``compress_id``, newest first (as the timeline)."""
+def compresses_after(session_id: str, compress_id: int, gaps: list[int] | None = None) -> list[Any]:
+    """A session's compress records after ``compress_id`` or in one of its ``gaps``, newest
+    first (as the timeline)."""
+    from django.db.models import Q
+
     from dashboard.models import CompressEvent
 
-    rows = CompressEvent.objects.filter(session_id=session_id, id__gt=compress_id)
+    rows = CompressEvent.objects.filter(session_id=session_id).filter(
+        Q(id__gt=compress_id) | Q(id__in=gaps or ())
+    )
     return list(rows.order_by("-id")[:CATCH_UP_ROWS])
 
 

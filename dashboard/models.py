@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from scroll_core.errors import ConfigError
@@ -29,11 +30,15 @@ __all__ = [
     "Alert",
     "AlertRule",
     "CompressEvent",
+    "ConsoleMarker",
+    "KernelState",
     "ModelPrice",
     "ProfileChange",
     "RunRecord",
+    "SessionIndex",
     "SpanRecord",
     "TuningProfile",
+    "WorkerCommand",
 ]
 
 # Every knob of scroll_core.Profile, in its order; the model below has one column each.
@@ -130,7 +135,20 @@ class TuningProfile(models.Model):
         return Profile.from_mapping(self.knobs())
 
     def clean(self) -> None:
+        """Every knob's own error at once (each checked against the defaults of the rest),
+        then, when each is fine alone, the rules that tie knobs together."""
         super().clean()
+        errors: dict[str, list[str]] = {}
+        for name, value in self.knobs().items():
+            if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+                continue  # the form field reports it
+            try:
+                Profile.from_mapping({name: value})
+            except ConfigError as exc:
+                if str(exc).startswith(name):  # its own rule, not one shared with defaults
+                    errors[name] = [str(exc)]
+        if errors:
+            raise ValidationError(errors)
         try:
             self.to_core()
         except ConfigError as exc:
@@ -221,9 +239,22 @@ class RunRecord(models.Model):
     context_size = models.PositiveIntegerField(default=0)
     last_report = models.JSONField(default=dict, blank=True)
     last_answer = models.TextField(blank=True)
+    # What a worker needs to run it (or resume it in another process): the turns, the
+    # options (max_steps, pause_s, the named host function set) and the last checkpoint.
+    plan = models.JSONField(default=list, blank=True)
+    options = models.JSONField(default=dict, blank=True)
+    checkpoint = models.JSONField(default=dict, blank=True)
+    # Ownership: the worker holding the lease, until when, and how often it was claimed.
+    worker = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # Runs with host functions held in one process's memory: only that process runs them.
+    pinned_to = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "lease_until"], name="run_claim_idx")]
         # Running code is a permission, not a login (dashboard/permissions.py enforces them;
         # migration 0003 gives them to the "Operators" group).
         permissions = [
@@ -502,6 +533,15 @@ class Alert(models.Model):
     class Meta:
         ordering = ["-last_seen", "-id"]
         indexes = [models.Index(fields=["state", "-last_seen"])]
+        # Several processes evaluate rules at once: the database keeps one open alert per
+        # rule and subject (raise_alert bumps it when its insert loses the race).
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule", "session_id", "key"],
+                condition=Q(state="open"),
+                name="one_open_alert_per_rule_and_subject",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.rule.kind} {self.session_id} ({self.state})"
@@ -558,3 +598,11 @@ class ModelPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model} ({self.currency})"
+
+
+from dashboard.workstate import (  # noqa: E402  (models of this app kept in a module of their own)
+    ConsoleMarker,
+    KernelState,
+    SessionIndex,
+    WorkerCommand,
+)

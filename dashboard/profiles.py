@@ -41,7 +41,14 @@ def record_changes(
                 new_value=str(new),
             )
         )
-    return ProfileChange.objects.bulk_create(changes)
+    created = ProfileChange.objects.bulk_create(changes)
+    if created and profile.pk is not None:
+        # Live session pages of runs on this profile show the change once it is committed.
+        from dashboard.spans import push_profile_runs
+
+        profile_id = profile.pk
+        transaction.on_commit(lambda: push_profile_runs(profile_id))
+    return created
 
 
 def save_profile(profile: TuningProfile, user: Any = None) -> list[ProfileChange]:

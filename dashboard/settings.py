@@ -18,7 +18,14 @@ SCROLL_BENCH           "1" routes /bench/load/ (staff, loopback only): bench/con
 SCROLL_CONSOLE_SEARCH_TIMEOUT_S  seconds before a console search is stopped (default 2)
 SCROLL_SPAN_RETENTION  spans kept for the Traces page, oldest pruned (default 50000)
 SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
-SCROLL_RUNNER_WORKERS  runs executing at once in the in-process runner (default 4)
+SCROLL_RUNNER_WORKERS  runs executing at once in one worker (embedded or scroll_worker; default 4)
+SCROLL_WORKERS         "embedded" (default): each serving process runs one worker thread;
+                       "external": runs execute only in `manage.py scroll_worker` processes
+SCROLL_PROCESSES       how many processes serve or run this console (default 1); above 1, or
+                       with external workers, SCROLL_REDIS_URL is required: the in-memory
+                       channel layer does not cross processes and live pages would miss
+                       whatever another process produced
+SCROLL_WORKER_LEASE_S  seconds a worker's claim on a run lasts without a heartbeat (default 15)
 SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
@@ -198,6 +205,15 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": SCROLL_DATA_DIR / "console.sqlite3",
+            # Worker threads, the span sink and requests all write: WAL lets readers go on
+            # beside the writer, and IMMEDIATE takes the write lock when a transaction
+            # begins, so two writers queue (for up to `timeout` s) instead of one failing
+            # with "database is locked" when it upgrades a read.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            },
             # Tests get a file too, not Django's shared-cache in-memory database: there a
             # write that meets another thread's read fails at once ("table is locked")
             # instead of waiting, and the live tests run the server, runs and the span sink
@@ -206,6 +222,29 @@ else:
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+SCROLL_WORKERS = os.environ.get("SCROLL_WORKERS", "").strip().lower() or "embedded"
+if SCROLL_WORKERS not in {"embedded", "external"}:
+    raise ImproperlyConfigured(f"SCROLL_WORKERS is embedded or external, not {SCROLL_WORKERS!r}")
+SCROLL_PROCESSES = _env_int("SCROLL_PROCESSES", 1, minimum=1)
+SCROLL_WORKER_LEASE_S = float(_env_int("SCROLL_WORKER_LEASE_S", 15, minimum=1))
+
+
+def refuse_in_memory_layer(processes: int, workers: str, redis_url: str) -> None:
+    """A deployment of several processes needs a channel layer they share."""
+    if redis_url or (processes <= 1 and workers != "external"):
+        return
+    why = f"SCROLL_PROCESSES={processes}" if processes > 1 else "SCROLL_WORKERS=external"
+    raise ImproperlyConfigured(
+        f"{why} says several processes serve or run this console, but the channel layer is "
+        "the in-memory one, which does not cross processes (live pages would miss what the "
+        "others produce). Set SCROLL_REDIS_URL=redis://host:port/0."
+    )
+
+
+refuse_in_memory_layer(
+    SCROLL_PROCESSES, SCROLL_WORKERS, os.environ.get("SCROLL_REDIS_URL", "").strip()
+)
 
 if os.environ.get("SCROLL_REDIS_URL"):
     CHANNEL_LAYERS = {

@@ -152,6 +152,16 @@ def push_session(run: RunRecord) -> None:
     send_groups([(groups.SPANS, message), (groups.session_group(run.session_id), message)])
 
 
+def push_profile_runs(profile_id: int) -> None:
+    """A profile was edited: each active run on it re-sends its session (the timeline shows
+    the change as soon as it is saved, not at the run's next step)."""
+    active = RunRecord.objects.select_related("profile").filter(
+        profile_id=profile_id, status__in=RunRecord.ACTIVE
+    )
+    for run in active:
+        push_session(run)
+
+
 class ConsoleSpanSink:
     """A ``scroll_core.telemetry.SpanSink``; see the module docstring."""
 

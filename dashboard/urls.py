@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from dashboard import vendor, views
 
@@ -29,6 +30,11 @@ urlpatterns = [
     path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("vendor/plotly.css", vendor.plotly_css, name="plotly_css"),
     path("admin/", admin.site.urls),
+    # Pages that name no icon (admin's) make the browser ask for /favicon.ico.
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url=f"/{settings.STATIC_URL.strip('/')}/favicon.svg", permanent=True),
+    ),
 ]
 
 if settings.SCROLL_BENCH:

@@ -24,13 +24,14 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
+    JsonResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard import alerts as alert_rules
-from dashboard import live
+from dashboard import live, session_live
 from dashboard.cost import cost_context
 from dashboard.eventlog import get_event_log
 from dashboard.grants import grants_for, readers_of
@@ -51,6 +52,8 @@ from scroll_core.eventlog import EventLog, Hit, SessionSummary
 from scroll_core.logschema import SQLITE_INT_MAX
 
 SEARCH_HITS = 50
+# How deep a console search ranks: beyond it the count reads "200+ hits".
+SEARCH_DEPTH = 200
 # Spans shown on the traces page and in a session's feed before live rows arrive.
 SPAN_ROWS = 100
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -99,6 +102,14 @@ def _get_cursor(request: HttpRequest, name: str) -> int | None:
     return int(raw)
 
 
+def _get_page(request: HttpRequest, name: str) -> int:
+    """A 1-based page number from the query string; 1 when absent, 404 when malformed."""
+    raw = request.GET.get(name, "1").strip() or "1"
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= 10**6:
+        raise Http404(f"{name}={raw} is no page")
+    return int(raw)
+
+
 def _get_profile(raw: str | None) -> TuningProfile | None:
     """The profile a form names; None when it names none, 404 when it names no profile."""
     if not raw:
@@ -108,18 +119,59 @@ def _get_profile(raw: str | None) -> TuningProfile | None:
     return get_object_or_404(TuningProfile, pk=int(raw))
 
 
-def _search(log: EventLog, query: str, **filters: Any) -> tuple[list[Hit], str | None]:
-    """A console search under the console's time limit: its hits, or what to tell the user."""
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of console search hits: SEARCH_HITS a page, and whether more follow."""
+
+    hits: list[Hit]
+    page: int
+    has_next: bool
+    error: str | None = None
+    # Hits follow this page (past SEARCH_DEPTH too, where no page shows them).
+    more: bool = False
+
+    @property
+    def first(self) -> int:
+        return (self.page - 1) * SEARCH_HITS + 1
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.hits) - 1
+
+    @property
+    def count_label(self) -> str:
+        """The true count when every hit is known, else "N+ hits" (the search stopped)."""
+        seen = self.first - 1 + len(self.hits)
+        if self.more:
+            return f"{seen}+ hits"
+        return "1 hit" if seen == 1 else f"{seen} hits"
+
+
+def _search(log: EventLog, query: str, page: int = 1, **filters: Any) -> SearchPage:
+    """A console search under the console's time limit: one page of hits, or what to tell
+    the user; ``has_next`` when hits follow the page (at most SEARCH_DEPTH are ranked)."""
     if not query:
-        return [], None
+        return SearchPage([], page, False)
     limit = settings.SCROLL_CONSOLE_SEARCH_TIMEOUT_S
+    upto = page * SEARCH_HITS
+    if upto > SEARCH_DEPTH:
+        raise Http404(f"hits={page} is past the {SEARCH_DEPTH} hits a search shows")
     try:
-        return log.search(query, k=SEARCH_HITS, time_limit_s=limit, **filters), None
+        # Every page ranks the same SEARCH_DEPTH hits (the ranking depends on how many are
+        # asked for), so pages never repeat or skip a hit.
+        found = log.search(query, k=SEARCH_DEPTH + 1, time_limit_s=limit, **filters)
     except SearchTimeout:
-        return [], (
+        return SearchPage(
+            [],
+            page,
+            False,
             f"The search took longer than {limit:g} s and was stopped. Narrow it: use fewer "
-            "or rarer words, or search within one session."
+            "or rarer words, or search within one session.",
         )
+    more = len(found) > upto
+    return SearchPage(
+        found[upto - SEARCH_HITS : upto], page, more and upto < SEARCH_DEPTH, more=more
+    )
 
 
 def _older_cursor(log: EventLog, session_id: str, first_seq: int, size: int) -> int | None:
@@ -195,18 +247,6 @@ def _retrievals(session_id: str) -> Counter[str]:
     return counts
 
 
-def _retrieval_figure(counts: Counter[str]) -> dict[str, Any]:
-    keys = sorted(counts, key=lambda k: (-counts[k], k))[:40]
-    return {
-        "data": [{"type": "bar", "x": keys, "y": [counts[k] for k in keys], "name": "expands"}],
-        "layout": {
-            "margin": {"t": 10, "r": 10, "b": 80, "l": 40},
-            "height": 240,
-            "yaxis": {"title": {"text": "retrievals"}},
-        },
-    }
-
-
 def _runner() -> Any:
     """dashboard.runner, imported on first use: it owns the live sessions and kernels."""
     import importlib
@@ -222,7 +262,7 @@ def _runner() -> Any:
 
 
 def _index_blocks(session_id: str, counts: Counter[str]) -> list[dict[str, Any]]:
-    """The session's index, tier by tier, from its live session when the runner has it."""
+    """The session's index, tier by tier, as its worker saved it at the last compress."""
     index = getattr(_runner(), "session_index", lambda _sid: None)(session_id)
     if index is None:
         return []
@@ -279,15 +319,16 @@ def home(request: HttpRequest) -> HttpResponse:
         if r.active and r.session_id not in ids and log.session(r.session_id) is None
     ]
     query = request.GET.get("q", "").strip()
-    hits, search_error = _search(log, query)
+    search = _search(log, query, _get_page(request, "hits"))
     if not query and page.number == 1:
         ws_url += "&sessions=1"
     ctx = {
         "page": page,
         "rows": waiting + rows,
         "query": query,
-        "hits": hits,
-        "search_error": search_error,
+        "search": search,
+        "hits": search.hits,
+        "search_error": search.error,
         "ws_url": ws_url,
     }
     return render(request, "dashboard/home.html", ctx)
@@ -312,37 +353,39 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
     events = events[:size]
     first_seq = events[0].seq if events else after + 1
     query = request.GET.get("q", "").strip()
-    hits, search_error = _search(log, query, session_id=session_id)
-    counts = _retrievals(session_id)
-    points = list(CompressEvent.objects.filter(session_id=session_id).order_by("at", "id"))
+    search = _search(log, query, _get_page(request, "hits"), session_id=session_id)
     last_seq = events[-1].seq if events else None
-    ctx = {
+    timeline = session_live.timeline_page(
+        session_id,
+        run,
+        page=_get_page(request, "timeline"),
+        show_none=request.GET.get("none") == "1",
+    )
+    ctx = session_live.parts_context(session_id) | {
         "ws_url": live.ws_url(
             f"/ws/sessions/{session_safe_id(session_id)}/",
             session=session_id,
             span_after=span_after,
-            compress_after=max((p.id for p in points), default=0),
+            span_gaps=live.id_gaps(SpanRecord, span_after),
+            # Only the newest timeline page takes live entries.
+            compress_after=timeline.compress_after if timeline.page == 1 else None,
+            change_after=timeline.change_after if timeline.page == 1 else None,
+            none="1" if timeline.show_none else None,
             # Only the newest page learns of newer events (its "newer" link appears).
             seq_after=(last_seq or after) if not has_newer else None,
         ),
-        "session_id": session_id,
         "safe_id": session_safe_id(session_id),
-        "summary": summary,
-        "run": run,
         "events": events,
         "after": after,
         "last_seq": last_seq,
         "newer_after": events[-1].seq if has_newer else None,
         "older_after": _older_cursor(log, session_id, first_seq, size),
         "query": query,
-        "hits": hits,
-        "search_error": search_error,
-        "budget": _budget_figure(points),
-        "compressions": points[-20:][::-1],
-        "retrieval_chart": _retrieval_figure(counts),
-        "blocks": _index_blocks(session_id, counts),
-        "kernel": _kernel_of(session_id),
-        "changes": run.profile_changes() if run else [],
+        "search": search,
+        "hits": search.hits,
+        "search_error": search.error,
+        "timeline": timeline,
+        "can_stop": request.user.has_perm(STOP_RUN),
         "spans": [
             live.span_row(s.to_dict())
             for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
@@ -353,7 +396,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         ctx.update(cost_context(session_id))  # issue 11: cost and the prefix-cache arithmetic
     # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.
     if request.GET.get("part") == "charts":
-        return render(request, "dashboard/_session_charts.html", ctx)
+        return JsonResponse({"budget": ctx["budget"], "retrievals": ctx["retrieval_chart"]})
     template = "dashboard/_event_rows.html" if request.htmx else "dashboard/session.html"
     return render(request, template, ctx)
 
@@ -394,7 +437,12 @@ def traces(request: HttpRequest) -> HttpResponse:
         spans = spans.filter(duration_ms__gte=filters.slow_ms)
     ctx = {
         "filters": filters,
-        "ws_url": live.ws_url("/ws/feed/", **filters.params(), span_after=span_after),
+        "ws_url": live.ws_url(
+            "/ws/feed/",
+            **filters.params(),
+            span_after=span_after,
+            span_gaps=live.id_gaps(SpanRecord, span_after),
+        ),
         "spans": [live.span_row(s.to_dict()) for s in spans[:SPAN_ROWS]],
         "operations": SpanRecord.objects.values_list("name", flat=True).distinct()[:200],
     }
@@ -475,7 +523,9 @@ def alert_resolve(request: HttpRequest, alert_id: int) -> HttpResponse:
 
 
 def _kernel_of(session_id: str) -> dict[str, Any] | None:
-    return next((k for k in _kernels() if k["session_id"] == session_id), None)
+    """The session's kernel as its worker last recorded it (any process can show it)."""
+    state: dict[str, Any] | None = getattr(_runner(), "kernel_state", lambda _sid: None)(session_id)
+    return state
 
 
 def _kernels() -> list[dict[str, Any]]:
@@ -486,26 +536,50 @@ def _kernels() -> list[dict[str, Any]]:
 @login_required
 @require_GET
 def kernels(request: HttpRequest) -> HttpResponse:
-    ctx = {"ws_url": live.ws_url("/ws/alerts/"), "kernels": _kernels()}
+    ctx = kernel_rows_context(request.user) | {
+        "ws_url": live.ws_url("/ws/feed/", spans=0, kernels=1)
+    }
     return render(request, "dashboard/kernels.html", ctx)
+
+
+def kernel_rows_context(user: Any) -> dict[str, Any]:
+    """What the Kernels table shows a user (the page and its socket's frames)."""
+    can_control = bool(user is not None and user.has_perm(CONTROL_KERNEL))
+    return {"kernels": _kernels(), "can_control": can_control}
+
+
+# Console actions, answered by the worker that owns the session's run (dashboard.worker).
+KERNEL_ACTIONS = {
+    "restart": "restart_kernel",
+    "stop": "stop_kernel",
+    "status": "kernel_status",
+    "digest": "digest",
+}
 
 
 @login_required
 @permission_required(CONTROL_KERNEL, "restart or stop kernels")
 @require_POST
 def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpResponse:
-    runner = _runner()
-    act = {
-        "restart": getattr(runner, "restart_kernel", None),
-        "stop": getattr(runner, "stop_kernel", None),
-    }.get(action)
-    if act is None:
+    from dashboard.worker_commands import send
+
+    if action not in KERNEL_ACTIONS:
         raise Http404("No such kernel action")
-    try:
-        act(session_id)
-    except LookupError:
-        raise Http404("No kernel for that session") from None
-    messages.success(request, f"Kernel of {session_id}: {action} requested.")
+    answer = send(session_id, KERNEL_ACTIONS[action])
+    if not answer.ok:
+        messages.error(request, f"Kernel of {session_id}: {action} not done: {answer.error}")
+    elif action == "digest":
+        messages.success(request, f"Namespace of {session_id}: {answer.data.get('digest') or '-'}")
+    elif action == "status":
+        data = answer.data
+        messages.success(
+            request,
+            f"Kernel of {session_id}: {'alive' if data.get('alive') else 'stopped'}, "
+            f"{data.get('cells', 0)} cells, {data.get('restarts', 0)} restarts "
+            f"(worker {answer.worker}).",
+        )
+    else:
+        messages.success(request, f"Kernel of {session_id}: {action} done by {answer.worker}.")
     return redirect("kernels")
 
 
@@ -555,8 +629,9 @@ def runs(request: HttpRequest) -> HttpResponse:
         messages.error(request, error)
         status = 400
     ctx = {
-        "ws_url": live.ws_url("/ws/alerts/"),
+        "ws_url": live.ws_url("/ws/feed/", spans=0, runs=1, runs_after=live.now_cursor()),
         "runs": RunRecord.objects.select_related("profile")[:100],
+        "can_stop": request.user.has_perm(STOP_RUN),
         "profiles": TuningProfile.objects.all(),
         "models": getattr(runner, "available_models", lambda: [])(),
         "agents": _known_agents() if request.user.has_perm(START_RUN) else [],
@@ -570,11 +645,11 @@ def runs(request: HttpRequest) -> HttpResponse:
 @require_POST
 def run_stop(request: HttpRequest, session_id: str) -> HttpResponse:
     run = get_object_or_404(RunRecord, session_id=session_id)
-    stopped = getattr(_runner(), "stop_run", lambda _sid: False)(session_id)
-    if stopped:
+    answer = _runner().stop_run(session_id)
+    if answer.ok:
         messages.success(request, f"Stop requested for {session_id}: it stops after this step.")
     else:
-        messages.error(request, f"{session_id} is not running here ({run.status}).")
+        messages.error(request, f"{session_id} was not stopped ({run.status}): {answer.error}")
     return redirect("session", session_id)
 
 
@@ -586,7 +661,6 @@ def _loopback(request: HttpRequest) -> bool:
 @require_http_methods(["GET", "POST"])
 def bench_load(request: HttpRequest, load_id: int | None = None) -> HttpResponse:
     """bench/console.py's span load (only routed with SCROLL_BENCH=1; loopback, staff)."""
-    from django.http import JsonResponse
 
     from dashboard import benchload
     from dashboard.spans import get_sink

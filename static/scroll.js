@@ -1,16 +1,22 @@
-// Scroll console: draw the Plotly charts, keep live tables bounded, and refresh a
-// session's charts after a compress. Live rows arrive as hx-swap-oob fragments over
+// Scroll console: draw the Plotly charts, keep live tables bounded, and update a
+// session's charts in place. Live rows arrive as hx-swap-oob fragments over
 // the WebSocket (htmx's ws extension); this file only reacts to them.
 (function () {
   "use strict";
   var MAX_LIVE_ROWS = 300;
 
+  // Each chart is drawn once, then updated in place with Plotly.react: the figure's layout
+  // carries uirevision "keep", so zoom, legend choices and the axes survive every update.
   function drawCharts(root) {
     if (typeof Plotly === "undefined") return;
     root.querySelectorAll(".chart[data-figure]").forEach(function (el) {
       var data = document.getElementById(el.dataset.figure);
       if (!data) return;
-      var fig = JSON.parse(data.textContent);
+      // A figure sits in a data-json attribute (live parts) or a json_script's text.
+      var text = data.dataset.json !== undefined ? data.dataset.json : data.textContent;
+      if (el.dataset.figureText === text) return;  // nothing new
+      el.dataset.figureText = text;
+      var fig = JSON.parse(text);
       // No modebar: its per-chart inline styles would break the CSP (dashboard/vendor.py).
       Plotly.react(el, fig.data, fig.layout, {displayModeBar: false, responsive: true});
     });
@@ -37,15 +43,17 @@
   function dropShown(evt) {
     var detail = evt.detail || {};
     var fragment = detail.fragment, target = detail.target;
-    if (!fragment || !target || !fragment.querySelectorAll) return;
-    fragment.querySelectorAll("[id]").forEach(function (el) {
-      if (el.id !== target.id && document.getElementById(el.id)) el.remove();
+    if (!fragment || !target || !fragment.children) return;
+    // Only the top-level elements of an insertion: a replacement's own descendants keep
+    // their ids (a live part replaced whole carries the ids the page already has).
+    Array.from(fragment.children).forEach(function (el) {
+      if (el.id && el.id !== target.id && document.getElementById(el.id)) el.remove();
     });
   }
 
-  // An empty table shows a "none" row, hidden while live rows share its body.
+  // An empty table (or list) shows a "none" row, hidden while other rows share its body.
   function markEmpty() {
-    document.querySelectorAll("tbody > tr.none").forEach(function (row) {
+    document.querySelectorAll("tbody > tr.none, ul > li.none").forEach(function (row) {
       row.hidden = row.parentNode.children.length > 1;
     });
   }
@@ -56,11 +64,13 @@
     markEmpty();
     trim("span-rows");
     trim("timeline");
-    var target = evt.detail && evt.detail.target;
-    if (target && target.id === "timeline") {
-      // An eviction or compress landed: the budget chart has a new point.
-      document.body.dispatchEvent(new CustomEvent("scroll:compressed"));
-    }
+  });
+  // After each frame: a delete swap (a row moved to another table) and a replaced element
+  // (its events fire on the detached old one) never reach the listeners above. Redraw the
+  // charts whose figure changed (#session-figures) and mark empty tables.
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    markEmpty();
+    drawCharts(document);
   });
   // Live frames arrive over the socket, where htmx's ws extension swaps each top-level element
   // into its target. Two shapes need help first: a row wrapped in <template> (so the parser

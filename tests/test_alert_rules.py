@@ -72,7 +72,8 @@ def test_a_block_read_a_third_time_raises_span_reread_and_then_bumps_it(engine):
 
     assert [a.key for a in third] == ["0:1-40"]
     assert fourth[0].pk == third[0].pk
-    assert Alert.objects.get().count == 2
+    # The count column and the message say the same number.
+    assert Alert.objects.get().count == 4
     assert "re-read 4 times" in Alert.objects.get().message
 
 
@@ -162,3 +163,40 @@ def test_acknowledged_alerts_are_bumped_and_resolved_ones_reopen(engine, django_
 def test_an_ordinary_span_raises_nothing(engine):
     assert engine.observe(_span("scroll.search", **{"scroll.hits": 3})) == []
     assert engine.observe(_cell()) == []
+
+
+def test_the_database_refuses_a_second_open_alert_for_one_rule_and_subject():
+    from django.db import IntegrityError, transaction
+
+    rule = AlertRule.objects.get(kind=AlertRule.INDEX_GAP)
+    Alert.objects.create(rule=rule, session_id="s1", key="k", message="first")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Alert.objects.create(rule=rule, session_id="s1", key="k", message="second")
+    # Other subjects, and alerts no longer open, are not affected.
+    Alert.objects.create(rule=rule, session_id="s2", key="k", message="other session")
+    Alert.objects.create(rule=rule, session_id="s1", key="k", message="old", state=Alert.RESOLVED)
+    assert Alert.objects.filter(state=Alert.OPEN).count() == 2
+
+
+def test_an_alert_opened_meanwhile_by_another_process_is_bumped_not_duplicated(monkeypatch):
+    from dashboard import alerts
+
+    rule = AlertRule.objects.get(kind=AlertRule.INDEX_GAP)
+    trigger = alerts.Trigger(AlertRule.INDEX_GAP, "s1", "gap", "", "00000000000000aa")
+    real = alerts._live_alert
+    calls = []
+
+    def racing(rule_, trigger_):
+        # The first look finds nothing, then "another process" opens the alert before
+        # this one inserts: the insert must lose to the constraint and bump instead.
+        calls.append(1)
+        if len(calls) == 1:
+            Alert.objects.create(rule=rule, session_id="s1", key="", message="theirs")
+            return None
+        return real(rule_, trigger_)
+
+    monkeypatch.setattr(alerts, "_live_alert", racing)
+    alert = alerts.raise_alert(trigger, rule)
+
+    assert Alert.objects.count() == 1
+    assert alert is not None and alert.count == 2 and alert.message == "gap"

@@ -92,10 +92,9 @@ async def test_session_socket_gets_its_sessions_spans_as_oob_rows(user):
         html = await communicator.receive_from(timeout=2)
         assert 'hx-swap-oob="afterbegin:#span-rows"' in html
         assert f'id="span-{"a" * 16}"' in html
-        # An eviction also lands on the timeline, in a frame of its own.
-        timeline = await communicator.receive_from(timeout=2)
-        assert 'hx-swap-oob="afterbegin:#timeline"' in timeline
-        assert "scroll.seq_lo=4" in timeline
+        # No raw span on the timeline: it lists compress records, as a reload does.
+        assert "#timeline" not in html
+        assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()
 
@@ -256,11 +255,9 @@ async def test_a_batch_of_spans_arrives_as_one_frame_oldest_first(user):
             session_group(sid), {"type": "spans.finished", "spans": spans}
         )
         rows = await communicator.receive_from(timeout=2)
-        timeline = await communicator.receive_from(timeout=2)
         ids = [rows.index(f'id="span-{c * 16}"') for c in "456"]
         assert ids == sorted(ids)  # each prepended in turn: the newest ends on top
         assert rows.count('hx-swap-oob="afterbegin:#span-rows"') == 3
-        assert timeline.count('hx-swap-oob="afterbegin:#timeline"') == 1
         assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()
@@ -353,21 +350,103 @@ async def test_session_socket_catches_up_spans_compresses_and_newer_events(user,
     compress = await sync_to_async(after_render)()
     path = (
         f"/ws/sessions/{session_safe_id(sid)}/?session=run%3Alate&span_after=0"
-        f"&compress_after=0&seq_after={seq}"
+        f"&compress_after=0&change_after=0&seq_after={seq}"
     )
     communicator, _ = await _connect(path, user)
     try:
-        rows = await communicator.receive_from(timeout=2)
+        frames = await _drain(communicator)
+        rows = frames[0]
         assert f'id="span-{"5" * 16}"' in rows and "6" * 16 not in rows
-        span_timeline = await communicator.receive_from(timeout=2)
-        assert f'id="timeline-{"5" * 16}"' in span_timeline
-        compressions = await communicator.receive_from(timeout=2)
-        assert 'hx-swap-oob="afterbegin:#timeline"' in compressions
-        assert f'id="compress-{compress.pk}"' in compressions
-        newer = await communicator.receive_from(timeout=2)
+        # The live parts, re-rendered: header, index, kernel and chart figures ...
+        for part in ("session-summary", "session-index", "session-kernel", "session-figures"):
+            assert sum(f'id="{part}" hx-swap-oob="true"' in f for f in frames) == 1, part
+        header = next(f for f in frames if 'id="session-summary"' in f)
+        assert '<dd id="session-events">2</dd>' in header
+        # ... the compress record on the timeline, and the "newer" link.
+        (timeline,) = [f for f in frames if 'hx-swap-oob="afterbegin:#timeline"' in f]
+        assert f'id="compress-{compress.pk}"' in timeline
+        assert f'id="timeline-{"5" * 16}"' not in "".join(frames)
+        (newer,) = [f for f in frames if 'id="events-newer"' in f]
         assert f'<a id="events-newer" rel="next" href="?after={seq}"' in newer
         assert 'hx-swap-oob="true"' in newer
-        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
+async def _drain(communicator) -> list[str]:
+    frames = []
+    while not await communicator.receive_nothing(timeout=0.3):
+        frames.append(await communicator.receive_from(timeout=1))
+    return frames
+
+
+async def test_a_session_change_re_sends_the_header_and_new_timeline_entries(user, console_log):
+    from dashboard.models import CompressEvent
+
+    sid = "run:steps"
+    await sync_to_async(console_log.append)(
+        session_id=sid, kind="context_msg", role="user", content="go"
+    )
+    path = (
+        f"/ws/sessions/{session_safe_id(sid)}/?session=run%3Asteps&compress_after=0&change_after=0"
+    )
+    communicator, _ = await _connect(path, user)
+    try:
+        await _drain(communicator)  # the parts as they were
+
+        def step():
+            console_log.append(session_id=sid, kind="model_turn", role="assistant", content="x")
+            return CompressEvent.objects.create(
+                session_id=sid, action="evict", evicted_lo=1, evicted_hi=1
+            )
+
+        compress = await sync_to_async(step)()
+        message = {"type": "session.changed", "session_id": sid, "summary": {}}
+        await get_channel_layer().group_send(session_group(sid), message)
+        frames = await _drain(communicator)
+        header = next(f for f in frames if 'id="session-summary"' in f)
+        assert '<dd id="session-events">2</dd>' in header
+        assert sum(f'id="compress-{compress.pk}"' in f for f in frames) == 1
+        # Sent once: the next change brings no repeat of that entry.
+        await get_channel_layer().group_send(session_group(sid), message)
+        assert not any("compress-" in f for f in await _drain(communicator))
+    finally:
+        await communicator.disconnect()
+
+
+async def test_the_runs_socket_replaces_a_changed_runs_row(user):
+    from dashboard.models import RunRecord
+
+    run = await sync_to_async(RunRecord.objects.create)(
+        session_id="run:r1", task="t", model_name="m", status="running"
+    )
+    communicator, _ = await _connect("/ws/feed/?spans=0&runs=1", user)
+    try:
+        run.status = "done"
+        await sync_to_async(run.save)()
+        message = {"type": "session.changed", "session_id": run.session_id, "summary": {}}
+        await get_channel_layer().group_send(SPANS, message)
+        replace, insert = (
+            await communicator.receive_from(timeout=2),
+            await communicator.receive_from(timeout=2),
+        )
+        assert f'<tr id="run-{run.pk}"' in replace and 'hx-swap-oob="true"' in replace
+        assert '<td class="run-status">done</td>' in replace
+        assert 'hx-swap-oob="afterbegin:#run-rows"' in insert
+        assert 'id="session-' not in replace + insert  # no sessions-table rows here
+    finally:
+        await communicator.disconnect()
+
+
+async def test_the_kernels_socket_re_sends_the_table_on_connect_and_on_change(user):
+    communicator, _ = await _connect("/ws/feed/?spans=0&kernels=1", user)
+    try:
+        first = await communicator.receive_from(timeout=2)
+        assert '<div id="kernels-table" hx-swap-oob="true">' in first
+        assert "No live kernels." in first
+        message = {"type": "session.changed", "session_id": "run:k", "summary": {}}
+        await get_channel_layer().group_send(SPANS, message)
+        assert 'id="kernels-table"' in await communicator.receive_from(timeout=2)
     finally:
         await communicator.disconnect()
 
@@ -446,14 +525,65 @@ async def test_a_caught_up_compress_shows_once_on_the_session_timeline(user, con
         CompressEvent.objects.create(session_id=sid, action="evict", tokens_before=900)
 
     await sync_to_async(after_render)()
-    path = f"/ws/sessions/{session_safe_id(sid)}/?session=run%3Aonce&span_after=0&compress_after=0"
+    path = (
+        f"/ws/sessions/{session_safe_id(sid)}/?session=run%3Aonce&span_after=0"
+        "&compress_after=0&change_after=0"
+    )
     communicator, _ = await _connect(path, user)
     try:
-        frames = []
-        while not await communicator.receive_nothing(timeout=0.3):
-            frames.append(await communicator.receive_from(timeout=1))
-        joined = "\n".join(frames)
-        assert f'id="timeline-{"8" * 16}"' in joined
-        assert 'id="compress-' not in joined
+        joined = "\n".join(await _drain(communicator))
+        # The record is the timeline entry (the span stays in the feed only).
+        assert joined.count('id="compress-') == 1
+        assert f'id="timeline-{"8" * 16}"' not in joined
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_span_committed_late_below_the_pages_cursor_still_reaches_it(user):
+    """Two producers: one's row takes id n+1 but commits after the page showed id n+2."""
+    from django.test import Client
+
+    def render():
+        first = _store_span(span_id="1" * 16, name="scroll.expand")
+        # Another producer's row already holds the next id but has not committed yet.
+        _store_span(span_id="3" * 16, name="scroll.expand", id=first.id + 2)
+        client = Client()
+        client.force_login(user)
+        return first.id, client.get("/traces/?op=scroll.expand").content.decode()
+
+    first_id, html = await sync_to_async(render)()
+    from urllib.parse import parse_qs, urlsplit
+
+    from dashboard import live
+
+    cursor = parse_qs(urlsplit(_ws_url(html)).query)
+    assert cursor["span_after"] == [str(first_id + 2)]
+    assert first_id + 1 in live.gaps_cursor(cursor["span_gaps"][0])
+    await sync_to_async(_store_span)(span_id="2" * 16, name="scroll.expand", id=first_id + 1)
+    communicator, connected = await _connect(_ws_url(html), user)
+    try:
+        assert connected
+        frame = await communicator.receive_from(timeout=2)
+        assert f'id="span-{"2" * 16}"' in frame
+        assert "1" * 16 not in frame and "3" * 16 not in frame
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_live_span_with_a_lower_id_than_one_already_sent_is_still_sent(user):
+    sid = "locomo:conv-26"
+    path = f"/ws/sessions/{session_safe_id(sid)}/?session={sid}&span_after=0"
+    communicator, connected = await _connect(path, user)
+    layer = get_channel_layer()
+    try:
+        assert connected
+        for span_id, row_id in (("2" * 16, 20), ("1" * 16, 10), ("2" * 16, 20)):
+            span = _span(name="scroll.expand", session_id=sid, span_id=span_id, id=row_id)
+            await layer.group_send(session_group(sid), {"type": "span.finished", "span": span})
+        assert f'id="span-{"2" * 16}"' in await communicator.receive_from(timeout=2)
+        # Another producer's span, with a lower id, arrives after it: shown, not dropped ...
+        assert f'id="span-{"1" * 16}"' in await communicator.receive_from(timeout=2)
+        # ... and a repeat of one already sent is skipped.
+        assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()

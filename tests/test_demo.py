@@ -11,7 +11,7 @@ from dashboard import runner as runner_module
 from dashboard.apps import startup_wanted
 from dashboard.console_admin import ensure_admin, password_file
 from dashboard.models import CompressEvent, RunRecord, TuningProfile
-from dashboard.runner import Runner
+from dashboard.worker import Worker
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.prompts import ABSTENTION
 
@@ -47,7 +47,8 @@ def test_the_task_text_splits_back_into_the_turns():
 @pytest.mark.django_db(transaction=True)
 def test_the_demo_evicts_early_and_recalls_evicted_facts(console_log, monkeypatch):
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    monkeypatch.setattr(runner_module, "_runner", Runner(workers=1, kernels=kernels))
+    # scroll_demo runs the demo on this process's worker: one with process-tier kernels.
+    monkeypatch.setattr(runner_module, "_embedded", Worker(slots=1, kernels=kernels).start())
     TuningProfile.objects.get_or_create(name="demo", defaults={"context_size": 6000})
 
     call_command("scroll_demo")
@@ -83,9 +84,15 @@ def test_the_demo_started_three_times_recalls_only_its_own_session_each_time(
     """What `make run` does three times in a row against one Event Log: each start is its own
     agent, so each recalls its own incident and never an earlier demo's."""
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    monkeypatch.setattr(runner_module, "_runner", Runner(workers=1, kernels=kernels))
+    worker = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
     TuningProfile.objects.get_or_create(name="demo", defaults={"context_size": 6000})
+    try:
+        _start_three_demos(console_log)
+    finally:
+        worker.shutdown()
 
+
+def _start_three_demos(console_log):
     agents = set()
     for start in range(3):
         run = runner_module.wait_for_run(demo.start_demo(pause_s=0).session_id, 300)

@@ -10,9 +10,9 @@ from scroll_core.errors import IngestError
 from scroll_core.ingest import FORMATS, ingest
 
 VALID_FILES = {
-    "representative_messages.jsonl": ("test_session", 12),
-    "session_b.jsonl": ("session_b", 3),
-    "todowrite_examples.jsonl": ("todowrite_session", 12),
+    "representative_messages.jsonl": ("claude-code:test_session", 12),
+    "session_b.jsonl": ("claude-code:session_b", 3),
+    "todowrite_examples.jsonl": ("claude-code:todowrite_session", 12),
 }
 
 
@@ -68,7 +68,7 @@ def test_tool_uses_and_results_stay_paired_by_id(log, claude_dir):
     for name in VALID_FILES:
         ingest(log, "claude-code", claude_dir / name, progress=False)
 
-    for session in ("test_session", "todowrite_session"):
+    for session in ("claude-code:test_session", "claude-code:todowrite_session"):
         events = log.session_events(session, limit=None)
         calls, results = _pairs(events)
         assert len(results) == len(calls) >= 2
@@ -82,7 +82,7 @@ def test_tool_uses_and_results_stay_paired_by_id(log, claude_dir):
 def test_blocks_keep_roles_kinds_inputs_and_timestamps(log, claude_dir):
     ingest(log, "claude-code", claude_dir / "representative_messages.jsonl", progress=False)
 
-    events = log.session_events("test_session", limit=None)
+    events = log.session_events("claude-code:test_session", limit=None)
     kinds = [(e.kind, e.role) for e in events[:2]]
     assert kinds == [("context_msg", "user"), ("model_turn", "assistant")]
     assert events[0].created_at == "2025-06-14T10:00:00.000000Z"
@@ -97,7 +97,7 @@ def test_blocks_keep_roles_kinds_inputs_and_timestamps(log, claude_dir):
 def test_summary_lines_become_system_context_of_their_leaf_session(log, claude_dir):
     ingest(log, "claude-code", claude_dir / "todowrite_examples.jsonl", progress=False)
 
-    events = log.session_events("todowrite_session", limit=None)
+    events = log.session_events("claude-code:todowrite_session", limit=None)
     summary = [e for e in events if e.name == "summary"]
     assert len(summary) == 1
     assert summary[0].content == "Feature Implementation with Task Management"
@@ -109,7 +109,8 @@ def test_summary_lines_become_system_context_of_their_leaf_session(log, claude_d
 def test_structured_tool_use_result_is_kept_in_metadata(log, claude_dir):
     ingest(log, "claude-code", claude_dir / "todowrite_examples.jsonl", progress=False)
 
-    results = [e for e in log.session_events("todowrite_session") if e.kind == "tool_result"]
+    events = log.session_events("claude-code:todowrite_session")
+    results = [e for e in events if e.kind == "tool_result"]
     assert results[0].name == "TodoWrite"
     assert results[0].metadata["tool_use_result"]["oldTodos"] == []
 
@@ -140,7 +141,7 @@ def test_the_malformed_edge_cases_file_reports_its_first_bad_line_and_ingests_no
         assert later in error.reason
     assert "edge_cases.jsonl:line 10" in str(error)
     assert log.count() == 3  # only what was there before
-    assert [s.session_id for s in log.sessions()] == ["session_b"]
+    assert [s.session_id for s in log.sessions()] == ["claude-code:session_b"]
 
 
 def test_an_invalid_json_line_is_reported_with_its_number(log, tmp_path):
@@ -222,7 +223,7 @@ def test_thinking_and_multiple_blocks_become_one_event_each(log, tmp_path):
 
     ingest(log, "claude-code", path, progress=False)
 
-    events = log.session_events("s1")
+    events = log.session_events("claude-code:s1")
     assert [e.metadata["block"] for e in events] == [
         "thinking",
         "text",
@@ -243,7 +244,7 @@ def test_a_result_without_its_call_is_kept_and_marked_unpaired(log, tmp_path):
 
     ingest(log, "claude-code", path, progress=False)
 
-    (event,) = log.session_events("s1")
+    (event,) = log.session_events("claude-code:s1")
     assert event.kind == "tool_result"
     assert event.metadata["unpaired"] is True
 
@@ -258,7 +259,7 @@ def test_a_large_tool_output_goes_to_the_payload_store(log_small, tmp_path):
 
     ingest(log_small, "claude-code", path, progress=False)
 
-    result = log_small.session_events("s1")[-1]
+    result = log_small.session_events("claude-code:s1")[-1]
     assert result.payload is not None
     assert result.payload.load() == big
     assert len(result.content) <= 100
@@ -296,3 +297,16 @@ def test_progress_defaults_to_off_when_stderr_is_not_a_terminal(log, tmp_path, c
     ingest(log, "claude-code", path)
 
     assert capsys.readouterr().err == ""
+
+
+def test_session_ids_are_namespaced_like_the_other_importers(log, tmp_path):
+    path = _write(tmp_path, _line("u1", "user", "hello", session="abc-123"))
+
+    report = ingest(log, "claude-code", path, progress=False)
+
+    # As "locomo:conv-26": the source's own id under the format's name, never bare.
+    assert report.sessions == ("claude-code:abc-123",)
+    assert log.count("abc-123") == 0
+    # An explicit --session still wins.
+    other = ingest(log, "claude-code", path, session_id="mine", progress=False)
+    assert other.sessions == ("mine",)

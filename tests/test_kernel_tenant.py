@@ -320,16 +320,7 @@ def test_a_later_table_is_invisible_and_session_stats_is_scoped(tmp_path):
         with sqlite3.connect(log.path) as db:
             db.execute("CREATE TABLE notes (agent_id TEXT, body TEXT)")
             db.execute("INSERT INTO notes VALUES (?, ?)", (B_AGENT, SECRET))
-            db.execute(
-                "CREATE TABLE session_stats (session_id TEXT PRIMARY KEY, agent_id TEXT, "
-                "events INTEGER, tokens INTEGER, first_seq INTEGER, last_seq INTEGER, "
-                "first_at TEXT, last_at TEXT)"
-            )
-            db.execute(
-                "INSERT INTO session_stats SELECT session_id, min(agent_id), count(*), "
-                "sum(tokens), min(seq), max(seq), min(created_at), max(created_at) "
-                "FROM events GROUP BY session_id"
-            )
+            # session_stats is the Event Log's own summary table (kept on every append).
         db.close()
         ms = MsCapability(log, agent_id=A_AGENT)
         try:

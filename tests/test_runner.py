@@ -5,9 +5,11 @@ import time
 import pytest
 
 from dashboard import runner as runner_module
-from dashboard.models import CompressEvent, ProfileChange, RunRecord, TuningProfile
+from dashboard.models import CompressEvent, ProfileChange, RunRecord, TuningProfile, WorkerCommand
 from dashboard.profiles import save_profile
-from dashboard.runner import Runner, split_task
+from dashboard.runner import split_task
+from dashboard.worker import Worker
+from dashboard.worker_commands import send
 from scroll_core.kernel import KernelConfig, KernelManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -16,12 +18,20 @@ CELL = "Run this.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
 
 
 @pytest.fixture
-def runner(console_log, monkeypatch):
+def runner(console_log):
+    """A worker thread in this process, as `make run` starts one."""
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    runner = Runner(workers=2, kernels=kernels)
-    monkeypatch.setattr(runner_module, "_runner", runner)
-    yield runner
-    runner.shutdown()
+    worker = Worker(slots=2, kernels=kernels, poll_s=0.05).start()
+    yield worker
+    worker.shutdown()
+
+
+def wait_until(predicate, timeout=30.0):
+    """Poll the database until ``predicate()`` holds (the worker writes the marker)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for the worker"
+        time.sleep(0.05)
 
 
 def test_split_task_cuts_turns_on_separator_lines():
@@ -56,7 +66,7 @@ def test_a_profile_edit_applies_at_the_next_compress(runner):
         return "tuned"
 
     task = "Tune it.\n```python\nprint(tune.now())\n```"
-    run = runner.start(task, profile, host_functions={"tune.now": tune})
+    run = runner_module.start_run(task, profile, host_functions={"tune.now": tune})
     run = runner_module.wait_for_run(run.session_id, 60)
 
     assert run.status == RunRecord.DONE, run.error
@@ -81,28 +91,28 @@ def test_a_crashing_run_is_marked_failed_and_the_runner_keeps_working(runner):
 
 
 def test_staff_can_restart_then_stop_a_kernel_and_its_run(runner):
-    run = runner.start(f"{CELL}\n---\n{CELL}", pause_s=30)
-    deadline = time.monotonic() + 30
-    while not runner_module.kernel_statuses() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    while RunRecord.objects.get(pk=run.pk).turns < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    run = runner_module.start_run(f"{CELL}\n---\n{CELL}", pause_s=30)
+    wait_until(lambda: RunRecord.objects.get(pk=run.pk).turns >= 1)
     (status,) = runner_module.kernel_statuses()
     assert status["session_id"] == run.session_id
     assert status["tier"] == "process" and status["alive"]
     assert status["memory_bytes"] > 0
+    assert status["worker"] == runner.id
 
-    runner_module.restart_kernel(run.session_id)
+    # The console waits a second; a loaded test machine may need longer to start a kernel.
+    answer = send(run.session_id, WorkerCommand.RESTART_KERNEL, within_s=30)
+    assert answer.ok, answer.error
+    assert answer.data["restarts"] == 1
     assert runner_module.kernel_statuses()[0]["restarts"] == 1
 
-    runner_module.stop_kernel(run.session_id)
+    assert send(run.session_id, WorkerCommand.STOP_KERNEL, within_s=30).ok
     run = runner_module.wait_for_run(run.session_id, 30)
 
     assert run.status == RunRecord.STOPPED
     assert run.turns == 1
     assert runner_module.kernel_statuses() == []
-    with pytest.raises(LookupError):
-        runner_module.restart_kernel(run.session_id)
+    answer = runner_module.restart_kernel(run.session_id)
+    assert not answer.ok and "no worker owns" in answer.error
 
 
 @pytest.fixture
@@ -117,8 +127,7 @@ def no_bwrap(monkeypatch):
 def test_runs_refuse_a_tier_the_operator_has_not_allowed(console_log, no_bwrap, monkeypatch):
     from scroll_core.errors import SandboxUnavailable
 
-    runner = Runner(workers=1)
-    monkeypatch.setattr(runner_module, "_runner", runner)
+    runner = Worker(slots=1, poll_s=0.05).start()
     try:
         with pytest.raises(SandboxUnavailable, match="SCROLL_SANDBOX_FALLBACK=process"):
             runner_module.start_run(CELL)
@@ -136,8 +145,7 @@ def test_the_runs_page_says_why_a_run_did_not_start(
 ):
     from django.urls import reverse
 
-    runner = Runner(workers=1)
-    monkeypatch.setattr(runner_module, "_runner", runner)
+    runner = Worker(slots=1, poll_s=0.05).start()
     admin = django_user_model.objects.create_superuser("root", password="pw")
     client.force_login(admin)
     try:
@@ -158,10 +166,8 @@ def test_kernel_pages_show_the_weaker_tier_and_its_layers(runner, client, django
     from django.urls import reverse
 
     client.force_login(django_user_model.objects.create_user("viewer", password="pw"))
-    run = runner.start(f"{CELL}\n---\n{CELL}", pause_s=30)
-    deadline = time.monotonic() + 30
-    while not runner_module.kernel_statuses() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    run = runner_module.start_run(f"{CELL}\n---\n{CELL}", pause_s=30)
+    wait_until(lambda: RunRecord.objects.get(pk=run.pk).turns >= 1)
     try:
         (status,) = runner_module.kernel_statuses()
         assert "seccomp" in status["layers"] and "audit_hook" in status["layers"]

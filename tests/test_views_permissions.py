@@ -5,6 +5,7 @@ execute task code or save a profile from the replay lab; a member of "Operators"
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.contrib.auth.models import Group, Permission
@@ -13,7 +14,8 @@ from django.urls import reverse
 from dashboard import runner as runner_module
 from dashboard.models import RunRecord, TuningProfile
 from dashboard.permissions import OPERATORS_GROUP
-from dashboard.runner import TASK_CODE_OFF, Runner
+from dashboard.runner import TASK_CODE_OFF
+from dashboard.worker import Worker
 from scroll_core.kernel import KernelConfig, KernelManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,8 +33,7 @@ EVERY_PERMISSION = {
 @pytest.fixture
 def runner(console_log, monkeypatch):
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    runner = Runner(workers=2, kernels=kernels)
-    monkeypatch.setattr(runner_module, "_runner", runner)
+    runner = Worker(slots=2, kernels=kernels, poll_s=0.05).start()
     yield runner
     runner.shutdown()
 
@@ -69,7 +70,9 @@ def _held_run(runner):
     """A run waiting inside its first cell until the returned event is set."""
     gate = threading.Event()
     task = "Wait.\n```python\nprint(ops.hold())\n```"
-    run = runner.start(task, host_functions={"ops.hold": lambda: gate.wait(30) and "released"})
+    run = runner_module.start_run(
+        task, host_functions={"ops.hold": lambda: gate.wait(30) and "released"}
+    )
     return run, gate
 
 
@@ -222,16 +225,28 @@ def test_a_viewer_cannot_restart_or_stop_a_kernel(viewer, runner, action):
 
 
 def test_an_operator_restarts_and_stops_a_kernel(operator, runner):
-    runner.kernels.get("k-session")
+    # A run whose first turn ran a cell, so its worker recorded the kernel, then waits.
+    run = runner_module.start_run(f"{CELL}\n---\n{CELL}", pause_s=300)
+    sid = run.session_id
+    _wait_until(lambda: runner_module.kernel_statuses())
     assert "Restart</button>" in operator.get(reverse("kernels")).content.decode()
 
-    restarted = operator.post(reverse("kernel_action", args=["restart", "k-session"]))
+    restarted = operator.post(reverse("kernel_action", args=["restart", sid]))
     assert restarted.status_code == 302
-    assert runner.kernels.status()["sessions"]["k-session"].restarts == 1
+    # The worker answers within the console's second; a loaded machine may take longer.
+    _wait_until(lambda: runner.kernels.status()["sessions"][sid].restarts == 1)
 
-    stopped = operator.post(reverse("kernel_action", args=["stop", "k-session"]))
+    stopped = operator.post(reverse("kernel_action", args=["stop", sid]))
     assert stopped.status_code == 302
-    assert "k-session" not in runner.kernels.status()["sessions"]
+    _wait_until(lambda: sid not in runner.kernels.status()["sessions"])
+
+
+def _wait_until(predicate, timeout=60.0):
+    """Poll until the worker has done it (its state is the marker), at most ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for the worker"
+        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------- the replay lab

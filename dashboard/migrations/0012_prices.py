@@ -2,8 +2,8 @@
 the "eviction a net loss" alert rule (an evicted span re-read for more prefill than keeping
 it would have cost under a prefix cache).
 
-Depends on the newest migration of this branch; at merge it is re-pointed at the newest
-migration of main.
+Depends on the newest migration of this branch (0010_workers); at merge it is re-pointed at
+the newest migration of main.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def drop_rule(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dashboard", "0004_agent_grants"),
+        ("dashboard", "0010_workers"),
     ]
 
     operations = [

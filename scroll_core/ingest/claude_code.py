@@ -30,6 +30,8 @@ from ._common import (
 
 __all__ = ["parse"]
 
+# Session ids are the transcript's sessionId under this namespace, as "locomo:conv-26" is.
+SESSION_PREFIX = "claude-code:"
 _MESSAGE_TYPES = {"user", "assistant", "system"}
 # Bookkeeping records Claude Code writes next to messages; they carry no conversation.
 _SKIPPED_TYPES = {"file-history-snapshot", "queue-operation", "progress"}
@@ -82,8 +84,10 @@ def _record(state: _State, record: dict[str, Any], where: str) -> None:
     if kind not in _MESSAGE_TYPES:
         raise Bad(where, f"unknown record type {kind!r}")
     uuid = as_str(record, "uuid", where)
-    session = state.session_override or as_str(record, "sessionId", where)
-    assert uuid is not None and session is not None
+    raw_session = as_str(record, "sessionId", where)
+    assert uuid is not None and raw_session is not None
+    # Namespaced like every importer's ids ("locomo:conv-26"), so they never collide.
+    session = state.session_override or f"{SESSION_PREFIX}{raw_session}"
     created_at = timestamp(record.get("timestamp"), where, what="'timestamp'")
     meta: dict[str, Any] = {
         "source": "claude-code",

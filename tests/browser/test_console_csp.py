@@ -34,14 +34,13 @@ document.addEventListener("securitypolicyviolation", function (e) {
 def recorded_run(console_log, monkeypatch):
     """One finished run of two turns, with its spans persisted by the console's sink."""
     from dashboard.models import RunRecord
-    from dashboard.runner import Runner
     from dashboard.spans import ConsoleSpanSink
+    from dashboard.worker import Worker
     from scroll_core import telemetry
     from scroll_core.kernel import KernelConfig, KernelManager
 
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    runner = Runner(workers=1, kernels=kernels)
-    monkeypatch.setattr(runner_module, "_runner", runner)
+    runner = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
     sink = ConsoleSpanSink()
     telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
     try:
@@ -111,7 +110,18 @@ def _send_span(session_id: str) -> None:
 def test_every_console_page_passes_the_csp_with_no_console_errors(
     strict_page, recorded_run, console_log
 ):
-    from dashboard.models import Alert, AlertRule, SpanRecord, TuningProfile
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from dashboard.models import (
+        Alert,
+        AlertRule,
+        KernelState,
+        RunRecord,
+        SpanRecord,
+        TuningProfile,
+    )
 
     page = strict_page
     page.context.add_init_script(WATCH_VIOLATIONS)
@@ -123,7 +133,14 @@ def test_every_console_page_passes_the_csp_with_no_console_errors(
     # Rows with controls: an open alert (htmx buttons) and a live kernel (restart, stop).
     rule, _ = AlertRule.objects.get_or_create(kind=AlertRule.INDEX_GAP)
     Alert.objects.create(rule=rule, session_id=sid, message="index gap at <b>12</b>")
-    runner_module.get_runner().kernels.get(sid)
+    # A live kernel as its worker records it (the page reads the row, not a process), held
+    # under a live lease.
+    KernelState.objects.update_or_create(
+        session_id=sid, defaults={"worker": "w", "tier": "process", "alive": True, "cells": 1}
+    )
+    RunRecord.objects.filter(session_id=sid).update(
+        status=RunRecord.RUNNING, worker="w", lease_until=timezone.now() + timedelta(hours=1)
+    )
 
     for path in (
         "/",

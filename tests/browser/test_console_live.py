@@ -55,12 +55,16 @@ def test_login_is_required(browser, asgi_server, transactional_db):
     context.close()
 
 
-def test_a_new_eviction_appears_without_reloading(page, console_log):
+def test_a_new_eviction_reaches_the_timeline_as_the_row_a_reload_renders(page, console_log):
+    from dashboard.models import CompressEvent
+
     console_log.append(session_id=SID, kind="context_msg", role="user", content="find the outage")
     page.goto(f"{page.base}/sessions/{SID}/")
     _wait_live(page)
     page.evaluate("window.__marker = 'same page'")
+    assert page.is_visible("#timeline-empty")
 
+    # The span arrives in the feed; the compress record it stands for reaches the timeline.
     _send(
         session_group(SID),
         {
@@ -68,12 +72,26 @@ def test_a_new_eviction_appears_without_reloading(page, console_log):
             "span": _span("scroll.evict", "e" * 16, **{"scroll.seq_lo": 1, "scroll.seq_hi": 40}),
         },
     )
-
     page.wait_for_selector(f"#span-{'e' * 16}", timeout=10_000)
-    page.wait_for_selector("#timeline li.timeline-scroll-evict", timeout=5_000)
+    record = CompressEvent.objects.create(
+        session_id=SID,
+        action="evict",
+        tokens_before=5000,
+        tokens_after=2100,
+        trigger_tokens=4800,
+        evicted_lo=1,
+        evicted_hi=40,
+    )
+    _send(session_group(SID), {"type": "session.changed", "session_id": SID, "summary": {}})
+
+    page.wait_for_selector(f"#timeline #compress-{record.pk}", timeout=10_000)
     assert page.evaluate("window.__marker") == "same page"
-    assert "scroll.seq_hi=40" in page.inner_text("#timeline")
+    assert not page.is_visible("#timeline-empty")
+    live_row = page.inner_html(f"#compress-{record.pk}")
+    assert "evicted 1–40" in live_row and "scroll.seq_hi" not in live_row
     shoot(page, "session")
+    page.reload()
+    assert page.inner_html(f"#compress-{record.pk}") == live_row
 
 
 def test_event_content_with_html_and_script_is_shown_as_text(page, console_log):

@@ -22,15 +22,14 @@ CELL = "Next.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
 
 @pytest.fixture
 def live_runner(console_log, monkeypatch):
-    """A runner of its own, and telemetry feeding a console span sink, for one test."""
-    from dashboard.runner import Runner
+    """A worker of its own, and telemetry feeding a console span sink, for one test."""
     from dashboard.spans import ConsoleSpanSink
+    from dashboard.worker import Worker
     from scroll_core import telemetry
     from scroll_core.kernel import KernelConfig, KernelManager
 
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    runner = Runner(workers=1, kernels=kernels)
-    monkeypatch.setattr(runner_module, "_runner", runner)
+    runner = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
     sink = ConsoleSpanSink()
     telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
     try:
@@ -85,13 +84,17 @@ def test_a_trigger_ratio_changed_in_admin_takes_effect_at_the_next_compress(page
     admin.wait_for_selector(".messagelist .success")
     shoot(admin, "admin-profile")
     admin.close()
+    # Without a reload, before the run's next step: the change is on the timeline ...
+    page.wait_for_selector("#timeline li.timeline-profile", timeout=10_000)
+    assert "trigger_ratio: 0.8 → 0.5 by ops" in page.inner_text("#timeline li.timeline-profile")
+    live_change = page.inner_html("#timeline li.timeline-profile")
     gate.set()
-
-    # Without a reload: the session picks the change up at its next compress ...
-    page.wait_for_selector("#timeline li.timeline-scroll-profile-applied", timeout=30_000)
-    assert "trigger_ratio" in page.inner_text("#timeline li.timeline-scroll-profile-applied")
-    # ... and that compress triggers at 0.5 x 6,000.
-    _shows(page, "timeline", "scroll.trigger_tokens=3000")
+    # ... and the session picks it up at its next compress, which triggers at 0.5 x 6,000.
+    _shows(page, "span-rows", "scroll.trigger_tokens=3000")
+    _shows(page, "span-rows", "scroll.profile.applied")
+    # The header follows without a reload: the trigger, and the run's end.
+    _shows(page, "session-summary", "/ 3000 / 6000")
+    _shows(page, "run-status", "done")
     assert page.evaluate("window.__marker") == "same page"
 
     run = runner_module.wait_for_run(run.session_id, 60)
@@ -99,8 +102,8 @@ def test_a_trigger_ratio_changed_in_admin_takes_effect_at_the_next_compress(page
     assert run.trigger_tokens == 3000
     page.reload()
     # The recorded change (who, old and new) is on the timeline, the trigger in the summary.
-    change = page.inner_text("#timeline li.timeline-profile")
-    assert "trigger_ratio: 0.8 → 0.5 by ops" in change
+    # The recorded change (who, old and new) reloads as the row that arrived live.
+    assert page.inner_html("#timeline li.timeline-profile") == live_change
     assert "/ 3000 / 6000" in page.inner_text("dl.summary")
     shoot(page, "session-tuned")
 

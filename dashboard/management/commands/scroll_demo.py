@@ -33,6 +33,7 @@ class Command(BaseCommand):
             from dashboard.spans import install_sink
 
             install_sink()
+        runner.start_embedded_worker()  # runs it here unless another worker is quicker
         run = start_demo(pause_s=options["pause"])
         self.stdout.write(f"demo session {run.session_id}: {len(TURNS)} turns")
         try:

@@ -46,11 +46,14 @@ def make_vocabulary(rng: random.Random, size: int = 6000) -> list[str]:
     return sorted(words)
 
 
-def make_rows(n: int, rng: random.Random, vocab: list[str]) -> list[dict[str, Any]]:
+def make_rows(
+    n: int, rng: random.Random, vocab: list[str], offset: int = 0
+) -> list[dict[str, Any]]:
+    """``n`` synthetic events; ``offset`` numbers them on from an earlier batch."""
     # Zipf-like word choice so some terms are common and most are rare, as in real logs.
     cum_weights = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(vocab))))
     rows = []
-    for i in range(n):
+    for i in range(offset, offset + n):
         words = rng.choices(vocab, cum_weights=cum_weights, k=rng.randint(5, 60))
         rows.append(
             {

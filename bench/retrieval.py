@@ -2,6 +2,13 @@
 
     python bench/retrieval.py --json      # every row, test split headline, dev beside it
     python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
+    python bench/retrieval.py --json --latency-events 1000000   # ablation timed at 1M
+
+The ablation ("ablation" in the JSON) has one row per ranking technique, each a
+``SearchTuning`` switched on its own over the shipped search, all measured in this run on
+the test split with the dev figure beside it, and each timed (p50/p99 ms over the same
+queries, interleaved) on a synthetic log from ``bench/eventlog.py``'s generator of
+``--latency-events`` events. Those timings are the only machine-dependent figures.
 
 Model-free. The plain baseline is the data set's (``bench/_locomo_baseline.py`` states its
 rules): "Speaker: text" plus the image caption, one FTS5 table per conversation, question
@@ -25,14 +32,16 @@ depend on the machine.
 from __future__ import annotations
 
 import argparse
+import random
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from _common import SHARED_DATA, emit
+from _common import SHARED_DATA, emit, percentile
 
 from bench._locomo_baseline import (
     Item,
@@ -44,6 +53,7 @@ from bench._locomo_baseline import (
 )
 from bench._locomo_split import DEV, TEST, split_of
 from bench._retrieval_tune import GRID, tune_on_dev
+from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, SearchTuning
 from scroll_core.ingest import ingest
 
@@ -138,6 +148,65 @@ def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
         "rank_weights_content_headline_name": list(tuning.rank_weights),
         "neighbour_weights": list(tuning.neighbour_weights),
         "candidates": tuning.candidates,
+        "coverage_weight": tuning.coverage_weight,
+        "proximity_weight": tuning.proximity_weight,
+    }
+
+
+# One weight per technique, fixed up front (no grid): 1.0 lets a turn holding every query
+# term, or two of them side by side, count up to double.
+TECHNIQUE_WEIGHT = 1.0
+
+
+def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
+    """The shipped search, each signal it has taken out in turn, each candidate added."""
+    default = SearchTuning()
+    rows: dict[str, tuple[str, SearchTuning]] = {"shipped": ("as shipped", default)}
+    rows["no_neighbours"] = ("- neighbour turns", replace(default, neighbour_weights=()))
+    for name, field in (("coverage", "coverage_weight"), ("proximity", "proximity_weight")):
+        on = getattr(default, field) > 0
+        weight = 0.0 if on else TECHNIQUE_WEIGHT
+        label = f"- {name}" if on else f"+ {name} {weight}"
+        rows[f"{'no_' if on else ''}{name}"] = (label, replace(default, **{field: weight}))
+    if not (default.coverage_weight or default.proximity_weight):
+        rows["coverage_proximity"] = (
+            f"+ coverage and proximity {TECHNIQUE_WEIGHT}",
+            replace(default, coverage_weight=TECHNIQUE_WEIGHT, proximity_weight=TECHNIQUE_WEIGHT),
+        )
+    elif default.coverage_weight and default.proximity_weight:
+        # The search before either term feature: the latency the issue compares against.
+        rows["no_term_features"] = (
+            "- coverage and proximity (the search before issue 15)",
+            replace(default, coverage_weight=0.0, proximity_weight=0.0),
+        )
+    return rows
+
+
+def synthetic_latency(
+    tunings: dict[str, SearchTuning], events: int, workdir: Path
+) -> dict[str, dict[str, float]]:
+    """p50/p99 ms of ``EventLog.search`` (k=10) per tuning on one synthetic log, each query
+    run under every tuning back to back so machine load falls on all alike."""
+    rng = random.Random(SEED)
+    vocab = make_vocabulary(rng)
+    queries = make_queries(rng, vocab)
+    times: dict[str, list[float]] = {name: [] for name in tunings}
+    with EventLog(workdir / "latency.sqlite3") as log:
+        for start in range(0, events, BATCH):
+            log.append_many(make_rows(min(BATCH, events - start), rng, vocab, offset=start))
+        for q in queries[:20]:
+            log.search(q, 10)
+        names = list(tunings)
+        for i, q in enumerate(queries):
+            # Rotate who goes first: the first search of a query warms the pages for the rest.
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                log.search_tuning = tunings[name]
+                began = time.perf_counter()
+                log.search(q, 10)
+                times[name].append((time.perf_counter() - began) * 1000)
+    return {
+        name: {"p50_ms": round(percentile(t, 50), 3), "p99_ms": round(percentile(t, 99), 3)}
+        for name, t in times.items()
     }
 
 
@@ -205,6 +274,34 @@ class Bench:
                 row["gain"] = gain(row, out[base])
         return out
 
+    def ablation(self, latency_events: int, workdir: Path) -> dict[str, dict[str, Any]]:
+        techniques = ablation_tunings()
+        latency = synthetic_latency(
+            {name: tuning for name, (_, tuning) in techniques.items()}, latency_events, workdir
+        )
+        out: dict[str, dict[str, Any]] = {}
+        for name, (description, tuning) in techniques.items():
+            self.log.search_tuning = tuning
+            rows = score_rows(self.items, scroll_search(self.log, self.keys, narrow=True))
+            summary = summarise(self.items, rows)
+            out[name] = {
+                "description": description,
+                "tuning": describe_tuning(tuning),
+                **{s: {m: summary[s][m] for m in METRICS} for s in ("test", "dev")},
+                "latency": {"events": latency_events, **latency[name]},
+            }
+        self.log.search_tuning = SearchTuning()
+        shipped = out["shipped"]
+        for row in out.values():
+            row["minus_shipped"] = {
+                s: {m: round(row[s][m] - shipped[s][m], 4) for m in METRICS}
+                for s in ("test", "dev")
+            }
+            row["latency"]["p50_ratio"] = round(
+                row["latency"]["p50_ms"] / max(shipped["latency"]["p50_ms"], 1e-9), 3
+            )
+        return out
+
     def close(self) -> None:
         self.log.close()
 
@@ -251,7 +348,9 @@ def figures(rows: dict[str, dict[str, Any]], check: dict[str, Any]) -> dict[str,
     return {k: float(v) for k, v in sorted(flat.items())}
 
 
-def readme_tables(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def readme_tables(
+    rows: dict[str, dict[str, Any]], ablation: dict[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """How the README lays out the figures: every cell is a key of ``figures``."""
     metrics = ["recall_at_1", "recall_at_5", "recall_at_10", "hit_at_10"]
     categories = ["single_hop", "temporal", "multi_hop", "open_domain", "adversarial"]
@@ -290,15 +389,40 @@ def readme_tables(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "columns": [f"{m}_{c}" for c in categories for m in ("recall_at_5", "recall_at_10")],
             "key": "{row}_{column}",
         },
-    ]
+    ] + (
+        [
+            {
+                "title": "Ablation: one technique per row, same run (latency on the synthetic "
+                "log, see the JSON for its size)",
+                "rows": list(ablation),
+                "columns": [
+                    *(f"{s}_{m}" for s in ("test", "dev") for m in ("recall_at_5", "recall_at_10")),
+                    "p50_ms",
+                    "p99_ms",
+                ],
+                "key": "ablation_{row}_{column}",
+            }
+        ]
+        if ablation
+        else []
+    )
 
 
-def report(bench: Bench) -> dict[str, Any]:
+def report(bench: Bench, latency_events: int, workdir: Path) -> dict[str, Any]:
     rows = bench.rows()
+    ablation = bench.ablation(latency_events, workdir)
     check = baseline_check(rows["plain_bm25"])
     splits = [split_of(i.conversation) for i in bench.items]
+    flat = figures(rows, check)
+    for name, row in ablation.items():
+        for split in ("test", "dev"):
+            for metric in ("recall_at_5", "recall_at_10", "hit_at_10"):
+                flat[f"ablation_{name}_{split}_{metric}"] = float(row[split][metric])
+        flat[f"ablation_{name}_p50_ms"] = float(row["latency"]["p50_ms"])
+        flat[f"ablation_{name}_p99_ms"] = float(row["latency"]["p99_ms"])
     return {
-        "figures": figures(rows, check),
+        "figures": dict(sorted(flat.items())),
+        "ablation": ablation,
         "baseline_check": check,
         "split": {
             "dev": list(DEV),
@@ -310,7 +434,7 @@ def report(bench: Bench) -> dict[str, Any]:
         "search_tuning": describe_tuning(SearchTuning()),
         "headline_row": HEADLINE_ROW,
         "rows": rows,
-        "readme_tables": readme_tables(rows),
+        "readme_tables": readme_tables(rows, ablation),
     }
 
 
@@ -331,6 +455,17 @@ def print_table(result: dict[str, Any]) -> None:
                 f"{delta:>+8.4f}" if delta is not None else f"{'':>8}"
             )
         print(f"{name:<24}{row['scope']:<14}{cells}")
+    print(
+        f"ablation (latency at {next(iter(result['ablation'].values()))['latency']['events']}"
+        " synthetic events):"
+    )
+    for name, row in result["ablation"].items():
+        print(
+            f"  {name:<20} test r@10 {row['test']['recall_at_10']:.4f} "
+            f"({row['minus_shipped']['test']['recall_at_10']:+.4f})  dev r@10 "
+            f"{row['dev']['recall_at_10']:.4f} ({row['minus_shipped']['dev']['recall_at_10']:+.4f})"
+            f"  p50 {row['latency']['p50_ms']:.2f} ms  p99 {row['latency']['p99_ms']:.2f} ms"
+        )
 
 
 def run_tune(bench: Bench, as_json: bool) -> None:
@@ -372,6 +507,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.add_argument("--tune", action="store_true", help="grid-search the constants on dev")
     parser.add_argument("--quick", action="store_true", help="accepted for make bench; no-op")
+    parser.add_argument(
+        "--latency-events",
+        type=int,
+        default=50_000,
+        help="size of the synthetic log the ablation is timed on (the issue asks 1000000)",
+    )
     args = parser.parse_args(argv)
     if not args.data.is_file():
         parser.error(f"LoCoMo not found at {args.data}")
@@ -381,7 +522,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.tune:
                 run_tune(bench, args.json)
                 return
-            result = report(bench)
+            result = report(bench, max(1, args.latency_events), Path(tmp))
         finally:
             bench.close()
     if args.json:

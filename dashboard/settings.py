@@ -11,7 +11,9 @@ SCROLL_DEBUG           "1" turns DEBUG on (default off)
 SCROLL_ALLOWED_HOSTS   comma-separated (default: localhost,127.0.0.1)
 SCROLL_CSRF_TRUSTED_ORIGINS  comma-separated origins, for a console behind a proxy
 SCROLL_DATABASE_URL    postgres://user:pass@host:port/name to use PostgreSQL for Django
-SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (channels-redis)
+                       (parsed by dj-database-url; needs the [postgres] extra, psycopg 3)
+SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (needs the [redis]
+                       extra, channels-redis)
 SCROLL_SERVE_STATIC    "0" stops the ASGI app serving static files itself (default on)
 SCROLL_GRAFANA_URL     base URL of a Grafana with Tempo, for "open this trace in Grafana" links
 SCROLL_BENCH           "1" routes /bench/load/ (staff, loopback only): bench/console.py sets it
@@ -53,12 +55,13 @@ OTEL_EXPORTER_OTLP_* variables.
 
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
+import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
@@ -112,19 +115,47 @@ def _persisted_secret_key(data_dir: Path) -> str:
     return key
 
 
-def _database_from_url(url: str) -> dict[str, Any]:
-    parts = urlsplit(url)
-    if parts.scheme not in {"postgres", "postgresql"}:
+def _require(module: str, extra: str, setting: str) -> None:
+    """Refuse a setting whose optional extra is not installed, naming the install command."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
         raise ImproperlyConfigured(
-            f"SCROLL_DATABASE_URL must be a postgres:// URL, not {parts.scheme or url!r}"
+            f"{setting} is set but {module!r} cannot be imported ({exc}); "
+            f"install the extra: pip install 'scroll[{extra}]'"
+        ) from None
+
+
+def _database_from_url(url: str) -> dict[str, Any]:
+    """Django's database settings for a postgres:// URL, parsed by dj-database-url."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(
+            f"SCROLL_DATABASE_URL must be a postgres:// URL, not {scheme or url!r}"
         )
+    _require("psycopg", "postgres", "SCROLL_DATABASE_URL")
+    try:
+        config: dict[str, Any] = dict(dj_database_url.parse(url))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"SCROLL_DATABASE_URL cannot be parsed: {exc}") from None
+    if not config.get("NAME"):
+        raise ImproperlyConfigured("SCROLL_DATABASE_URL names no database (…/NAME at the end)")
+    return config
+
+
+def _redis_layer(url: str) -> dict[str, Any]:
+    """The channels-redis layer for a redis:// (or rediss://, unix://) URL."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(
+            f"SCROLL_REDIS_URL must be a redis:// URL, not {scheme or url!r}"
+        )
+    _require("channels_redis", "redis", "SCROLL_REDIS_URL")
     return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")),
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        # A live page that falls this far behind loses spans, as on the in-memory layer;
+        # the page catches up from the database on reconnect.
+        "CONFIG": {"hosts": [url], "capacity": 1000, "expiry": 60},
     }
 
 
@@ -247,12 +278,7 @@ refuse_in_memory_layer(
 )
 
 if os.environ.get("SCROLL_REDIS_URL"):
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [os.environ["SCROLL_REDIS_URL"]]},
-        }
-    }
+    CHANNEL_LAYERS = {"default": _redis_layer(os.environ["SCROLL_REDIS_URL"])}
 else:
     # The in-memory layer drops a message silently once a consumer's queue holds `capacity`;
     # a live page falls behind by at most this many spans before that happens.

@@ -414,6 +414,8 @@ class Worker:
                 kernel = session.kernel
                 assert kernel is not None
                 kernel.register(functions)
+            # The Kernels page shows the kernel from the start, not only after its first cell.
+            self._record_kernel(live)
             first = int((run.checkpoint or {}).get("next_turn", 0))
             for i in range(first, len(turns)):
                 _check_stop(live)

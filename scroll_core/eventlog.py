@@ -652,6 +652,7 @@ class EventLog:
         before_seq: int | None = None,
         time_limit_s: float | None = None,
         step_limit: int | None = None,
+        speaker: str | Sequence[str] | None = None,
     ) -> list[Hit]:
         """BM25 search over content, headline and name. Never raises on the query text.
 
@@ -659,7 +660,8 @@ class EventLog:
         next to it in its session (see ``search.SearchTuning``); ties go to the older event.
         ``since`` and ``until`` bound ``created_at`` half-open, ``[since, until)``;
         ``before_seq`` keeps only older events (the agent's active turn stays out, neighbours
-        included). An empty query with a date bound lists that range in seq order.
+        included). ``speaker`` keeps events whose ``name`` (speaker or tool) is one given.
+        An empty query with a date bound lists that range in seq order.
 
         ``time_limit_s`` (seconds) and ``step_limit`` (SQLite VM instructions, checked every
         1000) interrupt a search that runs past them with ``SearchTimeout``.
@@ -680,7 +682,9 @@ class EventLog:
                     db,
                     query,
                     k,
-                    SearchFilters(session_id, agent_id, kind, since, until, before_seq),
+                    SearchFilters(
+                        session_id, agent_id, kind, since, until, before_seq, speaker=speaker
+                    ),
                     self.search_tuning,
                 )
             if traced.recording:

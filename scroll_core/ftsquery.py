@@ -59,9 +59,15 @@ def match_expression(terms: list[str]) -> str:
     return " OR ".join(quote_term(t) for t in terms)
 
 
-def _stem_prefix(term: str) -> str:
-    # A crude stand-in for the porter stemmer, only for highlighting: "hiking" and "hiked"
-    # both start with "hik". Ranking itself always uses FTS5's own porter tokenizer.
+def tokens(text: str) -> list[str]:
+    """``text`` split and case-folded the way FTS5's unicode61 tokenizer does it."""
+    return [w.casefold() for w in _TOKEN.findall(text)]
+
+
+def stem_prefix(term: str) -> str:
+    # A crude stand-in for the porter stemmer, for highlighting and for the term features
+    # read from a candidate's text: "hiking" and "hiked" both start with "hik". Which rows
+    # match, and their bm25, always come from FTS5's own porter tokenizer.
     return term if len(term) <= 4 else term[: max(4, len(term) - 3)]
 
 
@@ -70,7 +76,7 @@ def make_snippet(content: str, terms: list[str], width: int = SNIPPET_CHARS) -> 
     if not terms:
         return content[:width]
     alternatives = "|".join(
-        re.escape(_stem_prefix(t)) for t in sorted(set(terms), key=len, reverse=True)
+        re.escape(stem_prefix(t)) for t in sorted(set(terms), key=len, reverse=True)
     )
     pattern = re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*", re.IGNORECASE)
     first = pattern.search(content)

@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 from .errors import AgentNotReadable, EventNotFound, QueryRefused
 from .eventlog import Event, EventLog, SessionSummary
-from .search import Hit, SearchFilters, run_search
+from .search import Hit, SearchFilters, neighbour_seqs, run_search
 from .telemetry import span
 
 __all__ = [
@@ -345,12 +345,15 @@ class ScopedReader:
         since: str | datetime | date | None = None,
         until: str | datetime | date | None = None,
         before_seq: int | None = None,
+        speaker: str | Sequence[str] | None = None,
+        neighbours: int = 0,
     ) -> list[Hit]:
-        """BM25 search (``run_search``) over the scoped view, narrowed to ``agents``."""
+        """BM25 search (``run_search``) over the scoped view, narrowed to ``agents``; each
+        hit carries the seqs of up to ``neighbours`` turns on each side in its session."""
         wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
         if not wanted:
             return []
-        filters = SearchFilters(session_id, wanted, kind, since, until, before_seq)
+        filters = SearchFilters(session_id, wanted, kind, since, until, before_seq, speaker=speaker)
         with span(
             "scroll.search",
             {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": wanted[0]},
@@ -364,6 +367,8 @@ class ScopedReader:
         ) as traced:
             with self._lock:
                 hits = run_search(self._db, query, k, filters, self.log.search_tuning)
+                if neighbours:
+                    hits = neighbour_seqs(self._db, hits, neighbours, before_seq)
             if traced.recording:
                 traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
             return hits

@@ -92,3 +92,24 @@ def redis_server():
             yield server
     except servers.ServerUnavailable as exc:
         servers.unavailable("Redis", str(exc))
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, and on PostgreSQL no session left on it at the end.
+
+    A daemon thread (span sink, embedded worker) may still hold a connection when the run
+    ends; PostgreSQL then refuses to drop the test database, while SQLite just deletes its
+    file. Ending those sessions first is the PostgreSQL side of the same teardown.
+    """
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    connection.close()

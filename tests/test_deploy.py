@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from scroll_core import telemetry
@@ -121,3 +124,103 @@ def test_the_dashboard_queries_metrics_that_scroll_writes(monkeypatch):
     }
     assert queried, "the dashboard queries no Scroll metric"
     assert queried <= written, queried - written
+
+
+SCALE = DEPLOY / "scale.yml"
+WEB_SERVICES = ("web-a", "web-b")
+WORKER_SERVICES = ("worker-1", "worker-2")
+
+
+def _scaled_config() -> dict:
+    command = compose_command()
+    if command is None:
+        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+    done = subprocess.run(
+        [*command, "-f", str(COMPOSE), "-f", str(SCALE), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "POSTGRES_PASSWORD": "s3cret"},
+    )
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def _mounts(service: dict) -> set[tuple[str, str]]:
+    """(source, target) of each volume; compose v1 prints "src:dst:rw", v2 a mapping."""
+    found = set()
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            found.add((volume["source"], volume["target"]))
+        else:
+            source, target, *_ = str(volume).split(":")
+            found.add((source, target))
+    return found
+
+
+def test_docker_compose_config_accepts_the_scaled_deployment_with_observability():
+    services = _scaled_config()["services"]
+    expected = {"postgres", "redis", "migrate", "balancer", *WEB_SERVICES, *WORKER_SERVICES}
+    expected |= {"otel-collector", "tempo", "prometheus", "grafana"}
+    assert expected <= set(services), expected - set(services)
+    for name in WEB_SERVICES:
+        assert services[name]["command"][0] == "daphne"
+    for name in WORKER_SERVICES:
+        assert services[name]["command"] == ["python", "manage.py", "scroll_worker"]
+
+
+def test_every_scroll_process_shares_postgres_redis_and_the_data_folder():
+    services = _scaled_config()["services"]
+    processes = [*WEB_SERVICES, *WORKER_SERVICES]
+    for name in [*processes, "migrate"]:
+        service = services[name]
+        env = service["environment"]
+        assert env["SCROLL_DATABASE_URL"] == "postgres://scroll:s3cret@postgres:5432/scroll"
+        assert env["SCROLL_REDIS_URL"] == "redis://redis:6379/0"
+        assert env["SCROLL_PROCESSES"] == str(len(processes)), name
+        assert env["SCROLL_WORKERS"] == "external", name
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
+        assert ("scroll-data", "/data") in _mounts(service), name
+        assert service["build"]["dockerfile"] == "deploy/Dockerfile"
+    for name in processes:
+        assert services[name]["depends_on"]["migrate"]["condition"] == (
+            "service_completed_successfully"
+        )
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "s3cret"
+    proxied = " ".join(services["balancer"]["command"])
+    for name in WEB_SERVICES:
+        assert f"--to {name}:8000" in proxied
+
+
+def test_the_scaled_environment_is_accepted_by_the_settings(tmp_path):
+    """What compose hands a web process imports cleanly: both extras installed, URLs valid."""
+    env = _scaled_config()["services"]["web-a"]["environment"]
+    code = (
+        "from django.conf import settings; "
+        "print(settings.DATABASES['default']['ENGINE'], "
+        "settings.CHANNEL_LAYERS['default']['BACKEND'])"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SCROLL_", "OTEL_"))}
+    environ.update({k: str(v) for k, v in env.items() if v not in (None, "")})
+    environ.update(SCROLL_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="dashboard.settings")
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=DEPLOY.parent,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        "django.db.backends.postgresql",
+        "channels_redis.core.RedisChannelLayer",
+    ]
+
+
+def test_the_image_copies_only_what_exists_and_installs_both_extras():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    for line in re.findall(r"^COPY (.+)$", dockerfile, re.M):
+        for source in line.split()[:-1]:
+            assert (DEPLOY.parent / source).exists(), source
+    assert "'.[postgres,redis]'" in dockerfile

@@ -182,3 +182,31 @@ def test_tuning_refuses_when_there_is_no_dev_item():
 
     with pytest.raises(ValueError, match="no dev-split items"):
         tune_on_dev(test_only, never)
+
+
+@pytest.fixture
+def retrieval(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import importlib
+
+    return importlib.import_module("bench.retrieval")
+
+
+def test_each_ablation_row_switches_one_technique_against_the_shipped_search(retrieval):
+    rows = retrieval.ablation_tunings()
+    shipped = rows["shipped"][1]
+    assert shipped == SearchTuning()
+    fields = ("neighbour_weights", "coverage_weight", "proximity_weight")
+    for name, (_, tuning) in rows.items():
+        changed = [f for f in fields if getattr(tuning, f) != getattr(shipped, f)]
+        assert len(changed) == {"shipped": 0, "coverage_proximity": 2, "no_term_features": 2}.get(
+            name, 1
+        ), name
+
+
+def test_the_ablation_times_every_row_on_the_same_synthetic_log(retrieval, tmp_path):
+    tunings = {"shipped": SearchTuning(), "proximity": SearchTuning(proximity_weight=1.0)}
+    latency = retrieval.synthetic_latency(tunings, 1500, tmp_path)
+    assert set(latency) == set(tunings)
+    for row in latency.values():
+        assert 0 < row["p50_ms"] <= row["p99_ms"]

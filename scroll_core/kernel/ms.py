@@ -63,11 +63,44 @@ SCHEMA_NOTES = (
     "events holds this agent's events across all its sessions (and those of agents an "
     "operator granted it); it is append-only and seq is the address of every event. "
     "created_at is ISO-8601 UTC. content may be a bounded preview when payload_ref is set: "
-    "expand(seq).payload.load() returns the full text. Full-text search is ms.search(query, "
-    "k, session=, kind=, since=, until=, on=, scope='agent'|'session', agent=): events_fts "
-    "is not open to sql_query. sql_query is read-only, capped in rows, bytes and time "
-    "(truncated_by says which); aggregate in SQL or in the kernel."
+    "expand(seq).payload.load() returns the full text. Full-text search is ms.search (see "
+    "'search'): events_fts is not open to sql_query. sql_query is read-only, capped in rows, "
+    "bytes and time (truncated_by says which); aggregate in SQL or in the kernel."
 )
+MAX_NEIGHBOURS = 5
+# What ms.schema() says about ms.search: every filter, and what a hit carries.
+SEARCH_DOC: dict[str, Any] = {
+    "call": (
+        "ms.search(query, k=10, *, session=None, kind=None, speaker=None, since=None, "
+        "until=None, on=None, agent=None, scope='agent', neighbours=1)"
+    ),
+    "ranking": (
+        "BM25 over content, headline and name (terms OR-ed, stop words dropped), raised for a "
+        "turn holding more of the query's terms and holding two of them close together; a "
+        "turn also gains from matches in the turns beside it in its session. Deterministic, "
+        "no model."
+    ),
+    "filters": {
+        "session": "one session id (ms.sessions() lists them); '*' or None for all",
+        "kind": "an event kind or a list of kinds, e.g. 'message' or ['tool_call', 'tool_result']",
+        "speaker": "the name column (who spoke a message, or the tool's name) or a list of them",
+        "since": "ISO date or timestamp, inclusive lower bound on created_at",
+        "until": "ISO date or timestamp, exclusive upper bound on created_at",
+        "on": "one ISO day; the same as since=that day, until=the next",
+        "agent": "an agent id, a list of them, or '*' for every readable agent",
+        "scope": "'agent' (all this agent's sessions) or 'session' (the current one only)",
+        "neighbours": f"turns on each side whose seqs a hit carries, 0..{MAX_NEIGHBOURS}",
+    },
+    "empty_query": "with since/until/on, lists that range in seq order",
+    "hit_fields": {
+        "seq": "the event's address (ms.expand(seq) reads it whole)",
+        "session_id": "the session it belongs to",
+        "date": "its day, YYYY-MM-DD (created_at holds the full timestamp)",
+        "neighbours": "seqs of the turns just before and after it in its session, ascending",
+        "matched": "False when it ranks only by the turns beside it",
+        "score": "higher is better; comparable within one call only",
+    },
+}
 
 
 @dataclass
@@ -274,14 +307,26 @@ class MsCapability:
         *,
         session: str | None = None,
         kind: str | Sequence[str] | None = None,
+        speaker: str | Sequence[str] | None = None,
         since: str | None = None,
         until: str | None = None,
         on: str | None = None,
         agent: str | None = None,
         scope: str = "agent",
+        neighbours: int = 1,
     ) -> tuple[list[dict[str, Any]], list[int]]:
         if not isinstance(query, str):
             raise TypeError("query must be a str")
+        for label, value in (("kind", kind), ("speaker", speaker)):
+            if value is not None and not (
+                isinstance(value, str)
+                or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+            ):
+                raise TypeError(f"{label} must be a str or a list of str")
+        if isinstance(neighbours, bool) or not isinstance(neighbours, int):
+            raise TypeError("neighbours must be an int")
+        if not 0 <= neighbours <= MAX_NEIGHBOURS:
+            raise ValueError(f"neighbours must be between 0 and {MAX_NEIGHBOURS}")
         if scope not in SCOPES:
             raise ValueError(f"scope must be one of {', '.join(map(repr, SCOPES))}")
         if session == ALL:
@@ -309,6 +354,8 @@ class MsCapability:
             since=since,
             until=until,
             before_seq=self.active_from_seq,
+            speaker=speaker,
+            neighbours=neighbours,
         )
         wire = []
         for hit in hits:
@@ -382,6 +429,7 @@ class MsCapability:
         body = {
             "tables": tables,
             "notes": SCHEMA_NOTES,
+            "search": SEARCH_DOC,
             "agent": self.agent_id,
             "readable_agents": list(reader.agents),
             "row_cap": self.row_cap,

@@ -16,6 +16,7 @@ from dashboard.models import (
     Alert,
     AlertRule,
     CompressEvent,
+    ModelPrice,
     ProfileChange,
     RunRecord,
     SpanRecord,
@@ -182,6 +183,17 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # one seeded rule per kind
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    """Prices per million tokens; each call, session and agent shows its cost from these."""
+
+    list_display = (
+        "model", "input_per_mtok", "cached_input_per_mtok", "output_per_mtok", "currency"
+    )  # fmt: skip
+    list_editable = ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok")
+    search_fields = ("model",)
 
 
 @admin.register(Alert)

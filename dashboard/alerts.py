@@ -19,6 +19,8 @@ print_truncation  execute_tool spans with ``scroll.truncated``; threshold among 
 kernel_failure    execute_tool spans with ``scroll.status`` timeout or killed, a
                   ``scroll.kernel.restart`` span, or ``error.type`` KernelError
 context_unfit     ``error.type`` ContextWindowUnfit, or ``scroll.stop_reason`` context_unfit
+eviction_net_loss ``scroll.blocks`` with ``scroll.seq_lo``/``seq_hi``: a block whose re-reads
+                  (after ``threshold`` of them) cost more prefill than keeping it would have
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from dashboard.models import Alert, AlertRule
+from dashboard.netloss import block_range, block_size, reread_tokens
 
 __all__ = ["AlertEngine", "Trigger", "acknowledge", "open_alert_count", "raise_alert", "resolve"]
 
@@ -80,13 +83,14 @@ def _is_cell(span: Mapping[str, Any]) -> bool:
 
 
 class _SessionState:
-    __slots__ = ("blocks", "cells", "chats", "last_headline")
+    __slots__ = ("blocks", "cells", "chats", "last_headline", "reread")
 
     def __init__(self) -> None:
         self.chats: deque[bool] = deque(maxlen=1000)  # True: a bad headline
         self.cells: deque[bool] = deque(maxlen=1000)  # True: truncated
         self.blocks: dict[str, int] = defaultdict(int)
         self.last_headline: str | None = None
+        self.reread: dict[str, list[int]] = {}  # block -> [W, H, re-read tokens]
 
 
 class AlertEngine:
@@ -206,6 +210,11 @@ class AlertEngine:
                             key=block,
                             count=count,
                         )
+                    net_rule = rules.get(AlertRule.EVICTION_NET_LOSS)
+                    if net_rule is not None:
+                        message = _net_loss(state, session_id, block, span, count, net_rule)
+                        if message:
+                            fire(AlertRule.EVICTION_NET_LOSS, message, key=block)
         return found
 
     def observe(self, span: Mapping[str, Any]) -> list[Alert]:
@@ -216,6 +225,34 @@ class AlertEngine:
             if alert is not None:
                 changed.append(alert)
         return changed
+
+
+def _net_loss(
+    state: _SessionState,
+    session_id: str,
+    block: str,
+    span: Mapping[str, Any],
+    count: int,
+    rule: AlertRule,
+) -> str | None:
+    """Add this retrieval's re-read tokens to the block's; the message once evicting the
+    block has cost more prefill than keeping it would have (dashboard/netloss.py)."""
+    bounds = block_range(block)
+    lo, hi = _attr(span, "scroll.seq_lo"), _attr(span, "scroll.seq_hi")
+    if bounds is None or not isinstance(lo, int) or not isinstance(hi, int):
+        return None
+    figures = state.reread.get(block)
+    if figures is None:
+        figures = state.reread[block] = [*block_size(session_id, *bounds), 0]
+    figures[2] += reread_tokens(session_id, bounds[0], bounds[1], lo, hi)
+    keep, offload = figures[0], figures[1] + figures[2]
+    if count < rule.threshold or offload <= keep or keep <= 0:
+        return None
+    return (
+        f"Evicting block {block} is a net loss: {count} re-read(s) prefilled {figures[2]} "
+        f"tokens again, plus its {figures[1]}-token index line, against {keep} to keep it "
+        f"in the view ({offload / keep:.2f}x). Compute over it in the kernel instead."
+    )
 
 
 def _recent_true(values: deque[bool], window: int) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -35,6 +36,7 @@ __all__ = [
     "ConsoleMarker",
     "GatewayKey",
     "KernelState",
+    "ModelPrice",
     "ProfileChange",
     "RunRecord",
     "SessionIndex",
@@ -484,6 +486,7 @@ class AlertRule(models.Model):
     PRINT_TRUNCATION = "print_truncation"
     KERNEL_FAILURE = "kernel_failure"
     CONTEXT_UNFIT = "context_unfit"
+    EVICTION_NET_LOSS = "eviction_net_loss"
     KIND_CHOICES = [
         (INDEX_GAP, "Index gap (the blocks no longer tile the evicted range)"),
         (HEADLINE_QUALITY, "Headline quality falling (missing, malformed, duplicate)"),
@@ -491,6 +494,7 @@ class AlertRule(models.Model):
         (PRINT_TRUNCATION, "Repeated print-cap truncation"),
         (KERNEL_FAILURE, "Kernel crash or timeout"),
         (CONTEXT_UNFIT, "Context window unfit"),
+        (EVICTION_NET_LOSS, "Evicted span re-read past its cost (a net loss under a prefix cache)"),
     ]
 
     kind = models.CharField(max_length=32, choices=KIND_CHOICES, unique=True)
@@ -566,6 +570,39 @@ class Alert(models.Model):
             "acknowledged_at": self.acknowledged_at.isoformat() if self.acknowledged_at else None,
             "resolved_at": self.resolved_at.isoformat() if self.resolved_at else None,
         }
+
+
+class ModelPrice(models.Model):
+    """What one model costs, per million tokens: fresh input, cached input, output.
+
+    A call's cost: its uncached prompt tokens at ``input``, the prompt tokens a prefix cache
+    serves (the part of the view unchanged since the call before) at ``cached_input``, and its
+    output at ``output``. Models without a row show no cost.
+    """
+
+    model = models.CharField(
+        max_length=200, unique=True, help_text="The model name as runs record it, e.g. gpt-4o."
+    )
+    input_per_mtok = models.DecimalField(
+        "input per 1M tokens", max_digits=12, decimal_places=4, default=0,
+        validators=[MinValueValidator(0)],
+    )  # fmt: skip
+    cached_input_per_mtok = models.DecimalField(
+        "cached input per 1M tokens", max_digits=12, decimal_places=4, default=0,
+        validators=[MinValueValidator(0)],
+    )  # fmt: skip
+    output_per_mtok = models.DecimalField(
+        "output per 1M tokens", max_digits=12, decimal_places=4, default=0,
+        validators=[MinValueValidator(0)],
+    )  # fmt: skip
+    currency = models.CharField(max_length=8, default="USD")
+
+    class Meta:
+        ordering = ["model"]
+        verbose_name = "model price"
+
+    def __str__(self) -> str:
+        return f"{self.model} ({self.currency})"
 
 
 from dashboard.workstate import (  # noqa: E402  (models of this app kept in a module of their own)

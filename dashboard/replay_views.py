@@ -16,20 +16,65 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 
 from dashboard.eventlog import get_event_log
-from dashboard.management.commands.scroll_replay import recorded_compresses
-from dashboard.models import PROFILE_FIELDS, RunRecord, TuningProfile
+from dashboard.inforce import load_recorded
+from dashboard.models import PROFILE_FIELDS, TuningProfile
 from dashboard.permissions import SAVE_PROFILE, denied
 from scroll_core.errors import ConfigError, ScrollError
 from scroll_core.profile import Profile
-from scroll_core.replay import POLICIES, Policy, TraceError, counterfactual, load_trace
+from scroll_core.replay import POLICIES, Policy, counterfactual
 
-__all__ = ["replay_page", "urlpatterns"]
+__all__ = ["KNOB_LABELS", "replay_page", "urlpatterns"]
+
+# What an operator reads beside each knob (the field names are for code).
+KNOB_LABELS: dict[str, str] = {
+    "context_size": "Window C (tokens)",
+    "trigger_ratio": "Compress at (share of C)",
+    "reserve_ratio": "Protected tail (share of C)",
+    "tail_cap_tokens": "Tail at most (tokens)",
+    "tail_floor_tokens": "Tail at least (tokens)",
+    "tail_floor_ratio": "Tail floor at most (share of C)",
+    "protected_recent_tool_results": "Newest results never folded",
+    "pre_trim_min_chars": "Fold floor (chars)",
+    "tier_cap": "Blocks per index tier",
+    "print_cap": "Print cap (chars)",
+    "index_budget_ratio": "Index budget (share of C)",
+    "output_reserve_cap": "Answer reserve at most (tokens)",
+    "output_reserve_ratio": "Answer reserve (share of C)",
+    "exec_timeout_s": "Cell timeout (seconds)",
+}
+_FIGURE_LABELS = {
+    "calls": "model calls",
+    "billed_prompt_tokens": "billed prompt tokens",
+    "prefill_tokens": "prefill tokens (uncached)",
+    "evictions": "evictions",
+    "folds": "folds",
+    "peak_view": "peak view (tokens)",
+    "unfit_compresses": "unfit compresses",
+}
 
 
-def _recorded_profile(session_id: str) -> tuple[str, Profile]:
-    run = RunRecord.objects.filter(session_id=session_id).select_related("profile").first()
-    row = run.profile if run is not None and run.profile else TuningProfile.get_default()
-    return row.name, row.to_core()
+def _knob_rows(knobs: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": f,
+            "label": KNOB_LABELS.get(f, f),
+            "help": TuningProfile._meta.get_field(f).help_text,
+            "value": knobs[f],
+        }
+        for f in PROFILE_FIELDS
+    ]
+
+
+def _evictions(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The compresses where either side evicted or folded, recorded and replay side by side
+    (both replays run the same compress points, in the same order)."""
+    rows = []
+    pairs = zip(report["recorded"]["compresses"], report["replay"]["compresses"], strict=True)
+    for i, (rec, rep) in enumerate(pairs):
+        if rec["evicted"] or rec["folds"] or rep["evicted"] or rep["folds"]:
+            rows.append({"i": i, "turn": rep["turn"], "step": rep["step"],
+                         "reason": rep["reason"], "recorded": rec, "replay": rep})  # fmt: skip
+    return rows
 
 
 def _budget_figure(report: dict[str, Any]) -> dict[str, Any]:
@@ -72,10 +117,10 @@ def _budget_figure(report: dict[str, Any]) -> dict[str, Any]:
         )
     ]
     layout = {
-        "title": "view tokens per model call (trigger and C dashed)",
+        "title": {"text": "view tokens per model call (trigger and C dashed)"},
         "height": 320,
-        "xaxis": {"title": "model call"},
-        "yaxis": {"title": "tokens"},
+        "xaxis": {"title": {"text": "model call"}},
+        "yaxis": {"title": {"text": "tokens"}},
         "shapes": shapes,
         "margin": {"t": 40, "r": 10},
     }
@@ -103,9 +148,19 @@ def replay_page(request: HttpRequest) -> HttpResponse:
     if session_id not in sessions:
         context["error"] = f"no session {session_id!r} in the Event Log"
         return render(request, "dashboard/replay.html", context, status=404)
-    name, recorded_profile = _recorded_profile(session_id)
+    try:
+        recorded = load_recorded(session_id)
+    except ScrollError as exc:
+        context["error"] = str(exc)
+        return render(request, "dashboard/replay.html", context, status=400)
+    recorded_profile = recorded.final
     knobs = {f: source.get(f, getattr(recorded_profile, f)) for f in PROFILE_FIELDS}
-    context.update(recorded_profile_name=name, knobs=knobs)
+    context.update(
+        recorded_profile_name=recorded.profile_name,
+        recorded_changes=recorded.changes,
+        knobs=knobs,
+        knob_rows=_knob_rows(knobs),
+    )
     try:
         profile = Profile.from_mapping(knobs)
     except ConfigError as exc:
@@ -125,14 +180,24 @@ def replay_page(request: HttpRequest) -> HttpResponse:
         row.save()
         messages.success(request, f"saved profile {row.name!r}")
         return redirect(f"{reverse('replay')}?session={session_id}&policy={context['policy']}")
+    if not recorded.trace.calls:
+        context["error"] = (
+            f"Nothing to replay: {session_id} has no model calls (no assistant turns in the "
+            "Event Log), so there is no view to rebuild. Replay needs a session with calls: "
+            "one the console ran, or an import that includes assistant turns."
+        )
+        return render(request, "dashboard/replay.html", context)
     policy = cast(Policy, context["policy"] if context["policy"] in POLICIES else "scroll")
-    rows = recorded_compresses(session_id)
+    trace = recorded.trace
+    trace.notes.extend(recorded.notes)
     try:
-        try:
-            trace = load_trace(log, session_id, compresses=rows or None)
-        except TraceError:
-            trace = load_trace(log, session_id)
-        report = counterfactual(trace, profile, policy, recorded_profile=recorded_profile)
+        report = counterfactual(
+            trace,
+            profile,
+            policy,
+            recorded_profile=recorded_profile,
+            recorded_profiles=recorded.profiles,
+        )
     except ScrollError as exc:
         context["error"] = str(exc)
         return render(request, "dashboard/replay.html", context, status=400)
@@ -147,8 +212,11 @@ def replay_page(request: HttpRequest) -> HttpResponse:
     )
     context.update(
         report=report,
-        figures=[(f, report["recorded"][f], report["replay"][f]) for f in figures],
+        figures=[(_FIGURE_LABELS[f], report["recorded"][f], report["replay"][f]) for f in figures],
         budget=_budget_figure(report),
+        evictions=_evictions(report),
+        nothing_to_check=not report["reproduction"]["checked"]
+        and not report["reproduction"]["calls_checked"],
     )
     return render(request, "dashboard/replay.html", context)
 

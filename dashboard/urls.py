@@ -12,6 +12,8 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Before the session page: its <path:> would swallow ".../calls/3/" (issue 11 inspector).
+    path("", include("dashboard.inspector_views")),
     # Session ids carry ':' and '/' (e.g. "locomo:conv-26"), hence <path:>.
     path("sessions/<path:session_id>/", views.session, name="session"),
     path("events/<int:seq>/", views.event, name="event"),

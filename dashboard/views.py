@@ -32,9 +32,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from dashboard import alerts as alert_rules
 from dashboard import live, session_live
+from dashboard.cost import cost_context
 from dashboard.eventlog import get_event_log
 from dashboard.grants import grants_for, readers_of
 from dashboard.groups import session_safe_id
+from dashboard.inspector_links import call_url_for_span
+from dashboard.modelinfo import what_will_run
 from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
 from dashboard.permissions import (
     CONTROL_KERNEL,
@@ -209,6 +212,8 @@ def _budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
             "name": section,
             "x": x,
             "y": [p.sections()[section] for p in points],
+            # A click on a point opens the call after that compress (static/inspector.js).
+            "customdata": [p.id for p in points],
         }
         for section in ("prefix", "index", "digest", "folded", "tail")
     ]
@@ -228,6 +233,7 @@ def _budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
         "height": 280,
         "yaxis": {"title": {"text": "tokens"}},
         "legend": {"orientation": "h"},
+        "hovermode": "x",
     }
     return {"data": traces, "layout": layout}
 
@@ -391,6 +397,8 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         ],
     }
     ctx.update(_agent_access(summary))
+    if request.GET.get("part") != "charts" and not request.htmx:
+        ctx.update(cost_context(session_id))  # issue 11: cost and the prefix-cache arithmetic
     # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.
     if request.GET.get("part") == "charts":
         return JsonResponse({"budget": ctx["budget"], "retrievals": ctx["retrieval_chart"]})
@@ -459,6 +467,7 @@ def span(request: HttpRequest, span_id: str) -> HttpResponse:
         "children": SpanRecord.objects.filter(parent_id=record.span_id).order_by("start_ns"),
         "attributes": sorted(record.attributes.items()),
         "grafana_url": _grafana_trace_url(record.trace_id),
+        "call_url": call_url_for_span(record),
     }
     return render(request, "dashboard/span.html", ctx)
 
@@ -631,6 +640,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "profiles": TuningProfile.objects.all(),
         "models": getattr(runner, "available_models", lambda: [])(),
         "agents": _known_agents() if request.user.has_perm(START_RUN) else [],
+        "model_info": what_will_run(),
     }
     return render(request, "dashboard/runs.html", ctx, status=status)
 

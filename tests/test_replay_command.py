@@ -135,8 +135,13 @@ def test_the_lab_shows_the_run_and_the_replay_side_by_side(recorded_run, staff_c
     response = staff_client.get("/replay/", {"session": S, "trigger_ratio": "0.6"})
     assert response.status_code == 200
     page = response.content.decode()
-    assert "Reproduced the recorded compresses: <strong>True</strong>" in page
-    assert 'id="replay-budget"' in page and "billed_prompt_tokens" in page
+    assert "Reproduced the recorded run: <strong>yes</strong>" in page
+    assert 'id="replay-budget"' in page and "billed prompt tokens" in page
+    # Knobs carry labels an operator reads, and the chart's axes have titles.
+    assert "Compress at (share of C)" in page and ">trigger_ratio <" not in page
+    budget = response.context["budget"]["layout"]
+    assert budget["xaxis"]["title"]["text"] == "model call"
+    assert budget["yaxis"]["title"]["text"] == "tokens"
     report = response.context["report"]
     assert report["replay"]["profile"]["trigger_ratio"] == 0.6
     assert report["replay"]["evictions"] >= report["recorded"]["evictions"]
@@ -153,3 +158,42 @@ def test_the_lab_refuses_bad_knobs_and_saves_good_ones(recorded_run, staff_clien
     again = staff_client.post("/replay/", {"session": S, "save": "1", "name": "tight-lab", **knobs})
     assert again.status_code == 400 and "name" in again.content.decode()
     assert TuningProfile.objects.filter(name="tight-lab").count() == 1
+
+
+def test_the_evictions_table_pairs_both_sides_per_compress(recorded_run, staff_client):
+    response = staff_client.get("/replay/", {"session": S, "trigger_ratio": "0.6"})
+    rows = response.context["evictions"]
+    assert rows, "a tighter trigger evicts"
+    report = response.context["report"]
+    for row in rows:
+        assert row["recorded"] == report["recorded"]["compresses"][row["i"]]
+        assert row["replay"] == report["replay"]["compresses"][row["i"]]
+        assert row["recorded"]["turn"] == row["replay"]["turn"] == row["turn"]
+
+
+def test_a_profile_edited_after_the_run_still_reproduces(recorded_run, staff_client):
+    """The issue's case: the profile was edited after the run; "Recorded" must not change."""
+    from dashboard.profiles import save_profile
+
+    before = json.loads(_replay(S, "--json"))
+    row = TuningProfile.objects.get(name="tight4k")
+    row.trigger_ratio = 0.5
+    save_profile(row)
+    after = json.loads(_replay(S, "--json"))
+    assert after["reproduction"]["exact"], after["reproduction"]["mismatches"]
+    assert after["recorded"]["billed_prompt_tokens"] == before["recorded"]["billed_prompt_tokens"]
+    assert after["recorded"]["evictions"] == before["recorded"]["evictions"]
+    # The knobs start from the profile as the run had it, not as it is now.
+    page = staff_client.get("/replay/", {"session": S})
+    assert page.context["knobs"]["trigger_ratio"] == 0.8
+    assert page.context["report"]["reproduction"]["exact"]
+
+
+def test_an_import_without_model_calls_says_why_it_cannot_replay(console_log, staff_client):
+    console_log.append(session_id="locomo:conv-x", kind=KIND_CONTEXT_MSG, role="user",
+                       content="Hello there.")  # fmt: skip
+    with pytest.raises(CommandError, match="no model calls"):
+        _replay("locomo:conv-x")
+    page = staff_client.get("/replay/", {"session": "locomo:conv-x"})
+    assert page.status_code == 200
+    assert "Nothing to replay" in page.content.decode() and "report" not in page.context

@@ -27,6 +27,8 @@ EMPTY_OUTPUT = "[the cell printed nothing]"
 # Bounds on the ms calls a tool result's metadata lists (replay reads them as retrievals).
 LOGGED_MS_CALLS = 50
 LOGGED_MS_SEQS = 50
+# A namespace digest longer than this is logged by its size only.
+DIGEST_TEXT_CHARS = 16_000
 
 
 class AgentKernel(Protocol):
@@ -139,6 +141,11 @@ def run_cell(
     # For replay from the log alone: the digest the next compress puts in the view (after
     # this cell) and each ms call with the seqs it touched (bounded).
     metadata["digest_tokens"] = digest_tokens(digest, counter)
+    # Its text too, so the context window inspector shows the exact view (kept only when
+    # small: a digest is a few lines per variable).
+    digest_text = digest.render() if digest is not None else ""
+    if len(digest_text) <= DIGEST_TEXT_CHARS:
+        metadata["digest_text"] = digest_text
     metadata["ms_calls"] = [_logged_ms(c) for c in ms_calls[:LOGGED_MS_CALLS]]
     if len(ms_calls) > LOGGED_MS_CALLS:
         metadata["ms_calls_total"] = len(ms_calls)

@@ -12,7 +12,7 @@ recorded run is reproduced).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..profile import Profile
@@ -22,6 +22,7 @@ from .engine import (
     POLICIES,
     CallView,
     CompressOutcome,
+    Observer,
     Policy,
     ReplayResult,
     SummaryOptions,
@@ -39,14 +40,18 @@ from .trace import (
     TraceError,
     load_trace,
 )
+from .window import CallDiff, CallWindow, WindowPart, inspect_call
 
 __all__ = [
     "FLAT_TIER_CAP",
     "POLICIES",
+    "CallDiff",
     "CallPoint",
     "CallView",
+    "CallWindow",
     "CompressOutcome",
     "CompressPoint",
+    "Observer",
     "Policy",
     "RecordedCompress",
     "ReplayResult",
@@ -54,8 +59,10 @@ __all__ = [
     "SummaryOptions",
     "Trace",
     "TraceError",
+    "WindowPart",
     "counterfactual",
     "facts_status",
+    "inspect_call",
     "load_trace",
     "regret",
     "replay",
@@ -70,6 +77,7 @@ def counterfactual(
     policy: Policy = "scroll",
     *,
     recorded_profile: Profile,
+    recorded_profiles: Sequence[Profile] | None = None,
     counter: TokenCounter | None = None,
     system: str | None = None,
     summary: SummaryOptions | None = None,
@@ -77,9 +85,13 @@ def counterfactual(
     per_call: bool = True,
 ) -> dict[str, Any]:
     """The recorded run (its own profile replayed, checked against the records) beside the
-    replay under ``profile`` and ``policy``, with the regret and the differences."""
+    replay under ``profile`` and ``policy``, with the regret and the differences.
+
+    ``recorded_profiles`` (one per compress point) are the profiles in force when the run
+    compressed, for a run tuned while it ran; ``recorded_profile`` is then the last of them.
+    """
     options: dict[str, Any] = {"counter": counter, "system": system}
-    recorded = replay(trace, recorded_profile, "scroll", **options)
+    recorded = replay(trace, recorded_profile, "scroll", profiles=recorded_profiles, **options)
     same = policy == "scroll" and profile == recorded_profile
     result = recorded if same else replay(trace, profile, policy, summary=summary, **options)
     out: dict[str, Any] = {

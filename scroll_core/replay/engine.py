@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -40,6 +40,7 @@ __all__ = [
     "POLICIES",
     "CallView",
     "CompressOutcome",
+    "Observer",
     "Policy",
     "ReplayResult",
     "SummaryOptions",
@@ -48,6 +49,9 @@ __all__ = [
 
 Policy = Literal["scroll", "flat", "none", "summarise"]
 POLICIES: tuple[Policy, ...] = ("scroll", "flat", "none", "summarise")
+# Called with each call's rebuilt view (scroll and flat policies); returning True stops the
+# replay there (the context window inspector rebuilds one call this way).
+Observer = Callable[[CallPoint, WorkingView, ContextState], bool | None]
 # A tier that never fills: every eviction stays its own block (a flat index).
 FLAT_TIER_CAP = 2**31 - 1
 
@@ -246,14 +250,27 @@ def replay(
     counter: TokenCounter | None = None,
     system: str | None = None,
     summary: SummaryOptions | None = None,
+    profiles: Sequence[Profile] | None = None,
+    observe: Observer | None = None,
 ) -> ReplayResult:
-    """Rebuild every call's view of ``trace`` under ``profile`` and ``policy``."""
+    """Rebuild every call's view of ``trace`` under ``profile`` and ``policy``.
+
+    ``profiles``, one per compress point of the trace (in order), replays each compress under
+    the profile that was in force when it ran (a session tuned mid-run); ``profile`` then
+    only names the run's figures (window, trigger). ``observe`` sees each call's view.
+    """
     if policy not in POLICIES:
         raise ScrollError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    if profiles is not None and len(profiles) != len(trace.compresses):
+        raise ScrollError(
+            f"{len(profiles)} profiles given for {len(trace.compresses)} compress points"
+        )
     counter = counter or trace.counter or default_counter()
     sized = SizedCounter(counter)
+    # The loop builds its prefix once, from the profile it started with.
+    first = profiles[0] if profiles else profile
     prefix = Prefix.build(
-        system if system is not None else system_prompt(print_cap=profile.print_cap),
+        system if system is not None else system_prompt(print_cap=first.print_cap),
         tool_definitions(),
         counter=counter,
     )
@@ -268,8 +285,10 @@ def replay(
         )
     source = TraceLog(trace.session_id, trace.events, counter)
     if policy in ("scroll", "flat"):
-        used = profile.replace(tier_cap=FLAT_TIER_CAP) if policy == "flat" else profile
-        _run_compressing(trace, used, prefix, source, sized, result)
+        used = list(profiles) if profiles else [profile] * len(trace.compresses)
+        if policy == "flat":
+            used = [p.replace(tier_cap=FLAT_TIER_CAP) for p in used]
+        _run_compressing(trace, used, prefix, source, sized, result, observe)
     elif policy == "none":
         _run_unmanaged(trace, profile, prefix, source, sized, result)
     else:
@@ -283,17 +302,21 @@ def _log(source: TraceLog) -> EventStore:
 
 def _run_compressing(
     trace: Trace,
-    profile: Profile,
+    profiles: Sequence[Profile],
     prefix: Prefix,
     source: TraceLog,
     counter: SizedCounter,
     result: ReplayResult,
+    observe: Observer | None = None,
 ) -> None:
+    profile = profiles[0] if profiles else result.profile
     state = ContextState.new(trace.session_id, tier_cap=profile.tier_cap)
     view: WorkingView | None = None
     digest = DigestStandIn(0)
+    compresses = iter(profiles)
     for point in trace.timeline:
         if isinstance(point, CompressPoint):
+            profile = next(compresses)
             source.bound = point.seq
             digest = DigestStandIn(point.digest_tokens)
             try:
@@ -332,6 +355,8 @@ def _run_compressing(
                     state, profile, log=_log(source), prefix=prefix, digest=digest, counter=counter
                 )
             result.calls.append(_snapshot(point, view, state, result.calls))
+            if observe is not None and observe(point, view, state):
+                return
 
 
 def _run_unmanaged(

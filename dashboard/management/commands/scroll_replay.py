@@ -3,9 +3,11 @@
 
 Replays a recorded session under another profile or policy with no model calls and prints
 the recorded run beside the replay: billed and prefill tokens, evictions, folds, peak view
-against C, and regret. The recorded run's profile is its run's tuning profile (or the
+against C, and regret. The recorded run is replayed under the profile in force at each of its
+compresses (its run's tuning profile with the audited changes made since undone; the
 ``default`` profile for sessions the console did not run); its compress rows supply the
-namespace digest sizes and forced compresses, so the recorded run is reproduced exactly.
+namespace digest sizes and forced compresses, so the recorded run is reproduced exactly,
+even when its profile was tuned while it ran.
 """
 
 from __future__ import annotations
@@ -17,17 +19,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dashboard.eventlog import get_event_log
-from dashboard.models import CompressEvent, RunRecord, TuningProfile
+from dashboard.inforce import Recorded, load_recorded
+from dashboard.models import TuningProfile
 from scroll_core.errors import ConfigError
 from scroll_core.profile import Profile
-from scroll_core.replay import (
-    POLICIES,
-    RecordedCompress,
-    Trace,
-    TraceError,
-    counterfactual,
-    load_trace,
-)
+from scroll_core.replay import POLICIES, TraceError, counterfactual
 
 KNOBS = tuple(f.name for f in fields(Profile))
 
@@ -45,26 +41,6 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
             raise CommandError(f"--set {key}: unknown profile setting (known: {', '.join(KNOBS)})")
         out[key] = value.strip()
     return out
-
-
-def recorded_compresses(session_id: str) -> list[RecordedCompress]:
-    rows = CompressEvent.objects.filter(session_id=session_id).order_by("id")
-    return [
-        RecordedCompress(
-            turn=row.turn,
-            step=row.step,
-            reason=row.reason or "after_step",
-            action=row.action,
-            forced=row.forced,
-            digest_tokens=row.digest_tokens,
-            prefix_tokens=row.prefix_tokens,
-            evicted=(row.evicted_lo, row.evicted_hi) if row.evicted_lo is not None else None,
-            folds=row.folds,
-            tokens_before=row.tokens_before,
-            tokens_after=row.tokens_after,
-        )
-        for row in rows
-    ]
 
 
 class Command(BaseCommand):
@@ -93,16 +69,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         session_id: str = options["session"]
         changes = parse_sets(options["sets"])
-        run = RunRecord.objects.filter(session_id=session_id).select_related("profile").first()
-        recorded_row = run.profile if run is not None and run.profile else None
-        if recorded_row is None:
-            recorded_row = TuningProfile.get_default()
-        try:
-            recorded_profile = recorded_row.to_core()
-        except ConfigError as exc:
-            raise CommandError(
-                f"the recorded profile {recorded_row.name!r} is invalid: {exc}"
-            ) from exc
+        recorded = self._recorded(session_id)
         if options["profile"] is not None:
             row = TuningProfile.objects.filter(name=options["profile"]).first()
             if row is None:
@@ -112,45 +79,50 @@ class Command(BaseCommand):
                 )
             base = row.to_core()
         else:
-            base = recorded_profile
+            base = recorded.final
         try:
             profile = Profile.from_mapping({**base.to_dict(), **changes}) if changes else base
         except ConfigError as exc:
             raise CommandError(f"--set: {exc}") from exc
-
-        trace = self._trace(session_id)
         report = counterfactual(
-            trace,
+            recorded.trace,
             profile,
             options["policy"],
-            recorded_profile=recorded_profile,
+            recorded_profile=recorded.final,
+            recorded_profiles=recorded.profiles,
             per_call=options["per_call"],
         )
-        report["recorded_profile_name"] = recorded_row.name
+        report["recorded_profile_name"] = recorded.profile_name
+        report["recorded_profile_changes"] = recorded.changes
         report["changes"] = changes
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
             return
         self._print(report)
 
-    def _trace(self, session_id: str) -> Trace:
-        log = get_event_log()
-        if not log.count(session_id):
+    def _recorded(self, session_id: str) -> Recorded:
+        if not get_event_log().count(session_id):
             raise CommandError(f"no session {session_id!r} in the Event Log")
-        rows = recorded_compresses(session_id)
         try:
-            return load_trace(log, session_id, compresses=rows or None)
+            recorded = load_recorded(session_id)
         except TraceError as exc:
-            if not rows:
-                raise CommandError(str(exc)) from exc
-            trace = load_trace(log, session_id)
-            trace.notes.append(f"compress records ignored: {exc}")
-            return trace
+            raise CommandError(str(exc)) from exc
+        recorded.trace.notes.extend(recorded.notes)
+        if not recorded.trace.calls:
+            raise CommandError(
+                f"session {session_id!r} has no model calls (no assistant events), so there "
+                "is no view to replay: an imported transcript of user messages only"
+            )
+        return recorded
 
     def _print(self, report: dict[str, Any]) -> None:
         rec, rep, reg = report["recorded"], report["replay"], report["regret"]
         self.stdout.write(
             f"session {report['session_id']} ({report['source']}), policy {report['policy']}"
+        )
+        self.stdout.write(
+            f"  recorded profile {report['recorded_profile_name']} as in force at each compress "
+            f"({report['recorded_profile_changes']} change(s) while it ran)"
         )
         for key in (
             "calls",
@@ -173,5 +145,10 @@ class Command(BaseCommand):
         self.stdout.write(
             f"  recorded compresses reproduced: {repro['exact']} ({repro['checked']} checked)"
         )
+        if not repro["checked"] and not repro["calls_checked"]:
+            self.stdout.write(
+                "  nothing recorded to check against: no compress records and no view sizes "
+                "in the log (a session the agent loop did not write)"
+            )
         for note in rep["notes"]:
             self.stdout.write(f"  note: {note}")

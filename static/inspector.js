@@ -1,0 +1,41 @@
+// Scroll console, issue 11: a click on a point of a session's budget chart opens the context
+// window of the model call that followed that compress (/sessions/<id>/calls/?compress=<id>;
+// each point carries its compress row id as customdata). No inline script: the CSP.
+(function () {
+  "use strict";
+
+  function callUrl(el, row) {
+    var base = el.dataset.callsUrl || (window.location.pathname.replace(/\/?$/, "/") + "calls/");
+    return base + "?compress=" + encodeURIComponent(row);
+  }
+
+  function bind(root) {
+    var scope = root && root.querySelectorAll ? root : document;
+    var charts = Array.from(scope.querySelectorAll("#budget-chart"));
+    if (scope.id === "budget-chart") charts.push(scope);
+    charts.forEach(function (el) {
+      if (typeof el.on !== "function" || el.dataset.callsBound === "1") return;
+      el.dataset.callsBound = "1";
+      el.classList.add("clickable");
+      el.on("plotly_click", function (evt) {
+        var points = (evt && evt.points) || [];
+        var point = points.find(function (p) { return p.customdata !== undefined && p.customdata !== null; });
+        if (point) window.location.assign(callUrl(el, point.customdata));
+      });
+    });
+  }
+
+  // Charts are drawn by scroll.js once Plotly has loaded, and redrawn after live swaps;
+  // bind once each chart element exists and has been drawn.
+  function soon(root) { window.setTimeout(function () { bind(root); }, 0); }
+  // The first draw may land a little after "load" (Plotly is deferred): look again a few times.
+  function untilDrawn(tries) {
+    bind(document);
+    var el = document.getElementById("budget-chart");
+    if (el && el.dataset.callsBound !== "1" && tries > 0) {
+      window.setTimeout(function () { untilDrawn(tries - 1); }, 250);
+    }
+  }
+  window.addEventListener("load", function () { untilDrawn(40); });
+  document.addEventListener("htmx:afterSettle", function (evt) { soon(evt.target || document); });
+})();

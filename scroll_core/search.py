@@ -180,7 +180,7 @@ def run_search(
     if not base:
         return []
     if len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight):
-        base = _term_features(db, base, terms, tuning)
+        base = _term_features(db, base, terms, tuning, dialect.mark)
     pool = set(base)
     reach = len(tuning.neighbour_weights)
     for seq in base:
@@ -250,7 +250,7 @@ def _candidates(
 
 
 def _term_features(
-    db: sqlite3.Connection, base: dict[int, float], terms: list[str], tuning: SearchTuning
+    db: Any, base: dict[int, float], terms: list[str], tuning: SearchTuning, mark: str = "?"
 ) -> dict[int, float]:
     """``base`` rescored by how many distinct query terms each candidate holds and how close
     together two of them stand. A term is found by its stem prefix (the snippet's rule), a
@@ -258,7 +258,7 @@ def _term_features(
     prefixes = [ftsquery.stem_prefix(t) for t in terms]
     heads = {p[:4] for p in prefixes}
     head_sizes = {min(len(p), 4) for p in prefixes}
-    marks = ", ".join("?" * len(base))
+    marks = ", ".join([mark] * len(base))
     rows = db.execute(
         f"SELECT seq, coalesce(content, '') || ' ' || coalesce(headline, '') "
         f"FROM events WHERE seq IN ({marks})",

@@ -226,6 +226,8 @@ def _budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
                 "x": x,
                 "y": [getattr(p, attr) for p in points],
                 "line": {"dash": dash, "color": "#b3261e" if name == "trigger" else "#333"},
+                # A click on the trigger or C line at a call opens that call as well.
+                "customdata": [p.id for p in points],
             }
         )
     layout = {

@@ -27,7 +27,8 @@
 
   // Charts are drawn by scroll.js once Plotly has loaded, and redrawn after live swaps;
   // bind once each chart element exists and has been drawn.
-  function soon(root) { window.setTimeout(function () { bind(root); }, 0); }
+  // A swapped-in chart is drawn a moment after the swap settles: look again until it is.
+  function soon() { window.setTimeout(function () { untilDrawn(40); }, 0); }
   // The first draw may land a little after "load" (Plotly is deferred): look again a few times.
   function untilDrawn(tries) {
     bind(document);
@@ -37,5 +38,5 @@
     }
   }
   window.addEventListener("load", function () { untilDrawn(40); });
-  document.addEventListener("htmx:afterSettle", function (evt) { soon(evt.target || document); });
+  document.addEventListener("htmx:afterSettle", function () { soon(); });
 })();

@@ -64,6 +64,7 @@ OTEL_EXPORTER_OTLP_* variables.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import tempfile
@@ -105,22 +106,23 @@ def _env_int(name: str, default: int, *, minimum: int) -> int:
 def _persisted_secret_key(data_dir: Path) -> str:
     """Read the secret key kept in the data folder, creating it on first start.
 
-    O_EXCL makes two processes starting at once agree on one key: the loser of the
-    race reads the winner's file.
+    The key is written to a private temporary file and linked into place, which fails if the
+    file exists: two processes starting at once agree on one key, and neither ever reads a
+    file the other has created but not yet written.
     """
     path = data_dir / "secret_key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = path.read_text(encoding="utf-8").strip()
-        if not key:
-            raise ImproperlyConfigured(
-                f"{path} is empty; delete it to generate a new key"
-            ) from None
-        return key
-    key = get_random_secret_key()
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(key + "\n")
+    if not path.exists():
+        fd, temporary = tempfile.mkstemp(dir=data_dir, prefix=".secret_key.")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(get_random_secret_key() + "\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)
+        finally:
+            os.unlink(temporary)
+    key = path.read_text(encoding="utf-8").strip()
+    if not key:
+        raise ImproperlyConfigured(f"{path} is empty; delete it to generate a new key")
     return key
 
 

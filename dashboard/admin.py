@@ -173,8 +173,8 @@ class AlertRuleAdmin(admin.ModelAdmin):
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
         if field is not None and db_field.name == "window":
-            # The unit is spans (the rule's relevant spans of one session), not time.
-            field.label = "Window (spans)"
+            # The unit is spans (the rule's relevant spans of one session), not time; the
+            # label and the changelist header come from the field's verbose name.
             field.help_text = "The newest N relevant spans of a session counted, in spans (0: all)."
             field.widget.attrs.update({"min": 0, "title": "in spans, 0 = all"})
         if field is not None and db_field.name == "threshold":

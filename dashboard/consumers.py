@@ -426,6 +426,7 @@ class SessionConsumer(_LiveConsumer):
         parts = session_live.parts_context(self.session_id)
         frames = session_live.render_parts(parts | {"can_stop": self.can_stop})
         if self.compress_after is not None and self.change_after is not None:
+            seen = self.compress_after
             entries, self.compress_after, self.change_after = session_live.timeline_after(
                 self.session_id,
                 parts["run"],
@@ -435,6 +436,12 @@ class SessionConsumer(_LiveConsumer):
             )
             if entries:
                 frames.append(session_live.render_timeline(entries))
+            if self.compress_after != seen:
+                # New compress records (shown or "none"): the hidden count and the older link.
+                page = session_live.timeline_page(
+                    self.session_id, parts["run"], show_none=self.show_none
+                )
+                frames.append(session_live.render_pager(page))
         return frames
 
     @database_sync_to_async

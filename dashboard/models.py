@@ -502,6 +502,7 @@ class AlertRule(models.Model):
         default=1, help_text="How many occurrences (within the window) raise the alert."
     )
     window = models.PositiveIntegerField(
+        "window (spans)",
         default=10,
         help_text="Recent relevant spans of a session considered (0: all).",
     )

@@ -212,6 +212,13 @@ def render_parts(parts: dict[str, Any]) -> list[str]:
     return [render_to_string(f"dashboard/{name}.html", ctx).strip() for name in names]
 
 
+def render_pager(timeline: TimelinePage) -> str:
+    """The timeline's pager (older/newer links, the hidden "compress none" count) as a frame."""
+    return render_to_string(
+        "dashboard/_timeline_pager.html", {"timeline": timeline, "oob": True}
+    ).strip()
+
+
 def render_timeline(entries: list[TimelineEntry]) -> str:
     """Live timeline entries, newest first, prepended to ``#timeline``."""
     return render_to_string("dashboard/_timeline_oob.html", {"entries": entries}).strip()

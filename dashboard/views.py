@@ -236,6 +236,10 @@ def _budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
         "yaxis": {"title": {"text": "tokens"}},
         "legend": {"orientation": "h"},
         "hovermode": "x",
+        # Calls are placed by time, so under a slow model they bunch and leave gaps wider
+        # than Plotly's default 20 px hover distance, where a click would open nothing. -1 is
+        # "no limit": a hover (and so a click) anywhere in the plot picks the nearest call.
+        "hoverdistance": -1,
     }
     return {"data": traces, "layout": layout}
 

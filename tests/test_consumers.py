@@ -435,6 +435,35 @@ async def test_a_session_change_re_sends_the_header_and_new_timeline_entries(use
         await communicator.disconnect()
 
 
+async def test_the_hidden_compress_none_count_follows_new_records_live(user, console_log):
+    from dashboard.models import CompressEvent
+
+    sid = "run:quiet"
+    await sync_to_async(console_log.append)(
+        session_id=sid, kind="context_msg", role="user", content="go"
+    )
+    path = (
+        f"/ws/sessions/{session_safe_id(sid)}/?session=run%3Aquiet&compress_after=0&change_after=0"
+    )
+    communicator, _ = await _connect(path, user)
+    try:
+        await _drain(communicator)
+        message = {"type": "session.changed", "session_id": sid, "summary": {}}
+        for expected in ("show 1 “compress none” row ", "show 2 “compress none” rows"):
+            await sync_to_async(CompressEvent.objects.create)(session_id=sid, action="none")
+            await get_channel_layer().group_send(session_group(sid), message)
+            frames = await _drain(communicator)
+            (pager,) = [f for f in frames if 'id="timeline-pager"' in f]
+            assert 'hx-swap-oob="true"' in pager and expected in pager
+            # A "none" record changes the count only: no timeline row for it.
+            assert not any("afterbegin:#timeline" in f for f in frames)
+        # Nothing new: no pager frame.
+        await get_channel_layer().group_send(session_group(sid), message)
+        assert not any('id="timeline-pager"' in f for f in await _drain(communicator))
+    finally:
+        await communicator.disconnect()
+
+
 async def test_the_runs_socket_replaces_a_changed_runs_row(user):
     from dashboard.models import RunRecord
 

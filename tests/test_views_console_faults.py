@@ -265,6 +265,9 @@ def test_alert_rule_windows_say_their_unit(admin_client):
     html = admin_client.get(f"/admin/dashboard/alertrule/{rule.pk}/change/").content.decode()
     assert "Window (spans)" in html
     assert "in spans" in html
+    # The changelist, where the window is edited inline, says the unit in its header too.
+    listing = admin_client.get("/admin/dashboard/alertrule/").content.decode()
+    assert "Window (spans)" in listing
 
 
 # --------------------------------------------------------------------- pages and alerts

@@ -27,27 +27,6 @@ LIVE = "body[data-live='open']"
 RUN_TIMEOUT_S = 240
 
 
-@pytest.fixture
-def live_runner(console_log):
-    """A worker of its own, and telemetry feeding a console span sink, for one test."""
-    from dashboard.spans import ConsoleSpanSink
-    from dashboard.worker import Worker
-    from scroll_core import telemetry
-    from scroll_core.kernel import KernelConfig, KernelManager
-
-    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    runner = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
-    sink = ConsoleSpanSink()
-    telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
-    try:
-        yield runner
-    finally:
-        runner.shutdown()
-        sink.flush(5.0)
-        telemetry.reset()
-        sink.close()
-
-
 class Watched:
     """A logged-in page of a given width whose console errors and exceptions are kept."""
 

@@ -19,27 +19,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def live_runner(console_log, monkeypatch):
-    """A worker of its own, and telemetry feeding a console span sink, for one test."""
-    from dashboard.spans import ConsoleSpanSink
-    from dashboard.worker import Worker
-    from scroll_core import telemetry
-    from scroll_core.kernel import KernelConfig, KernelManager
-
-    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    runner = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
-    sink = ConsoleSpanSink()
-    telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
-    try:
-        yield runner, sink
-    finally:
-        runner.shutdown()
-        sink.flush(5.0)
-        telemetry.reset()
-        sink.close()
-
-
-@pytest.fixture
 def demo_run(live_runner):
     """The demo, run to its end (evicting on the way), its spans stored."""
     from dashboard import demo

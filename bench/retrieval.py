@@ -4,7 +4,7 @@
     python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
     python bench/retrieval.py --tune-techniques   # each issue-15 technique's setting, dev only
     python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
-    python bench/retrieval.py --json --latency-events 1000000   # ablation timed at 1M
+    python bench/retrieval.py --json --quick   # ablation timed at 50,000 events, not 1M
 
 The ablation ("ablation" in the JSON) has one row per ranking technique, each a
 ``SearchTuning`` switched on its own over the shipped search, all measured in this run on
@@ -617,12 +617,15 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="each issue-15 technique's best setting on dev (the ablation's TECHNIQUES)",
     )
-    parser.add_argument("--quick", action="store_true", help="accepted for make bench; no-op")
+    parser.add_argument(
+        "--quick", action="store_true", help="time the ablation on 50,000 events, not 1,000,000"
+    )
     parser.add_argument(
         "--latency-events",
         type=int,
-        default=50_000,
-        help="size of the synthetic log the ablation is timed on (the issue asks 1000000)",
+        default=None,
+        help="size of the synthetic log the ablation is timed on (default 1,000,000, as the "
+        "issue asks; 50,000 with --quick)",
     )
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--postgres-url", default=None)
@@ -645,7 +648,8 @@ def main(argv: list[str] | None = None) -> None:
             if args.tune_techniques:
                 run_tune_techniques(bench, args.json)
                 return
-            result = report(bench, max(1, args.latency_events), Path(tmp))
+            events = args.latency_events or (50_000 if args.quick else 1_000_000)
+            result = report(bench, max(1, events), Path(tmp))
         finally:
             bench.close()
     if args.json:

@@ -6,11 +6,12 @@ refuses as a whole, ``edge_cases.jsonl``, is left out) and the Letta agent (JSON
 messages, the model's private reasoning, memory-editing tool calls, the system prompt again
 after every memory edit). Every search runs over the whole log, so every other transcript is
 a distractor, and so is every LoCoMo conversation, imported into the same log first: with
-only the transcripts' 146 events, any three shared words single out their event and every
-search variant finds it (recall 1.0), so the check would tell nothing apart. No question
-is asked about a LoCoMo turn and its dev/test split plays no part here. Two families of
-questions, each made by a fixed rule from the content alone; no question is written by hand
-and nothing here is read while choosing a constant:
+only the transcripts' 146 events, three shared words single out their event so surely that
+every search variant found every "words" question at recall@10 1.0, telling none of them
+apart (the "note" family alone has 23 questions). No question is asked about a LoCoMo turn
+and its dev/test split plays no part here. Two families of questions, each made by a fixed
+rule from the content alone; no question is written by hand and nothing here is read while
+choosing a constant:
 
 - ``note``: the Letta agent writes a private note after each user message ("Sarah shared her
   favorite ice cream flavor...") before it acts. The note is the question; the evidence is

@@ -2,14 +2,18 @@
 
     python bench/retrieval.py --json      # every row, test split headline, dev beside it
     python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
+    python bench/retrieval.py --tune-techniques   # each issue-15 technique's setting, dev only
     python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
-    python bench/retrieval.py --json --latency-events 1000000   # ablation timed at 1M
+    python bench/retrieval.py --json --quick   # ablation timed at 50,000 events, not 1M
 
 The ablation ("ablation" in the JSON) has one row per ranking technique, each a
 ``SearchTuning`` switched on its own over the shipped search, all measured in this run on
 the test split with the dev figure beside it, and each timed (p50/p99 ms over the same
 queries, interleaved) on a synthetic log from ``bench/eventlog.py``'s generator of
-``--latency-events`` events. Those timings are the only machine-dependent figures.
+``--latency-events`` events. Those timings are the only machine-dependent figures. Each row
+also reports recall on the weakest categories (multi-hop, open-domain) and on a held-out
+check that is not LoCoMo-shaped and is never tuned on (``bench/_heldout.py``: questions
+made by fixed rules from the Claude Code and Letta transcripts in ``../shared/data``).
 
 Model-free. The plain baseline is the data set's (``bench/_locomo_baseline.py`` states its
 rules): "Speaker: text" plus the image caption, one FTS5 table per conversation, question
@@ -50,6 +54,9 @@ from typing import Any
 
 from _common import SHARED_DATA, emit, percentile
 
+from bench._heldout import build_items as build_heldout
+from bench._heldout import heldout_log
+from bench._heldout import score as score_heldout
 from bench._locomo_baseline import (
     Item,
     TurnKey,
@@ -59,7 +66,7 @@ from bench._locomo_baseline import (
     per_conversation_indexes,
 )
 from bench._locomo_split import DEV, TEST, split_of
-from bench._retrieval_tune import GRID, tune_on_dev
+from bench._retrieval_tune import GRID, TECHNIQUE_GRID, tune_on_dev, tune_techniques
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
 from scroll_core.ingest import ingest
@@ -70,6 +77,9 @@ BASELINE_TOLERANCE = 0.01
 METRICS = ("recall_at_1", "recall_at_5", "recall_at_10", "hit_at_10")
 SPLITS = ("test", "dev", "all")
 HEADLINE_ROW = "scroll_search"
+# Where the issue says the search is weakest; the ablation reports them per row.
+WEAK_CATEGORIES = ("multi_hop", "open_domain")
+HELDOUT_METRICS = ("recall_at_5", "recall_at_10", "mrr_at_10")
 
 Search = Callable[[Item, int], list[TurnKey]]
 Row = tuple[float, float, float, float]
@@ -157,12 +167,34 @@ def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
         "candidates": tuning.candidates,
         "coverage_weight": tuning.coverage_weight,
         "proximity_weight": tuning.proximity_weight,
+        "exact_weight": tuning.exact_weight,
+        "speaker_weight": tuning.speaker_weight,
+        "feedback_docs_terms_weight": [
+            tuning.feedback_docs,
+            tuning.feedback_terms,
+            tuning.feedback_weight,
+        ],
+        "diversity_weight": tuning.diversity_weight,
     }
 
 
 # One weight per technique, fixed up front (no grid): 1.0 lets a turn holding every query
 # term, or two of them side by side, count up to double.
 TECHNIQUE_WEIGHT = 1.0
+
+# The setting each issue-15 technique is measured at: its best on the dev split alone, from
+# ``python bench/retrieval.py --tune-techniques`` (grids in ``bench/_retrieval_tune.py``).
+# Each row adds one to the shipped search; a technique is on in ``SearchTuning`` only if it
+# gains on dev and does not lose on the held-out transcripts (``bench/_heldout.py``).
+TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
+    "speaker": ("+ speaker named in the query, x1.5", {"speaker_weight": 0.5}),
+    "feedback": (
+        "+ RM3 feedback: 3 docs, 10 terms, mix 0.1",
+        {"feedback_docs": 3, "feedback_terms": 10, "feedback_weight": 0.1},
+    ),
+    "diversity": ("+ MMR diversity across session-days, 0.1", {"diversity_weight": 0.1}),
+    "exact": ("+ exact numbers/dates/identifiers, 1.0", {"exact_weight": 1.0}),
+}
 
 
 def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
@@ -186,6 +218,17 @@ def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
             "- coverage and proximity (the search before issue 15)",
             replace(default, coverage_weight=0.0, proximity_weight=0.0),
         )
+    rows["equal_field_weights"] = (
+        "- field weights: content, headline and name weigh 1 each",
+        replace(default, rank_weights=(1.0, 1.0, 1.0)),
+    )
+    for name, (label, setting) in TECHNIQUES.items():
+        on = all(getattr(default, k) == v for k, v in setting.items())
+        if on:
+            off = {k: type(v)(0) for k, v in setting.items()}
+            rows[f"no_{name}"] = ("-" + label[1:], replace(default, **off))
+        else:
+            rows[name] = (label, replace(default, **setting))
     return rows
 
 
@@ -281,28 +324,45 @@ class Bench:
                 row["gain"] = gain(row, out[base])
         return out
 
-    def ablation(self, latency_events: int, workdir: Path) -> dict[str, dict[str, Any]]:
+    def ablation(
+        self, latency_events: int, workdir: Path, heldout_data: Path = SHARED_DATA
+    ) -> dict[str, dict[str, Any]]:
         techniques = ablation_tunings()
         latency = synthetic_latency(
             {name: tuning for name, (_, tuning) in techniques.items()}, latency_events, workdir
         )
         out: dict[str, dict[str, Any]] = {}
-        for name, (description, tuning) in techniques.items():
-            self.log.search_tuning = tuning
-            rows = score_rows(self.items, scroll_search(self.log, self.keys, narrow=True))
-            summary = summarise(self.items, rows)
-            out[name] = {
-                "description": description,
-                "tuning": describe_tuning(tuning),
-                **{s: {m: summary[s][m] for m in METRICS} for s in ("test", "dev")},
-                "latency": {"events": latency_events, **latency[name]},
-            }
+        with heldout_log(heldout_data, workdir) as held:
+            held_items = build_heldout(workdir / "heldout.sqlite3")
+            for name, (description, tuning) in techniques.items():
+                self.log.search_tuning = tuning
+                rows = score_rows(self.items, scroll_search(self.log, self.keys, narrow=True))
+                summary = summarise(self.items, rows)
+                out[name] = {
+                    "description": description,
+                    "tuning": describe_tuning(tuning),
+                    **{s: {m: summary[s][m] for m in METRICS} for s in ("test", "dev")},
+                    "by_category": {
+                        s: {
+                            f"{m}_{cat}": summary[s]["by_category"][cat][m]
+                            for cat in WEAK_CATEGORIES
+                            for m in ("recall_at_5", "recall_at_10")
+                        }
+                        for s in ("test", "dev")
+                    },
+                    "heldout": score_heldout(held, held_items, tuning),
+                    "latency": {"events": latency_events, **latency[name]},
+                }
         self.log.search_tuning = SearchTuning()
         shipped = out["shipped"]
         for row in out.values():
             row["minus_shipped"] = {
                 s: {m: round(row[s][m] - shipped[s][m], 4) for m in METRICS}
                 for s in ("test", "dev")
+            }
+            row["minus_shipped"]["heldout"] = {
+                m: round(row["heldout"]["all"][m] - shipped["heldout"]["all"][m], 4)
+                for m in HELDOUT_METRICS
             }
             row["latency"]["p50_ratio"] = round(
                 row["latency"]["p50_ms"] / max(shipped["latency"]["p50_ms"], 1e-9), 3
@@ -399,11 +459,14 @@ def readme_tables(
     ] + (
         [
             {
-                "title": "Ablation: one technique per row, same run (latency on the synthetic "
-                "log, see the JSON for its size)",
+                "title": "Ablation: one technique per row, same run: LoCoMo test and dev, "
+                "the weakest categories on test, the held-out transcripts (never tuned on), "
+                "latency on the synthetic log (see the JSON for its size)",
                 "rows": list(ablation),
                 "columns": [
                     *(f"{s}_{m}" for s in ("test", "dev") for m in ("recall_at_5", "recall_at_10")),
+                    *(f"test_recall_at_10_{cat}" for cat in WEAK_CATEGORIES),
+                    *(f"heldout_{m}" for m in HELDOUT_METRICS),
                     "p50_ms",
                     "p99_ms",
                 ],
@@ -425,6 +488,13 @@ def report(bench: Bench, latency_events: int, workdir: Path) -> dict[str, Any]:
         for split in ("test", "dev"):
             for metric in ("recall_at_5", "recall_at_10", "hit_at_10"):
                 flat[f"ablation_{name}_{split}_{metric}"] = float(row[split][metric])
+        for split in ("test", "dev"):
+            for key, value in row["by_category"][split].items():
+                flat[f"ablation_{name}_{split}_{key}"] = float(value)
+        for family, scores in row["heldout"].items():
+            prefix = "heldout" if family == "all" else f"heldout_{family}"
+            for metric in HELDOUT_METRICS:
+                flat[f"ablation_{name}_{prefix}_{metric}"] = float(scores[metric])
         flat[f"ablation_{name}_p50_ms"] = float(row["latency"]["p50_ms"])
         flat[f"ablation_{name}_p99_ms"] = float(row["latency"]["p99_ms"])
     return {
@@ -438,6 +508,12 @@ def report(bench: Bench, latency_events: int, workdir: Path) -> dict[str, Any]:
             "rule": "file order: even positions dev, odd positions test (bench/_locomo_split.py)",
         },
         "items": {**bench.counts, "scored": len(bench.items)},
+        "heldout": {
+            "items": {f: v["items"] for f, v in ablation["shipped"]["heldout"].items()},
+            "rule": "bench/_heldout.py: Claude Code and Letta transcripts among the LoCoMo "
+            "turns; 'note' = the Letta agent's private note as the question, the user message "
+            "it answers as the evidence; 'words' = a turn's rarest shared words. Never tuned on.",
+        },
         "search_tuning": describe_tuning(SearchTuning()),
         "headline_row": HEADLINE_ROW,
         "rows": rows,
@@ -471,6 +547,8 @@ def print_table(result: dict[str, Any]) -> None:
             f"  {name:<20} test r@10 {row['test']['recall_at_10']:.4f} "
             f"({row['minus_shipped']['test']['recall_at_10']:+.4f})  dev r@10 "
             f"{row['dev']['recall_at_10']:.4f} ({row['minus_shipped']['dev']['recall_at_10']:+.4f})"
+            f"  held-out r@10 {row['heldout']['all']['recall_at_10']:.4f} "
+            f"({row['minus_shipped']['heldout']['recall_at_10']:+.4f})"
             f"  p50 {row['latency']['p50_ms']:.2f} ms  p99 {row['latency']['p99_ms']:.2f} ms"
         )
 
@@ -507,18 +585,47 @@ def run_tune(bench: Bench, as_json: bool) -> None:
     print("constants unchanged" if not out["changed"] else "differs: update scroll_core/search.py")
 
 
+def run_tune_techniques(bench: Bench, as_json: bool) -> None:
+    chosen = tune_techniques(bench.items, bench.measure)
+    out = {
+        "objective": "mean evidence recall@5 on the dev split (ties: recall@10, hit@10)",
+        "grid": TECHNIQUE_GRID,
+        "techniques": chosen,
+        "figures": {
+            f"{name}_gains_on_dev": float(row["gains_on_dev"]) for name, row in chosen.items()
+        },
+    }
+    if as_json:
+        emit(out, True)
+        return
+    for name, row in chosen.items():
+        print(
+            f"{name:<10} best of {row['tried']:>2} on dev {row['chosen']}  dev r@5 "
+            f"{row['dev']['recall_at_5']:.4f} (shipped {row['shipped_dev']['recall_at_5']:.4f})"
+            f"  gains: {row['gains_on_dev']}"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dataset", choices=["locomo"], default="locomo")
     parser.add_argument("--data", type=Path, default=SHARED_DATA / "locomo" / "locomo10.json")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.add_argument("--tune", action="store_true", help="grid-search the constants on dev")
-    parser.add_argument("--quick", action="store_true", help="accepted for make bench; no-op")
+    parser.add_argument(
+        "--tune-techniques",
+        action="store_true",
+        help="each issue-15 technique's best setting on dev (the ablation's TECHNIQUES)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="time the ablation on 50,000 events, not 1,000,000"
+    )
     parser.add_argument(
         "--latency-events",
         type=int,
-        default=50_000,
-        help="size of the synthetic log the ablation is timed on (the issue asks 1000000)",
+        default=None,
+        help="size of the synthetic log the ablation is timed on (default 1,000,000, as the "
+        "issue asks; 50,000 with --quick)",
     )
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--postgres-url", default=None)
@@ -538,7 +645,11 @@ def main(argv: list[str] | None = None) -> None:
             if args.tune:
                 run_tune(bench, args.json)
                 return
-            result = report(bench, max(1, args.latency_events), Path(tmp))
+            if args.tune_techniques:
+                run_tune_techniques(bench, args.json)
+                return
+            events = args.latency_events or (50_000 if args.quick else 1_000_000)
+            result = report(bench, max(1, events), Path(tmp))
         finally:
             bench.close()
     if args.json:

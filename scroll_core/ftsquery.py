@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_TERMS", "STOP_WORDS", "make_snippet", "match_expression", "query_terms"]
+__all__ = [
+    "MAX_TERMS",
+    "STOP_WORDS",
+    "exact_pattern",
+    "exact_pieces",
+    "make_snippet",
+    "match_expression",
+    "query_terms",
+]
 
 # A longer query adds cost without adding ranking signal; keep the first distinct terms.
 MAX_TERMS = 48
@@ -69,6 +77,32 @@ def stem_prefix(term: str) -> str:
     # read from a candidate's text: "hiking" and "hiked" both start with "hik". Which rows
     # match, and their bm25, always come from FTS5's own porter tokenizer.
     return term if len(term) <= 4 else term[: max(4, len(term) - 3)]
+
+
+# A whitespace-separated piece of a query, less the punctuation that ends a sentence or
+# wraps a quote, is exact-looking when it holds a digit, or letters joined by ``._-/:@#``:
+# "2023", "3:30", "v1.2.3", "foo_bar.py", "user@host". FTS5 splits those into words; the
+# verbatim piece is the stronger evidence.
+_PIECE_EDGE = ".,;:!?\"'`()[]{}<>"
+_JOINED = re.compile(r"[^\W_][._\-/:@#][^\W_]")
+
+
+def exact_pieces(query: str) -> list[str]:
+    """Distinct case-folded exact-looking pieces of ``query`` (see above), in order."""
+    seen: dict[str, None] = {}
+    for raw in query.split():
+        piece = raw.strip(_PIECE_EDGE).casefold()
+        if piece and (any(c.isdigit() for c in piece) or _JOINED.search(piece)):
+            seen.setdefault(piece, None)
+        if len(seen) >= MAX_TERMS:
+            break
+    return list(seen)
+
+
+def exact_pattern(pieces: list[str]) -> re.Pattern[str]:
+    """A case-insensitive pattern finding any of ``pieces`` not inside a longer word."""
+    alternatives = "|".join(re.escape(p) for p in sorted(pieces, key=len, reverse=True))
+    return re.compile(rf"(?<![^\W_])(?:{alternatives})(?![^\W_])", re.IGNORECASE)
 
 
 def make_snippet(content: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:

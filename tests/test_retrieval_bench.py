@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -196,12 +197,14 @@ def test_each_ablation_row_switches_one_technique_against_the_shipped_search(ret
     rows = retrieval.ablation_tunings()
     shipped = rows["shipped"][1]
     assert shipped == SearchTuning()
-    fields = ("neighbour_weights", "coverage_weight", "proximity_weight")
+    fields = [f.name for f in dataclasses.fields(SearchTuning)]
+    # The rows that move one technique with several knobs (feedback: docs, terms, mix).
+    knobs = {"shipped": 0, "coverage_proximity": 2, "no_term_features": 2}
+    knobs.update({"feedback": 3, "no_feedback": 3})
     for name, (_, tuning) in rows.items():
         changed = [f for f in fields if getattr(tuning, f) != getattr(shipped, f)]
-        assert len(changed) == {"shipped": 0, "coverage_proximity": 2, "no_term_features": 2}.get(
-            name, 1
-        ), name
+        assert len(changed) == knobs.get(name, 1), name
+    assert {"speaker", "feedback", "diversity", "exact"} <= {n.removeprefix("no_") for n in rows}
 
 
 def test_the_ablation_times_every_row_on_the_same_synthetic_log(retrieval, tmp_path):
@@ -210,3 +213,48 @@ def test_the_ablation_times_every_row_on_the_same_synthetic_log(retrieval, tmp_p
     assert set(latency) == set(tunings)
     for row in latency.values():
         assert 0 < row["p50_ms"] <= row["p99_ms"]
+
+
+def test_the_held_out_questions_follow_their_rules_and_ask_nothing_of_locomo(tmp_path):
+    from bench._heldout import WORDS, build_items, heldout_log
+
+    data = LOCOMO.parents[1]
+    with heldout_log(data, tmp_path) as log:
+        items = build_items(tmp_path / "heldout.sqlite3")
+        events = {
+            e.seq: e for s in log.sessions() for e in log.session_events(s.session_id, limit=None)
+        }
+    families = {item.family for item in items}
+    assert families == {"note", "words"}
+    for item in items:
+        evidence = events[item.evidence]
+        assert not evidence.session_id.startswith("locomo:")
+        if item.family == "note":
+            # The note comes after the user message it answers and is searched before itself.
+            assert '"type": "user_message"' in (evidence.content or "")
+            assert item.before_seq is not None and item.before_seq > item.evidence
+            assert events[item.before_seq].kind == "model_turn"
+        else:
+            words = item.question.split()
+            assert len(words) == WORDS
+            assert all(w in (evidence.content or "").casefold() for w in words)
+
+
+def test_technique_tuning_reads_dev_items_only_and_says_whether_each_gains():
+    from bench._retrieval_tune import tune_techniques
+
+    seen: list[str] = []
+
+    def measure(tuning: SearchTuning, chosen: Sequence[Item]) -> dict[str, float]:
+        seen.extend(item.conversation for item in chosen)
+        gain = 0.1 if tuning.speaker_weight == 1.0 else 0.0
+        return {"recall_at_5": 0.5 + gain, "recall_at_10": 0.5, "hit_at_10": 0.5}
+
+    grid = {
+        "speaker": [{"speaker_weight": 0.5}, {"speaker_weight": 1.0}],
+        "exact": [{"exact_weight": 1.0}],
+    }
+    out = tune_techniques(_items(), measure, grid=grid)
+    assert set(seen) <= set(DEV) and seen
+    assert out["speaker"]["chosen"] == {"speaker_weight": 1.0} and out["speaker"]["gains_on_dev"]
+    assert not out["exact"]["gains_on_dev"]

@@ -199,9 +199,19 @@ def _message(i: int) -> dict[str, str]:
     return {"role": role, "content": text}
 
 
+def server_timing(header: str) -> dict[str, float]:
+    """``name;dur=ms, ...`` as a dict (a stage named twice adds up)."""
+    out: dict[str, float] = {}
+    for item in header.split(","):
+        name, _, rest = item.strip().partition(";dur=")
+        if name and rest:
+            out[name] = out.get(name, 0.0) + float(rest)
+    return out
+
+
 def _client(
     gateway: str, upstream: str, key: str, name: str, history: int, requests: int
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[dict[str, float]]]:
     messages = [{"role": "system", "content": "You are a benchmark."}]
     messages += [_message(i) for i in range(history - 1 if history % 2 == 0 else history)]
     if messages[-1]["role"] != "user":
@@ -209,7 +219,7 @@ def _client(
     headers = {"authorization": f"Bearer {key}", "x-scroll-session": name}
     through: list[float] = []
     direct: list[float] = []
-    served: list[float] = []
+    served: list[dict[str, float]] = []
     with httpx.Client(timeout=120) as http:
         for step in range(requests + 1):
             body = {"model": "bench", "messages": messages}
@@ -223,8 +233,10 @@ def _client(
             if step:  # the first request appends the whole history: a warm-up
                 direct.append(direct_s * 1000)
                 through.append(through_s * 1000)
-                timing = response.headers.get("server-timing", "")
-                served.append(float(timing.rpartition("dur=")[2] or "nan"))
+                timing = server_timing(response.headers.get("server-timing", ""))
+                # What the view did not see: daphne, Django's handler and the two sockets.
+                timing["outside"] = through_s * 1000 - timing.get("scroll", float("nan"))
+                served.append(timing)
             reply = response.json()["choices"][0]["message"]
             messages.append({"role": "assistant", "content": reply["content"]})
             messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
@@ -233,7 +245,7 @@ def _client(
 
 def latency(
     gateway: str, upstream: str, key: str, arm: str, clients: int, history: int, requests: int
-) -> dict[str, float]:
+) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=clients) as pool:
         futures = [
             pool.submit(
@@ -245,14 +257,25 @@ def latency(
     through = [x for r in results for x in r[0]]
     direct = [x for r in results for x in r[1]]
     served = [x for r in results for x in r[2]]
-    out = {}
+    out: dict[str, Any] = {}
     for q in (50, 95):
         out[f"gateway_p{q}_ms"] = percentile(through, q)
         out[f"direct_p{q}_ms"] = percentile(direct, q)
         out[f"added_p{q}_ms"] = percentile(through, q) - percentile(direct, q)
-        # Of the gateway's time, what serving took (upstream call included), per Server-Timing.
-        out[f"served_p{q}_ms"] = percentile(served, q)
+        # Of the gateway's time, what its view took (upstream calls included), per
+        # Server-Timing.
+        out[f"served_p{q}_ms"] = percentile([t.get("scroll", float("nan")) for t in served], q)
     out["samples"] = float(len(through))
+    # Where the time goes, stage by stage (a list, so it lands in the envelope's details).
+    names = list(dict.fromkeys(name for t in served for name in t))
+    out["stages"] = [
+        {
+            "stage": name,
+            "p50_ms": round(percentile([t.get(name, 0.0) for t in served], 50), 3),
+            "p95_ms": round(percentile([t.get(name, 0.0) for t in served], 95), 3),
+        }
+        for name in names
+    ]
     return out
 
 

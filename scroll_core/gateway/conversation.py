@@ -50,6 +50,7 @@ from ..telemetry import chat_span, session_scope, span, usage
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
 from ._history import HistoryLog, Link
+from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import align
 from .headline_fallback import extractive_headline
@@ -123,6 +124,7 @@ class GatewayConversation(HistoryLog):
         self._prefix_hash: str | None = None
         self._prefixes: dict[str, _Prepared] = {}
         self._view: WorkingView | None = None
+        self._stages = Stages()
         self._load()
 
     def __repr__(self) -> str:
@@ -153,12 +155,26 @@ class GatewayConversation(HistoryLog):
         return self._kernel
 
     # ------------------------------------------------------------------ a request
-    def handle(self, request: ClientRequest, upstream: Upstream, *, model: str) -> ClientReply:
+    def handle(
+        self,
+        request: ClientRequest,
+        upstream: Upstream,
+        *,
+        model: str,
+        stages: Stages | None = None,
+    ) -> ClientReply:
         """Serve one request with ``upstream`` (asked for ``model``); see the module
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
-        were logged."""
+        were logged. ``stages`` gets a lap per stage (``wait`` for the session, ``align``,
+        ``prefix``, ``append``, ``compress``, ``upstream``, ``log``, ``recall``)."""
+        stages = stages or Stages()
+        with self.lock:
+            stages.lap("wait")
+            self._stages = stages
+            return self._handle_locked(request, upstream, model)
+
+    def _handle_locked(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
         with (
-            self.lock,
             session_scope(self.session_id),
             span(
                 REQUEST_SPAN,
@@ -180,6 +196,7 @@ class GatewayConversation(HistoryLog):
         ):
             reply = self._handle(request, upstream, model)
             traced.set(**{k: v for k, v in reply.stats.to_dict().items() if k != "session_id"})
+            traced.set(**{f"stage_{k}_ms": round(v, 3) for k, v in self._stages.ms.items()})
             traced.set_attributes(
                 usage(reply.usage.input_tokens, reply.usage.output_tokens, response_model=model)
             )
@@ -188,6 +205,7 @@ class GatewayConversation(HistoryLog):
 
     def _handle(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
         self._refresh_profile()
+        self._stages.lap("profile")
         incoming = [m.fingerprint() for m in request.messages]
         found = align(
             [link.fp for link in self.chain],
@@ -195,7 +213,9 @@ class GatewayConversation(HistoryLog):
             [link.reply is not None for link in self.chain],
         )
         stats = GatewayStats(session_id=self.session_id, context_size=self.profile.context_size)
+        self._stages.lap("align")
         prepared = self._prepare(request)
+        self._stages.lap("prefix")
         if found.kind == "retry":
             return self._replayed(request, found.common, stats, prepared)
         if found.kind == "rewrite":
@@ -205,6 +225,7 @@ class GatewayConversation(HistoryLog):
         stats.client_tokens = prepared.client_prefix_tokens + sum(
             link.tokens for link in self.chain[: len(request.messages)]
         )
+        self._stages.lap("append")
         return self._recall_loop(request, upstream, model, prepared, _Loop(stats))
 
     def _replayed(
@@ -285,6 +306,7 @@ class GatewayConversation(HistoryLog):
             loop.stats.evictions += 1
         assert record.view is not None
         self._view = record.view
+        self._stages.lap("compress")
         return record.view
 
     def _recall_loop(
@@ -364,9 +386,11 @@ class GatewayConversation(HistoryLog):
             fresh = {e.seq: e.tokens for e in self._sync()}
             recall_seqs = set(seqs[1 : len(recall) + 1])
             reply_tokens = sum(fresh.get(s, 0) for s in seqs if s not in recall_seqs)
+            self._stages.lap("log")
             for j, call in enumerate(recall):
                 self._run_recall(call, f"{nonce}:s{step}:result{j}", step)
                 loop.stats.recalls += 1
+                self._stages.lap("recall")
             if final:
                 tokens = reply_tokens
                 self.chain.append(
@@ -418,6 +442,7 @@ class GatewayConversation(HistoryLog):
     ) -> tuple[ModelReply, WorkingView]:
         for attempt in (1, 2):
             messages = view.messages()
+            self._stages.lap("messages")
             loop.stats.upstream_calls += 1
             loop.stats.upstream_tokens += view.tokens
             loop.stats.peak_view_tokens = max(loop.stats.peak_view_tokens, view.tokens)
@@ -457,6 +482,7 @@ class GatewayConversation(HistoryLog):
                 continue
             loop.usage_in += reply.usage.input_tokens
             loop.usage_out += reply.usage.output_tokens
+            self._stages.lap("upstream")
             return reply, view
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -1,11 +1,13 @@
-"""The gateway's endpoints: ``POST /v1/chat/completions``, ``GET /v1/models`` and
-``POST /v1/messages``, async views on the console's ASGI app.
+"""The gateway's endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``,
+``POST /v1/messages`` and ``POST /v1/messages/count_tokens``, served by ``GatewayRouter``
+(``dashboard.gateway.asgi``) in front of the console's Django app.
 
-Each view authenticates the key (``Authorization: Bearer`` or ``x-api-key``), parses the body
-into the provider-neutral request, and serves it in a worker thread (the recall loop, the
-kernel and the Event Log are synchronous). Errors use the provider's shape: OpenAI's
-``{"error": {...}}`` on the OpenAI routes, Anthropic's ``{"type": "error", ...}`` on
+Each endpoint authenticates the key (``Authorization: Bearer`` or ``x-api-key``), parses the
+body into the provider-neutral request, and serves it in a thread of the gateway's pool (the
+recall loop, the kernel and the Event Log are synchronous). Errors use the provider's shape:
+OpenAI's ``{"error": {...}}`` on the OpenAI routes, Anthropic's ``{"type": "error", ...}`` on
 ``/v1/messages``. A streamed reply is sent once the internal recall steps are done, as SSE.
+Every answer to a served request carries ``Server-Timing``: the laps of ``Stages``.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.views.decorators.csrf import csrf_exempt
 
+from dashboard.gateway.asgi import Request, Response
 from dashboard.gateway.service import GatewayRefused, get_service
 from dashboard.models import GatewayKey
 from scroll_core.errors import (
@@ -32,20 +33,24 @@ from scroll_core.errors import (
 )
 from scroll_core.gateway import ClientReply, ClientRequest, Stages, anthropic_api, openai_api
 
+T = TypeVar("T")
 SESSION_HEADER = "X-Scroll-Session"
+_SESSION_HEADER = SESSION_HEADER.lower()
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(status, json.dumps(data, ensure_ascii=False).encode(), headers or {})
 
 
 # -- errors in the providers' shapes ------------------------------------------------------
 def _openai_error(
     status: int, message: str, *, kind: str, param: str | None = None, code: str | None = None
-) -> JsonResponse:
-    return JsonResponse(
-        openai_api.error_body(message, kind=kind, param=param, code=code), status=status
-    )
+) -> Response:
+    return _json(openai_api.error_body(message, kind=kind, param=param, code=code), status)
 
 
-def _anthropic_error(status: int, message: str, **_: Any) -> JsonResponse:
-    return JsonResponse(anthropic_api.error_body(message, status=status), status=status)
+def _anthropic_error(status: int, message: str, **_: Any) -> Response:
+    return _json(anthropic_api.error_body(message, status=status), status)
 
 
 _OPENAI_KINDS = {
@@ -62,14 +67,14 @@ _OPENAI_KINDS = {
 
 def _error(
     api: str, status: int, message: str, *, param: str | None = None, code: str | None = None
-) -> JsonResponse:
+) -> Response:
     if api == "anthropic":
         return _anthropic_error(status, message)
     kind = _OPENAI_KINDS.get(status, "api_error")
     return _openai_error(status, message, kind=kind, param=param, code=code)
 
 
-def _upstream_error(api: str, exc: ModelError) -> JsonResponse:
+def _upstream_error(api: str, exc: ModelError) -> Response:
     """An upstream failure mapped to the status a client's retry logic expects, with the
     upstream's own message kept."""
     said = f"upstream: {exc.message}"
@@ -92,8 +97,8 @@ def _upstream_error(api: str, exc: ModelError) -> JsonResponse:
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _secret(request: HttpRequest) -> str | None:
-    header = request.headers.get("Authorization", "")
+def _secret(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
         return header[7:].strip()
     return request.headers.get("x-api-key") or None
@@ -105,27 +110,33 @@ async def _get_key(secret: str | None) -> GatewayKey | None:
     return get_service().cached_key(secret) or await _authenticate(secret)
 
 
-@sync_to_async
-def _authenticate(secret: str) -> GatewayKey | None:
-    return get_service().authenticate(secret)
+async def _authenticate(secret: str) -> GatewayKey | None:
+    return await _in_pool(_authenticate_sync, secret)
 
 
-def _body(request: HttpRequest, api: str) -> tuple[Any, JsonResponse | None]:
-    """The decoded JSON body. Read past Django's form-size limit (an agent resends its whole
-    history on every call) up to SCROLL_GATEWAY_MAX_BODY_MB, refused beyond with a 413."""
-    limit = settings.SCROLL_GATEWAY_MAX_BODY_MB * 1024 * 1024
+def _authenticate_sync(secret: str) -> GatewayKey | None:
     try:
-        length = int(request.headers.get("Content-Length") or 0)
-    except ValueError:
-        length = 0
-    if length > limit:
-        message = f"the body is {length:,} bytes; this gateway takes at most {limit:,}"
-        return None, _error(api, 413, message, param="body")
-    raw = request.read(limit + 1)
-    if len(raw) > limit:
-        return None, _error(api, 413, f"the body is over {limit:,} bytes", param="body")
+        return get_service().authenticate(secret)
+    finally:
+        close_old_connections()
+
+
+def body_limit() -> int:
+    """SCROLL_GATEWAY_MAX_BODY_MB in bytes: an agent resends its whole history on every call,
+    far past Django's form-size limit, which does not apply here."""
+    return int(settings.SCROLL_GATEWAY_MAX_BODY_MB) * 1024 * 1024
+
+
+def too_large(request: Request, size: int, limit: int) -> Response:
+    api = "anthropic" if request.path.startswith("/v1/messages") else "openai"
+    message = f"the body is {size:,} bytes or more; this gateway takes at most {limit:,}"
+    return _error(api, 413, message, param="body")
+
+
+def _body(request: Request, api: str) -> tuple[Any, Response | None]:
+    """The decoded JSON body (its size was checked when it was read)."""
     try:
-        return json.loads(raw or b"null"), None
+        return json.loads(request.body or b"null"), None
     except (ValueError, UnicodeDecodeError) as exc:
         return None, _error(api, 400, f"the body is not JSON: {exc}", param="body")
 
@@ -145,26 +156,26 @@ def _serve_sync(
 _threads: ThreadPoolExecutor | None = None
 
 
-async def _serve(
-    key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages
-) -> ClientReply:
-    """Run the request in a thread of the gateway's own pool: the loop's default executor
-    has a handful of threads, and each request holds one while its upstream answers."""
+async def _in_pool(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn`` in a thread of the gateway's own pool: the loop's default executor has a
+    handful of threads, and each request holds one while its upstream answers."""
     global _threads
     if _threads is None:
         _threads = ThreadPoolExecutor(
             max_workers=settings.SCROLL_GATEWAY_THREADS, thread_name_prefix="gateway"
         )
-    reply = await sync_to_async(_serve_sync, thread_sensitive=False, executor=_threads)(
-        key, parsed, session, stages
-    )
+    return await sync_to_async(fn, thread_sensitive=False, executor=_threads)(*args)
+
+
+async def _serve(
+    key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages
+) -> ClientReply:
+    reply = await _in_pool(_serve_sync, key, parsed, session, stages)
     stages.lap("hop_back")
     return reply
 
 
-async def _handle(
-    request: HttpRequest, api: str, parse: Callable[[Any], ClientRequest]
-) -> HttpResponse:
+async def _handle(request: Request, api: str, parse: Callable[[Any], ClientRequest]) -> Response:
     if request.method != "POST":
         return _error(api, 405, f"{request.path} takes POST")
     stages = Stages()
@@ -179,7 +190,7 @@ async def _handle(
     try:
         parsed = parse(body)
         stages.lap("parse")
-        reply = await _serve(key, parsed, request.headers.get(SESSION_HEADER), stages)
+        reply = await _serve(key, parsed, request.headers.get(_SESSION_HEADER), stages)
     except GatewayRequestInvalid as exc:
         return _error(api, 400, str(exc), param=exc.param)
     except GatewayRefused as exc:
@@ -202,9 +213,9 @@ async def _handle(
         if api == "anthropic"
         else openai_api.chat_completion(reply)
     )
-    response = JsonResponse(data, headers=headers)
+    response = _json(data, headers=headers)
     stages.lap("encode")
-    response["Server-Timing"] = _server_timing(stages)
+    response.headers["Server-Timing"] = _server_timing(stages)
     return response
 
 
@@ -218,11 +229,9 @@ def _timed(headers: dict[str, str], stages: Stages) -> dict[str, str]:
     return {**headers, "Server-Timing": _server_timing(stages)}
 
 
-def _sse(events: AsyncIterator[bytes], headers: dict[str, str]) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(events, content_type="text/event-stream", headers=headers)
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+def _sse(events: AsyncIterator[bytes], headers: dict[str, str]) -> Response:
+    headers = {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return Response(200, events, headers, content_type="text/event-stream")
 
 
 async def _openai_stream(reply: ClientReply, include_usage: bool) -> AsyncIterator[bytes]:
@@ -247,18 +256,15 @@ async def _anthropic_stream(reply: ClientReply) -> AsyncIterator[bytes]:
 
 
 # -- the endpoints -------------------------------------------------------------------------
-@csrf_exempt
-async def chat_completions(request: HttpRequest) -> HttpResponse:
+async def chat_completions(request: Request) -> Response:
     return await _handle(request, "openai", openai_api.parse_chat_request)
 
 
-@csrf_exempt
-async def messages(request: HttpRequest) -> HttpResponse:
+async def messages(request: Request) -> Response:
     return await _handle(request, "anthropic", anthropic_api.parse_messages_request)
 
 
-@csrf_exempt
-async def count_tokens(request: HttpRequest) -> HttpResponse:
+async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the tokens of the history as the client sent it
     (Scroll sends upstream less; the ``scroll`` field of each reply says how much)."""
     if request.method != "POST":
@@ -273,7 +279,7 @@ async def count_tokens(request: HttpRequest) -> HttpResponse:
         parsed = anthropic_api.parse_messages_request(body, counting=True)
     except GatewayRequestInvalid as exc:
         return _error("anthropic", 400, str(exc), param=exc.param)
-    return JsonResponse({"input_tokens": await sync_to_async(_client_tokens)(parsed)})
+    return _json({"input_tokens": await _in_pool(_client_tokens, parsed)})
 
 
 def _client_tokens(parsed: ClientRequest) -> int:
@@ -287,11 +293,18 @@ def _client_tokens(parsed: ClientRequest) -> int:
     return sum(counter.count(p) for p in parts if p)
 
 
-@csrf_exempt
-async def models(request: HttpRequest) -> HttpResponse:
+async def models(request: Request) -> Response:
     if request.method != "GET":
         return _error("openai", 405, "/v1/models takes GET")
     key = await _get_key(_secret(request))
     if key is None:
         return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
-    return JsonResponse(openai_api.models_list(key.client_models()))
+    return _json(openai_api.models_list(key.client_models()))
+
+
+ROUTES = {
+    "/v1/chat/completions": chat_completions,
+    "/v1/models": models,
+    "/v1/messages": messages,
+    "/v1/messages/count_tokens": count_tokens,
+}

@@ -48,6 +48,7 @@ class Response:
     body: bytes | AsyncIterator[bytes]
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
+    keep: Any = None  # held as long as the response (a stream's serving task)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

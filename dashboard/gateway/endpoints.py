@@ -12,8 +12,9 @@ Every answer to a served request carries ``Server-Timing``: the laps of ``Stages
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
+import logging
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -23,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from dashboard.gateway.asgi import Request, Response
-from dashboard.gateway.service import GatewayRefused, get_service
+from dashboard.gateway.service import GatewayRefused, get_service, session_id_for_request
 from dashboard.models import GatewayKey
 from scroll_core.errors import (
     ContextOverflow,
@@ -32,8 +33,10 @@ from scroll_core.errors import (
     ModelError,
 )
 from scroll_core.gateway import ClientReply, ClientRequest, Stages, anthropic_api, openai_api
+from scroll_core.gateway.upstream import OnText
 
 T = TypeVar("T")
+log = logging.getLogger("dashboard.gateway")
 SESSION_HEADER = "X-Scroll-Session"
 _SESSION_HEADER = SESSION_HEADER.lower()
 
@@ -142,13 +145,17 @@ def _body(request: Request, api: str) -> tuple[Any, Response | None]:
 
 
 def _serve_sync(
-    key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages
+    key: GatewayKey,
+    parsed: ClientRequest,
+    session: str | None,
+    stages: Stages,
+    on_text: OnText | None,
 ) -> ClientReply:
     stages.lap("hop")
     service = get_service()
     service.admit(key)
     try:
-        return service.serve(key, parsed, session, stages=stages)
+        return service.serve(key, parsed, session, stages=stages, on_text=on_text)
     finally:
         close_old_connections()  # this pool's threads outlive requests; their connections not
 
@@ -168,11 +175,28 @@ async def _in_pool(fn: Callable[..., T], *args: Any) -> T:
 
 
 async def _serve(
-    key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages
+    key: GatewayKey,
+    parsed: ClientRequest,
+    session: str | None,
+    stages: Stages,
+    on_text: OnText | None = None,
 ) -> ClientReply:
-    reply = await _in_pool(_serve_sync, key, parsed, session, stages)
+    reply = await _in_pool(_serve_sync, key, parsed, session, stages, on_text)
     stages.lap("hop_back")
     return reply
+
+
+def _failure(api: str, exc: BaseException) -> Response:
+    """A request that could not be served, in the provider's error shape."""
+    if isinstance(exc, GatewayRequestInvalid):
+        return _error(api, 400, str(exc), param=exc.param)
+    if isinstance(exc, GatewayRefused):
+        return _error(api, exc.status, exc.message, code="rate_limit_exceeded")
+    if isinstance(exc, ModelError):
+        return _upstream_error(api, exc)
+    if isinstance(exc, ContextWindowUnfit):
+        return _error(api, 400, str(exc), code="context_length_exceeded")
+    raise exc
 
 
 async def _handle(request: Request, api: str, parse: Callable[[Any], ClientRequest]) -> Response:
@@ -187,27 +211,16 @@ async def _handle(request: Request, api: str, parse: Callable[[Any], ClientReque
     if refused is not None:
         return refused
     stages.lap("body")
+    session = request.headers.get(_SESSION_HEADER)
     try:
         parsed = parse(body)
         stages.lap("parse")
-        reply = await _serve(key, parsed, request.headers.get(_SESSION_HEADER), stages)
-    except GatewayRequestInvalid as exc:
-        return _error(api, 400, str(exc), param=exc.param)
-    except GatewayRefused as exc:
-        return _error(api, exc.status, exc.message, code="rate_limit_exceeded")
-    except ModelError as exc:
-        return _upstream_error(api, exc)
-    except ContextWindowUnfit as exc:
-        return _error(api, 400, str(exc), code="context_length_exceeded")
+        if parsed.stream:
+            return await _streamed(api, key, parsed, session, stages)
+        reply = await _serve(key, parsed, session, stages)
+    except (GatewayRequestInvalid, GatewayRefused, ModelError, ContextWindowUnfit) as exc:
+        return _failure(api, exc)
     headers = {SESSION_HEADER: reply.stats.session_id}
-    if parsed.stream:
-        events = (
-            _anthropic_stream(reply)
-            if api == "anthropic"
-            else _openai_stream(reply, parsed.include_usage)
-        )
-        stages.lap("encode")
-        return _sse(events, _timed(headers, stages))
     data = (
         anthropic_api.message_object(reply)
         if api == "anthropic"
@@ -229,30 +242,122 @@ def _timed(headers: dict[str, str], stages: Stages) -> dict[str, str]:
     return {**headers, "Server-Timing": _server_timing(stages)}
 
 
+async def _streamed(
+    api: str, key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages
+) -> Response:
+    """Serve a streaming client: its text goes out as the upstream writes it (see
+    ``GatewayConversation.handle``). The response starts with the first piece of text or
+    when the reply is done, so a request that fails before either still gets its error
+    status; a failure after that ends the stream with an error event."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def on_text(piece: str) -> None:  # in the serving thread
+        loop.call_soon_threadsafe(queue.put_nowait, ("text", piece))
+
+    async def run() -> None:
+        try:
+            reply = await _serve(key, parsed, session, stages, on_text)
+        except Exception as exc:
+            queue.put_nowait(("error", exc))
+        else:
+            # Queued after every piece of text: the thread's callbacks run in order.
+            queue.put_nowait(("done", reply))
+
+    task = asyncio.create_task(run())
+    first = await queue.get()
+    if first[0] == "error":
+        await task
+        return _failure(api, first[1])
+    encoder = SseEncoder.for_api(api, parsed)
+    headers = {SESSION_HEADER: session_id_for_request(key, parsed, session)}
+    stages.lap("first_text")
+
+    async def events() -> AsyncIterator[bytes]:
+        item, sent = first, ""
+        yield encoder.start()
+        while True:
+            kind, value = item
+            if kind == "text":
+                sent += value
+                yield encoder.text(value)
+            elif kind == "done":
+                # A replayed reply (a retry) was never streamed: its text goes out here.
+                rest = value.content[len(sent) :] if value.content.startswith(sent) else ""
+                for piece in openai_api.pieces(rest):
+                    yield encoder.text(piece)
+                yield encoder.end(value)
+                return
+            else:
+                yield encoder.error(_mid_stream_failure(api, value))
+                return
+            item = await queue.get()
+        await task  # pragma: no cover (both endings return)
+
+    response = _sse(events(), _timed(headers, stages))
+    response.keep = task  # the serving task lives as long as its stream
+    return response
+
+
+def _mid_stream_failure(api: str, exc: BaseException) -> Response:
+    try:
+        return _failure(api, exc)
+    except Exception:
+        log.exception("gateway: a streamed request failed")
+        return _error(api, 500, f"the gateway failed: {type(exc).__name__}")
+
+
 def _sse(events: AsyncIterator[bytes], headers: dict[str, str]) -> Response:
     headers = {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return Response(200, events, headers, content_type="text/event-stream")
 
 
-async def _openai_stream(reply: ClientReply, include_usage: bool) -> AsyncIterator[bytes]:
-    completion_id, created = openai_api.new_id(), int(time.time())
-    for chunk in openai_api.chat_completion_chunks(
-        reply, completion_id=completion_id, created=created
-    ):
-        yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
-    if include_usage:
-        last = openai_api.usage_chunk(reply, completion_id=completion_id, created=created)
-        yield b"data: " + json.dumps(last, ensure_ascii=False).encode() + b"\n\n"
-    yield b"data: [DONE]\n\n"
+class SseEncoder:
+    """One streamed reply as server-sent events in the client's API (each method returns
+    the bytes to send)."""
 
+    def __init__(self, api: str, model: str, include_usage: bool) -> None:
+        self.api = api
+        self.include_usage = include_usage
+        self.chunks = openai_api.ChunkStream(model)
+        self.events = anthropic_api.EventStream(model)
 
-async def _anthropic_stream(reply: ClientReply) -> AsyncIterator[bytes]:
-    for event, data in anthropic_api.message_events(reply):
-        yield (
-            f"event: {event}\ndata: ".encode()
-            + json.dumps(data, ensure_ascii=False).encode()
-            + b"\n\n"
+    @classmethod
+    def for_api(cls, api: str, parsed: ClientRequest) -> SseEncoder:
+        return cls(api, parsed.model, parsed.include_usage)
+
+    def _openai(self, chunks: list[dict[str, Any]]) -> bytes:
+        return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in chunks)
+
+    def _anthropic(self, events: list[tuple[str, dict[str, Any]]]) -> bytes:
+        return b"".join(f"event: {e}\ndata: ".encode() + _dumps(d) + b"\n\n" for e, d in events)
+
+    def start(self) -> bytes:
+        if self.api == "anthropic":
+            return self._anthropic(self.events.start())
+        return self._openai(self.chunks.start())
+
+    def text(self, piece: str) -> bytes:
+        if self.api == "anthropic":
+            return self._anthropic(self.events.text(piece))
+        return self._openai(self.chunks.text(piece))
+
+    def end(self, reply: ClientReply) -> bytes:
+        if self.api == "anthropic":
+            return self._anthropic(self.events.end(reply))
+        return self._openai(self.chunks.end(reply, include_usage=self.include_usage)) + (
+            b"data: [DONE]\n\n"
         )
+
+    def error(self, failure: Response) -> bytes:
+        body = failure.body if isinstance(failure.body, bytes) else b"{}"
+        if self.api == "anthropic":
+            return b"event: error\ndata: " + body + b"\n\n"
+        return b"data: " + body + b"\n\n"
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False).encode()
 
 
 # -- the endpoints -------------------------------------------------------------------------

@@ -128,13 +128,20 @@ class Recorder:
         sessions: dict[str, list[Job]] = {}
         for job in jobs:
             sessions.setdefault(job.session_id, []).append(job)
-        for session_jobs in sessions.values():
-            try:
-                run = _record(session_jobs)
-            except Exception:  # the console's bookkeeping must never break the gateway
-                log.exception("gateway: recording session %s failed", session_jobs[0].session_id)
-                continue
-            push_session(run)
+        try:
+            for session_jobs in sessions.values():
+                try:
+                    run = _record(session_jobs)
+                except Exception:  # the console's bookkeeping must never break the gateway
+                    log.exception(
+                        "gateway: recording session %s failed", session_jobs[0].session_id
+                    )
+                    continue
+                push_session(run)
+        finally:
+            # Not held across the linger: a batch is a few statements, and a connection
+            # left open in an idle thread is one the database server keeps for nothing.
+            close_old_connections()
 
 
 def _record(jobs: Sequence[Job]) -> RunRecord:

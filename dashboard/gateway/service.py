@@ -41,10 +41,17 @@ from scroll_core.gateway import (
     Stages,
 )
 from scroll_core.gateway.naming import session_id_for
+from scroll_core.gateway.upstream import OnText
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.profile import Profile
 
-__all__ = ["GatewayRefused", "GatewayService", "get_service", "reset_service"]
+__all__ = [
+    "GatewayRefused",
+    "GatewayService",
+    "get_service",
+    "reset_service",
+    "session_id_for_request",
+]
 
 MAX_CONVERSATIONS = 256
 KEY_CACHE_S = 5.0
@@ -210,13 +217,11 @@ class GatewayService:
         session_header: str | None,
         *,
         stages: Stages | None = None,
+        on_text: OnText | None = None,
     ) -> ClientReply:
-        session_id = session_id_for(
-            key.agent_id,
-            header=session_header,
-            system=request.system,
-            first_user=request.first_user_text(),
-        )
+        """Serve ``request`` for ``key`` (see ``GatewayConversation.handle``, ``on_text``
+        included) and hand its record to the console."""
+        session_id = session_id_for_request(key, request, session_header)
         conversation = self.conversation(key, session_id)
         model = key.upstream_model(request.model)
         upstream = self.upstream_for(key)
@@ -225,7 +230,9 @@ class GatewayService:
         reply: ClientReply | None = None
         error = ""
         try:
-            reply = conversation.handle(request, upstream, model=model, stages=stages)
+            reply = conversation.handle(
+                request, upstream, model=model, stages=stages, on_text=on_text
+            )
             # The cached key counts too, so its budget holds before the database catches up.
             key.tokens_used += reply.usage.input_tokens + reply.usage.output_tokens
             return reply
@@ -255,6 +262,13 @@ class GatewayService:
             upstream.close()
         if self._kernels is not None:
             self._kernels.shutdown()
+
+
+def session_id_for_request(key: GatewayKey, request: ClientRequest, header: str | None) -> str:
+    """The session ``request`` belongs to (see ``scroll_core.gateway.naming``)."""
+    return session_id_for(
+        key.agent_id, header=header, system=request.system, first_user=request.first_user_text()
+    )
 
 
 @receiver(post_save, sender=GatewayKey, dispatch_uid="gateway-key-saved")

@@ -79,7 +79,7 @@ class HistoryLog:
                 link = Link(str(meta.get("fp")), event.role or "", event.seq, event.tokens)
                 if kind == "reply":
                     finish = str(meta.get("client_finish") or "stop")
-                    link.reply = (event.content, (), finish)
+                    link.reply = (str(meta.get("shown", event.content)), (), finish)
                 self.chain.append(link)
             elif kind in ("part", "reply_call") and isinstance(pos, int) and pos < len(self.chain):
                 link = self.chain[pos]

@@ -50,11 +50,12 @@ from ..telemetry import chat_span, session_scope, span, usage
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
 from ._history import HistoryLog, Link
+from ._relay import TextRelay
 from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import align
 from .headline_fallback import extractive_headline
-from .upstream import Upstream
+from .upstream import OnText, Upstream
 
 __all__ = ["DEFAULT_RECALL_STEPS", "REQUEST_SPAN", "GatewayConversation"]
 
@@ -125,6 +126,7 @@ class GatewayConversation(HistoryLog):
         self._prefixes: dict[str, _Prepared] = {}
         self._view: WorkingView | None = None
         self._stages = Stages()
+        self._relay: TextRelay | None = None
         self._load()
 
     def __repr__(self) -> str:
@@ -162,16 +164,28 @@ class GatewayConversation(HistoryLog):
         *,
         model: str,
         stages: Stages | None = None,
+        on_text: OnText | None = None,
     ) -> ClientReply:
         """Serve one request with ``upstream`` (asked for ``model``); see the module
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
         were logged. ``stages`` gets a lap per stage (``wait`` for the session, ``align``,
-        ``prefix``, ``append``, ``compress``, ``upstream``, ``log``, ``recall``)."""
+        ``prefix``, ``append``, ``compress``, ``upstream``, ``log``, ``recall``).
+
+        With ``on_text`` (a client that streams) every upstream call streams, and the text
+        the client may see goes to ``on_text`` as it arrives (see ``TextRelay``: headlines
+        held back; the text a recall step wrote before its call reaches the client too, since
+        it was sent before the call was known). Recall calls never do: tool calls are handed
+        over in the reply, after the upstream is done. The reply's ``content`` is then all
+        the text ``on_text`` got, and that is what the log records as the client's."""
         stages = stages or Stages()
         with self.lock:
             stages.lap("wait")
             self._stages = stages
-            return self._handle_locked(request, upstream, model)
+            self._relay = TextRelay(on_text) if on_text is not None else None
+            try:
+                return self._handle_locked(request, upstream, model)
+            finally:
+                self._relay = None
 
     def _handle_locked(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
         with (
@@ -333,6 +347,10 @@ class GatewayConversation(HistoryLog):
             if final and not text.strip() and not client_calls:
                 text = BUDGET_NOTICE if recall else text
             finish = _client_finish(reply, client_calls)
+            shown = text
+            if self._relay is not None:
+                self._relay.settle(text)
+                shown = self._relay.shown
             headline = parsed.stored or extractive_headline(
                 request.last_user_text(), text, [c.name for c in reply.tool_calls]
             )
@@ -354,8 +372,10 @@ class GatewayConversation(HistoryLog):
                 meta.update(
                     pos=pos,
                     client_finish=finish,
-                    fp=ClientMessage("assistant", text, tuple(client_calls)).fingerprint(),
+                    fp=ClientMessage("assistant", shown, tuple(client_calls)).fingerprint(),
                 )
+                if shown != text:  # streamed: earlier steps' text reached the client too
+                    meta["shown"] = shown
             events = [
                 self._event(
                     f"{nonce}:s{step}:assistant",
@@ -399,11 +419,11 @@ class GatewayConversation(HistoryLog):
                         "assistant",
                         seqs[0],
                         tokens,
-                        (text, tuple(client_calls), finish),
+                        (shown, tuple(client_calls), finish),
                     )
                 )
                 return ClientReply(
-                    content=text,
+                    content=shown,
                     tool_calls=tuple(client_calls),
                     finish_reason=finish,
                     model=request.model,
@@ -457,9 +477,18 @@ class GatewayConversation(HistoryLog):
                     gateway=True,
                     client_api=request.api,
                 ) as traced:
-                    reply = upstream.complete(
-                        messages, prefix.tool_list(), model=model, params=request.params
-                    )
+                    if self._relay is None:
+                        reply = upstream.complete(
+                            messages, prefix.tool_list(), model=model, params=request.params
+                        )
+                    else:
+                        reply = upstream.complete(
+                            messages,
+                            prefix.tool_list(),
+                            model=model,
+                            params=request.params,
+                            on_text=self._relay.feed,
+                        )
                     if traced.recording:
                         parsed = parse_headline(reply.content)
                         traced.set_attributes(
@@ -476,6 +505,8 @@ class GatewayConversation(HistoryLog):
                             headline_quality=parsed.quality,
                         )
             except ContextOverflow:
+                if self._relay is not None:
+                    self._relay.settle("")  # drop what was held back of the refused call
                 if attempt == 2:
                     raise
                 view = self._compress(loop, prefix, "overflow", force=True)

@@ -29,12 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +51,7 @@ from _gateway_data import (
     locomo_exchanges,
     locomo_qa,
 )
+from _server import DaphneServer, free_port
 
 HEADLINE = "⟦bench | status: answered; next: wait | anchors: bench⟧"
 RECALL_TOOL = "recall_history_python"
@@ -63,12 +60,6 @@ STOP = frozenset(
     "what when where which who whom whose does did have has been were with that this from "
     "they them their about would could should after before".split()
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Upstream:
@@ -112,33 +103,11 @@ class Upstream:
         self.server.server_close()
 
 
-class Server:
+class Server(DaphneServer):
     """daphne serving dashboard.asgi over a temporary data folder, with gateway keys."""
 
-    def __init__(self, data_dir: Path, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.port = port
-        self.env = os.environ | {
-            "SCROLL_DATA_DIR": str(data_dir),
-            "SCROLL_STARTUP": "1",
-            "SCROLL_DEMO": "0",
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
-        }
-        for name in list(self.env):
-            if name.startswith("OTEL_EXPORTER_OTLP"):
-                del self.env[name]
-        self.log = (data_dir / "server.log").open("wb")
-        self.proc: subprocess.Popen[bytes] | None = None
-
     def prepare(self, upstream_url: str) -> dict[str, str]:
-        manage = str(REPO / "manage.py")
-        quiet = self.env | {"SCROLL_STARTUP": "0"}
-        subprocess.run(
-            [sys.executable, manage, "migrate", "--noinput", "-v", "0"],
-            env=quiet,
-            check=True,
-            timeout=180,
-        )
+        self.migrate()
         script = (
             "import json\n"
             "from dashboard.models import GatewayKey, TuningProfile\n"
@@ -149,47 +118,8 @@ class Server:
             f"upstream_base_url={upstream_url!r}, max_recall_steps=4)[1]\n"
             "print(json.dumps(keys))\n"
         )
-        out = subprocess.run(
-            [sys.executable, manage, "shell", "-c", script],
-            env=quiet,
-            check=True,
-            timeout=120,
-            capture_output=True,
-            text=True,
-        )
-        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-    def start(self, timeout: float) -> None:
-        daphne = shutil.which("daphne", path=str(Path(sys.executable).parent)) or "daphne"
-        self.proc = subprocess.Popen(
-            [daphne, "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
-            cwd=REPO,
-            env=self.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"daphne exited with {self.proc.returncode}; see {self.log.name}"
-                )
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"daphne did not listen within {timeout:g} s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        out = self.manage("shell", "-c", script, timeout=120)
+        return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 # -- latency -------------------------------------------------------------------------------
@@ -413,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = Path(tempfile.mkdtemp(prefix="scroll-bench-gateway-"))
     upstream = Upstream()
-    server = Server(data_dir, _free_port())
+    server = Server(data_dir, free_port())
     result: dict[str, Any] = {
         "history_messages": args.history,
         "requests_per_client": args.requests,

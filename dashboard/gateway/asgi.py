@@ -12,6 +12,7 @@ request, and every WebSocket, to the console's application unchanged.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ class Request:
     path: str
     headers: dict[str, str]
     body: bytes = b""
+    received: float = 0.0  # time.perf_counter() when the request reached the router
 
 
 @dataclass
@@ -112,6 +114,7 @@ class GatewayRouter:
         if endpoint is None:
             await self.app(scope, receive, send)
             return
+        received = time.perf_counter()
         headers: dict[str, str] = {}
         for raw_name, raw_value in scope.get("headers", ()):
             name = raw_name.decode("latin-1").lower()
@@ -133,5 +136,5 @@ class GatewayRouter:
             return
         except ConnectionAbortedError:
             return
-        response = await endpoint(Request(request.method, request.path, headers, body))
+        response = await endpoint(Request(request.method, request.path, headers, body, received))
         await send_response(send, response)

@@ -202,7 +202,8 @@ def _failure(api: str, exc: BaseException) -> Response:
 async def _handle(request: Request, api: str, parse: Callable[[Any], ClientRequest]) -> Response:
     if request.method != "POST":
         return _error(api, 405, f"{request.path} takes POST")
-    stages = Stages()
+    stages = Stages(began=request.received or None)
+    stages.lap("read")
     key = await _get_key(_secret(request))
     if key is None:
         return _error(api, 401, "missing or invalid API key", code="invalid_api_key")

@@ -16,8 +16,9 @@ __all__ = ["Stages"]
 class Stages:
     """Laps of one request, in the order they were first taken; see the module docstring."""
 
-    def __init__(self) -> None:
-        self._began = self._last = time.perf_counter()
+    def __init__(self, began: float | None = None) -> None:
+        """``began``: a ``time.perf_counter()`` reading to count from (default: now)."""
+        self._began = self._last = time.perf_counter() if began is None else began
         self.ms: dict[str, float] = {}
 
     def lap(self, name: str) -> None:

@@ -18,7 +18,8 @@
    ``max_steps`` calls;
 5. the first reply with no recall call, or one that also calls the client's tools, goes back
    to the client with the recall calls taken out (their results reach the upstream with the
-   client's tool results on the next request), usage summed over the internal calls.
+   client's tool results on the next request), usage summed over the internal calls; a
+   streaming client gets the upstream's text as it is written (``handle``'s ``on_text``).
 
 What each appended event is, and how the chain and the view are rebuilt from the log, is in
 ``_history`` (the log-facing half of the class).
@@ -26,17 +27,17 @@ What each appended event is, and how the chain and the view are rebuilt from the
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..agent.cells import AgentKernel, run_cell
+from ..agent.steps import fresh_profile, traced_call, unique_call
 from ..errors import ContextOverflow, ScrollError
-from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT
+from ..eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT
 from ..eventstore import EventStore
 from ..eviction import CompressRecord, compress
 from ..headlines import parse_headline
@@ -45,11 +46,11 @@ from ..kernel.ms import MsCapability
 from ..kernel.results import NamespaceDigest
 from ..models.base import ModelReply, ToolCall, Usage
 from ..profile import Profile
-from ..prompts import RECALL_TOOL, gateway_prompt, recall_tool_definition
-from ..telemetry import chat_span, session_scope, span, usage
+from ..prompts import RECALL_TOOL
+from ..telemetry import session_scope, span, usage
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
-from ._history import HistoryLog, Link
+from ._history import HistoryLog, Link, Prepared
 from ._relay import TextRelay
 from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
@@ -64,12 +65,6 @@ DEFAULT_RECALL_STEPS = 6
 # compress and the ms calls of a recall cell are its children.
 REQUEST_SPAN = "invoke_agent scroll-gateway"
 BUDGET_NOTICE = "[scroll: the recall step budget ran out before the model answered]"
-
-
-@dataclass
-class _Prepared:
-    prefix: Prefix
-    client_prefix_tokens: int
 
 
 @dataclass
@@ -123,7 +118,7 @@ class GatewayConversation(HistoryLog):
         self._kernel_bound = False
         self._generation = 0
         self._prefix_hash: str | None = None
-        self._prefixes: dict[str, _Prepared] = {}
+        self._prefixes: dict[str, Prepared] = {}
         self._view: WorkingView | None = None
         self._stages = Stages()
         self._relay: TextRelay | None = None
@@ -243,7 +238,7 @@ class GatewayConversation(HistoryLog):
         return self._recall_loop(request, upstream, model, prepared, _Loop(stats))
 
     def _replayed(
-        self, request: ClientRequest, at: int, stats: GatewayStats, prepared: _Prepared
+        self, request: ClientRequest, at: int, stats: GatewayStats, prepared: Prepared
     ) -> ClientReply:
         link = self.chain[at]
         assert link.reply is not None
@@ -253,55 +248,12 @@ class GatewayConversation(HistoryLog):
         with span("scroll.gateway.replay", session=self.session_id, seq=link.first_seq):
             return ClientReply(content, calls, finish, request.model, Usage(), stats)
 
-    # ------------------------------------------------------------------ appends
-    def _prepare(self, request: ClientRequest) -> _Prepared:
-        """Log the client's system prompt and tools when they changed; the upstream prefix."""
-        tools_json = json.dumps(list(request.tools), sort_keys=True, ensure_ascii=False)
-        digest = hashlib.sha256(f"{request.system}\0{tools_json}".encode()).hexdigest()[:24]
-        cached = self._prefixes.get(digest)
-        if cached is None:
-            client_tokens = (
-                self.counter.count(request.system + tools_json)
-                if request.tools
-                else (self.counter.count(request.system))
-            )
-            system = gateway_prompt(print_cap=self.profile.print_cap)
-            if request.system.strip():
-                system = f"{request.system}\n\n{system}"
-            prefix = Prefix.build(
-                system, [*request.tools, recall_tool_definition()], counter=self.counter
-            )
-            cached = self._prefixes[digest] = _Prepared(prefix, client_tokens)
-        if digest != self._prefix_hash:
-            self.log.append_many(
-                [
-                    self._event(
-                        f"prefix:{digest}:{uuid.uuid4().hex[:8]}",
-                        kind=KIND_CONTEXT_MSG,
-                        role="system",
-                        content=request.system or "(no system prompt)",
-                        metadata={"gw": "prefix", "hash": digest, "tools": list(request.tools)},
-                        searchable=False,
-                    )
-                ]
-            )
-            self._prefix_hash = digest
-            self._sync()
-        return cached
-
     # ------------------------------------------------------------------ the loop
     def _refresh_profile(self) -> None:
-        if self.profile_source is None:
-            return
-        try:
-            fresh = self.profile_source()
-        except Exception as exc:  # the source is the operator's; the session goes on
-            with span("scroll.profile.unavailable", session=self.session_id, error=repr(exc)):
-                return
-        if fresh != self.profile:
-            with span("scroll.profile.applied", session=self.session_id):
-                self.profile = fresh
-                self._prefixes.clear()
+        fresh = fresh_profile(self.profile, self.profile_source, session=self.session_id)
+        if fresh is not self.profile:
+            self.profile = fresh
+            self._prefixes.clear()
 
     def _compress(
         self, loop: _Loop, prefix: Prefix, reason: str, *, force: bool = False
@@ -328,7 +280,7 @@ class GatewayConversation(HistoryLog):
         request: ClientRequest,
         upstream: Upstream,
         model: str,
-        prepared: _Prepared,
+        prepared: Prepared,
         loop: _Loop,
     ) -> ClientReply:
         nonce = uuid.uuid4().hex[:10]
@@ -435,20 +387,7 @@ class GatewayConversation(HistoryLog):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _unique(self, calls: list[ToolCall], nonce: str, step: int) -> list[ToolCall]:
-        """Keep the upstream's call ids unless the log already holds one (some servers number
-        calls from zero every time), so every result pairs with its own call."""
-        out = []
-        for i, call in enumerate(calls):
-            if not call.id or self.log.by_tool_call(call.id):
-                call = ToolCall(
-                    f"call_{nonce}_{step}_{i}",
-                    call.name,
-                    call.arguments,
-                    call.raw_arguments,
-                    call.arguments_error,
-                )
-            out.append(call)
-        return out
+        return [unique_call(c, self.log, f"call_{nonce}_{step}_{i}") for i, c in enumerate(calls)]
 
     def _call(
         self,
@@ -467,8 +406,9 @@ class GatewayConversation(HistoryLog):
             loop.stats.upstream_tokens += view.tokens
             loop.stats.peak_view_tokens = max(loop.stats.peak_view_tokens, view.tokens)
             try:
-                with chat_span(
+                reply = traced_call(
                     model,
+                    partial(self._complete, upstream, messages, prefix, model, request),
                     session=self.session_id,
                     compacted=bool(self.state.index.blocks),
                     step=step,
@@ -476,34 +416,7 @@ class GatewayConversation(HistoryLog):
                     view_tokens=view.tokens,
                     gateway=True,
                     client_api=request.api,
-                ) as traced:
-                    if self._relay is None:
-                        reply = upstream.complete(
-                            messages, prefix.tool_list(), model=model, params=request.params
-                        )
-                    else:
-                        reply = upstream.complete(
-                            messages,
-                            prefix.tool_list(),
-                            model=model,
-                            params=request.params,
-                            on_text=self._relay.feed,
-                        )
-                    if traced.recording:
-                        parsed = parse_headline(reply.content)
-                        traced.set_attributes(
-                            usage(
-                                reply.usage.input_tokens,
-                                reply.usage.output_tokens,
-                                response_model=reply.model or None,
-                                finish_reasons=[reply.finish_reason],
-                            )
-                        )
-                        traced.set(
-                            tool_calls=len(reply.tool_calls),
-                            headline=parsed.stored,
-                            headline_quality=parsed.quality,
-                        )
+                )
             except ContextOverflow:
                 if self._relay is not None:
                     self._relay.settle("")  # drop what was held back of the refused call
@@ -516,6 +429,21 @@ class GatewayConversation(HistoryLog):
             self._stages.lap("upstream")
             return reply, view
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _complete(
+        self,
+        upstream: Upstream,
+        messages: list[dict[str, Any]],
+        prefix: Prefix,
+        model: str,
+        request: ClientRequest,
+    ) -> ModelReply:
+        tools = prefix.tool_list()
+        if self._relay is None:  # a plain upstream need not know about streaming
+            return upstream.complete(messages, tools, model=model, params=request.params)
+        return upstream.complete(
+            messages, tools, model=model, params=request.params, on_text=self._relay.feed
+        )
 
     def _run_recall(self, call: ToolCall, key: str, step: int) -> None:
         outcome = run_cell(

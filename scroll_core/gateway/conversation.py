@@ -164,7 +164,8 @@ class GatewayConversation(HistoryLog):
         """Serve one request with ``upstream`` (asked for ``model``); see the module
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
         were logged. ``stages`` gets a lap per stage (``wait`` for the session, ``align``,
-        ``prefix``, ``append``, ``compress``, ``upstream``, ``log``, ``recall``).
+        ``prefix``, ``append``, ``compress``, ``messages``, ``trace`` (the chat span around the
+        call), ``upstream`` (the call itself), ``log``, ``recall``).
 
         With ``on_text`` (a client that streams) every upstream call streams, and the text
         the client may see goes to ``on_text`` as it arrives (see ``TextRelay``: headlines
@@ -426,7 +427,7 @@ class GatewayConversation(HistoryLog):
                 continue
             loop.usage_in += reply.usage.input_tokens
             loop.usage_out += reply.usage.output_tokens
-            self._stages.lap("upstream")
+            self._stages.lap("trace")
             return reply, view
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -439,11 +440,15 @@ class GatewayConversation(HistoryLog):
         request: ClientRequest,
     ) -> ModelReply:
         tools = prefix.tool_list()
+        self._stages.lap("trace")
         if self._relay is None:  # a plain upstream need not know about streaming
-            return upstream.complete(messages, tools, model=model, params=request.params)
-        return upstream.complete(
-            messages, tools, model=model, params=request.params, on_text=self._relay.feed
-        )
+            reply = upstream.complete(messages, tools, model=model, params=request.params)
+        else:
+            reply = upstream.complete(
+                messages, tools, model=model, params=request.params, on_text=self._relay.feed
+            )
+        self._stages.lap("upstream")
+        return reply
 
     def _run_recall(self, call: ToolCall, key: str, step: int) -> None:
         outcome = run_cell(

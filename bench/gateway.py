@@ -206,7 +206,59 @@ def latency(
         }
         for name in names
     ]
+    for item in out["stages"]:
+        out[f"stage_{item['stage']}_p50_ms"] = item["p50_ms"]
     return out
+
+
+STAGES = (
+    "read auth body parse hop session wait profile align prefix append compress messages "
+    "trace upstream log recall bookkeeping hop_back encode scroll outside"
+).split()
+
+
+def readme_tables(arms: list[str]) -> list[dict[str, Any]]:
+    """The README's pivot tables of this bench's figures (bench/readme_tables.py)."""
+    return [
+        {
+            "title": "Latency, gateway against the upstream called directly (ms)",
+            "rows": arms,
+            "columns": [
+                "direct_p50_ms",
+                "gateway_p50_ms",
+                "added_p50_ms",
+                "direct_p95_ms",
+                "gateway_p95_ms",
+                "added_p95_ms",
+                "samples",
+            ],
+            "key": "{row}_{column}",
+        },
+        {
+            "title": "Where a request's time goes, p50 per stage (ms; Server-Timing)",
+            "rows": STAGES,
+            "columns": arms,
+            "key": "{column}_stage_{row}_p50_ms",
+        },
+        {
+            "title": "Long conversations through the gateway",
+            "rows": ["locomo", "claude_code"],
+            "columns": [
+                "exchanges",
+                "requests",
+                "client_tokens",
+                "upstream_tokens",
+                "upstream_tokens_ratio",
+                "peak_view_tokens",
+                "context_size",
+                "evictions",
+                "recalls",
+                "questions",
+                "recall_evidence_hit_rate",
+            ],
+            "key": "{row}_{column}",
+        },
+    ]
 
 
 # -- the long conversation -------------------------------------------------------------------
@@ -364,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
         result["upstream_tokens_ratio"] = long["upstream_tokens_ratio"]
         cc = claude_code(server.base, upstream, keys["wide"])
         result.update({f"claude_code_{k}": v for k, v in cc.items()})
+        arms = [f"{a}_c{c}" for a in ("noevict", "evict") for c in concurrencies]
+        result["readme_tables"] = readme_tables(arms)
     finally:
         server.stop()
         upstream.close()

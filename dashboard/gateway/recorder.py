@@ -4,10 +4,10 @@ After every request the service hands a ``Job`` (what the console shows about it
 ``Recorder``. One thread takes every job queued so far, merges those of one session and
 writes them in one transaction: the session's ``RunRecord`` (kind ``gateway``), its
 ``CompressEvent`` rows, the key's counters, then one push to the console per session. It
-then lingers ``linger_s`` before taking the next batch, so a busy session costs the console
-one write and one push per ``linger_s``, not one per request, and the thread does not compete
-with the requests it records for the interpreter. ``flush()`` cuts the linger short and waits
-until everything submitted before it is written.
+lingers ``linger_s`` after the first job of a batch before taking it, so a busy session costs
+the console one write and one push per ``linger_s``, not one per request, and the thread does
+not compete for the interpreter with the request it was woken by. ``flush()`` cuts the
+linger short and waits until everything submitted before it is written.
 """
 
 from __future__ import annotations
@@ -107,6 +107,13 @@ class Recorder:
             while True:
                 with self._cond:
                     self._cond.wait_for(lambda: self._jobs or self._closing)
+                    closing = self._closing
+                if not closing:
+                    # Linger first: the write lands between requests, not right after the
+                    # one that woke this thread, and takes the jobs that follow with it.
+                    self._wake.wait(self.linger_s)
+                    self._wake.clear()
+                with self._cond:
                     jobs, self._jobs = self._jobs, []
                     if not jobs and self._closing:
                         return
@@ -114,10 +121,6 @@ class Recorder:
                 with self._cond:
                     self._written += len(jobs)
                     self._cond.notify_all()
-                    closing = self._closing
-                if not closing:
-                    self._wake.wait(self.linger_s)
-                    self._wake.clear()
         finally:
             # This thread's connection would otherwise be left for the garbage collector
             # (psycopg warns from its __del__ at interpreter exit).

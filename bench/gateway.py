@@ -62,6 +62,11 @@ STOP = frozenset(
 )
 
 
+class _Server(ThreadingHTTPServer):
+    # 32 clients and the gateway's pool connect at once: the default backlog of 5 drops some.
+    request_queue_size = 256
+
+
 class Upstream:
     """A loopback OpenAI-compatible upstream: answers from a queue, else at once with a short
     reply and a headline. Counts requests."""
@@ -92,7 +97,7 @@ class Upstream:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -4,9 +4,9 @@ request it receives and replies from a script (text, tool calls, errors, slow re
 A request with ``stream: true`` gets its scripted completion as ``chat.completion.chunk``
 events: the text in ``STREAM_PIECE``-character pieces, then each tool call (id and name,
 then its arguments in two pieces), the finish reason, a usage chunk and ``[DONE]``. A reply
-with ``hold`` set sends its first ``hold_after`` text pieces, sets ``held`` and waits for
-``hold`` before the rest: a test sees what reached the client while the upstream was still
-writing, with explicit markers rather than timing."""
+with ``hold`` set sends its first ``hold_after`` text pieces and waits for ``hold`` before
+the rest, and sets ``done`` once it sent everything: a test sees what reached the client while
+the upstream was still writing, with explicit markers rather than timing."""
 
 from __future__ import annotations
 
@@ -26,13 +26,12 @@ STREAM_PIECE = 8
 @dataclass
 class Reply:
     """One scripted answer: a status and a JSON body, sent after ``delay`` seconds (for a
-    streamed one, ``hold``/``held``/``hold_after``: see the module docstring)."""
+    streamed one, ``hold``/``hold_after``/``done``: see the module docstring)."""
 
     status: int = 200
     body: Any = None
     delay: float = 0.0
     hold: threading.Event | None = None
-    held: threading.Event = field(default_factory=threading.Event)
     hold_after: int = 1
     done: threading.Event = field(default_factory=threading.Event)  # the whole reply was sent
     cut_after: int | None = None  # a stream that dies after this many text pieces
@@ -170,7 +169,6 @@ class ScriptedUpstream:
                             if texts == reply.cut_after:
                                 return  # the connection closes mid-reply
                             if reply.hold is not None and texts == reply.hold_after:
-                                reply.held.set()
                                 reply.hold.wait(30)
                             texts += 1
                         self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")

@@ -94,3 +94,24 @@ def test_a_profile_edit_applies_at_the_next_request(gateway, upstream):
     profile.save()
     history += [{"role": "assistant", "content": "ok 1"}, {"role": "user", "content": "two"}]
     assert ask(client, history).to_dict()["scroll"]["context_size"] == 16384
+
+
+def test_a_spent_budget_holds_while_the_consoles_record_lags_and_an_admin_reset_refills_it(
+    gateway, upstream
+):
+    from dashboard.gateway.service import get_service
+
+    get_service().recorder.linger_s = 600  # nothing reaches the database until flush()
+    secret = make_key(upstream, token_budget=100)
+    client = oa(gateway, secret)
+    ask(client, [{"role": "user", "content": "one"}])  # spends 132
+    make_key(upstream, agent="bob")  # a key saved elsewhere drops every cached key
+    assert GatewayKey.objects.get(agent_id="alice").tokens_used == 0  # the record lags
+    with pytest.raises(openai.RateLimitError):
+        ask(client, [{"role": "user", "content": "two"}])
+    get_service().flush()
+    key = GatewayKey.objects.get(agent_id="alice")
+    assert key.tokens_used == 132
+    key.tokens_used = 0  # the operator refills the budget in admin
+    key.save()
+    ask(client, [{"role": "user", "content": "three"}])

@@ -21,6 +21,8 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +62,37 @@ PROFILE_CACHE_S = 2.0
 log = logging.getLogger("dashboard.gateway")
 
 
+class Gate:
+    """At most ``slots`` requests run the gateway's Python at once; a request gives its slot
+    up while it waits on its upstream or a kernel (``released``).
+
+    Dozens of threads all runnable at once make a convoy: the thread holding the Event
+    Log's write lock needs the interpreter between statements and waits behind every other
+    runnable thread each time, so every append queues behind the slowest. Capping the
+    runnable threads near the number of cores keeps the lock holder moving; requests wait
+    their turn at the gate instead, in order."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"the gate needs at least one slot, got {slots}")
+        self._slots = threading.Semaphore(slots)
+
+    def __enter__(self) -> Gate:
+        self._slots.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._slots.release()
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        self._slots.release()
+        try:
+            yield
+        finally:
+            self._slots.acquire()
+
+
 @dataclass
 class GatewayRefused(Exception):
     """The key may not make this request now (rate limit or token budget): HTTP ``status``."""
@@ -79,7 +112,9 @@ class GatewayService:
         self._calls: dict[int, deque[float]] = {}
         self._keys: dict[str, tuple[float, GatewayKey]] = {}
         self._profiles: dict[int | None, tuple[float, Profile]] = {}
+        self._spent: dict[int, int] = {}  # tokens_used per key, as this process counted
         self.recorder = Recorder()
+        self.gate = Gate(int(getattr(settings, "SCROLL_GATEWAY_CPU_SLOTS", 4)))
         self._kernels: KernelManager | None = None
 
     @property
@@ -107,6 +142,9 @@ class GatewayService:
             if key is None:
                 self._keys.pop(digest, None)
             else:
+                # The console's record of this process's last requests may not be written
+                # yet: the budget counts what this process knows was spent.
+                key.tokens_used = max(key.tokens_used, self._spent.get(key.pk, 0))
                 self._keys[digest] = (now, key)
         return key
 
@@ -132,10 +170,16 @@ class GatewayService:
             self._profiles[profile_id] = (now, fresh)
         return fresh
 
-    def forget_settings(self) -> None:
-        """Drop the cached keys and profiles (one was saved or deleted)."""
+    def forget_key(self, key_id: int | None) -> None:
+        """A key was saved or deleted in admin: drop the cached keys, and what this process
+        counted as spent on it (the saved count wins: an operator may reset it)."""
         with self._lock:
             self._keys.clear()
+            self._spent.pop(key_id or 0, None)
+
+    def forget_profiles(self) -> None:
+        """A profile was saved or deleted: read them afresh."""
+        with self._lock:
             self._profiles.clear()
 
     # -- limits ------------------------------------------------------------------------
@@ -220,7 +264,20 @@ class GatewayService:
         on_text: OnText | None = None,
     ) -> ClientReply:
         """Serve ``request`` for ``key`` (see ``GatewayConversation.handle``, ``on_text``
-        included) and hand its record to the console."""
+        included) and hand its record to the console. Runs holding a slot of ``gate``."""
+        with self.gate:
+            if stages is not None:
+                stages.lap("gate")
+            return self._serve(key, request, session_header, stages, on_text)
+
+    def _serve(
+        self,
+        key: GatewayKey,
+        request: ClientRequest,
+        session_header: str | None,
+        stages: Stages | None,
+        on_text: OnText | None,
+    ) -> ClientReply:
         session_id = session_id_for_request(key, request, session_header)
         conversation = self.conversation(key, session_id)
         model = key.upstream_model(request.model)
@@ -231,10 +288,13 @@ class GatewayService:
         error = ""
         try:
             reply = conversation.handle(
-                request, upstream, model=model, stages=stages, on_text=on_text
-            )
+                request, upstream, model=model, stages=stages, on_text=on_text,
+                idle=self.gate.released,
+            )  # fmt: skip
             # The cached key counts too, so its budget holds before the database catches up.
             key.tokens_used += reply.usage.input_tokens + reply.usage.output_tokens
+            with self._lock:
+                self._spent[key.pk] = max(self._spent.get(key.pk, 0), key.tokens_used)
             return reply
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:4000]
@@ -273,13 +333,20 @@ def session_id_for_request(key: GatewayKey, request: ClientRequest, header: str 
 
 @receiver(post_save, sender=GatewayKey, dispatch_uid="gateway-key-saved")
 @receiver(post_delete, sender=GatewayKey, dispatch_uid="gateway-key-deleted")
-@receiver(post_save, sender=TuningProfile, dispatch_uid="gateway-profile-saved")
-@receiver(post_delete, sender=TuningProfile, dispatch_uid="gateway-profile-deleted")
-def _settings_changed(**_: Any) -> None:
+def _key_changed(instance: GatewayKey, **_: Any) -> None:
     with _service_lock:
         service = _service
     if service is not None:
-        service.forget_settings()
+        service.forget_key(instance.pk)
+
+
+@receiver(post_save, sender=TuningProfile, dispatch_uid="gateway-profile-saved")
+@receiver(post_delete, sender=TuningProfile, dispatch_uid="gateway-profile-deleted")
+def _profile_changed(**_: Any) -> None:
+    with _service_lock:
+        service = _service
+    if service is not None:
+        service.forget_profiles()
 
 
 _service_lock = threading.Lock()

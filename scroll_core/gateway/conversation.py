@@ -30,11 +30,12 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..agent.cells import AgentKernel, run_cell
+from ..agent.cells import AgentKernel, CellOutcome, run_cell
 from ..agent.steps import fresh_profile, traced_call, unique_call
 from ..errors import ContextOverflow, ScrollError
 from ..eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT
@@ -122,6 +123,7 @@ class GatewayConversation(HistoryLog):
         self._view: WorkingView | None = None
         self._stages = Stages()
         self._relay: TextRelay | None = None
+        self._idle: Callable[[], AbstractContextManager[object]] = nullcontext
         self._load()
 
     def __repr__(self) -> str:
@@ -160,6 +162,7 @@ class GatewayConversation(HistoryLog):
         model: str,
         stages: Stages | None = None,
         on_text: OnText | None = None,
+        idle: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> ClientReply:
         """Serve one request with ``upstream`` (asked for ``model``); see the module
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
@@ -172,16 +175,26 @@ class GatewayConversation(HistoryLog):
         held back; the text a recall step wrote before its call reaches the client too, since
         it was sent before the call was known). Recall calls never do: tool calls are handed
         over in the reply, after the upstream is done. The reply's ``content`` is then all
-        the text ``on_text`` got, and that is what the log records as the client's."""
+        the text ``on_text`` got, and that is what the log records as the client's.
+
+        ``idle`` (a context manager factory) is entered around every wait that needs no
+        interpreter: the session's turn, the upstream call and a recall cell's run in the
+        kernel. A server that caps how many requests run Python at once gives its slot up
+        there (see ``dashboard.gateway.service``)."""
         stages = stages or Stages()
-        with self.lock:
+        idle = idle or nullcontext
+        with idle():  # another request of this session may be using its turn at the cap
+            self.lock.acquire()
+        try:
             stages.lap("wait")
             self._stages = stages
             self._relay = TextRelay(on_text) if on_text is not None else None
-            try:
-                return self._handle_locked(request, upstream, model)
-            finally:
-                self._relay = None
+            self._idle = idle
+            return self._handle_locked(request, upstream, model)
+        finally:
+            self._relay = None
+            self._idle = nullcontext
+            self.lock.release()
 
     def _handle_locked(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
         with (
@@ -441,25 +454,19 @@ class GatewayConversation(HistoryLog):
     ) -> ModelReply:
         tools = prefix.tool_list()
         self._stages.lap("trace")
-        if self._relay is None:  # a plain upstream need not know about streaming
-            reply = upstream.complete(messages, tools, model=model, params=request.params)
-        else:
-            reply = upstream.complete(
-                messages, tools, model=model, params=request.params, on_text=self._relay.feed
-            )
+        with self._idle():
+            if self._relay is None:  # a plain upstream need not know about streaming
+                reply = upstream.complete(messages, tools, model=model, params=request.params)
+            else:
+                reply = upstream.complete(
+                    messages, tools, model=model, params=request.params, on_text=self._relay.feed
+                )
         self._stages.lap("upstream")
         return reply
 
     def _run_recall(self, call: ToolCall, key: str, step: int) -> None:
-        outcome = run_cell(
-            call,
-            kernel=lambda: self.kernel,
-            ms=self.ms,
-            profile=self.profile,
-            counter=self.counter,
-            digest=self.digest,
-            tools=(RECALL_TOOL,),
-        )
+        with self._idle():
+            outcome = self._cell(call)
         self.digest = outcome.digest
         self.log.append_many(
             [
@@ -476,6 +483,17 @@ class GatewayConversation(HistoryLog):
             ]
         )
         self._sync()
+
+    def _cell(self, call: ToolCall) -> CellOutcome:
+        return run_cell(
+            call,
+            kernel=lambda: self.kernel,
+            ms=self.ms,
+            profile=self.profile,
+            counter=self.counter,
+            digest=self.digest,
+            tools=(RECALL_TOOL,),
+        )
 
 
 def _client_finish(reply: ModelReply, client_calls: list[ToolCall]) -> str:

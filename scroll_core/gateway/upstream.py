@@ -27,6 +27,7 @@ from .openai_api import decode_call
 __all__ = ["DEFAULT_UPSTREAM_TIMEOUT_S", "HttpUpstream", "OnText", "Upstream"]
 
 DEFAULT_UPSTREAM_TIMEOUT_S = 120.0
+KEEPALIVE = 256
 
 
 OnText = Callable[[str], None]
@@ -61,7 +62,10 @@ class HttpUpstream:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
-        self._client = client or httpx.Client(timeout=timeout)
+        # Every request thread may hold a connection: keep them all alive between calls
+        # (httpx keeps 20 by default and would reconnect the rest on every call).
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE)
+        self._client = client or httpx.Client(timeout=timeout, limits=limits)
 
     def __repr__(self) -> str:
         return f"HttpUpstream({self.base_url!r})"

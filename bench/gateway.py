@@ -217,7 +217,7 @@ def latency(
 
 
 STAGES = (
-    "read auth body parse hop session wait profile align prefix append compress messages "
+    "read auth body parse hop gate session wait profile align prefix append compress messages "
     "trace upstream log recall bookkeeping hop_back encode scroll outside"
 ).split()
 

@@ -168,7 +168,8 @@ class GatewayConversation(HistoryLog):
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
         were logged. ``stages`` gets a lap per stage (``wait`` for the session, ``align``,
         ``prefix``, ``append``, ``compress``, ``messages``, ``trace`` (the chat span around the
-        call), ``upstream`` (the call itself), ``log``, ``recall``).
+        call), ``upstream`` (the call itself), ``log``, ``recall``, and ``gate``: waiting to run
+        again after a wait given to ``idle``).
 
         With ``on_text`` (a client that streams) every upstream call streams, and the text
         the client may see goes to ``on_text`` as it arrives (see ``TextRelay``: headlines
@@ -185,8 +186,9 @@ class GatewayConversation(HistoryLog):
         idle = idle or nullcontext
         with idle():  # another request of this session may be using its turn at the cap
             self.lock.acquire()
-        try:
             stages.lap("wait")
+        try:
+            stages.lap("gate")
             self._stages = stages
             self._relay = TextRelay(on_text) if on_text is not None else None
             self._idle = idle
@@ -461,12 +463,15 @@ class GatewayConversation(HistoryLog):
                 reply = upstream.complete(
                     messages, tools, model=model, params=request.params, on_text=self._relay.feed
                 )
-        self._stages.lap("upstream")
+            self._stages.lap("upstream")
+        self._stages.lap("gate")  # waiting to run again after the upstream answered
         return reply
 
     def _run_recall(self, call: ToolCall, key: str, step: int) -> None:
         with self._idle():
             outcome = self._cell(call)
+            self._stages.lap("recall")
+        self._stages.lap("gate")
         self.digest = outcome.digest
         self.log.append_many(
             [

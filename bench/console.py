@@ -31,8 +31,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,16 +43,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO, emit, percentile
+from _common import emit, percentile
+from _server import DaphneServer, free_port
 
 USER, PASSWORD = "bench", "bench-pw-7f3a9c"
 SPAN_ID = re.compile(r'id="span-([0-9a-f]+)"[^>]*data-end-ns="(\d+)" data-name="bench\.span"')
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _session_safe_id(session_id: str) -> str:
@@ -63,76 +56,19 @@ def _session_safe_id(session_id: str) -> str:
     return hashlib.sha1(session_id.encode("utf-8")).hexdigest()[:16]
 
 
-class Server:
-    """daphne serving dashboard.asgi over a temporary data folder."""
+class Server(DaphneServer):
+    """daphne serving dashboard.asgi over a temporary data folder, with a superuser."""
 
     def __init__(self, data_dir: Path, port: int) -> None:
-        self.port = port
-        self.base = f"http://127.0.0.1:{port}"
-        self.env = os.environ | {
-            "SCROLL_DATA_DIR": str(data_dir),
-            "SCROLL_BENCH": "1",
-            "SCROLL_STARTUP": "1",
-            "SCROLL_DEMO": "0",
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
-        }
-        for name in list(self.env):
-            if name.startswith("OTEL_EXPORTER_OTLP"):
-                del self.env[name]  # no exporter: nothing leaves the machine
-        self.log = (data_dir / "server.log").open("wb")
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(data_dir, port, {"SCROLL_BENCH": "1"})
 
     def prepare(self) -> None:
-        python = sys.executable
-        manage = str(REPO / "manage.py")
-        subprocess.run(
-            [python, manage, "migrate", "--noinput", "-v", "0"],
-            env=self.env | {"SCROLL_STARTUP": "0"},
-            check=True,
-            timeout=120,
-        )
+        self.migrate()
         create = (
             "from django.contrib.auth import get_user_model as g; "
             f"g().objects.create_superuser({USER!r}, 'bench@example.invalid', {PASSWORD!r})"
         )
-        subprocess.run(
-            [python, manage, "shell", "-c", create],
-            env=self.env | {"SCROLL_STARTUP": "0"},
-            stdout=subprocess.DEVNULL,
-            check=True,
-            timeout=60,
-        )
-
-    def start(self, timeout: float) -> None:
-        daphne = shutil.which("daphne", path=str(Path(sys.executable).parent)) or "daphne"
-        self.proc = subprocess.Popen(
-            [daphne, "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
-            cwd=REPO,
-            env=self.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                raise RuntimeError(f"daphne exited with {code}; see {self.log.name}")
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"daphne did not listen within {timeout:g} s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        self.manage("shell", "-c", create, timeout=60)
 
 
 class Http:
@@ -356,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the websockets package is needed: pip install -e '.[dev]'")
 
     data_dir = Path(tempfile.mkdtemp(prefix="scroll-bench-console-"))
-    server = Server(data_dir, _free_port())
+    server = Server(data_dir, free_port())
     try:
         server.prepare()
         server.start(args.startup_timeout)

@@ -29,12 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +51,7 @@ from _gateway_data import (
     locomo_exchanges,
     locomo_qa,
 )
+from _server import DaphneServer, free_port
 
 HEADLINE = "⟦bench | status: answered; next: wait | anchors: bench⟧"
 RECALL_TOOL = "recall_history_python"
@@ -65,10 +62,9 @@ STOP = frozenset(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class _Server(ThreadingHTTPServer):
+    # 32 clients and the gateway's pool connect at once: the default backlog of 5 drops some.
+    request_queue_size = 256
 
 
 class Upstream:
@@ -83,6 +79,7 @@ class Upstream:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -100,7 +97,7 @@ class Upstream:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -111,33 +108,11 @@ class Upstream:
         self.server.server_close()
 
 
-class Server:
+class Server(DaphneServer):
     """daphne serving dashboard.asgi over a temporary data folder, with gateway keys."""
 
-    def __init__(self, data_dir: Path, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.port = port
-        self.env = os.environ | {
-            "SCROLL_DATA_DIR": str(data_dir),
-            "SCROLL_STARTUP": "1",
-            "SCROLL_DEMO": "0",
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
-        }
-        for name in list(self.env):
-            if name.startswith("OTEL_EXPORTER_OTLP"):
-                del self.env[name]
-        self.log = (data_dir / "server.log").open("wb")
-        self.proc: subprocess.Popen[bytes] | None = None
-
     def prepare(self, upstream_url: str) -> dict[str, str]:
-        manage = str(REPO / "manage.py")
-        quiet = self.env | {"SCROLL_STARTUP": "0"}
-        subprocess.run(
-            [sys.executable, manage, "migrate", "--noinput", "-v", "0"],
-            env=quiet,
-            check=True,
-            timeout=180,
-        )
+        self.migrate()
         script = (
             "import json\n"
             "from dashboard.models import GatewayKey, TuningProfile\n"
@@ -148,47 +123,8 @@ class Server:
             f"upstream_base_url={upstream_url!r}, max_recall_steps=4)[1]\n"
             "print(json.dumps(keys))\n"
         )
-        out = subprocess.run(
-            [sys.executable, manage, "shell", "-c", script],
-            env=quiet,
-            check=True,
-            timeout=120,
-            capture_output=True,
-            text=True,
-        )
-        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-    def start(self, timeout: float) -> None:
-        daphne = shutil.which("daphne", path=str(Path(sys.executable).parent)) or "daphne"
-        self.proc = subprocess.Popen(
-            [daphne, "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
-            cwd=REPO,
-            env=self.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"daphne exited with {self.proc.returncode}; see {self.log.name}"
-                )
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"daphne did not listen within {timeout:g} s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        out = self.manage("shell", "-c", script, timeout=120)
+        return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 # -- latency -------------------------------------------------------------------------------
@@ -198,9 +134,19 @@ def _message(i: int) -> dict[str, str]:
     return {"role": role, "content": text}
 
 
+def server_timing(header: str) -> dict[str, float]:
+    """``name;dur=ms, ...`` as a dict (a stage named twice adds up)."""
+    out: dict[str, float] = {}
+    for item in header.split(","):
+        name, _, rest = item.strip().partition(";dur=")
+        if name and rest:
+            out[name] = out.get(name, 0.0) + float(rest)
+    return out
+
+
 def _client(
     gateway: str, upstream: str, key: str, name: str, history: int, requests: int
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[dict[str, float]]]:
     messages = [{"role": "system", "content": "You are a benchmark."}]
     messages += [_message(i) for i in range(history - 1 if history % 2 == 0 else history)]
     if messages[-1]["role"] != "user":
@@ -208,7 +154,7 @@ def _client(
     headers = {"authorization": f"Bearer {key}", "x-scroll-session": name}
     through: list[float] = []
     direct: list[float] = []
-    served: list[float] = []
+    served: list[dict[str, float]] = []
     with httpx.Client(timeout=120) as http:
         for step in range(requests + 1):
             body = {"model": "bench", "messages": messages}
@@ -222,8 +168,10 @@ def _client(
             if step:  # the first request appends the whole history: a warm-up
                 direct.append(direct_s * 1000)
                 through.append(through_s * 1000)
-                timing = response.headers.get("server-timing", "")
-                served.append(float(timing.rpartition("dur=")[2] or "nan"))
+                timing = server_timing(response.headers.get("server-timing", ""))
+                # What the view did not see: daphne, Django's handler and the two sockets.
+                timing["outside"] = through_s * 1000 - timing.get("scroll", float("nan"))
+                served.append(timing)
             reply = response.json()["choices"][0]["message"]
             messages.append({"role": "assistant", "content": reply["content"]})
             messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
@@ -232,7 +180,7 @@ def _client(
 
 def latency(
     gateway: str, upstream: str, key: str, arm: str, clients: int, history: int, requests: int
-) -> dict[str, float]:
+) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=clients) as pool:
         futures = [
             pool.submit(
@@ -244,15 +192,78 @@ def latency(
     through = [x for r in results for x in r[0]]
     direct = [x for r in results for x in r[1]]
     served = [x for r in results for x in r[2]]
-    out = {}
+    out: dict[str, Any] = {}
     for q in (50, 95):
         out[f"gateway_p{q}_ms"] = percentile(through, q)
         out[f"direct_p{q}_ms"] = percentile(direct, q)
         out[f"added_p{q}_ms"] = percentile(through, q) - percentile(direct, q)
-        # Of the gateway's time, what serving took (upstream call included), per Server-Timing.
-        out[f"served_p{q}_ms"] = percentile(served, q)
+        # Of the gateway's time, what its view took (upstream calls included), per
+        # Server-Timing.
+        out[f"served_p{q}_ms"] = percentile([t.get("scroll", float("nan")) for t in served], q)
     out["samples"] = float(len(through))
+    # Where the time goes, stage by stage (a list, so it lands in the envelope's details).
+    names = list(dict.fromkeys(name for t in served for name in t))
+    out["stages"] = [
+        {
+            "stage": name,
+            "p50_ms": round(percentile([t.get(name, 0.0) for t in served], 50), 3),
+            "p95_ms": round(percentile([t.get(name, 0.0) for t in served], 95), 3),
+        }
+        for name in names
+    ]
+    for item in out["stages"]:
+        out[f"stage_{item['stage']}_p50_ms"] = item["p50_ms"]
     return out
+
+
+STAGES = (
+    "read auth body parse hop gate session wait profile align prefix append compress messages "
+    "trace upstream log recall bookkeeping hop_back encode scroll outside"
+).split()
+
+
+def readme_tables(arms: list[str]) -> list[dict[str, Any]]:
+    """The README's pivot tables of this bench's figures (bench/readme_tables.py)."""
+    return [
+        {
+            "title": "Latency, gateway against the upstream called directly (ms)",
+            "rows": arms,
+            "columns": [
+                "direct_p50_ms",
+                "gateway_p50_ms",
+                "added_p50_ms",
+                "direct_p95_ms",
+                "gateway_p95_ms",
+                "added_p95_ms",
+                "samples",
+            ],
+            "key": "{row}_{column}",
+        },
+        {
+            "title": "Where a request's time goes, p50 per stage (ms; Server-Timing)",
+            "rows": STAGES,
+            "columns": arms,
+            "key": "{column}_stage_{row}_p50_ms",
+        },
+        {
+            "title": "Long conversations through the gateway",
+            "rows": ["locomo", "claude_code"],
+            "columns": [
+                "exchanges",
+                "requests",
+                "client_tokens",
+                "upstream_tokens",
+                "upstream_tokens_ratio",
+                "peak_view_tokens",
+                "context_size",
+                "evictions",
+                "recalls",
+                "questions",
+                "recall_evidence_hit_rate",
+            ],
+            "key": "{row}_{column}",
+        },
+    ]
 
 
 # -- the long conversation -------------------------------------------------------------------
@@ -389,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = Path(tempfile.mkdtemp(prefix="scroll-bench-gateway-"))
     upstream = Upstream()
-    server = Server(data_dir, _free_port())
+    server = Server(data_dir, free_port())
     result: dict[str, Any] = {
         "history_messages": args.history,
         "requests_per_client": args.requests,
@@ -410,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         result["upstream_tokens_ratio"] = long["upstream_tokens_ratio"]
         cc = claude_code(server.base, upstream, keys["wide"])
         result.update({f"claude_code_{k}": v for k, v in cc.items()})
+        arms = [f"{a}_c{c}" for a in ("noevict", "evict") for c in concurrencies]
+        result["readme_tables"] = readme_tables(arms)
     finally:
         server.stop()
         upstream.close()

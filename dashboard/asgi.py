@@ -22,6 +22,8 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from dashboard.gateway import endpoints as gateway  # noqa: E402
+from dashboard.gateway.asgi import GatewayRouter  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from dashboard.spans import remember_server_loop  # noqa: E402
 
@@ -42,13 +44,20 @@ http_app = (
     ASGIStaticFilesHandler(django_asgi_app) if settings.SCROLL_SERVE_STATIC else django_asgi_app
 )
 
+# The gateway's /v1/ routes are answered before Django's middleware (see
+# dashboard.gateway.asgi for why); every other request goes on to the console.
 application = RecordServerLoop(
-    ProtocolTypeRouter(
-        {
-            "http": http_app,
-            "websocket": AllowedHostsOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-            ),
-        }
+    GatewayRouter(
+        ProtocolTypeRouter(
+            {
+                "http": http_app,
+                "websocket": AllowedHostsOriginValidator(
+                    AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+                ),
+            }
+        ),
+        gateway.ROUTES,
+        body_limit=gateway.body_limit,
+        too_large=gateway.too_large,
     )
 )

@@ -37,6 +37,8 @@ SCROLL_GATEWAY_THREADS gateway requests served at once per process (default 64: 
                        thread while its upstream answers)
 SCROLL_GATEWAY_MAX_BODY_MB  largest gateway request body (default 64; an agent resends its
                        whole history, which passes Django's 2.5 MB form limit early)
+SCROLL_GATEWAY_CPU_SLOTS  gateway requests running Python at once per process (default 4; a
+                       request gives its slot up while its upstream or kernel works)
 SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
@@ -331,6 +333,7 @@ SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
 SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)
 SCROLL_GATEWAY_THREADS = _env_int("SCROLL_GATEWAY_THREADS", 64, minimum=1)
 SCROLL_GATEWAY_MAX_BODY_MB = _env_int("SCROLL_GATEWAY_MAX_BODY_MB", 64, minimum=1)
+SCROLL_GATEWAY_CPU_SLOTS = _env_int("SCROLL_GATEWAY_CPU_SLOTS", 4, minimum=1)
 
 # Behind TLS: see the module docstring. Off by default, for the embedded plain-HTTP `make run`.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("SCROLL_SECURE_COOKIES", False)

@@ -35,7 +35,6 @@ urlpatterns = [
         "favicon.ico",
         RedirectView.as_view(url=f"/{settings.STATIC_URL.strip('/')}/favicon.svg", permanent=True),
     ),
-    path("v1/", include("dashboard.gateway.urls")),  # the gateway (issue 14)
 ]
 
 if settings.SCROLL_BENCH:

@@ -229,3 +229,28 @@ def asgi_server():
     else:
         pytest.fail("daphne did not start listening on 127.0.0.1")
     yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def upstream():
+    """A scripted loopback OpenAI-compatible upstream (tests/gateway_upstream.py)."""
+    from gateway_upstream import ScriptedUpstream
+
+    server = ScriptedUpstream()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def gateway(asgi_server, console_log, upstream, monkeypatch):
+    """The gateway's server URL, with a fresh Event Log and no live conversations; the
+    clients made with tests/gateway_clients.py are closed after the test."""
+    from gateway_clients import close_clients
+
+    from dashboard.gateway.service import reset_service
+
+    reset_service()
+    monkeypatch.setenv("GW_TEST_UPSTREAM_KEY", "sk-upstream-secret")
+    yield asgi_server
+    close_clients()
+    reset_service()

@@ -1,25 +1,69 @@
 """A loopback OpenAI-compatible upstream for the gateway tests and bench: it records every
-request it receives and replies from a script (text, tool calls, errors, slow replies)."""
+request it receives and replies from a script (text, tool calls, errors, slow replies).
+
+A request with ``stream: true`` gets its scripted completion as ``chat.completion.chunk``
+events: the text in ``STREAM_PIECE``-character pieces, then each tool call (id and name,
+then its arguments in two pieces), the finish reason, a usage chunk and ``[DONE]``. A reply
+with ``hold`` set sends its first ``hold_after`` text pieces and waits for ``hold`` before
+the rest, and sets ``done`` once it sent everything: a test sees what reached the client while
+the upstream was still writing, with explicit markers rather than timing."""
 
 from __future__ import annotations
 
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HEADLINE = "⟦gateway test | status: answered; next: wait | anchors: test⟧"
 
 
+STREAM_PIECE = 8
+
+
 @dataclass
 class Reply:
-    """One scripted answer: a status and a JSON body, sent after ``delay`` seconds."""
+    """One scripted answer: a status and a JSON body, sent after ``delay`` seconds (for a
+    streamed one, ``hold``/``hold_after``/``done``: see the module docstring)."""
 
     status: int = 200
     body: Any = None
     delay: float = 0.0
+    hold: threading.Event | None = None
+    hold_after: int = 1
+    done: threading.Event = field(default_factory=threading.Event)  # the whole reply was sent
+    cut_after: int | None = None  # a stream that dies after this many text pieces
+
+
+def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ``chat.completion`` body as the chunks a streaming upstream sends (before [DONE])."""
+    base = {"id": body.get("id", "chatcmpl-up"), "object": "chat.completion.chunk",
+            "created": 1, "model": body.get("model", "upstream-model")}  # fmt: skip
+    choice = body["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    content = message.get("content") or ""
+    out += [
+        chunk({"content": content[i : i + STREAM_PIECE]})
+        for i in range(0, len(content), STREAM_PIECE)
+    ]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        head = {"index": index, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
+        out.append(chunk({"tool_calls": [head]}))
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        for part in (args[:half], args[half:]):
+            out.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]}))
+    out.append(chunk({}, choice.get("finish_reason") or "stop"))
+    out.append({**base, "choices": [], "usage": body.get("usage")})
+    return out
 
 
 def completion(
@@ -98,6 +142,9 @@ class ScriptedUpstream:
                     reply = text(f"ok {n}")
                 if reply.delay:
                     upstream.release.wait(reply.delay)
+                if body.get("stream") and reply.status == 200:
+                    self._stream(reply)
+                    return
                 data = json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)
@@ -107,6 +154,30 @@ class ScriptedUpstream:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the gateway gave up waiting (the timeout test)
+
+            def _stream(self, reply: Reply) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                texts = 0
+                try:
+                    for chunk in stream_chunks(reply.body):
+                        delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
+                        if delta.get("content"):
+                            if texts == reply.cut_after:
+                                return  # the connection closes mid-reply
+                            if reply.hold is not None and texts == reply.hold_after:
+                                reply.hold.wait(30)
+                            texts += 1
+                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    reply.done.set()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def log_message(self, *args: object) -> None:
                 pass

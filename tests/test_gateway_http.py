@@ -8,81 +8,14 @@ import json
 import anthropic
 import openai
 import pytest
-from gateway_upstream import HEADLINE, Reply, ScriptedUpstream, completion, error, text, tool_call
+from gateway_clients import WEATHER, an, ask, assistant_of, make_key, oa
+from gateway_upstream import HEADLINE, Reply, completion, error, text, tool_call
 
-from dashboard.gateway.service import get_service, reset_service
+from dashboard.gateway.service import get_service
 from dashboard.models import CompressEvent, GatewayKey, RunRecord, TuningProfile
 from scroll_core.prompts import RECALL_TOOL
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-
-
-@pytest.fixture
-def upstream():
-    server = ScriptedUpstream()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def gateway(asgi_server, console_log, upstream, monkeypatch):
-    """The server's URL, with a fresh Event Log and no live conversations."""
-    reset_service()
-    monkeypatch.setenv("GW_TEST_UPSTREAM_KEY", "sk-upstream-secret")
-    yield asgi_server
-    reset_service()
-
-
-def make_key(upstream, agent="alice", **fields):
-    fields.setdefault("upstream_base_url", upstream.url)
-    fields.setdefault("upstream_key_env", "GW_TEST_UPSTREAM_KEY")
-    fields.setdefault("model_map", {"gpt-test": "upstream-model"})
-    return GatewayKey.issue(agent_id=agent, **fields)[1]
-
-
-_clients: list = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients():
-    yield
-    while _clients:
-        _clients.pop().close()
-
-
-def oa(gateway, key, **kw):
-    client = openai.OpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0, **kw)
-    _clients.append(client)
-    return client
-
-
-def an(gateway, key):
-    client = anthropic.Anthropic(base_url=gateway, api_key=key, max_retries=0)
-    _clients.append(client)
-    return client
-
-
-def ask(client, messages, **kw):
-    return client.chat.completions.create(model="gpt-test", messages=messages, **kw)
-
-
-def assistant_of(completion):
-    return completion.choices[0].message.model_dump(
-        exclude_none=True, include={"role", "content", "tool_calls"}
-    )
 
 
 def test_the_openai_client_gets_a_completion_with_usage_and_the_extension(

@@ -1,3 +1,4 @@
-"""The gateway's Django/ASGI glue: key auth, async views on the console's ASGI app, the
-upstream client per key, and each gateway session shown in the console as a run of kind
-``gateway``. The logic is ``scroll_core.gateway``."""
+"""The gateway's Django/ASGI glue: the ``/v1/`` routes answered in front of the console's
+Django app (``asgi``, ``endpoints``), key auth and the per-process sessions, upstreams and
+caches (``service``), and each gateway session shown in the console as a run of kind
+``gateway`` (``recorder``). The logic is ``scroll_core.gateway``."""

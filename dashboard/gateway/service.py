@@ -4,11 +4,14 @@ The service keeps, per process, the live ``GatewayConversation`` of each session
 from the Event Log when a session is first served here, the least recently used dropped past
 ``MAX_CONVERSATIONS``), one ``HttpUpstream`` per upstream, and each key's request times for
 its rate limit. After every request the session's ``RunRecord`` (kind ``gateway``) and its
-compress records are saved and pushed to the console, as the runner does for its runs - by one
-background thread, in request order, so the client's answer never waits on the console's
-database (``flush()`` waits for it). Authenticated keys are remembered for
-``KEY_CACHE_S`` seconds: a key deactivated in admin stops working within that time, and a
-token budget is enforced against a count at most that old.
+compress records are saved and pushed to the console, as the runner does for its runs - by
+the ``Recorder``'s thread, in batches, so the client's answer never waits on the console's
+database (``flush()`` waits for it).
+
+Nothing on the request path reads the console's database once warm: authenticated keys are
+remembered for ``KEY_CACHE_S`` seconds and each profile for ``PROFILE_CACHE_S``; saving or
+deleting a key or a profile drops them at once in this process, and other processes see the
+change within those times. A token budget is enforced against a count at most that old.
 """
 
 from __future__ import annotations
@@ -18,31 +21,76 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
-from django.db.models import F
-from django.utils import timezone
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 
 from dashboard.eventlog import get_event_log
+from dashboard.gateway.recorder import IndexSnapshot, Job, Recorder
 from dashboard.grants import readable_by
-from dashboard.models import CompressEvent, GatewayKey, RunRecord, hash_key
+from dashboard.models import GatewayKey, TuningProfile, hash_key
 from dashboard.profiles import core_profile
-from dashboard.spans import push_session
-from scroll_core.gateway import ClientReply, ClientRequest, GatewayConversation, HttpUpstream
+from scroll_core.gateway import (
+    ClientReply,
+    ClientRequest,
+    GatewayConversation,
+    HttpUpstream,
+    Stages,
+)
 from scroll_core.gateway.naming import session_id_for
+from scroll_core.gateway.upstream import OnText
 from scroll_core.kernel import KernelConfig, KernelManager
+from scroll_core.profile import Profile
 
-__all__ = ["GatewayRefused", "GatewayService", "get_service", "reset_service"]
+__all__ = [
+    "GatewayRefused",
+    "GatewayService",
+    "get_service",
+    "reset_service",
+    "session_id_for_request",
+]
 
 MAX_CONVERSATIONS = 256
-GATEWAY_KIND = "gateway"
 KEY_CACHE_S = 5.0
+PROFILE_CACHE_S = 2.0
 
 log = logging.getLogger("dashboard.gateway")
+
+
+class Gate:
+    """At most ``slots`` requests run the gateway's Python at once; a request gives its slot
+    up while it waits on its upstream or a kernel (``released``).
+
+    Dozens of threads all runnable at once make a convoy: the thread holding the Event
+    Log's write lock needs the interpreter between statements and waits behind every other
+    runnable thread each time, so every append queues behind the slowest. Capping the
+    runnable threads near the number of cores keeps the lock holder moving; requests wait
+    their turn at the gate instead, in order."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"the gate needs at least one slot, got {slots}")
+        self._slots = threading.Semaphore(slots)
+
+    def __enter__(self) -> Gate:
+        self._slots.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._slots.release()
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        self._slots.release()
+        try:
+            yield
+        finally:
+            self._slots.acquire()
 
 
 @dataclass
@@ -63,8 +111,10 @@ class GatewayService:
         self._upstreams: dict[tuple[str, str, float], HttpUpstream] = {}
         self._calls: dict[int, deque[float]] = {}
         self._keys: dict[str, tuple[float, GatewayKey]] = {}
-        self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-record")
-        self._pending: Future[None] | None = None
+        self._profiles: dict[int | None, tuple[float, Profile]] = {}
+        self._spent: dict[int, int] = {}  # tokens_used per key, as this process counted
+        self.recorder = Recorder()
+        self.gate = Gate(int(getattr(settings, "SCROLL_GATEWAY_CPU_SLOTS", 4)))
         self._kernels: KernelManager | None = None
 
     @property
@@ -82,19 +132,55 @@ class GatewayService:
         """The active key for ``secret`` (see the module docstring on caching)."""
         if not secret:
             return None
+        cached = self.cached_key(secret)
+        if cached is not None:
+            return cached
         now = time.monotonic()
-        digest = hash_key(secret)  # the cache holds hashes, never a key itself
-        with self._lock:
-            cached = self._keys.get(digest)
-        if cached is not None and now - cached[0] < KEY_CACHE_S:
-            return cached[1]
+        digest = hash_key(secret)
         key = GatewayKey.authenticate(secret)
         with self._lock:
             if key is None:
                 self._keys.pop(digest, None)
             else:
+                # The console's record of this process's last requests may not be written
+                # yet: the budget counts what this process knows was spent.
+                key.tokens_used = max(key.tokens_used, self._spent.get(key.pk, 0))
                 self._keys[digest] = (now, key)
         return key
+
+    def cached_key(self, secret: str) -> GatewayKey | None:
+        """The key for ``secret`` if it was authenticated less than ``KEY_CACHE_S`` ago (no
+        database: the async view asks this before it hops to a thread)."""
+        digest = hash_key(secret)  # the cache holds hashes, never a key itself
+        with self._lock:
+            cached = self._keys.get(digest)
+        if cached is not None and time.monotonic() - cached[0] < KEY_CACHE_S:
+            return cached[1]
+        return None
+
+    def profile(self, profile_id: int | None) -> Profile:
+        """The core profile of ``profile_id`` (see the module docstring on caching)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._profiles.get(profile_id)
+        if cached is not None and now - cached[0] < PROFILE_CACHE_S:
+            return cached[1]
+        fresh = core_profile(profile_id)
+        with self._lock:
+            self._profiles[profile_id] = (now, fresh)
+        return fresh
+
+    def forget_key(self, key_id: int | None) -> None:
+        """A key was saved or deleted in admin: drop the cached keys, and what this process
+        counted as spent on it (the saved count wins: an operator may reset it)."""
+        with self._lock:
+            self._keys.clear()
+            self._spent.pop(key_id or 0, None)
+
+    def forget_profiles(self) -> None:
+        """A profile was saved or deleted: read them afresh."""
+        with self._lock:
+            self._profiles.clear()
 
     # -- limits ------------------------------------------------------------------------
     def admit(self, key: GatewayKey) -> None:
@@ -143,11 +229,11 @@ class GatewayService:
             log,
             session_id=session_id,
             agent_id=key.agent_id,
-            profile=core_profile(profile_id),
+            profile=self.profile(profile_id),
             kernels=self.kernels,
             max_steps=key.max_recall_steps,
             # Re-read before every request: an admin change applies at the next one.
-            profile_source=lambda: core_profile(profile_id),
+            profile_source=lambda: self.profile(profile_id),
             # Off by default; an operator's live grants, asked at every ms call.
             readable_agents=readable_by,
         )
@@ -169,44 +255,67 @@ class GatewayService:
 
     # -- one request -----------------------------------------------------------------------
     def serve(
-        self, key: GatewayKey, request: ClientRequest, session_header: str | None
+        self,
+        key: GatewayKey,
+        request: ClientRequest,
+        session_header: str | None,
+        *,
+        stages: Stages | None = None,
+        on_text: OnText | None = None,
     ) -> ClientReply:
-        session_id = session_id_for(
-            key.agent_id,
-            header=session_header,
-            system=request.system,
-            first_user=request.first_user_text(),
-        )
+        """Serve ``request`` for ``key`` (see ``GatewayConversation.handle``, ``on_text``
+        included) and hand its record to the console. Runs holding a slot of ``gate``."""
+        with self.gate:
+            if stages is not None:
+                stages.lap("gate")
+            return self._serve(key, request, session_header, stages, on_text)
+
+    def _serve(
+        self,
+        key: GatewayKey,
+        request: ClientRequest,
+        session_header: str | None,
+        stages: Stages | None,
+        on_text: OnText | None,
+    ) -> ClientReply:
+        session_id = session_id_for_request(key, request, session_header)
         conversation = self.conversation(key, session_id)
         model = key.upstream_model(request.model)
+        upstream = self.upstream_for(key)
+        if stages is not None:
+            stages.lap("session")
         reply: ClientReply | None = None
         error = ""
         try:
-            reply = conversation.handle(request, self.upstream_for(key), model=model)
+            reply = conversation.handle(
+                request, upstream, model=model, stages=stages, on_text=on_text,
+                idle=self.gate.released,
+            )  # fmt: skip
             # The cached key counts too, so its budget holds before the database catches up.
             key.tokens_used += reply.usage.input_tokens + reply.usage.output_tokens
+            with self._lock:
+                self._spent[key.pk] = max(self._spent.get(key.pk, 0), key.tokens_used)
             return reply
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:4000]
             raise
         finally:
             view = conversation.view
-            job = _Job(key.pk, key.agent_id, key.profile_id, session_id, model, request.api,
+            job = Job(key.pk, key.agent_id, key.profile_id, session_id, model, request.api,
                        request.model, conversation.requests, reply, error,
                        view.report.to_dict() if view is not None else None,
-                       _IndexSnapshot(conversation.index))  # fmt: skip
-            with self._lock:
-                self._pending = self._recorder.submit(_record_safely, job)
+                       IndexSnapshot(conversation.index))  # fmt: skip
+            self.recorder.submit(job)
+            if stages is not None:
+                stages.lap("bookkeeping")
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every finished request is recorded for the console."""
-        with self._lock:
-            pending = self._pending
-        if pending is not None:
-            pending.result(timeout)
+        if not self.recorder.flush(timeout):
+            raise TimeoutError(f"the gateway's console record did not catch up in {timeout:g}s")
 
     def close(self) -> None:
-        self._recorder.shutdown(wait=True)
+        self.recorder.close()
         for conversation in self._conversations.values():
             conversation.close()
         for upstream in self._upstreams.values():
@@ -215,97 +324,29 @@ class GatewayService:
             self._kernels.shutdown()
 
 
-@dataclass
-class _Job:
-    """What the console records about one finished request (read in the request's thread)."""
-
-    key_id: int
-    agent_id: str
-    profile_id: int | None
-    session_id: str
-    model: str
-    api: str
-    client_model: str
-    turn: int
-    reply: ClientReply | None
-    error: str
-    report: dict[str, Any] | None
-    index: Any
-
-
-def _record_safely(job: _Job) -> None:
-    close_old_connections()
-    try:
-        _record(job)
-    except Exception:  # the console's bookkeeping must never break the gateway
-        log.exception("gateway: recording session %s failed", job.session_id)
-
-
-def _record(job: _Job) -> None:
-    run, _ = RunRecord.objects.get_or_create(
-        session_id=job.session_id,
-        defaults={
-            "task": f"gateway: agent {job.agent_id} through {job.api} ({job.client_model})",
-            "kind": GATEWAY_KIND,
-            "profile_id": job.profile_id,
-            "model_name": job.model,
-            "started_at": timezone.now(),
-        },
+def session_id_for_request(key: GatewayKey, request: ClientRequest, header: str | None) -> str:
+    """The session ``request`` belongs to (see ``scroll_core.gateway.naming``)."""
+    return session_id_for(
+        key.agent_id, header=header, system=request.system, first_user=request.first_user_text()
     )
-    run.model_name = job.model
-    run.error = job.error
-    reply = job.reply
-    if reply is not None:
-        rows = [
-            CompressEvent.from_step(
-                run, run.session_id, job.turn, step, _Step(reason, record), job.index
-            )
-            for step, (reason, record) in enumerate(reply.compressions)
-        ]
-        CompressEvent.objects.bulk_create(rows)
-        run.turns += 1
-        run.steps += reply.stats.upstream_calls
-        run.evictions += reply.stats.evictions
-        run.folds += sum(row.folds for row in rows)
-        run.expands += reply.stats.recalls
-        run.last_answer = reply.content[:4000]
-        spent = reply.usage.input_tokens + reply.usage.output_tokens
-        GatewayKey.objects.filter(pk=job.key_id).update(
-            tokens_used=F("tokens_used") + spent,
-            requests=F("requests") + 1,
-            last_used_at=timezone.now(),
-        )
-    if job.report is not None:
-        run.view_tokens = job.report["total"]
-        run.trigger_tokens = job.report["trigger_tokens"]
-        run.context_size = job.report["context_size"]
-        run.last_report = job.report
-    run.status = RunRecord.DONE if reply is not None else RunRecord.FAILED
-    run.ended_at = timezone.now()
-    run.save()
-    push_session(run)
 
 
-class _IndexSnapshot:
-    """The index's size and tier profile when the request finished (the live index moves on)."""
-
-    def __init__(self, index: Any) -> None:
-        self._size = len(index)
-        self._tiers = index.tier_profile()
-
-    def __len__(self) -> int:
-        return self._size
-
-    def tier_profile(self) -> list[int]:
-        return list(self._tiers)
+@receiver(post_save, sender=GatewayKey, dispatch_uid="gateway-key-saved")
+@receiver(post_delete, sender=GatewayKey, dispatch_uid="gateway-key-deleted")
+def _key_changed(instance: GatewayKey, **_: Any) -> None:
+    with _service_lock:
+        service = _service
+    if service is not None:
+        service.forget_key(instance.pk)
 
 
-@dataclass
-class _Step:
-    """What ``CompressEvent.from_step`` reads of an agent-loop compress step."""
-
-    reason: str
-    record: Any
+@receiver(post_save, sender=TuningProfile, dispatch_uid="gateway-profile-saved")
+@receiver(post_delete, sender=TuningProfile, dispatch_uid="gateway-profile-deleted")
+def _profile_changed(**_: Any) -> None:
+    with _service_lock:
+        service = _service
+    if service is not None:
+        service.forget_profiles()
 
 
 _service_lock = threading.Lock()

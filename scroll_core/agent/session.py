@@ -44,7 +44,7 @@ from ..kernel.results import NamespaceDigest
 from ..models.base import ChatModel, ModelReply, ToolCall, Usage
 from ..profile import Profile
 from ..prompts import RECALL_TOOL, system_prompt, tool_definitions
-from ..telemetry import chat_span, span, usage
+from ..telemetry import span
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
 from .cells import AgentKernel, run_cell
@@ -57,6 +57,7 @@ from .records import (
     ToolExecRecord,
     TurnResult,
 )
+from .steps import fresh_profile, traced_call, unique_call
 
 __all__ = ["CHECKPOINT_VERSION", "DEFAULT_MAX_STEPS", "AgentKernel", "Session"]
 
@@ -288,34 +289,17 @@ class Session:
     def _complete(
         self, record: StepRecord, view: WorkingView, messages: list[dict[str, Any]], attempt: int
     ) -> ModelReply:
-        """One model call as a ``chat {model}`` span (GenAI conventions plus the headline the
-        console's headline-quality alert reads)."""
-        with chat_span(
+        """One model call as a ``chat {model}`` span (see ``steps.traced_call``)."""
+        return traced_call(
             self.model.name,
+            lambda: self.model.complete(messages, self.prefix.tool_list()),
             session=self.session_id,
             compacted=bool(self.state.index.blocks),
             turn=record.turn,
             step=record.step,
             attempt=attempt,
             view_tokens=view.tokens,
-        ) as traced:
-            reply = self.model.complete(messages, self.prefix.tool_list())
-            if traced.recording:
-                parsed = parse_headline(reply.content)
-                traced.set_attributes(
-                    usage(
-                        reply.usage.input_tokens,
-                        reply.usage.output_tokens,
-                        response_model=reply.model or None,
-                        finish_reasons=[reply.finish_reason],
-                    )
-                )
-                traced.set(
-                    tool_calls=len(reply.tool_calls),
-                    headline=parsed.stored,
-                    headline_quality=parsed.quality,
-                )
-            return reply
+        )
 
     def _call_record(
         self,
@@ -412,10 +396,9 @@ class Session:
         number calls from zero every time), so a result always pairs with its own call."""
         if call.id in self._replay_call_ids:
             return call
-        if call.id and not self.log.by_tool_call(call.id):
-            return call
-        fresh = f"call_{self.run_id}_{record.turn}_{record.step}_{index}"
-        return ToolCall(fresh, call.name, call.arguments, call.raw_arguments, call.arguments_error)
+        return unique_call(
+            call, self.log, f"call_{self.run_id}_{record.turn}_{record.step}_{index}"
+        )
 
     def _run_tool(self, record: StepRecord, call: ToolCall, call_seq: int) -> ToolExecRecord:
         index = len(record.tools)
@@ -479,19 +462,7 @@ class Session:
         )
 
     def _refresh_profile(self) -> None:
-        if self.profile_source is None:
-            return
-        try:
-            fresh = self.profile_source()
-        except Exception as exc:  # the source is the operator's; the session must go on
-            with span("scroll.profile.unavailable", session=self.session_id, error=repr(exc)):
-                return
-        if fresh == self.profile:
-            return
-        old = self.profile.to_dict()
-        changed = sorted(k for k, v in fresh.to_dict().items() if old.get(k) != v)
-        with span("scroll.profile.applied", session=self.session_id, fields=changed):
-            self.profile = fresh
+        self.profile = fresh_profile(self.profile, self.profile_source, session=self.session_id)
 
     def _compress(self, reason: CompressReason, *, force: bool = False) -> CompressStep:
         self._refresh_profile()

@@ -9,6 +9,7 @@ view and kernel (``conversation``). The Django/ASGI glue is ``dashboard.gateway`
 from __future__ import annotations
 
 from . import anthropic_api, openai_api
+from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import Alignment, align
 from .anthropic_api import parse_messages_request
@@ -27,6 +28,7 @@ __all__ = [
     "GatewayConversation",
     "GatewayStats",
     "HttpUpstream",
+    "Stages",
     "Upstream",
     "align",
     "anthropic_api",

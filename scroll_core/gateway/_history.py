@@ -1,5 +1,7 @@
 """The session's history in the Event Log, as the gateway writes and reads it back.
 
+The prefix sent upstream is the client's system prompt and tools plus Scroll's rubric and
+recall tool (``_prepare``, cached per distinct system prompt and tool list, logged once each).
 Every event the gateway appends carries ``metadata["gw"]``: ``prefix`` (the client's system
 prompt and tools, kept out of the view), ``msg`` (a client message at chain position ``pos``
 with fingerprint ``fp``), ``part`` (a tool call of that message), ``reply`` and
@@ -11,6 +13,7 @@ rebuilds it, and the view's live set, from these when a process first serves a s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -22,12 +25,23 @@ from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Even
 from ..eventstore import EventStore
 from ..kernel.ms import MsCapability
 from ..models.base import ToolCall
-from ..prompts import RECALL_TOOL
+from ..profile import Profile
+from ..prompts import RECALL_TOOL, gateway_prompt, recall_tool_definition
 from ..telemetry import span
-from ..view import ContextState
-from ._types import ClientMessage
+from ..tokens import TokenCounter
+from ..view import ContextState, Prefix
+from ._types import ClientMessage, ClientRequest
 
-__all__ = ["HistoryLog", "Link", "client_tokens"]
+__all__ = ["HistoryLog", "Link", "Prepared", "client_tokens"]
+
+
+@dataclass
+class Prepared:
+    """The prefix sent upstream for one client system prompt and tool list, and what the
+    client's own system prompt and tools cost it."""
+
+    prefix: Prefix
+    client_prefix_tokens: int
 
 
 @dataclass
@@ -50,8 +64,11 @@ class HistoryLog:
     state: ContextState
     ms: MsCapability
     chain: list[Link]
+    counter: TokenCounter
+    profile: Profile
     _generation: int
     _prefix_hash: str | None
+    _prefixes: dict[str, Prepared]
 
     def _load(self) -> None:
         events = self.log.session_events(self.session_id, after_seq=0, limit=None)
@@ -79,7 +96,7 @@ class HistoryLog:
                 link = Link(str(meta.get("fp")), event.role or "", event.seq, event.tokens)
                 if kind == "reply":
                     finish = str(meta.get("client_finish") or "stop")
-                    link.reply = (event.content, (), finish)
+                    link.reply = (str(meta.get("shown", event.content)), (), finish)
                 self.chain.append(link)
             elif kind in ("part", "reply_call") and isinstance(pos, int) and pos < len(self.chain):
                 link = self.chain[pos]
@@ -91,6 +108,41 @@ class HistoryLog:
                     link.reply = (content, (*calls, call), finish)
         self.state.add(events)
         self.state.drop(hidden & set(self.state.live))
+
+    def _prepare(self, request: ClientRequest) -> Prepared:
+        """Log the client's system prompt and tools when they changed; the upstream prefix."""
+        tools_json = json.dumps(list(request.tools), sort_keys=True, ensure_ascii=False)
+        digest = hashlib.sha256(f"{request.system}\0{tools_json}".encode()).hexdigest()[:24]
+        cached = self._prefixes.get(digest)
+        if cached is None:
+            client_tokens = (
+                self.counter.count(request.system + tools_json)
+                if request.tools
+                else (self.counter.count(request.system))
+            )
+            system = gateway_prompt(print_cap=self.profile.print_cap)
+            if request.system.strip():
+                system = f"{request.system}\n\n{system}"
+            prefix = Prefix.build(
+                system, [*request.tools, recall_tool_definition()], counter=self.counter
+            )
+            cached = self._prefixes[digest] = Prepared(prefix, client_tokens)
+        if digest != self._prefix_hash:
+            self.log.append_many(
+                [
+                    self._event(
+                        f"prefix:{digest}:{uuid.uuid4().hex[:8]}",
+                        kind=KIND_CONTEXT_MSG,
+                        role="system",
+                        content=request.system or "(no system prompt)",
+                        metadata={"gw": "prefix", "hash": digest, "tools": list(request.tools)},
+                        searchable=False,
+                    )
+                ]
+            )
+            self._prefix_hash = digest
+            self._sync()
+        return cached
 
     def _event(self, key: str, **fields: Any) -> dict[str, Any]:
         return {

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from ..errors import GatewayRequestInvalid
@@ -23,7 +22,12 @@ from ..models.base import ToolCall
 from ._types import ClientMessage, ClientReply, ClientRequest
 from .openai_api import pieces
 
-__all__ = ["error_body", "message_events", "message_object", "parse_messages_request"]
+__all__ = [
+    "EventStream",
+    "error_body",
+    "message_object",
+    "parse_messages_request",
+]
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 ERROR_TYPES = {
@@ -256,74 +260,96 @@ def message_object(reply: ClientReply, *, message_id: str | None = None) -> dict
     }
 
 
-def message_events(
-    reply: ClientReply, *, message_id: str | None = None
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The (event, data) pairs that stream ``reply``: message_start, one block per text and
-    tool call (text deltas, then ``input_json_delta`` pieces), message_delta, message_stop."""
-    start = message_object(reply, message_id=message_id)
-    start.update(content=[], stop_reason=None, usage={**_usage(reply), "output_tokens": 0})
-    start.pop("scroll")
-    yield "message_start", {"type": "message_start", "message": start}
-    index = 0
-    if reply.content:
-        yield (
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": index,
-                "content_block": {"type": "text", "text": ""},
-            },
-        )
-        for piece in pieces(reply.content):
-            yield (
+class EventStream:
+    """The (event, data) pairs of one streamed message, made as the reply is: ``start()``
+    (message_start), ``text(piece)`` as text arrives (a text block opened on the first),
+    ``end(reply)`` (the text block closed, one ``tool_use`` block per call with its input in
+    ``input_json_delta`` pieces, message_delta with the stop reason, the usage and the
+    extension field, message_stop)."""
+
+    def __init__(self, model: str, *, message_id: str | None = None) -> None:
+        self.model = model
+        self.message_id = message_id or new_id()
+        self._index = 0
+        self._text_open = False
+
+    def start(self) -> list[tuple[str, dict[str, Any]]]:
+        message: dict[str, Any] = {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            # Not known until the upstream is done: message_delta carries the totals.
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return [("message_start", {"type": "message_start", "message": message})]
+
+    def text(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
+        if not piece:
+            return []
+        out: list[tuple[str, dict[str, Any]]] = []
+        if not self._text_open:
+            self._text_open = True
+            block = {"type": "text", "text": ""}
+            out.append(
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": self._index, "content_block": block},
+                )
+            )
+        delta = {"type": "text_delta", "text": piece}
+        out.append(
+            (
                 "content_block_delta",
+                {"type": "content_block_delta", "index": self._index, "delta": delta},
+            )
+        )
+        return out
+
+    def _stop_block(self) -> tuple[str, dict[str, Any]]:
+        event = ("content_block_stop", {"type": "content_block_stop", "index": self._index})
+        self._index += 1
+        return event
+
+    def end(self, reply: ClientReply) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
+        if self._text_open:
+            out.append(self._stop_block())
+            self._text_open = False
+        for call in reply.tool_calls:
+            block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            out.append(
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": self._index, "content_block": block},
+                )
+            )
+            for piece in pieces(json.dumps(call.arguments, ensure_ascii=False)):
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                out.append(
+                    (
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": self._index, "delta": delta},
+                    )
+                )
+            out.append(self._stop_block())
+        stop = {"stop_reason": _STOP.get(reply.finish_reason, "end_turn"), "stop_sequence": None}
+        out.append(
+            (
+                "message_delta",
                 {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "text_delta", "text": piece},
+                    "type": "message_delta",
+                    "delta": stop,
+                    "usage": _usage(reply),
+                    "scroll": reply.stats.to_dict(),
                 },
             )
-        yield "content_block_stop", {"type": "content_block_stop", "index": index}
-        index += 1
-    for call in reply.tool_calls:
-        yield (
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": index,
-                "content_block": {
-                    "type": "tool_use",
-                    "id": call.id,
-                    "name": call.name,
-                    "input": {},
-                },
-            },
         )
-        for piece in pieces(json.dumps(call.arguments, ensure_ascii=False)):
-            yield (
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": piece},
-                },
-            )
-        yield "content_block_stop", {"type": "content_block_stop", "index": index}
-        index += 1
-    yield (
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {
-                "stop_reason": _STOP.get(reply.finish_reason, "end_turn"),
-                "stop_sequence": None,
-            },
-            "usage": {"output_tokens": reply.usage.output_tokens},
-            "scroll": reply.stats.to_dict(),
-        },
-    )
-    yield "message_stop", {"type": "message_stop"}
+        out.append(("message_stop", {"type": "message_stop"}))
+        return out
 
 
 def error_body(message: str, *, status: int) -> dict[str, Any]:

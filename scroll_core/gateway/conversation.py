@@ -18,7 +18,8 @@
    ``max_steps`` calls;
 5. the first reply with no recall call, or one that also calls the client's tools, goes back
    to the client with the recall calls taken out (their results reach the upstream with the
-   client's tool results on the next request), usage summed over the internal calls.
+   client's tool results on the next request), usage summed over the internal calls; a
+   streaming client gets the upstream's text as it is written (``handle``'s ``on_text``).
 
 What each appended event is, and how the chain and the view are rebuilt from the log, is in
 ``_history`` (the log-facing half of the class).
@@ -26,17 +27,18 @@ What each appended event is, and how the chain and the view are rebuilt from the
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from ..agent.cells import AgentKernel, run_cell
+from ..agent.cells import AgentKernel, CellOutcome, run_cell
+from ..agent.steps import fresh_profile, traced_call, unique_call
 from ..errors import ContextOverflow, ScrollError
-from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT
+from ..eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT
 from ..eventstore import EventStore
 from ..eviction import CompressRecord, compress
 from ..headlines import parse_headline
@@ -45,15 +47,17 @@ from ..kernel.ms import MsCapability
 from ..kernel.results import NamespaceDigest
 from ..models.base import ModelReply, ToolCall, Usage
 from ..profile import Profile
-from ..prompts import RECALL_TOOL, gateway_prompt, recall_tool_definition
-from ..telemetry import chat_span, session_scope, span, usage
+from ..prompts import RECALL_TOOL
+from ..telemetry import session_scope, span, usage
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
-from ._history import HistoryLog, Link
+from ._history import HistoryLog, Link, Prepared
+from ._relay import TextRelay
+from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import align
 from .headline_fallback import extractive_headline
-from .upstream import Upstream
+from .upstream import OnText, Upstream
 
 __all__ = ["DEFAULT_RECALL_STEPS", "REQUEST_SPAN", "GatewayConversation"]
 
@@ -62,12 +66,6 @@ DEFAULT_RECALL_STEPS = 6
 # compress and the ms calls of a recall cell are its children.
 REQUEST_SPAN = "invoke_agent scroll-gateway"
 BUDGET_NOTICE = "[scroll: the recall step budget ran out before the model answered]"
-
-
-@dataclass
-class _Prepared:
-    prefix: Prefix
-    client_prefix_tokens: int
 
 
 @dataclass
@@ -121,8 +119,11 @@ class GatewayConversation(HistoryLog):
         self._kernel_bound = False
         self._generation = 0
         self._prefix_hash: str | None = None
-        self._prefixes: dict[str, _Prepared] = {}
+        self._prefixes: dict[str, Prepared] = {}
         self._view: WorkingView | None = None
+        self._stages = Stages()
+        self._relay: TextRelay | None = None
+        self._idle: Callable[[], AbstractContextManager[object]] = nullcontext
         self._load()
 
     def __repr__(self) -> str:
@@ -153,12 +154,52 @@ class GatewayConversation(HistoryLog):
         return self._kernel
 
     # ------------------------------------------------------------------ a request
-    def handle(self, request: ClientRequest, upstream: Upstream, *, model: str) -> ClientReply:
+    def handle(
+        self,
+        request: ClientRequest,
+        upstream: Upstream,
+        *,
+        model: str,
+        stages: Stages | None = None,
+        on_text: OnText | None = None,
+        idle: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> ClientReply:
         """Serve one request with ``upstream`` (asked for ``model``); see the module
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
-        were logged."""
+        were logged. ``stages`` gets a lap per stage (``wait`` for the session, ``align``,
+        ``prefix``, ``append``, ``compress``, ``messages``, ``trace`` (the chat span around the
+        call), ``upstream`` (the call itself), ``log``, ``recall``, and ``gate``: waiting to run
+        again after a wait given to ``idle``).
+
+        With ``on_text`` (a client that streams) every upstream call streams, and the text
+        the client may see goes to ``on_text`` as it arrives (see ``TextRelay``: headlines
+        held back; the text a recall step wrote before its call reaches the client too, since
+        it was sent before the call was known). Recall calls never do: tool calls are handed
+        over in the reply, after the upstream is done. The reply's ``content`` is then all
+        the text ``on_text`` got, and that is what the log records as the client's.
+
+        ``idle`` (a context manager factory) is entered around every wait that needs no
+        interpreter: the session's turn, the upstream call and a recall cell's run in the
+        kernel. A server that caps how many requests run Python at once gives its slot up
+        there (see ``dashboard.gateway.service``)."""
+        stages = stages or Stages()
+        idle = idle or nullcontext
+        with idle():  # another request of this session may be using its turn at the cap
+            self.lock.acquire()
+            stages.lap("wait")
+        try:
+            stages.lap("gate")
+            self._stages = stages
+            self._relay = TextRelay(on_text) if on_text is not None else None
+            self._idle = idle
+            return self._handle_locked(request, upstream, model)
+        finally:
+            self._relay = None
+            self._idle = nullcontext
+            self.lock.release()
+
+    def _handle_locked(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
         with (
-            self.lock,
             session_scope(self.session_id),
             span(
                 REQUEST_SPAN,
@@ -180,6 +221,7 @@ class GatewayConversation(HistoryLog):
         ):
             reply = self._handle(request, upstream, model)
             traced.set(**{k: v for k, v in reply.stats.to_dict().items() if k != "session_id"})
+            traced.set(**{f"stage_{k}_ms": round(v, 3) for k, v in self._stages.ms.items()})
             traced.set_attributes(
                 usage(reply.usage.input_tokens, reply.usage.output_tokens, response_model=model)
             )
@@ -188,6 +230,7 @@ class GatewayConversation(HistoryLog):
 
     def _handle(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
         self._refresh_profile()
+        self._stages.lap("profile")
         incoming = [m.fingerprint() for m in request.messages]
         found = align(
             [link.fp for link in self.chain],
@@ -195,7 +238,9 @@ class GatewayConversation(HistoryLog):
             [link.reply is not None for link in self.chain],
         )
         stats = GatewayStats(session_id=self.session_id, context_size=self.profile.context_size)
+        self._stages.lap("align")
         prepared = self._prepare(request)
+        self._stages.lap("prefix")
         if found.kind == "retry":
             return self._replayed(request, found.common, stats, prepared)
         if found.kind == "rewrite":
@@ -205,10 +250,11 @@ class GatewayConversation(HistoryLog):
         stats.client_tokens = prepared.client_prefix_tokens + sum(
             link.tokens for link in self.chain[: len(request.messages)]
         )
+        self._stages.lap("append")
         return self._recall_loop(request, upstream, model, prepared, _Loop(stats))
 
     def _replayed(
-        self, request: ClientRequest, at: int, stats: GatewayStats, prepared: _Prepared
+        self, request: ClientRequest, at: int, stats: GatewayStats, prepared: Prepared
     ) -> ClientReply:
         link = self.chain[at]
         assert link.reply is not None
@@ -218,55 +264,12 @@ class GatewayConversation(HistoryLog):
         with span("scroll.gateway.replay", session=self.session_id, seq=link.first_seq):
             return ClientReply(content, calls, finish, request.model, Usage(), stats)
 
-    # ------------------------------------------------------------------ appends
-    def _prepare(self, request: ClientRequest) -> _Prepared:
-        """Log the client's system prompt and tools when they changed; the upstream prefix."""
-        tools_json = json.dumps(list(request.tools), sort_keys=True, ensure_ascii=False)
-        digest = hashlib.sha256(f"{request.system}\0{tools_json}".encode()).hexdigest()[:24]
-        cached = self._prefixes.get(digest)
-        if cached is None:
-            client_tokens = (
-                self.counter.count(request.system + tools_json)
-                if request.tools
-                else (self.counter.count(request.system))
-            )
-            system = gateway_prompt(print_cap=self.profile.print_cap)
-            if request.system.strip():
-                system = f"{request.system}\n\n{system}"
-            prefix = Prefix.build(
-                system, [*request.tools, recall_tool_definition()], counter=self.counter
-            )
-            cached = self._prefixes[digest] = _Prepared(prefix, client_tokens)
-        if digest != self._prefix_hash:
-            self.log.append_many(
-                [
-                    self._event(
-                        f"prefix:{digest}:{uuid.uuid4().hex[:8]}",
-                        kind=KIND_CONTEXT_MSG,
-                        role="system",
-                        content=request.system or "(no system prompt)",
-                        metadata={"gw": "prefix", "hash": digest, "tools": list(request.tools)},
-                        searchable=False,
-                    )
-                ]
-            )
-            self._prefix_hash = digest
-            self._sync()
-        return cached
-
     # ------------------------------------------------------------------ the loop
     def _refresh_profile(self) -> None:
-        if self.profile_source is None:
-            return
-        try:
-            fresh = self.profile_source()
-        except Exception as exc:  # the source is the operator's; the session goes on
-            with span("scroll.profile.unavailable", session=self.session_id, error=repr(exc)):
-                return
-        if fresh != self.profile:
-            with span("scroll.profile.applied", session=self.session_id):
-                self.profile = fresh
-                self._prefixes.clear()
+        fresh = fresh_profile(self.profile, self.profile_source, session=self.session_id)
+        if fresh is not self.profile:
+            self.profile = fresh
+            self._prefixes.clear()
 
     def _compress(
         self, loop: _Loop, prefix: Prefix, reason: str, *, force: bool = False
@@ -285,6 +288,7 @@ class GatewayConversation(HistoryLog):
             loop.stats.evictions += 1
         assert record.view is not None
         self._view = record.view
+        self._stages.lap("compress")
         return record.view
 
     def _recall_loop(
@@ -292,7 +296,7 @@ class GatewayConversation(HistoryLog):
         request: ClientRequest,
         upstream: Upstream,
         model: str,
-        prepared: _Prepared,
+        prepared: Prepared,
         loop: _Loop,
     ) -> ClientReply:
         nonce = uuid.uuid4().hex[:10]
@@ -311,6 +315,10 @@ class GatewayConversation(HistoryLog):
             if final and not text.strip() and not client_calls:
                 text = BUDGET_NOTICE if recall else text
             finish = _client_finish(reply, client_calls)
+            shown = text
+            if self._relay is not None:
+                self._relay.settle(text)
+                shown = self._relay.shown
             headline = parsed.stored or extractive_headline(
                 request.last_user_text(), text, [c.name for c in reply.tool_calls]
             )
@@ -332,8 +340,10 @@ class GatewayConversation(HistoryLog):
                 meta.update(
                     pos=pos,
                     client_finish=finish,
-                    fp=ClientMessage("assistant", text, tuple(client_calls)).fingerprint(),
+                    fp=ClientMessage("assistant", shown, tuple(client_calls)).fingerprint(),
                 )
+                if shown != text:  # streamed: earlier steps' text reached the client too
+                    meta["shown"] = shown
             events = [
                 self._event(
                     f"{nonce}:s{step}:assistant",
@@ -364,9 +374,11 @@ class GatewayConversation(HistoryLog):
             fresh = {e.seq: e.tokens for e in self._sync()}
             recall_seqs = set(seqs[1 : len(recall) + 1])
             reply_tokens = sum(fresh.get(s, 0) for s in seqs if s not in recall_seqs)
+            self._stages.lap("log")
             for j, call in enumerate(recall):
                 self._run_recall(call, f"{nonce}:s{step}:result{j}", step)
                 loop.stats.recalls += 1
+                self._stages.lap("recall")
             if final:
                 tokens = reply_tokens
                 self.chain.append(
@@ -375,11 +387,11 @@ class GatewayConversation(HistoryLog):
                         "assistant",
                         seqs[0],
                         tokens,
-                        (text, tuple(client_calls), finish),
+                        (shown, tuple(client_calls), finish),
                     )
                 )
                 return ClientReply(
-                    content=text,
+                    content=shown,
                     tool_calls=tuple(client_calls),
                     finish_reason=finish,
                     model=request.model,
@@ -391,20 +403,7 @@ class GatewayConversation(HistoryLog):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _unique(self, calls: list[ToolCall], nonce: str, step: int) -> list[ToolCall]:
-        """Keep the upstream's call ids unless the log already holds one (some servers number
-        calls from zero every time), so every result pairs with its own call."""
-        out = []
-        for i, call in enumerate(calls):
-            if not call.id or self.log.by_tool_call(call.id):
-                call = ToolCall(
-                    f"call_{nonce}_{step}_{i}",
-                    call.name,
-                    call.arguments,
-                    call.raw_arguments,
-                    call.arguments_error,
-                )
-            out.append(call)
-        return out
+        return [unique_call(c, self.log, f"call_{nonce}_{step}_{i}") for i, c in enumerate(calls)]
 
     def _call(
         self,
@@ -418,12 +417,14 @@ class GatewayConversation(HistoryLog):
     ) -> tuple[ModelReply, WorkingView]:
         for attempt in (1, 2):
             messages = view.messages()
+            self._stages.lap("messages")
             loop.stats.upstream_calls += 1
             loop.stats.upstream_tokens += view.tokens
             loop.stats.peak_view_tokens = max(loop.stats.peak_view_tokens, view.tokens)
             try:
-                with chat_span(
+                reply = traced_call(
                     model,
+                    partial(self._complete, upstream, messages, prefix, model, request),
                     session=self.session_id,
                     compacted=bool(self.state.index.blocks),
                     step=step,
@@ -431,45 +432,46 @@ class GatewayConversation(HistoryLog):
                     view_tokens=view.tokens,
                     gateway=True,
                     client_api=request.api,
-                ) as traced:
-                    reply = upstream.complete(
-                        messages, prefix.tool_list(), model=model, params=request.params
-                    )
-                    if traced.recording:
-                        parsed = parse_headline(reply.content)
-                        traced.set_attributes(
-                            usage(
-                                reply.usage.input_tokens,
-                                reply.usage.output_tokens,
-                                response_model=reply.model or None,
-                                finish_reasons=[reply.finish_reason],
-                            )
-                        )
-                        traced.set(
-                            tool_calls=len(reply.tool_calls),
-                            headline=parsed.stored,
-                            headline_quality=parsed.quality,
-                        )
+                )
             except ContextOverflow:
+                if self._relay is not None:
+                    self._relay.settle("")  # drop what was held back of the refused call
                 if attempt == 2:
                     raise
                 view = self._compress(loop, prefix, "overflow", force=True)
                 continue
             loop.usage_in += reply.usage.input_tokens
             loop.usage_out += reply.usage.output_tokens
+            self._stages.lap("trace")
             return reply, view
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _complete(
+        self,
+        upstream: Upstream,
+        messages: list[dict[str, Any]],
+        prefix: Prefix,
+        model: str,
+        request: ClientRequest,
+    ) -> ModelReply:
+        tools = prefix.tool_list()
+        self._stages.lap("trace")
+        with self._idle():
+            if self._relay is None:  # a plain upstream need not know about streaming
+                reply = upstream.complete(messages, tools, model=model, params=request.params)
+            else:
+                reply = upstream.complete(
+                    messages, tools, model=model, params=request.params, on_text=self._relay.feed
+                )
+            self._stages.lap("upstream")
+        self._stages.lap("gate")  # waiting to run again after the upstream answered
+        return reply
+
     def _run_recall(self, call: ToolCall, key: str, step: int) -> None:
-        outcome = run_cell(
-            call,
-            kernel=lambda: self.kernel,
-            ms=self.ms,
-            profile=self.profile,
-            counter=self.counter,
-            digest=self.digest,
-            tools=(RECALL_TOOL,),
-        )
+        with self._idle():
+            outcome = self._cell(call)
+            self._stages.lap("recall")
+        self._stages.lap("gate")
         self.digest = outcome.digest
         self.log.append_many(
             [
@@ -486,6 +488,17 @@ class GatewayConversation(HistoryLog):
             ]
         )
         self._sync()
+
+    def _cell(self, call: ToolCall) -> CellOutcome:
+        return run_cell(
+            call,
+            kernel=lambda: self.kernel,
+            ms=self.ms,
+            profile=self.profile,
+            counter=self.counter,
+            digest=self.digest,
+            tools=(RECALL_TOOL,),
+        )
 
 
 def _client_finish(reply: ModelReply, client_calls: list[ToolCall]) -> str:

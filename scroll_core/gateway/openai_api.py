@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from ..errors import GatewayRequestInvalid
@@ -20,8 +19,8 @@ from ..models.base import ToolCall
 from ._types import ClientMessage, ClientReply, ClientRequest
 
 __all__ = [
+    "ChunkStream",
     "chat_completion",
-    "chat_completion_chunks",
     "error_body",
     "models_list",
     "parse_chat_request",
@@ -233,59 +232,57 @@ def pieces(text: str, size: int = _CHUNK_CHARS) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def chat_completion_chunks(
-    reply: ClientReply, *, completion_id: str | None = None, created: int | None = None
-) -> Iterator[dict[str, Any]]:
-    """The ``chat.completion.chunk`` objects that stream ``reply``: the role, the text in
-    pieces, each tool call (id and name, then its arguments), the finish reason with the
-    extension field, and a usage chunk when the client asked for one."""
-    base = {
-        "id": completion_id or new_id(),
-        "object": "chat.completion.chunk",
-        "created": created or int(time.time()),
-        "model": reply.model,
-    }
+class ChunkStream:
+    """The ``chat.completion.chunk`` objects of one streamed completion, made as the reply
+    is: ``start()`` (the role), ``text(piece)`` as text arrives, ``end(reply)`` (each tool
+    call - id and name, then its arguments - the finish reason with the extension field, and
+    a usage chunk when the client asked for one)."""
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    def __init__(
+        self, model: str, *, completion_id: str | None = None, created: int | None = None
+    ) -> None:
+        self.base = {
+            "id": completion_id or new_id(),
+            "object": "chat.completion.chunk",
+            "created": created or int(time.time()),
+            "model": model,
+        }
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
-            **base,
+            **self.base,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         }
 
-    yield chunk({"role": "assistant", "content": ""})
-    for piece in pieces(reply.content):
-        yield chunk({"content": piece})
-    for index, call in enumerate(reply.tool_calls):
-        wire = call.to_message()
-        yield chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": ""},
-                    }
-                ]
+    def start(self) -> list[dict[str, Any]]:
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def text(self, piece: str) -> list[dict[str, Any]]:
+        return [self._chunk({"content": piece})] if piece else []
+
+    def end(self, reply: ClientReply, *, include_usage: bool = False) -> list[dict[str, Any]]:
+        out = []
+        for index, call in enumerate(reply.tool_calls):
+            wire = call.to_message()
+            head = {
+                "index": index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
             }
-        )
-        for piece in pieces(wire["function"]["arguments"]):
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    last = chunk({}, reply.finish_reason)
-    last["scroll"] = reply.stats.to_dict()
-    yield last
-
-
-def usage_chunk(reply: ClientReply, *, completion_id: str, created: int) -> dict[str, Any]:
-    """The final chunk ``stream_options.include_usage`` asks for: no choices, the usage."""
-    return {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": reply.model,
-        "choices": [],
-        "usage": _usage(reply),
-    }
+            out.append(self._chunk({"tool_calls": [head]}))
+            for piece in pieces(wire["function"]["arguments"]):
+                out.append(
+                    self._chunk(
+                        {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+                    )
+                )
+        last = self._chunk({}, reply.finish_reason)
+        last["scroll"] = reply.stats.to_dict()
+        out.append(last)
+        if include_usage:
+            out.append({**self.base, "choices": [], "usage": _usage(reply)})
+        return out
 
 
 def error_body(

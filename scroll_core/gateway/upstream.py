@@ -1,17 +1,20 @@
 """The upstream: an OpenAI-compatible Chat Completions endpoint the gateway calls over HTTP.
 
 ``Upstream`` is the protocol the recall loop needs; ``HttpUpstream`` speaks it with ``httpx``
-(one pooled client, shared by threads). Errors keep the upstream's own message: a status
-answer is ``ModelError(status=...)`` (``ContextOverflow`` when it says the prompt is too
-long), a timeout is ``ModelError(code="timeout")`` and a connection failure
-``ModelError(code="connection_error")``. There are no retries here: a client that retries
-gets an aligned, idempotent answer from the gateway instead.
+(one pooled client, shared by threads). With ``on_text`` the call streams (``stream: true``,
+usage asked for in the last chunk): each piece of text is handed to ``on_text`` as it
+arrives, tool-call deltas are put together, and the assembled reply is returned at the end.
+Errors keep the upstream's own message: a status answer is ``ModelError(status=...)``
+(``ContextOverflow`` when it says the prompt is too long), a timeout is
+``ModelError(code="timeout")``, a connection failure ``ModelError(code="connection_error")``
+and an error chunk mid-stream ``ModelError(status=502)``. There are no retries here: a
+client that retries gets an aligned, idempotent answer from the gateway instead.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import httpx
@@ -21,13 +24,18 @@ from ..models.base import ModelReply, ToolCall, Usage
 from ..models.openai_compat import is_context_overflow
 from .openai_api import decode_call
 
-__all__ = ["DEFAULT_UPSTREAM_TIMEOUT_S", "HttpUpstream", "Upstream"]
+__all__ = ["DEFAULT_UPSTREAM_TIMEOUT_S", "HttpUpstream", "OnText", "Upstream"]
 
 DEFAULT_UPSTREAM_TIMEOUT_S = 120.0
+KEEPALIVE = 256
+
+
+OnText = Callable[[str], None]
 
 
 class Upstream(Protocol):
-    """One chat completion against the upstream model (no streaming)."""
+    """One chat completion against the upstream model; with ``on_text``, streamed (each
+    piece of text handed over as it arrives), the whole reply returned either way."""
 
     def complete(
         self,
@@ -36,6 +44,7 @@ class Upstream(Protocol):
         *,
         model: str,
         params: Mapping[str, Any],
+        on_text: OnText | None = None,
     ) -> ModelReply: ...
 
 
@@ -53,7 +62,10 @@ class HttpUpstream:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
-        self._client = client or httpx.Client(timeout=timeout)
+        # Every request thread may hold a connection: keep them all alive between calls
+        # (httpx keeps 20 by default and would reconnect the rest on every call).
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE)
+        self._client = client or httpx.Client(timeout=timeout, limits=limits)
 
     def __repr__(self) -> str:
         return f"HttpUpstream({self.base_url!r})"
@@ -68,17 +80,34 @@ class HttpUpstream:
         *,
         model: str,
         params: Mapping[str, Any],
+        on_text: OnText | None = None,
     ) -> ModelReply:
         body: dict[str, Any] = {**params, "model": model, "messages": messages}
         if tools:
             body["tools"] = tools
         body.pop("stream", None)
+        body.pop("stream_options", None)
+        if on_text is not None:
+            body.update(stream=True, stream_options={"include_usage": True})
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
         url = f"{self.base_url}/chat/completions"
         try:
-            response = self._client.post(url, json=body, headers=headers, timeout=self.timeout)
+            with self._client.stream(
+                "POST", url, json=body, headers=headers, timeout=self.timeout
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _status_error(response, model)
+                if "text/event-stream" in response.headers.get("content-type", ""):
+                    return _assembled(response.iter_lines(), model, on_text or (lambda _: None))
+                # Not streamed (not asked to, or an upstream that ignores ``stream``).
+                response.read()
+                reply = _decoded(response, model)
+                if on_text is not None and reply.content:
+                    on_text(reply.content)
+                return reply
         except httpx.TimeoutException:
             raise ModelError(
                 f"the upstream did not answer within {self.timeout:g}s", model=model, code="timeout"
@@ -89,15 +118,82 @@ class HttpUpstream:
                 model=model,
                 code="connection_error",
             ) from None
-        if response.status_code >= 400:
-            raise _status_error(response, model)
+
+
+def _decoded(response: httpx.Response, model: str) -> ModelReply:
+    try:
+        data = response.json()
+    except ValueError:
+        raise ModelError(
+            "the upstream answered with a body that is not JSON", model=model, status=502
+        ) from None
+    return parse_completion(data, model)
+
+
+def _assembled(lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
+    """The reply a ``chat.completion.chunk`` stream adds up to, its text handed to
+    ``on_text`` piece by piece."""
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    finish = ""
+    usage: dict[str, Any] = {}
+    answered = model
+    ended = False
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # blank separators, comments, event names
+        data = line[5:].strip()
+        if data == "[DONE]":
+            ended = True
+            break
         try:
-            data = response.json()
+            chunk = json.loads(data)
         except ValueError:
             raise ModelError(
-                "the upstream answered with a body that is not JSON", model=model, status=502
+                f"the upstream streamed a chunk that is not JSON: {data[:200]}",
+                model=model,
+                status=502,
             ) from None
-        return parse_completion(data, model)
+        if not isinstance(chunk, dict):
+            continue
+        if chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            raise ModelError(f"the upstream failed mid-stream: {message}", model=model, status=502)
+        answered = str(chunk.get("model") or answered)
+        usage = chunk.get("usage") or usage
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                text.append(piece)
+                on_text(piece)
+            for item in delta.get("tool_calls") or ():
+                call = calls.setdefault(
+                    int(item.get("index") or 0), {"id": "", "name": "", "args": ""}
+                )
+                function = item.get("function") or {}
+                call["id"] = call["id"] or str(item.get("id") or "")
+                call["name"] += str(function.get("name") or "")
+                call["args"] += str(function.get("arguments") or "")
+            finish = str(choice.get("finish_reason") or finish)
+    if not (ended or finish):
+        raise ModelError(
+            "the upstream's stream ended before the reply did", model=model, status=502
+        )
+    tool_calls = tuple(
+        decode_call(c["id"] or f"call_{i}", c["name"], c["args"]) for i, c in sorted(calls.items())
+    )
+    return ModelReply(
+        content="".join(text),
+        tool_calls=tool_calls,
+        usage=Usage(
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+        ),
+        finish_reason=finish or ("tool_calls" if tool_calls else "stop"),
+        model=answered,
+    )
 
 
 def _status_error(response: httpx.Response, model: str) -> ModelError:

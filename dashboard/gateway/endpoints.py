@@ -1,0 +1,416 @@
+"""The gateway's endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``,
+``POST /v1/messages`` and ``POST /v1/messages/count_tokens``, served by ``GatewayRouter``
+(``dashboard.gateway.asgi``) in front of the console's Django app.
+
+Each endpoint authenticates the key (``Authorization: Bearer`` or ``x-api-key``), parses the
+body into the provider-neutral request, and serves it in a thread of the gateway's pool (the
+recall loop, the kernel and the Event Log are synchronous). Errors use the provider's shape:
+OpenAI's ``{"error": {...}}`` on the OpenAI routes, Anthropic's ``{"type": "error", ...}`` on
+``/v1/messages``. A streamed reply is sent once the internal recall steps are done, as SSE.
+Every answer to a served request carries ``Server-Timing``: the laps of ``Stages``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+
+from dashboard.gateway.asgi import Request, Response
+from dashboard.gateway.service import GatewayRefused, get_service, session_id_for_request
+from dashboard.models import GatewayKey
+from scroll_core.errors import (
+    ContextOverflow,
+    ContextWindowUnfit,
+    GatewayRequestInvalid,
+    ModelError,
+)
+from scroll_core.gateway import ClientReply, ClientRequest, Stages, anthropic_api, openai_api
+from scroll_core.gateway.upstream import OnText
+
+T = TypeVar("T")
+log = logging.getLogger("dashboard.gateway")
+SESSION_HEADER = "X-Scroll-Session"
+_SESSION_HEADER = SESSION_HEADER.lower()
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(status, json.dumps(data, ensure_ascii=False).encode(), headers or {})
+
+
+# -- errors in the providers' shapes ------------------------------------------------------
+def _openai_error(
+    status: int, message: str, *, kind: str, param: str | None = None, code: str | None = None
+) -> Response:
+    return _json(openai_api.error_body(message, kind=kind, param=param, code=code), status)
+
+
+def _anthropic_error(status: int, message: str, **_: Any) -> Response:
+    return _json(anthropic_api.error_body(message, status=status), status)
+
+
+_OPENAI_KINDS = {
+    413: "invalid_request_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "api_error",
+    504: "timeout",
+}
+
+
+def _error(
+    api: str, status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> Response:
+    if api == "anthropic":
+        return _anthropic_error(status, message)
+    kind = _OPENAI_KINDS.get(status, "api_error")
+    return _openai_error(status, message, kind=kind, param=param, code=code)
+
+
+def _upstream_error(api: str, exc: ModelError) -> Response:
+    """An upstream failure mapped to the status a client's retry logic expects, with the
+    upstream's own message kept."""
+    said = f"upstream: {exc.message}"
+    if isinstance(exc, ContextOverflow):
+        return _error(api, 400, said, code="context_length_exceeded")
+    if exc.code == "timeout":
+        return _error(api, 504, said, code="upstream_timeout")
+    if exc.status is None:
+        return _error(api, 502, said, code=exc.code or "upstream_unreachable")
+    if exc.status == 429:
+        return _error(api, 429, said, code=exc.code)
+    if exc.status in (401, 403):
+        # The client's key was fine; the gateway's key to the upstream was not.
+        return _error(
+            api, 502, f"{said} (the upstream refused the gateway's credentials)", code=exc.code
+        )
+    if 400 <= exc.status < 500:
+        return _error(api, exc.status, said, code=exc.code)
+    return _error(api, 502, said, code=exc.code or f"upstream_{exc.status}")
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _secret(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.headers.get("x-api-key") or None
+
+
+async def _get_key(secret: str | None) -> GatewayKey | None:
+    if not secret:
+        return None
+    return get_service().cached_key(secret) or await _authenticate(secret)
+
+
+async def _authenticate(secret: str) -> GatewayKey | None:
+    return await _in_pool(_authenticate_sync, secret)
+
+
+def _authenticate_sync(secret: str) -> GatewayKey | None:
+    try:
+        return get_service().authenticate(secret)
+    finally:
+        close_old_connections()
+
+
+def body_limit() -> int:
+    """SCROLL_GATEWAY_MAX_BODY_MB in bytes: an agent resends its whole history on every call,
+    far past Django's form-size limit, which does not apply here."""
+    return int(settings.SCROLL_GATEWAY_MAX_BODY_MB) * 1024 * 1024
+
+
+def too_large(request: Request, size: int, limit: int) -> Response:
+    api = "anthropic" if request.path.startswith("/v1/messages") else "openai"
+    message = f"the body is {size:,} bytes or more; this gateway takes at most {limit:,}"
+    return _error(api, 413, message, param="body")
+
+
+def _body(request: Request, api: str) -> tuple[Any, Response | None]:
+    """The decoded JSON body (its size was checked when it was read)."""
+    try:
+        return json.loads(request.body or b"null"), None
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, _error(api, 400, f"the body is not JSON: {exc}", param="body")
+
+
+def _serve_sync(
+    key: GatewayKey,
+    parsed: ClientRequest,
+    session: str | None,
+    stages: Stages,
+    on_text: OnText | None,
+) -> ClientReply:
+    stages.lap("hop")
+    service = get_service()
+    service.admit(key)
+    try:
+        return service.serve(key, parsed, session, stages=stages, on_text=on_text)
+    finally:
+        close_old_connections()  # this pool's threads outlive requests; their connections not
+
+
+_threads: ThreadPoolExecutor | None = None
+
+
+async def _in_pool(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn`` in a thread of the gateway's own pool: the loop's default executor has a
+    handful of threads, and each request holds one while its upstream answers."""
+    global _threads
+    if _threads is None:
+        _threads = ThreadPoolExecutor(
+            max_workers=settings.SCROLL_GATEWAY_THREADS, thread_name_prefix="gateway"
+        )
+    return await sync_to_async(fn, thread_sensitive=False, executor=_threads)(*args)
+
+
+async def _serve(
+    key: GatewayKey,
+    parsed: ClientRequest,
+    session: str | None,
+    stages: Stages,
+    on_text: OnText | None = None,
+) -> ClientReply:
+    reply = await _in_pool(_serve_sync, key, parsed, session, stages, on_text)
+    stages.lap("hop_back")
+    return reply
+
+
+def _failure(api: str, exc: BaseException) -> Response:
+    """A request that could not be served, in the provider's error shape."""
+    if isinstance(exc, GatewayRequestInvalid):
+        return _error(api, 400, str(exc), param=exc.param)
+    if isinstance(exc, GatewayRefused):
+        return _error(api, exc.status, exc.message, code="rate_limit_exceeded")
+    if isinstance(exc, ModelError):
+        return _upstream_error(api, exc)
+    if isinstance(exc, ContextWindowUnfit):
+        return _error(api, 400, str(exc), code="context_length_exceeded")
+    raise exc
+
+
+async def _handle(request: Request, api: str, parse: Callable[[Any], ClientRequest]) -> Response:
+    if request.method != "POST":
+        return _error(api, 405, f"{request.path} takes POST")
+    stages = Stages(began=request.received or None)
+    stages.lap("read")
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error(api, 401, "missing or invalid API key", code="invalid_api_key")
+    stages.lap("auth")
+    body, refused = _body(request, api)
+    if refused is not None:
+        return refused
+    stages.lap("body")
+    session = request.headers.get(_SESSION_HEADER)
+    try:
+        parsed = parse(body)
+        stages.lap("parse")
+        if parsed.stream:
+            return await _streamed(api, key, parsed, session, stages)
+        reply = await _serve(key, parsed, session, stages)
+    except (GatewayRequestInvalid, GatewayRefused, ModelError, ContextWindowUnfit) as exc:
+        return _failure(api, exc)
+    headers = {SESSION_HEADER: reply.stats.session_id}
+    data = (
+        anthropic_api.message_object(reply)
+        if api == "anthropic"
+        else openai_api.chat_completion(reply)
+    )
+    response = _json(data, headers=headers)
+    stages.lap("encode")
+    response.headers["Server-Timing"] = _server_timing(stages)
+    return response
+
+
+def _server_timing(stages: Stages) -> str:
+    """Server-Timing: the view's laps (upstream calls included) and ``scroll``, their sum,
+    so a client or the bench can tell them from the HTTP and framework time around them."""
+    return f"{stages.header()}, scroll;dur={stages.total():.2f}"
+
+
+def _timed(headers: dict[str, str], stages: Stages) -> dict[str, str]:
+    return {**headers, "Server-Timing": _server_timing(stages)}
+
+
+async def _streamed(
+    api: str, key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages
+) -> Response:
+    """Serve a streaming client: its text goes out as the upstream writes it (see
+    ``GatewayConversation.handle``). The response starts with the first piece of text or
+    when the reply is done, so a request that fails before either still gets its error
+    status; a failure after that ends the stream with an error event."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def on_text(piece: str) -> None:  # in the serving thread
+        loop.call_soon_threadsafe(queue.put_nowait, ("text", piece))
+
+    async def run() -> None:
+        try:
+            reply = await _serve(key, parsed, session, stages, on_text)
+        except Exception as exc:
+            queue.put_nowait(("error", exc))
+        else:
+            # Queued after every piece of text: the thread's callbacks run in order.
+            queue.put_nowait(("done", reply))
+
+    task = asyncio.create_task(run())
+    first = await queue.get()
+    if first[0] == "error":
+        await task
+        return _failure(api, first[1])
+    encoder = SseEncoder.for_api(api, parsed)
+    headers = {SESSION_HEADER: session_id_for_request(key, parsed, session)}
+    stages.lap("first_text")
+
+    async def events() -> AsyncIterator[bytes]:
+        item, sent = first, ""
+        yield encoder.start()
+        while True:
+            kind, value = item
+            if kind == "text":
+                sent += value
+                yield encoder.text(value)
+            elif kind == "done":
+                # A replayed reply (a retry) was never streamed: its text goes out here.
+                rest = value.content[len(sent) :] if value.content.startswith(sent) else ""
+                for piece in openai_api.pieces(rest):
+                    yield encoder.text(piece)
+                yield encoder.end(value)
+                return
+            else:
+                yield encoder.error(_mid_stream_failure(api, value))
+                return
+            item = await queue.get()
+        await task  # pragma: no cover (both endings return)
+
+    response = _sse(events(), _timed(headers, stages))
+    response.keep = task  # the serving task lives as long as its stream
+    return response
+
+
+def _mid_stream_failure(api: str, exc: BaseException) -> Response:
+    try:
+        return _failure(api, exc)
+    except Exception:
+        log.exception("gateway: a streamed request failed")
+        return _error(api, 500, f"the gateway failed: {type(exc).__name__}")
+
+
+def _sse(events: AsyncIterator[bytes], headers: dict[str, str]) -> Response:
+    headers = {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return Response(200, events, headers, content_type="text/event-stream")
+
+
+class SseEncoder:
+    """One streamed reply as server-sent events in the client's API (each method returns
+    the bytes to send)."""
+
+    def __init__(self, api: str, model: str, include_usage: bool) -> None:
+        self.api = api
+        self.include_usage = include_usage
+        self.chunks = openai_api.ChunkStream(model)
+        self.events = anthropic_api.EventStream(model)
+
+    @classmethod
+    def for_api(cls, api: str, parsed: ClientRequest) -> SseEncoder:
+        return cls(api, parsed.model, parsed.include_usage)
+
+    def _openai(self, chunks: list[dict[str, Any]]) -> bytes:
+        return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in chunks)
+
+    def _anthropic(self, events: list[tuple[str, dict[str, Any]]]) -> bytes:
+        return b"".join(f"event: {e}\ndata: ".encode() + _dumps(d) + b"\n\n" for e, d in events)
+
+    def start(self) -> bytes:
+        if self.api == "anthropic":
+            return self._anthropic(self.events.start())
+        return self._openai(self.chunks.start())
+
+    def text(self, piece: str) -> bytes:
+        if self.api == "anthropic":
+            return self._anthropic(self.events.text(piece))
+        return self._openai(self.chunks.text(piece))
+
+    def end(self, reply: ClientReply) -> bytes:
+        if self.api == "anthropic":
+            return self._anthropic(self.events.end(reply))
+        return self._openai(self.chunks.end(reply, include_usage=self.include_usage)) + (
+            b"data: [DONE]\n\n"
+        )
+
+    def error(self, failure: Response) -> bytes:
+        body = failure.body if isinstance(failure.body, bytes) else b"{}"
+        if self.api == "anthropic":
+            return b"event: error\ndata: " + body + b"\n\n"
+        return b"data: " + body + b"\n\n"
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False).encode()
+
+
+# -- the endpoints -------------------------------------------------------------------------
+async def chat_completions(request: Request) -> Response:
+    return await _handle(request, "openai", openai_api.parse_chat_request)
+
+
+async def messages(request: Request) -> Response:
+    return await _handle(request, "anthropic", anthropic_api.parse_messages_request)
+
+
+async def count_tokens(request: Request) -> Response:
+    """``POST /v1/messages/count_tokens``: the tokens of the history as the client sent it
+    (Scroll sends upstream less; the ``scroll`` field of each reply says how much)."""
+    if request.method != "POST":
+        return _error("anthropic", 405, f"{request.path} takes POST")
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error("anthropic", 401, "missing or invalid API key")
+    body, refused = _body(request, "anthropic")
+    if refused is not None:
+        return refused
+    try:
+        parsed = anthropic_api.parse_messages_request(body, counting=True)
+    except GatewayRequestInvalid as exc:
+        return _error("anthropic", 400, str(exc), param=exc.param)
+    return _json({"input_tokens": await _in_pool(_client_tokens, parsed)})
+
+
+def _client_tokens(parsed: ClientRequest) -> int:
+    from dashboard.eventlog import get_event_log
+
+    counter = get_event_log().tokens
+    parts = [parsed.system, json.dumps(list(parsed.tools))] if parsed.tools else [parsed.system]
+    parts += [
+        m.content + "".join(c.raw_arguments or "" for c in m.tool_calls) for m in parsed.messages
+    ]
+    return sum(counter.count(p) for p in parts if p)
+
+
+async def models(request: Request) -> Response:
+    if request.method != "GET":
+        return _error("openai", 405, "/v1/models takes GET")
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
+    return _json(openai_api.models_list(key.client_models()))
+
+
+ROUTES = {
+    "/v1/chat/completions": chat_completions,
+    "/v1/models": models,
+    "/v1/messages": messages,
+    "/v1/messages/count_tokens": count_tokens,
+}

@@ -1,0 +1,211 @@
+"""The console's record of gateway requests, written off the request path and in batches.
+
+After every request the service hands a ``Job`` (what the console shows about it) to the
+``Recorder``. One thread takes every job queued so far, merges those of one session and
+writes them in one transaction: the session's ``RunRecord`` (kind ``gateway``), its
+``CompressEvent`` rows, the key's counters, then one push to the console per session. It
+lingers ``linger_s`` after the first job of a batch before taking it, so a busy session costs
+the console one write and one push per ``linger_s``, not one per request, and the thread does
+not compete for the interpreter with the request it was woken by. ``flush()`` cuts the
+linger short and waits until everything submitted before it is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections, connections, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from dashboard.models import CompressEvent, GatewayKey, RunRecord
+from dashboard.spans import push_session
+from scroll_core.gateway import ClientReply
+
+__all__ = ["GATEWAY_KIND", "LINGER_S", "IndexSnapshot", "Job", "Recorder"]
+
+GATEWAY_KIND = "gateway"
+# How long the recorder waits between batches: the console shows a gateway session at most
+# this much later than the client got its answer.
+LINGER_S = 0.25
+
+log = logging.getLogger("dashboard.gateway")
+
+
+@dataclass
+class Job:
+    """What the console records about one finished request (read in the request's thread)."""
+
+    key_id: int
+    agent_id: str
+    profile_id: int | None
+    session_id: str
+    model: str
+    api: str
+    client_model: str
+    turn: int
+    reply: ClientReply | None
+    error: str
+    report: dict[str, Any] | None
+    index: Any
+
+
+class IndexSnapshot:
+    """The index's size and tier profile when the request finished (the live index moves on)."""
+
+    def __init__(self, index: Any) -> None:
+        self._size = len(index)
+        self._tiers = index.tier_profile()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def tier_profile(self) -> list[int]:
+        return list(self._tiers)
+
+
+class Recorder:
+    """See the module docstring."""
+
+    def __init__(self, *, linger_s: float = LINGER_S) -> None:
+        self.linger_s = linger_s
+        self._cond = threading.Condition()
+        self._jobs: list[Job] = []
+        self._submitted = 0
+        self._written = 0
+        self._closing = False
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="gateway-record", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            self._jobs.append(job)
+            self._submitted += 1
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every job submitted so far is written; False on timeout."""
+        with self._cond:
+            target = self._submitted
+            self._wake.set()
+            return self._cond.wait_for(lambda: self._written >= target, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._closing = True
+            self._wake.set()
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _work(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._jobs or self._closing)
+                    closing = self._closing
+                if not closing:
+                    # Linger first: the write lands between requests, not right after the
+                    # one that woke this thread, and takes the jobs that follow with it.
+                    self._wake.wait(self.linger_s)
+                    self._wake.clear()
+                with self._cond:
+                    jobs, self._jobs = self._jobs, []
+                    if not jobs and self._closing:
+                        return
+                self._write(jobs)
+                with self._cond:
+                    self._written += len(jobs)
+                    self._cond.notify_all()
+        finally:
+            # This thread's connection would otherwise be left for the garbage collector
+            # (psycopg warns from its __del__ at interpreter exit).
+            connections.close_all()
+
+    def _write(self, jobs: Sequence[Job]) -> None:
+        close_old_connections()
+        sessions: dict[str, list[Job]] = {}
+        for job in jobs:
+            sessions.setdefault(job.session_id, []).append(job)
+        try:
+            for session_jobs in sessions.values():
+                try:
+                    run = _record(session_jobs)
+                except Exception:  # the console's bookkeeping must never break the gateway
+                    log.exception(
+                        "gateway: recording session %s failed", session_jobs[0].session_id
+                    )
+                    continue
+                push_session(run)
+        finally:
+            # Not held across the linger: a batch is a few statements, and a connection
+            # left open in an idle thread is one the database server keeps for nothing.
+            close_old_connections()
+
+
+def _record(jobs: Sequence[Job]) -> RunRecord:
+    """Write one session's finished requests (oldest first) in one transaction."""
+    first = jobs[0]
+    spent: dict[int, tuple[int, int]] = {}
+    with transaction.atomic():
+        run, _ = RunRecord.objects.get_or_create(
+            session_id=first.session_id,
+            defaults={
+                "task": f"gateway: agent {first.agent_id} through {first.api} "
+                f"({first.client_model})",
+                "kind": GATEWAY_KIND,
+                "profile_id": first.profile_id,
+                "model_name": first.model,
+                "started_at": timezone.now(),
+            },
+        )
+        rows: list[CompressEvent] = []
+        for job in jobs:
+            run.model_name = job.model
+            run.error = job.error
+            reply = job.reply
+            if reply is not None:
+                mine = [
+                    CompressEvent.from_step(
+                        run, run.session_id, job.turn, step, _Step(reason, record), job.index
+                    )
+                    for step, (reason, record) in enumerate(reply.compressions)
+                ]
+                rows += mine
+                run.turns += 1
+                run.steps += reply.stats.upstream_calls
+                run.evictions += reply.stats.evictions
+                run.folds += sum(row.folds for row in mine)
+                run.expands += reply.stats.recalls
+                run.last_answer = reply.content[:4000]
+                tokens, requests = spent.get(job.key_id, (0, 0))
+                used = reply.usage.input_tokens + reply.usage.output_tokens
+                spent[job.key_id] = (tokens + used, requests + 1)
+            if job.report is not None:
+                run.view_tokens = job.report["total"]
+                run.trigger_tokens = job.report["trigger_tokens"]
+                run.context_size = job.report["context_size"]
+                run.last_report = job.report
+            run.status = RunRecord.DONE if reply is not None else RunRecord.FAILED
+        CompressEvent.objects.bulk_create(rows)
+        for key_id, (tokens, requests) in spent.items():
+            GatewayKey.objects.filter(pk=key_id).update(
+                tokens_used=F("tokens_used") + tokens,
+                requests=F("requests") + requests,
+                last_used_at=timezone.now(),
+            )
+        run.ended_at = timezone.now()
+        run.save()
+    return run
+
+
+@dataclass
+class _Step:
+    """What ``CompressEvent.from_step`` reads of an agent-loop compress step."""
+
+    reason: str
+    record: Any

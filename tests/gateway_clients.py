@@ -1,0 +1,60 @@
+"""Helpers for the gateway's end-to-end tests: keys, the official clients pointed at the
+gateway (closed after each test by the ``gateway`` fixture), and a tool schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+
+from dashboard.models import GatewayKey
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+_clients: list[Any] = []
+
+
+def close_clients() -> None:
+    while _clients:
+        _clients.pop().close()
+
+
+def make_key(upstream, agent="alice", **fields):
+    fields.setdefault("upstream_base_url", upstream.url)
+    fields.setdefault("upstream_key_env", "GW_TEST_UPSTREAM_KEY")
+    fields.setdefault("model_map", {"gpt-test": "upstream-model"})
+    return GatewayKey.issue(agent_id=agent, **fields)[1]
+
+
+def oa(gateway, key, **kw):
+    client = openai.OpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0, **kw)
+    _clients.append(client)
+    return client
+
+
+def an(gateway, key):
+    client = anthropic.Anthropic(base_url=gateway, api_key=key, max_retries=0)
+    _clients.append(client)
+    return client
+
+
+def ask(client, messages, **kw):
+    return client.chat.completions.create(model="gpt-test", messages=messages, **kw)
+
+
+def assistant_of(completion):
+    return completion.choices[0].message.model_dump(
+        exclude_none=True, include={"role", "content", "tool_calls"}
+    )

@@ -1,0 +1,61 @@
+"""The console's record of gateway requests (dashboard.gateway.recorder): batched off the
+request path, merged per session, nothing lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard.gateway.recorder import IndexSnapshot, Job, Recorder
+from dashboard.models import GatewayKey, RunRecord
+from scroll_core.gateway import ClientReply, GatewayStats
+from scroll_core.index import EvictionIndex
+from scroll_core.models import Usage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _job(key: GatewayKey, session: str, turn: int, answer: str | None) -> Job:
+    reply = None
+    if answer is not None:
+        stats = GatewayStats(session_id=session, upstream_calls=2, recalls=1, evictions=turn % 2)
+        reply = ClientReply(answer, (), "stop", "gpt-test", Usage(100, 10), stats)
+    return Job(
+        key.pk, key.agent_id, None, session, "upstream-model", "openai", "gpt-test", turn,
+        reply, "" if answer is not None else "ModelError: boom", None,
+        IndexSnapshot(EvictionIndex()),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def recorder():
+    # A linger far longer than the test: only flush() can make it write.
+    rec = Recorder(linger_s=600)
+    yield rec
+    rec.close()
+
+
+def test_a_burst_of_requests_is_recorded_merged_per_session_and_nothing_is_lost(recorder):
+    key, _ = GatewayKey.issue(agent_id="alice", upstream_base_url="http://127.0.0.1:9/v1")
+    recorder.submit(_job(key, "gw:alice:a", 1, "first"))
+    assert recorder.flush(30)  # the first batch
+    for turn, answer in ((2, "second"), (3, "third")):
+        recorder.submit(_job(key, "gw:alice:a", turn, answer))
+    recorder.submit(_job(key, "gw:alice:b", 1, "other session"))
+    assert recorder.flush(30)  # cuts the linger short: one batch, two sessions
+    a = RunRecord.objects.get(session_id="gw:alice:a")
+    assert (a.kind, a.turns, a.steps, a.expands, a.evictions) == ("gateway", 3, 6, 3, 2)
+    assert a.last_answer == "third" and a.status == RunRecord.DONE
+    assert RunRecord.objects.get(session_id="gw:alice:b").turns == 1
+    key.refresh_from_db()
+    assert (key.requests, key.tokens_used) == (4, 440)
+
+
+def test_a_failed_request_marks_the_session_failed_with_its_error(recorder):
+    key, _ = GatewayKey.issue(agent_id="bob", upstream_base_url="http://127.0.0.1:9/v1")
+    recorder.submit(_job(key, "gw:bob:x", 1, "fine"))
+    recorder.submit(_job(key, "gw:bob:x", 2, None))
+    assert recorder.flush(30)
+    run = RunRecord.objects.get(session_id="gw:bob:x")
+    assert run.status == RunRecord.FAILED and "boom" in run.error and run.turns == 1
+    key.refresh_from_db()
+    assert key.requests == 1  # a failed request spent nothing

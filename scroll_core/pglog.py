@@ -537,4 +537,4 @@ def _pg_list_range(db: Any, k: int, filters: SearchFilters) -> list[Hit]:
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k)).fetchall()]
 
 
-PG_DIALECT = SearchDialect("%s", _pg_candidates, _pg_list_range)
+PG_DIALECT = SearchDialect("%s", _pg_candidates, _pg_list_range, arrays=True)

@@ -153,12 +153,22 @@ class SearchDialect:
     mark: str
     candidates: Callable[[Any, list[str], int, SearchFilters, SearchTuning], dict[int, float]]
     list_range: Callable[[Any, int, SearchFilters], list[Hit]]
+    # Whether one array parameter can stand for a list of seqs (``= ANY(%s)``): the
+    # statement's text then stays the same from search to search, so the server plans it
+    # once and keeps it prepared instead of parsing a new ``IN (...)`` every time.
+    arrays: bool = False
 
     def sql(self, text: str) -> str:
         """Filter SQL written for SQLite (``?`` marks, ``0`` for false) in this dialect."""
         if self.mark == "?":
             return text
         return _FALSE_CLAUSE.sub(" AND 1 = 0", text).replace("?", self.mark)
+
+    def seq_in(self, column: str, seqs: Sequence[int]) -> tuple[str, list[Any]]:
+        """``column`` is one of ``seqs``, as SQL and its parameters."""
+        if self.arrays:
+            return f"{column} = ANY({self.mark})", [list(seqs)]
+        return f"{column} IN ({', '.join([self.mark] * len(seqs))})", list(seqs)
 
 
 def run_search(
@@ -180,19 +190,19 @@ def run_search(
     if not base:
         return []
     if len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight):
-        base = _term_features(db, base, terms, tuning, dialect.mark)
+        base = _term_features(db, base, terms, tuning, dialect)
     pool = set(base)
     reach = len(tuning.neighbour_weights)
     for seq in base:
         pool.update(range(seq - reach, seq + reach + 1))
-    marks = ", ".join([dialect.mark] * len(pool))
+    in_pool, pool_params = dialect.seq_in("e.seq", sorted(pool))
     # Only which session each turn belongs to is needed to score; contents are read for
     # the k winners alone.
     session_of = dict(
         db.execute(
             f"SELECT e.seq, e.session_id FROM events e "
-            f"WHERE e.seq IN ({marks}) AND e.searchable = 1{dialect.sql(filters.sql)}",
-            (*pool, *filters.params),
+            f"WHERE {in_pool} AND e.searchable = 1{dialect.sql(filters.sql)}",
+            (*pool_params, *filters.params),
         ).fetchall()
     )
     scores: dict[int, float] = {}
@@ -205,12 +215,12 @@ def run_search(
         if total > 0:
             scores[seq] = total
     ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
-    marks = ", ".join([dialect.mark] * len(ranked))
+    in_ranked, ranked_params = dialect.seq_in("e.seq", [seq for seq, _ in ranked])
     rows = {
         row[0]: row
         for row in db.execute(
-            f"SELECT {_HIT_COLUMNS}, e.content, e.headline FROM events e WHERE e.seq IN ({marks})",
-            [seq for seq, _ in ranked],
+            f"SELECT {_HIT_COLUMNS}, e.content, e.headline FROM events e WHERE {in_ranked}",
+            ranked_params,
         )
     }
     hits = []
@@ -250,7 +260,11 @@ def _candidates(
 
 
 def _term_features(
-    db: Any, base: dict[int, float], terms: list[str], tuning: SearchTuning, mark: str = "?"
+    db: Any,
+    base: dict[int, float],
+    terms: list[str],
+    tuning: SearchTuning,
+    dialect: SearchDialect | None = None,
 ) -> dict[int, float]:
     """``base`` rescored by how many distinct query terms each candidate holds and how close
     together two of them stand. A term is found by its stem prefix (the snippet's rule), a
@@ -258,11 +272,11 @@ def _term_features(
     prefixes = [ftsquery.stem_prefix(t) for t in terms]
     heads = {p[:4] for p in prefixes}
     head_sizes = {min(len(p), 4) for p in prefixes}
-    marks = ", ".join([mark] * len(base))
+    in_base, base_params = (dialect or SQLITE).seq_in("seq", list(base))
     rows = db.execute(
         f"SELECT seq, coalesce(content, '') || ' ' || coalesce(headline, '') "
-        f"FROM events WHERE seq IN ({marks})",
-        list(base),
+        f"FROM events WHERE {in_base}",
+        base_params,
     ).fetchall()
     spread = len(terms) - 1
     out = dict(base)

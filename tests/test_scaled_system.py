@@ -37,7 +37,9 @@ END_TIMEOUT_S = 240.0
 
 # Model SQL in the first turn of every run: it runs on the worker, as the reader login,
 # under row-level security, against the log every process shares.
-SQL_PROBE = "r = ms.sql_query('SELECT count(*) AS n FROM events')\nprint('sql rows', r['row_count'])"
+SQL_PROBE = (
+    "r = ms.sql_query('SELECT count(*) AS n FROM events')\nprint('sql rows', r['row_count'])"
+)
 
 
 def _task(run: int) -> str:
@@ -130,9 +132,7 @@ def _served_by_the_other_web_process(http: Http, session_id: str, run: int) -> N
     assert any(f"marker r{run}t1" in body for body in expanded), "no hit expands to the marker"
 
 
-def test_ten_runs_survive_a_killed_worker_and_live_spans_cross_web_processes(
-    cluster, eventlog_url
-):
+def test_ten_runs_survive_a_killed_worker_and_live_spans_cross_web_processes(cluster, eventlog_url):
     web_a = cluster.start_web("web-a")
     web_b = cluster.start_web("web-b")
     workers = {name: cluster.start_worker(name, slots=3) for name in ("worker-1", "worker-2")}

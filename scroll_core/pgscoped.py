@@ -12,7 +12,8 @@ Two paths, as on SQLite:
   row-level security showing only the agents the host registered for that connection's
   backend pid (``pgschema.m002_ms_reader`` says why a pid and not a setting), every call in
   its own READ ONLY transaction with a ``statement_timeout``, rolled back afterwards, and
-  rows streamed through a server-side cursor so the row cap and byte budget stop the fetch.
+  rows streamed through a server-side cursor so the row cap and byte budget stop the fetch;
+  a row over the byte budget on its own is sized and withheld by the server (``_capped``).
 """
 
 from __future__ import annotations
@@ -272,10 +273,15 @@ class PgModelSql:
                 self._db.execute(
                     f"SET LOCAL statement_timeout = {max(1, int(time_limit_s * 1000))}"
                 )
+                # Declared only (planned, not run) to learn the columns and their types.
+                with self._db.cursor(name=f"ms_{uuid.uuid4().hex[:12]}") as probe:
+                    probe.execute(text, bound)
+                    described = [(d.name, d.type_code) for d in probe.description or ()]
+                columns = [name for name, _ in described]
+                capped = _capped(text, [oid for _, oid in described], byte_budget)
                 with self._db.cursor(name=f"ms_{uuid.uuid4().hex[:12]}") as cursor:
                     cursor.itersize = _FETCH
-                    cursor.execute(text, bound)
-                    columns = [d.name for d in cursor.description or ()]
+                    cursor.execute(capped or text, bound)
                     size = 0
                     while truncated_by is None:
                         batch = cursor.fetchmany(_FETCH)
@@ -285,11 +291,15 @@ class PgModelSql:
                             if cap is not None and len(rows) >= cap:
                                 truncated_by = "rows"
                                 break
-                            size += sum(len(v) if isinstance(v, str | bytes) else 8 for v in row)
+                            if capped and row[-1]:  # over the budget on its own: not sent
+                                truncated_by = "bytes"
+                                break
+                            values = tuple(row[:-1]) if capped else tuple(row)
+                            size += sum(len(v) if isinstance(v, str | bytes) else 8 for v in values)
                             if size > byte_budget:
                                 truncated_by = "bytes"
                                 break
-                            rows.append(tuple(row))
+                            rows.append(values)
         except pgerrors.QueryCanceled:
             raise QueryRefused(f"query stopped at the {time_limit_s:g}s time limit") from None
         except pgerrors.InsufficientPrivilege as exc:
@@ -303,6 +313,50 @@ class PgModelSql:
         except (psycopg.Error, ValueError, TypeError, KeyError, IndexError) as exc:
             raise QueryRefused(_first_line(exc)) from None
         return columns, rows, truncated_by
+
+
+# Types whose values have a small fixed size (bool, "char", int2/4/8, oid, xid, cid, float4/8,
+# money, date, time, timetz, timestamp(tz), interval, uuid): never worth measuring.
+_FIXED_SIZE_TYPES = frozenset(
+    {16, 18, 20, 21, 23, 26, 28, 29, 700, 701, 790, 1082, 1083, 1114, 1184, 1186, 1266, 2950}
+)
+# text, varchar, bpchar, name: measured in characters as they are; bytea in bytes.
+_TEXT_TYPES = frozenset({19, 25, 1042, 1043})
+_BYTEA = 17
+
+
+def _capped(sql: str, oids: Sequence[int], byte_budget: int) -> str | None:
+    """Model SQL wrapped so that no row larger than ``byte_budget`` crosses the wire.
+
+    A row is sized in the server as the fetch loop sizes it (characters of text, bytes of
+    bytea, 8 for a fixed-size value, the text form of anything else); a row over the budget
+    on its own comes back with its variable-size values NULL and the last column true, so
+    the host stops there without ever holding it (the SQLite side cuts each text value at
+    the budget as it is decoded, and refuses any value over its length limit). None when
+    the statement has no columns to wrap.
+    """
+    if not oids:
+        return None
+    body = sql.rstrip().rstrip(";").rstrip()
+    names = [f"c{i}" for i in range(len(oids))]
+    sizes = []
+    for name, oid in zip(names, oids, strict=True):
+        if oid in _FIXED_SIZE_TYPES:
+            sizes.append("8")
+        elif oid in _TEXT_TYPES:
+            sizes.append(f"coalesce(char_length(q.{name}), 0)")
+        elif oid == _BYTEA:
+            sizes.append(f"coalesce(octet_length(q.{name}), 0)")
+        else:
+            sizes.append(f"coalesce(char_length(q.{name}::text), 0)")
+    picked = ", ".join(
+        f"q.{name}" if oid in _FIXED_SIZE_TYPES else f"CASE WHEN o.over THEN NULL ELSE q.{name} END"
+        for name, oid in zip(names, oids, strict=True)
+    )
+    return (
+        f"SELECT {picked}, o.over FROM (\n{body}\n) AS q({', '.join(names)}) "
+        f"CROSS JOIN LATERAL (SELECT ({' + '.join(sizes)})::bigint > {int(byte_budget)} AS over) o"
+    )
 
 
 def _scoped_connection(

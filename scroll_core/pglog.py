@@ -336,9 +336,15 @@ class PgEventLog(_EventLogBase):
         before_seq: int | None = None,
         time_limit_s: float | None = None,
         step_limit: int | None = None,
+        speaker: str | Sequence[str] | None = None,
     ) -> list[Hit]:
-        """BM25 search, as ``EventLog.search``. ``step_limit`` has no PostgreSQL meaning
-        and is ignored; ``time_limit_s`` becomes the statement timeout of each query."""
+        """BM25 search, as ``EventLog.search``.
+
+        ``time_limit_s`` becomes the ``statement_timeout`` of the search's statements, and
+        is PostgreSQL's bound on the work of a search: ``step_limit`` counts SQLite VM
+        instructions, which PostgreSQL has no equivalent of, so it is accepted and not
+        applied (bound a search by time here).
+        """
         with span(
             "scroll.search",
             {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": agent_id},
@@ -349,7 +355,9 @@ class PgEventLog(_EventLogBase):
             since=since,
             until=until,
         ) as traced:
-            filters = SearchFilters(session_id, agent_id, kind, since, until, before_seq)
+            filters = SearchFilters(
+                session_id, agent_id, kind, since, until, before_seq, speaker=speaker
+            )
             with self._limited(time_limit_s) as db:
                 hits = run_search(db, query, k, filters, self.search_tuning, PG_DIALECT)
             if traced.recording:

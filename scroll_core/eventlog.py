@@ -17,6 +17,7 @@ import os
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -192,7 +193,7 @@ class _Row:
     payload: bytes | None
 
 
-class _EventLogBase:
+class _EventLogBase(ABC):
     """What every backend of the Event Log shares: validating events, routing large
     contents to the payload store, counting tokens, and turning rows into ``Event``s.
 
@@ -218,11 +219,13 @@ class _EventLogBase:
         self.search_tuning = search_tuning or SearchTuning()
         self._pool = None
 
+    @abstractmethod
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
-        raise NotImplementedError
+        """Validate, store and number ``numbered`` (index, event) in one transaction."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release the backend's connections (and the token-counting thread)."""
 
     def __enter__(self) -> Self:
         return self

@@ -23,19 +23,17 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
-from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pgerrors
 
-from .errors import EventNotFound, QueryRefused
+from .errors import QueryRefused
 from .eventlog import SessionSummary
 from .pglog import PG_DIALECT
 from .pgschema import HOST_READER_ROLE
-from .scoped import FTS_REFUSED, ScopedEvent, scope_agents
+from .scoped import FTS_REFUSED, ScopedEvent, ScopedReads, scope_agents
 from .search import Hit, SearchFilters, run_search
-from .telemetry import span
 
 if TYPE_CHECKING:
     from .pglog import PgEventLog
@@ -60,10 +58,11 @@ _SQL_TOKENS = re.compile(
 )
 
 
-class PgScopedReader:
+class PgScopedReader(ScopedReads):
     """Every non-SQL read ``ms`` makes on PostgreSQL, narrowed to ``agents``."""
 
     views = ("events", "session_stats")
+    mark = "%s"
 
     def __init__(self, log: PgEventLog, agents: Sequence[str]) -> None:
         self.log = log
@@ -75,14 +74,24 @@ class PgScopedReader:
         with self._lock:
             _release(self.log, self._db)
 
+    def _integer(self, value: Any) -> int:
+        return _bigint(value)
+
     def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, tuple(params)).fetchall()
 
     def _events(
-        self, where: str, params: Sequence[Any], char_budget: int, limit: int | None = None
+        self,
+        where: str,
+        params: Sequence[Any],
+        char_budget: int,
+        limit: int | None = None,
+        *,
+        view: str = "events",
     ) -> list[ScopedEvent]:
-        sql = f"SELECT seq FROM events WHERE agent_id = ANY(%s) AND {where} ORDER BY seq"
+        # Row-level security scopes the rows; the agent term is also bound in every statement.
+        sql = f"SELECT seq FROM {view} WHERE agent_id = ANY(%s) AND {where} ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         found: list[ScopedEvent] = []
@@ -98,28 +107,6 @@ class PgScopedReader:
             left = max(0, left - len(event.content))
             found.append(ScopedEvent(event, int(rows[0][17] or 0)))
         return found
-
-    def get(self, seq: int, char_budget: int) -> ScopedEvent:
-        found = self._events("seq = %s", (_bigint(seq),), char_budget)
-        if not found:
-            raise EventNotFound(seq)
-        return found[0]
-
-    def range(self, lo: int, hi: int, char_budget: int) -> list[ScopedEvent]:
-        return self._events("seq BETWEEN %s AND %s", (_bigint(lo), _bigint(hi)), char_budget)
-
-    def by_tool_call(self, tool_call_id: str, char_budget: int) -> list[ScopedEvent]:
-        return self._events("tool_call_id = %s", (str(tool_call_id),), char_budget)
-
-    def session_events(
-        self, session_id: str, after_seq: int, limit: int, char_budget: int
-    ) -> list[ScopedEvent]:
-        return self._events(
-            "session_id = %s AND seq > %s",
-            (str(session_id), _bigint(after_seq)),
-            char_budget,
-            limit,
-        )
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
         wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
@@ -155,41 +142,11 @@ class PgScopedReader:
         )
         return f"CREATE TABLE {name} ({columns})"
 
-    def search(
-        self,
-        query: str,
-        k: int,
-        *,
-        agents: Sequence[str] | None = None,
-        session_id: str | None = None,
-        kind: str | Sequence[str] | None = None,
-        since: str | datetime | date | None = None,
-        until: str | datetime | date | None = None,
-        before_seq: int | None = None,
-        speaker: str | Sequence[str] | None = None,
-        neighbours: int = 0,
+    def _ranked(
+        self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
     ) -> list[Hit]:
-        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
-        if not wanted:
-            return []
-        filters = SearchFilters(session_id, wanted, kind, since, until, before_seq, speaker=speaker)
-        with span(
-            "scroll.search",
-            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": wanted[0]},
-            query=query,
-            k=k,
-            agents=list(wanted),
-            filter_session=session_id,
-            filter_kind=kind,
-            since=since,
-            until=until,
-        ) as traced:
-            with self._lock:
-                hits = run_search(self._db, query, k, filters, self.log.search_tuning, PG_DIALECT)
-                hits = self._with_neighbours(hits, neighbours, before_seq)
-            if traced.recording:
-                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
-            return hits
+        hits = run_search(self._db, query, k, filters, self.log.search_tuning, PG_DIALECT)
+        return self._with_neighbours(hits, neighbours, before_seq)
 
     def _with_neighbours(self, hits: list[Hit], reach: int, before_seq: int | None) -> list[Hit]:
         """Each hit with up to ``reach`` searchable turns on each side in its session, read
@@ -209,27 +166,6 @@ class PgScopedReader:
                 ).fetchall()
             filled.append(dataclasses.replace(hit, neighbours=tuple(sorted(r[0] for r in rows))))
         return filled
-
-    def payload(self, seq: int, byte_budget: int) -> Any:
-        found = self._events("seq = %s", (_bigint(seq),), char_budget=byte_budget)
-        if not found:
-            raise EventNotFound(seq)
-        scoped = found[0]
-        handle = scoped.event.payload
-        if handle is None:
-            if scoped.content_cut:
-                raise QueryRefused(
-                    f"event {seq} holds {scoped.content_chars:,} characters, more than the "
-                    f"{byte_budget:,} one ms call returns; select parts of it with "
-                    "sql_query and substr(content, start, length)"
-                )
-            return scoped.event.content
-        if handle.size > byte_budget:
-            raise QueryRefused(
-                f"payload of event {seq} is {handle.size:,} bytes, more than the "
-                f"{byte_budget:,} one ms call returns"
-            )
-        return handle.load()
 
 
 class PgModelSql:

@@ -41,7 +41,6 @@ from .errors import (
     SearchTimeout,
 )
 from .eventlog import (
-    _PIPELINE_CHUNK,
     DEFAULT_PAYLOAD_THRESHOLD,
     Event,
     Hit,
@@ -203,30 +202,20 @@ class PgEventLog(_EventLogBase):
         return [self._prepare(i, event) for i, event in chunk]
 
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
-        rows: list[_Row] = []
-        futures = []
-        pool = self._token_pool() if len(numbered) > _PIPELINE_CHUNK else None
-        for i in range(0, len(numbered), _PIPELINE_CHUNK):
-            chunk = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
-            rows.extend(chunk)
-            futures.append(pool.submit(self._count, chunk) if pool else self._count(chunk))
-
-        def count_of(index: int) -> int:
-            # Resolved while the rows stream to the server: counting a later chunk on the
-            # worker thread overlaps the COPY of an earlier one.
-            part = futures[index // _PIPELINE_CHUNK]
-            counted = part if isinstance(part, list) else part.result()
-            return counted[index % _PIPELINE_CHUNK]
-
+        prepared = self._prepare_batch(numbered)
         try:
             with self._write() as db:
-                return self._insert_rows(db, rows, count_of)
+                # Counts are resolved as the rows stream to the server: counting a later
+                # chunk on the worker thread overlaps the COPY of an earlier one.
+                return self._insert_rows(db, prepared.rows, prepared.count_of)
         except pgerrors.Error as exc:
             if exc.sqlstate == APPEND_ONLY_SQLSTATE:
                 raise AppendOnlyViolation(str(exc).strip()) from exc
             if isinstance(exc, pgerrors.IntegrityError | pgerrors.DataError):
                 raise InvalidEvent(f"the log refused the batch: {exc}".strip()) from exc
             raise
+        finally:
+            prepared.cancel()
 
     def _insert_rows(
         self, db: psycopg.Connection[Any], rows: list[_Row], count_of: Callable[[int], int]

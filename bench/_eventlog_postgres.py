@@ -3,7 +3,8 @@ Event Log on PostgreSQL against raw PostgreSQL doing the same work, one run.
 
 Ingest: ``PgEventLog.append_many`` (validation, token counting, dedup lookup under the seq
 lock, payload routing) against a bare ``COPY`` of the very same rows, token counts worked
-out before the clock starts, into a second database with the same schema: the same
+out before the clock starts, into a second database with the same schema (each side on a
+throwaway server of its own, with the same settings, when no server is given): the same
 triggers keep the same full-text index, BM25 statistics and session summary on both sides,
 so the difference is what the Event Log adds. (COPY is the fastest way PostgreSQL takes
 rows; a multi-row INSERT or ``executemany`` into the same schema is slower.) Batches

@@ -457,7 +457,9 @@ def _bm25_sql(filters: SearchFilters, dialect: SearchDialect) -> str:
     The GIN index answers the tsquery of the query's lexemes (``matches``); for each match
     the query lexemes' positions are read from its tsvector, each position counted with its
     column's weight (labels A, C, D), and BM25 is summed over the lexemes, with idf from
-    ``fts_terms`` and the average length from ``fts_totals``.
+    ``fts_terms`` and the average length from ``fts_totals``. The tsvector is cut down to
+    the query's lexemes before it is unnested (deleting every other lexeme, in C): unnesting
+    all of a match's lexemes into rows only to keep one or two cost 40% more per search.
     """
     join = " JOIN events e ON e.seq = f.seq" if filters.sql else ""
     where = dialect.sql(filters.sql)
@@ -490,7 +492,7 @@ def _bm25_sql(filters: SearchFilters, dialect: SearchDialect) -> str:
         FROM matches m, lex,
         LATERAL (
             SELECT u.lexeme, {tf}::float8 AS tf
-            FROM unnest(m.tsv) AS u WHERE u.lexeme = ANY(lex.lexemes)
+            FROM unnest(ts_delete(m.tsv, tsvector_to_array(ts_delete(m.tsv, lex.lexemes)))) AS u
         ) AS tf
         JOIN idf ON idf.lexeme = tf.lexeme
         GROUP BY m.seq ORDER BY score DESC, m.seq LIMIT %(limit)s

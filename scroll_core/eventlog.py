@@ -17,6 +17,7 @@ import os
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -192,7 +193,34 @@ class _Row:
     payload: bytes | None
 
 
-class _EventLogBase:
+@dataclass(frozen=True)
+class _Prepared:
+    """A batch validated in chunks of ``_PIPELINE_CHUNK`` rows, each chunk with its token
+    counts: counted already (a small batch) or still being counted on the worker thread."""
+
+    chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]]
+
+    @property
+    def rows(self) -> list[_Row]:
+        return [row for rows, _ in self.chunks for row in rows]
+
+    def counts(self, chunk: int) -> list[int]:
+        """The token counts of chunk number ``chunk``, waiting for them if need be."""
+        counts = self.chunks[chunk][1]
+        return counts.result() if isinstance(counts, Future) else counts
+
+    def count_of(self, index: int) -> int:
+        """The token count of row ``index`` of the batch."""
+        return self.counts(index // _PIPELINE_CHUNK)[index % _PIPELINE_CHUNK]
+
+    def cancel(self) -> None:
+        """Drop the counting not yet started (the batch failed or is done)."""
+        for _, counts in self.chunks:
+            if isinstance(counts, Future):
+                counts.cancel()
+
+
+class _EventLogBase(ABC):
     """What every backend of the Event Log shares: validating events, routing large
     contents to the payload store, counting tokens, and turning rows into ``Event``s.
 
@@ -218,11 +246,13 @@ class _EventLogBase:
         self.search_tuning = search_tuning or SearchTuning()
         self._pool = None
 
+    @abstractmethod
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
-        raise NotImplementedError
+        """Validate, store and number ``numbered`` (index, event) in one transaction."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release the backend's connections (and the token-counting thread)."""
 
     def __enter__(self) -> Self:
         return self
@@ -290,6 +320,21 @@ class _EventLogBase:
                 if len(sessions) == 1:
                     traced.set_attributes({SESSION: sessions.pop()})
         return seqs
+
+    def _prepare_batch(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> _Prepared:
+        """``numbered`` validated chunk by chunk. In a large batch each chunk's tokens are
+        counted on a worker thread as soon as the chunk is validated, overlapping the
+        validation of later chunks and the writing of earlier ones (the encoder and both
+        databases release the GIL); a small batch is counted on the calling thread."""
+        if len(numbered) <= _PIPELINE_CHUNK:
+            rows = self._prepare_chunk(numbered)
+            return _Prepared([(rows, self._count(rows))])
+        pool = self._token_pool()
+        chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]] = []
+        for i in range(0, len(numbered), _PIPELINE_CHUNK):
+            rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
+            chunks.append((rows, pool.submit(self._count, rows)))
+        return _Prepared(chunks)
 
     def _prepare_chunk(self, chunk: list[tuple[int, Mapping[str, Any]]]) -> list[_Row]:
         rows = [self._prepare(i, event) for i, event in chunk]
@@ -513,24 +558,11 @@ class EventLog(_EventLogBase):
 
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
         seqs = Seqs()
-        if len(numbered) <= _PIPELINE_CHUNK:
-            rows = self._prepare_chunk(numbered)
-            chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]]
-            chunks = [(rows, self._count(rows))]
-        else:
-            # Each chunk's tokens are counted on a worker thread as soon as the chunk is
-            # validated, overlapping the validation of later chunks and the INSERT of earlier
-            # ones: the encoder and SQLite both release the GIL.
-            pool = self._token_pool()
-            chunks = []
-            for i in range(0, len(numbered), _PIPELINE_CHUNK):
-                rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
-                chunks.append((rows, pool.submit(self._count, rows)))
+        prepared = self._prepare_batch(numbered)
         try:
             with self._write() as db:
-                for rows, counts in chunks:
-                    tokens = counts.result() if isinstance(counts, Future) else counts
-                    chunk_seqs, inserted = self._insert_rows(db, rows, tokens)
+                for chunk, (rows, _) in enumerate(prepared.chunks):
+                    chunk_seqs, inserted = self._insert_rows(db, rows, prepared.counts(chunk))
                     seqs.extend(chunk_seqs)
                     seqs.inserted += inserted
         except sqlite3.IntegrityError as exc:
@@ -538,9 +570,7 @@ class EventLog(_EventLogBase):
                 raise AppendOnlyViolation(str(exc)) from exc
             raise InvalidEvent(f"the log refused the batch: {exc}") from exc
         finally:
-            for _, counts in chunks:
-                if isinstance(counts, Future):
-                    counts.cancel()
+            prepared.cancel()
         return seqs
 
     def _insert_rows(

@@ -103,7 +103,11 @@ class EventStore(Protocol):
         before_seq: int | None = None,
         time_limit_s: float | None = None,
         step_limit: int | None = None,
-    ) -> list[Hit]: ...
+        speaker: str | Sequence[str] | None = None,
+    ) -> list[Hit]:
+        """BM25 search; ``time_limit_s`` bounds it on every backend, ``step_limit`` (SQLite
+        VM instructions) only on SQLite."""
+        ...
 
     def fts_check(self) -> int: ...
 

@@ -12,7 +12,8 @@ Two paths, as on SQLite:
   row-level security showing only the agents the host registered for that connection's
   backend pid (``pgschema.m002_ms_reader`` says why a pid and not a setting), every call in
   its own READ ONLY transaction with a ``statement_timeout``, rolled back afterwards, and
-  rows streamed through a server-side cursor so the row cap and byte budget stop the fetch.
+  rows streamed through a server-side cursor so the row cap and byte budget stop the fetch;
+  a row over the byte budget on its own is sized and withheld by the server (``_capped``).
 """
 
 from __future__ import annotations
@@ -22,19 +23,17 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
-from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pgerrors
 
-from .errors import EventNotFound, QueryRefused
+from .errors import QueryRefused
 from .eventlog import SessionSummary
 from .pglog import PG_DIALECT
 from .pgschema import HOST_READER_ROLE
-from .scoped import FTS_REFUSED, ScopedEvent, scope_agents
+from .scoped import FTS_REFUSED, ScopedEvent, ScopedReads, scope_agents
 from .search import Hit, SearchFilters, run_search
-from .telemetry import span
 
 if TYPE_CHECKING:
     from .pglog import PgEventLog
@@ -59,10 +58,11 @@ _SQL_TOKENS = re.compile(
 )
 
 
-class PgScopedReader:
+class PgScopedReader(ScopedReads):
     """Every non-SQL read ``ms`` makes on PostgreSQL, narrowed to ``agents``."""
 
     views = ("events", "session_stats")
+    mark = "%s"
 
     def __init__(self, log: PgEventLog, agents: Sequence[str]) -> None:
         self.log = log
@@ -74,14 +74,24 @@ class PgScopedReader:
         with self._lock:
             _release(self.log, self._db)
 
+    def _integer(self, value: Any) -> int:
+        return _bigint(value)
+
     def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, tuple(params)).fetchall()
 
     def _events(
-        self, where: str, params: Sequence[Any], char_budget: int, limit: int | None = None
+        self,
+        where: str,
+        params: Sequence[Any],
+        char_budget: int,
+        limit: int | None = None,
+        *,
+        view: str = "events",
     ) -> list[ScopedEvent]:
-        sql = f"SELECT seq FROM events WHERE agent_id = ANY(%s) AND {where} ORDER BY seq"
+        # Row-level security scopes the rows; the agent term is also bound in every statement.
+        sql = f"SELECT seq FROM {view} WHERE agent_id = ANY(%s) AND {where} ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         found: list[ScopedEvent] = []
@@ -97,28 +107,6 @@ class PgScopedReader:
             left = max(0, left - len(event.content))
             found.append(ScopedEvent(event, int(rows[0][17] or 0)))
         return found
-
-    def get(self, seq: int, char_budget: int) -> ScopedEvent:
-        found = self._events("seq = %s", (_bigint(seq),), char_budget)
-        if not found:
-            raise EventNotFound(seq)
-        return found[0]
-
-    def range(self, lo: int, hi: int, char_budget: int) -> list[ScopedEvent]:
-        return self._events("seq BETWEEN %s AND %s", (_bigint(lo), _bigint(hi)), char_budget)
-
-    def by_tool_call(self, tool_call_id: str, char_budget: int) -> list[ScopedEvent]:
-        return self._events("tool_call_id = %s", (str(tool_call_id),), char_budget)
-
-    def session_events(
-        self, session_id: str, after_seq: int, limit: int, char_budget: int
-    ) -> list[ScopedEvent]:
-        return self._events(
-            "session_id = %s AND seq > %s",
-            (str(session_id), _bigint(after_seq)),
-            char_budget,
-            limit,
-        )
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
         wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
@@ -154,41 +142,11 @@ class PgScopedReader:
         )
         return f"CREATE TABLE {name} ({columns})"
 
-    def search(
-        self,
-        query: str,
-        k: int,
-        *,
-        agents: Sequence[str] | None = None,
-        session_id: str | None = None,
-        kind: str | Sequence[str] | None = None,
-        since: str | datetime | date | None = None,
-        until: str | datetime | date | None = None,
-        before_seq: int | None = None,
-        speaker: str | Sequence[str] | None = None,
-        neighbours: int = 0,
+    def _ranked(
+        self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
     ) -> list[Hit]:
-        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
-        if not wanted:
-            return []
-        filters = SearchFilters(session_id, wanted, kind, since, until, before_seq, speaker=speaker)
-        with span(
-            "scroll.search",
-            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": wanted[0]},
-            query=query,
-            k=k,
-            agents=list(wanted),
-            filter_session=session_id,
-            filter_kind=kind,
-            since=since,
-            until=until,
-        ) as traced:
-            with self._lock:
-                hits = run_search(self._db, query, k, filters, self.log.search_tuning, PG_DIALECT)
-                hits = self._with_neighbours(hits, neighbours, before_seq)
-            if traced.recording:
-                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
-            return hits
+        hits = run_search(self._db, query, k, filters, self.log.search_tuning, PG_DIALECT)
+        return self._with_neighbours(hits, neighbours, before_seq)
 
     def _with_neighbours(self, hits: list[Hit], reach: int, before_seq: int | None) -> list[Hit]:
         """Each hit with up to ``reach`` searchable turns on each side in its session, read
@@ -208,27 +166,6 @@ class PgScopedReader:
                 ).fetchall()
             filled.append(dataclasses.replace(hit, neighbours=tuple(sorted(r[0] for r in rows))))
         return filled
-
-    def payload(self, seq: int, byte_budget: int) -> Any:
-        found = self._events("seq = %s", (_bigint(seq),), char_budget=byte_budget)
-        if not found:
-            raise EventNotFound(seq)
-        scoped = found[0]
-        handle = scoped.event.payload
-        if handle is None:
-            if scoped.content_cut:
-                raise QueryRefused(
-                    f"event {seq} holds {scoped.content_chars:,} characters, more than the "
-                    f"{byte_budget:,} one ms call returns; select parts of it with "
-                    "sql_query and substr(content, start, length)"
-                )
-            return scoped.event.content
-        if handle.size > byte_budget:
-            raise QueryRefused(
-                f"payload of event {seq} is {handle.size:,} bytes, more than the "
-                f"{byte_budget:,} one ms call returns"
-            )
-        return handle.load()
 
 
 class PgModelSql:
@@ -272,10 +209,15 @@ class PgModelSql:
                 self._db.execute(
                     f"SET LOCAL statement_timeout = {max(1, int(time_limit_s * 1000))}"
                 )
+                # Declared only (planned, not run) to learn the columns and their types.
+                with self._db.cursor(name=f"ms_{uuid.uuid4().hex[:12]}") as probe:
+                    probe.execute(text, bound)
+                    described = [(d.name, d.type_code) for d in probe.description or ()]
+                columns = [name for name, _ in described]
+                capped = _capped(text, [oid for _, oid in described], byte_budget)
                 with self._db.cursor(name=f"ms_{uuid.uuid4().hex[:12]}") as cursor:
                     cursor.itersize = _FETCH
-                    cursor.execute(text, bound)
-                    columns = [d.name for d in cursor.description or ()]
+                    cursor.execute(capped or text, bound)
                     size = 0
                     while truncated_by is None:
                         batch = cursor.fetchmany(_FETCH)
@@ -285,11 +227,15 @@ class PgModelSql:
                             if cap is not None and len(rows) >= cap:
                                 truncated_by = "rows"
                                 break
-                            size += sum(len(v) if isinstance(v, str | bytes) else 8 for v in row)
+                            if capped and row[-1]:  # over the budget on its own: not sent
+                                truncated_by = "bytes"
+                                break
+                            values = tuple(row[:-1]) if capped else tuple(row)
+                            size += sum(len(v) if isinstance(v, str | bytes) else 8 for v in values)
                             if size > byte_budget:
                                 truncated_by = "bytes"
                                 break
-                            rows.append(tuple(row))
+                            rows.append(values)
         except pgerrors.QueryCanceled:
             raise QueryRefused(f"query stopped at the {time_limit_s:g}s time limit") from None
         except pgerrors.InsufficientPrivilege as exc:
@@ -303,6 +249,50 @@ class PgModelSql:
         except (psycopg.Error, ValueError, TypeError, KeyError, IndexError) as exc:
             raise QueryRefused(_first_line(exc)) from None
         return columns, rows, truncated_by
+
+
+# Types whose values have a small fixed size (bool, "char", int2/4/8, oid, xid, cid, float4/8,
+# money, date, time, timetz, timestamp(tz), interval, uuid): never worth measuring.
+_FIXED_SIZE_TYPES = frozenset(
+    {16, 18, 20, 21, 23, 26, 28, 29, 700, 701, 790, 1082, 1083, 1114, 1184, 1186, 1266, 2950}
+)
+# text, varchar, bpchar, name: measured in characters as they are; bytea in bytes.
+_TEXT_TYPES = frozenset({19, 25, 1042, 1043})
+_BYTEA = 17
+
+
+def _capped(sql: str, oids: Sequence[int], byte_budget: int) -> str | None:
+    """Model SQL wrapped so that no row larger than ``byte_budget`` crosses the wire.
+
+    A row is sized in the server as the fetch loop sizes it (characters of text, bytes of
+    bytea, 8 for a fixed-size value, the text form of anything else); a row over the budget
+    on its own comes back with its variable-size values NULL and the last column true, so
+    the host stops there without ever holding it (the SQLite side cuts each text value at
+    the budget as it is decoded, and refuses any value over its length limit). None when
+    the statement has no columns to wrap.
+    """
+    if not oids:
+        return None
+    body = sql.rstrip().rstrip(";").rstrip()
+    names = [f"c{i}" for i in range(len(oids))]
+    sizes = []
+    for name, oid in zip(names, oids, strict=True):
+        if oid in _FIXED_SIZE_TYPES:
+            sizes.append("8")
+        elif oid in _TEXT_TYPES:
+            sizes.append(f"coalesce(char_length(q.{name}), 0)")
+        elif oid == _BYTEA:
+            sizes.append(f"coalesce(octet_length(q.{name}), 0)")
+        else:
+            sizes.append(f"coalesce(char_length(q.{name}::text), 0)")
+    picked = ", ".join(
+        f"q.{name}" if oid in _FIXED_SIZE_TYPES else f"CASE WHEN o.over THEN NULL ELSE q.{name} END"
+        for name, oid in zip(names, oids, strict=True)
+    )
+    return (
+        f"SELECT {picked}, o.over FROM (\n{body}\n) AS q({', '.join(names)}) "
+        f"CROSS JOIN LATERAL (SELECT ({' + '.join(sizes)})::bigint > {int(byte_budget)} AS over) o"
+    )
 
 
 def _scoped_connection(

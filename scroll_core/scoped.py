@@ -27,6 +27,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -44,6 +45,7 @@ __all__ = [
     "SCOPED_TABLES",
     "ScopedEvent",
     "ScopedReader",
+    "ScopedReads",
     "open_scoped",
     "scope_agents",
 ]
@@ -227,13 +229,138 @@ class ScopedEvent:
         return self.content_chars > len(self.event.content)
 
 
-class ScopedReader:
-    """Every non-SQL read ``ms`` makes, through one scoped connection.
+class ScopedReads(ABC):
+    """The reads of ``ms`` that do not depend on the backend, over a scoped connection.
 
-    ``agents`` are the readable agents, own agent first. Methods that would name an event
-    outside them find nothing: ``get`` raises ``EventNotFound`` exactly as for a seq that
-    does not exist, so a forged seq learns nothing about another agent's log.
+    ``agents`` are the readable agents, own agent first. Every read names its rows with SQL
+    in the backend's parameter ``mark`` and ``_events`` fetches them through the connection
+    the database scopes (views and an authorizer on SQLite, row-level security on
+    PostgreSQL), so methods that would name an event outside those agents find nothing:
+    ``get`` raises ``EventNotFound`` exactly as for a seq that does not exist, and a forged
+    seq learns nothing about another agent's log.
     """
+
+    log: Any
+    agents: tuple[str, ...]
+    _lock: threading.Lock
+    #: The backend's parameter mark.
+    mark = "?"
+    #: What a session's events are read from (SQLite has a view that keeps its index).
+    session_view = "events"
+
+    @abstractmethod
+    def _events(
+        self,
+        where: str,
+        params: Sequence[Any],
+        char_budget: int,
+        limit: int | None = None,
+        *,
+        view: str = "events",
+    ) -> list[ScopedEvent]:
+        """Events matching ``where``, oldest first, their contents sharing ``char_budget``
+        characters, each cut in the database so a huge content never reaches Python."""
+
+    @abstractmethod
+    def _ranked(
+        self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
+    ) -> list[Hit]:
+        """``run_search`` on the scoped connection (under ``_lock``), neighbours filled."""
+
+    def _integer(self, value: Any) -> int:
+        return int(value)
+
+    def get(self, seq: int, char_budget: int) -> ScopedEvent:
+        found = self._events(f"seq = {self.mark}", (self._integer(seq),), char_budget)
+        if not found:
+            raise EventNotFound(seq)
+        return found[0]
+
+    def range(self, lo: int, hi: int, char_budget: int) -> list[ScopedEvent]:
+        return self._events(
+            f"seq BETWEEN {self.mark} AND {self.mark}",
+            (self._integer(lo), self._integer(hi)),
+            char_budget,
+        )
+
+    def by_tool_call(self, tool_call_id: str, char_budget: int) -> list[ScopedEvent]:
+        return self._events(f"tool_call_id = {self.mark}", (str(tool_call_id),), char_budget)
+
+    def session_events(
+        self, session_id: str, after_seq: int, limit: int, char_budget: int
+    ) -> list[ScopedEvent]:
+        return self._events(
+            f"session_id = {self.mark} AND seq > {self.mark}",
+            (str(session_id), self._integer(after_seq)),
+            char_budget,
+            limit,
+            view=self.session_view,
+        )
+
+    def search(
+        self,
+        query: str,
+        k: int,
+        *,
+        agents: Sequence[str] | None = None,
+        session_id: str | None = None,
+        kind: str | Sequence[str] | None = None,
+        since: str | datetime | date | None = None,
+        until: str | datetime | date | None = None,
+        before_seq: int | None = None,
+        speaker: str | Sequence[str] | None = None,
+        neighbours: int = 0,
+    ) -> list[Hit]:
+        """BM25 search (``run_search``) over the scoped rows, narrowed to ``agents``; each
+        hit carries the seqs of up to ``neighbours`` turns on each side in its session."""
+        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
+        if not wanted:
+            return []
+        filters = SearchFilters(session_id, wanted, kind, since, until, before_seq, speaker=speaker)
+        with span(
+            "scroll.search",
+            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": wanted[0]},
+            query=query,
+            k=k,
+            agents=list(wanted),
+            filter_session=session_id,
+            filter_kind=kind,
+            since=since,
+            until=until,
+        ) as traced:
+            with self._lock:
+                hits = self._ranked(query, k, filters, neighbours, before_seq)
+            if traced.recording:
+                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
+            return hits
+
+    def payload(self, seq: int, byte_budget: int) -> Any:
+        """The full payload of a readable event (its content when it has none)."""
+        found = self._events(f"seq = {self.mark}", (self._integer(seq),), byte_budget)
+        if not found:
+            raise EventNotFound(seq)
+        scoped = found[0]
+        handle = scoped.event.payload
+        if handle is None:
+            if scoped.content_cut:
+                raise QueryRefused(
+                    f"event {seq} holds {scoped.content_chars:,} characters, more than the "
+                    f"{byte_budget:,} one ms call returns; select parts of it with "
+                    "sql_query and substr(content, start, length)"
+                )
+            return scoped.event.content
+        if handle.size > byte_budget:
+            raise QueryRefused(
+                f"payload of event {seq} is {handle.size:,} bytes, more than the "
+                f"{byte_budget:,} one ms call returns"
+            )
+        return handle.load()
+
+
+class ScopedReader(ScopedReads):
+    """Every non-SQL read ``ms`` makes on SQLite, through one scoped connection."""
+
+    session_view = BY_SESSION_VIEW
 
     def __init__(self, log: EventLog, agents: Sequence[str]) -> None:
         self.log = log
@@ -258,8 +385,6 @@ class ScopedReader:
         *,
         view: str = "events",
     ) -> list[ScopedEvent]:
-        """Events matching ``where``, oldest first, their contents sharing ``char_budget``
-        characters: SQLite cuts each with substr, so a huge content never reaches Python."""
         sql = f"SELECT seq FROM {view} WHERE {where} ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -278,28 +403,11 @@ class ScopedReader:
                 found.append(ScopedEvent(event, int(row[17] or 0)))
         return found
 
-    def get(self, seq: int, char_budget: int) -> ScopedEvent:
-        found = self._events("seq = ?", (int(seq),), char_budget)
-        if not found:
-            raise EventNotFound(seq)
-        return found[0]
-
-    def range(self, lo: int, hi: int, char_budget: int) -> list[ScopedEvent]:
-        return self._events("seq BETWEEN ? AND ?", (int(lo), int(hi)), char_budget)
-
-    def by_tool_call(self, tool_call_id: str, char_budget: int) -> list[ScopedEvent]:
-        return self._events("tool_call_id = ?", (str(tool_call_id),), char_budget)
-
-    def session_events(
-        self, session_id: str, after_seq: int, limit: int, char_budget: int
-    ) -> list[ScopedEvent]:
-        return self._events(
-            "session_id = ? AND seq > ?",
-            (str(session_id), int(after_seq)),
-            char_budget,
-            limit,
-            view=BY_SESSION_VIEW,
-        )
+    def _ranked(
+        self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
+    ) -> list[Hit]:
+        hits = run_search(self._db, query, k, filters, self.log.search_tuning)
+        return neighbour_seqs(self._db, hits, neighbours, before_seq) if neighbours else hits
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
         """The sessions of ``agents`` (default: every readable agent), newest first."""
@@ -333,64 +441,3 @@ class ScopedReader:
         """How the log declares table ``name`` (what a scoped view of it filters)."""
         rows = self._rows("SELECT sql FROM main.sqlite_master WHERE name = ?", (name,))
         return str(rows[0][0]) if rows else None
-
-    def search(
-        self,
-        query: str,
-        k: int,
-        *,
-        agents: Sequence[str] | None = None,
-        session_id: str | None = None,
-        kind: str | Sequence[str] | None = None,
-        since: str | datetime | date | None = None,
-        until: str | datetime | date | None = None,
-        before_seq: int | None = None,
-        speaker: str | Sequence[str] | None = None,
-        neighbours: int = 0,
-    ) -> list[Hit]:
-        """BM25 search (``run_search``) over the scoped view, narrowed to ``agents``; each
-        hit carries the seqs of up to ``neighbours`` turns on each side in its session."""
-        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
-        if not wanted:
-            return []
-        filters = SearchFilters(session_id, wanted, kind, since, until, before_seq, speaker=speaker)
-        with span(
-            "scroll.search",
-            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": wanted[0]},
-            query=query,
-            k=k,
-            agents=list(wanted),
-            filter_session=session_id,
-            filter_kind=kind,
-            since=since,
-            until=until,
-        ) as traced:
-            with self._lock:
-                hits = run_search(self._db, query, k, filters, self.log.search_tuning)
-                if neighbours:
-                    hits = neighbour_seqs(self._db, hits, neighbours, before_seq)
-            if traced.recording:
-                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
-            return hits
-
-    def payload(self, seq: int, byte_budget: int) -> Any:
-        """The full payload of a readable event (its content when it has none)."""
-        found = self._events("seq = ?", (int(seq),), char_budget=byte_budget)
-        if not found:
-            raise EventNotFound(seq)
-        scoped = found[0]
-        handle = scoped.event.payload
-        if handle is None:
-            if scoped.content_cut:
-                raise QueryRefused(
-                    f"event {seq} holds {scoped.content_chars:,} characters, more than the "
-                    f"{byte_budget:,} one ms call returns; select parts of it with "
-                    "sql_query and substr(content, start, length)"
-                )
-            return scoped.event.content
-        if handle.size > byte_budget:
-            raise QueryRefused(
-                f"payload of event {seq} is {handle.size:,} bytes, more than the "
-                f"{byte_budget:,} one ms call returns"
-            )
-        return handle.load()

@@ -172,12 +172,22 @@ class SearchDialect:
     mark: str
     candidates: Callable[[Any, list[str], int, SearchFilters, SearchTuning], dict[int, float]]
     list_range: Callable[[Any, int, SearchFilters], list[Hit]]
+    # Whether one array parameter can stand for a list of seqs (``= ANY(%s)``): the
+    # statement's text then stays the same from search to search, so the server plans it
+    # once and keeps it prepared instead of parsing a new ``IN (...)`` every time.
+    arrays: bool = False
 
     def sql(self, text: str) -> str:
         """Filter SQL written for SQLite (``?`` marks, ``0`` for false) in this dialect."""
         if self.mark == "?":
             return text
         return _FALSE_CLAUSE.sub(" AND 1 = 0", text).replace("?", self.mark)
+
+    def seq_in(self, column: str, seqs: Sequence[int]) -> tuple[str, list[Any]]:
+        """``column`` is one of ``seqs``, as SQL and its parameters."""
+        if self.arrays:
+            return f"{column} = ANY({self.mark})", [list(seqs)]
+        return f"{column} IN ({', '.join([self.mark] * len(seqs))})", list(seqs)
 
 
 def run_search(
@@ -203,15 +213,15 @@ def run_search(
     pool = set(base)
     for seq in base:
         pool.update(range(seq - reach, seq + reach + 1))
-    marks = ", ".join([dialect.mark] * len(pool))
+    in_pool, pool_params = dialect.seq_in("e.seq", sorted(pool))
     # One read of the candidates and the turns beside them: the session each belongs to
     # scores the neighbour signal, the text feeds the term features and the winners' hits.
     rows = {
         row[0]: row
         for row in db.execute(
             f"SELECT {_HIT_COLUMNS}, e.content, e.headline FROM events e "
-            f"WHERE e.seq IN ({marks}) AND e.searchable = 1{dialect.sql(filters.sql)}",
-            (*pool, *filters.params),
+            f"WHERE {in_pool} AND e.searchable = 1{dialect.sql(filters.sql)}",
+            (*pool_params, *filters.params),
         ).fetchall()
     }
     exact = ftsquery.exact_pieces(text) if tuning.exact_weight else []

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,8 +103,9 @@ def _tail(path: Path) -> str:
 
 
 @contextmanager
-def postgres() -> Iterator[Server]:
-    """A fresh PostgreSQL cluster with a database ``scroll`` owned by superuser ``scroll``."""
+def postgres(settings: Mapping[str, str] | None = None) -> Iterator[Server]:
+    """A fresh PostgreSQL cluster with a database ``scroll`` owned by superuser ``scroll``;
+    ``settings`` are server parameters on top of the test ones (a bench sizes its buffers)."""
     external = os.environ.get("SCROLL_TEST_POSTGRES_URL")
     if external:
         yield Server(external, "", 0)
@@ -143,6 +144,7 @@ def postgres() -> Iterator[Server]:
                     "-c", "synchronous_commit=off",
                     "-c", "full_page_writes=off",
                     "-c", "max_connections=200",
+                    *(arg for k, v in (settings or {}).items() for arg in ("-c", f"{k}={v}")),
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -4,6 +4,7 @@ tables, payloads in the database. The shared suites run on both backends via ``s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -327,3 +328,65 @@ def test_the_hosts_own_ms_reads_are_scoped_by_the_database_not_only_by_its_sql(p
             reader.close()
         with psycopg.connect(pg_url, autocommit=True) as db:  # its scope row is gone
             assert db.execute("SELECT count(*) FROM scroll_scope").fetchone()[0] == 0
+
+
+BIG_VALUE = """
+import json, resource, sys
+from scroll_core.kernel.ms import MsCapability
+from scroll_core.pglog import PgEventLog
+
+log = PgEventLog(sys.argv[1], reader_url=sys.argv[2])
+ms = MsCapability(log, agent_id='main', session_id='s', byte_budget=4096, sql_time_limit_s=60)
+ms.sql_query('SELECT 1')
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result, _ = ms.sql_query("SELECT seq, repeat('x', 60000000) AS big FROM events")
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({'growth_kb': after - before, 'rows': result['row_count'],
+                  'by': result['truncated_by'], 'columns': result['columns']}))
+"""
+
+
+def test_a_row_over_the_byte_budget_never_reaches_the_host(pg_url):
+    from tests.conftest import pg_reader_url
+
+    with PgEventLog(pg_url) as log:
+        log.append(session_id="s", kind="context_msg", content="small")
+    done = subprocess.run(
+        [sys.executable, "-c", BIG_VALUE, pg_url, pg_reader_url(pg_url)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["rows"] == 0 and report["by"] == "bytes", report
+    assert report["columns"] == ["seq", "big"], report
+    # 60 MB made in the server; the host grew by far less than one copy of it.
+    assert report["growth_kb"] < 20 * 1024, report
+
+
+def test_values_under_the_budget_keep_their_types_and_rows_their_order(pg_url):
+    from scroll_core.kernel.ms import MsCapability
+    from tests.conftest import pg_reader_url
+
+    with PgEventLog(pg_url, reader_url=pg_reader_url(pg_url)) as log:
+        seqs = [
+            log.append(session_id="s", kind="k", content=f"row {i} " + "a" * 100) for i in range(6)
+        ]
+        ms = MsCapability(log, agent_id="main", session_id="s", byte_budget=200)
+        try:
+            result, _ = ms.sql_query(
+                "SELECT seq, content, array_agg(seq) OVER () AS every, seq > 2 AS later, "
+                "NULL AS nothing FROM events ORDER BY seq DESC;"
+            )
+            assert result["truncated_by"] == "bytes" and result["row_count"] == 1, result
+            seq, content, every, later, nothing = result["rows"][0]
+            assert (seq, later, nothing) == (seqs[-1], True, None)
+            assert content.startswith("row 5 ") and sorted(every) == seqs
+            whole, _ = ms.sql_query("SELECT count(*) AS n, min(seq) FROM events")
+            assert whole["rows"] == [[6, seqs[0]]] and whole["truncated"] is False
+            blob, _ = ms.sql_query("SELECT decode(repeat('ff', 400), 'hex') AS b")
+            assert blob["row_count"] == 0 and blob["truncated_by"] == "bytes"
+        finally:
+            ms.close()

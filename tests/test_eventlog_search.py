@@ -203,3 +203,11 @@ def test_k_limits_the_hits(log):
 def test_search_never_raises_on_generated_text(notes, query):
     log, _ = notes
     assert isinstance(log.search(query), list)
+
+
+def test_the_speaker_filter_keeps_only_what_that_name_said(log):
+    ann = log.append(session_id="s", kind="context_msg", name="Ann", content="my dog Rex")
+    log.append(session_id="s", kind="context_msg", name="Ben", content="my dog is Rex too")
+    also = log.append(session_id="t", kind="context_msg", name="Ann", content="Rex barked")
+    assert sorted(h.seq for h in log.search("Rex", speaker="Ann")) == [ann, also]
+    assert log.search("Rex", speaker=[]) == []

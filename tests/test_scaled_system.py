@@ -1,9 +1,13 @@
 """Scroll scaled out on this machine: PostgreSQL, Redis, two daphne processes, two workers.
 
-Ten runs are posted through the web processes' Runs form; one worker is killed with
-SIGKILL while it owns a run mid-way. Every run must end done, or failed with its reason; the
-Event Log must hold each run's turns exactly once; a WebSocket client on web A must receive,
-live, the spans of a run posted to web B and executed by a worker.
+The console database and the Event Log (``SCROLL_EVENTLOG_URL``, with model SQL on a
+``scroll_reader`` login) are each a PostgreSQL database and the channel layer is Redis, so no
+process shares a file with another. Ten runs are posted through the web processes' Runs
+form; one worker is killed with SIGKILL while it owns a run mid-way. Every run must end
+done, or failed with its reason; the Event Log must hold each run's turns exactly once; a
+WebSocket client on web A must receive, live, the spans of a run posted to web B and
+executed by a worker; and web A must serve that session (its page, a search, an expanded
+event) from the shared log.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import re
 import signal
 import threading
 import time
+import urllib.parse
 from collections import Counter
 
+import psycopg
 import pytest
 
 from tests.cluster import Cluster, Http, drop_database, fresh_database, safe_id
@@ -29,22 +35,48 @@ TURN_SLEEP_S = 1.0
 END_TIMEOUT_S = 240.0
 
 
+# Model SQL in the first turn of every run: it runs on the worker, as the reader login,
+# under row-level security, against the log every process shares.
+SQL_PROBE = (
+    "r = ms.sql_query('SELECT count(*) AS n FROM events')\nprint('sql rows', r['row_count'])"
+)
+
+
 def _task(run: int) -> str:
     turns = [
-        f"```python\nimport time\ntime.sleep({TURN_SLEEP_S})\nprint('marker r{run}t{turn}')\n```"
+        f"```python\nimport time\ntime.sleep({TURN_SLEEP_S})\n"
+        + (SQL_PROBE + "\n" if turn == 0 else "")
+        + f"print('marker r{run}t{turn}')\n```"
         for turn in range(TURNS)
     ]
     return "\n---\n".join(turns)
 
 
 @pytest.fixture
-def cluster(tmp_path, postgres_server, redis_server):
+def eventlog_url(postgres_server):
+    """A database of its own for the Event Log, migrated (as a deployment would before
+    starting its processes), and the login model SQL runs as."""
+    from scroll_core.pglog import PgEventLog
+    from tests.conftest import pg_reader_url
+
+    url = fresh_database(postgres_server.url)
+    try:
+        PgEventLog(url).close()
+        yield url, pg_reader_url(url)
+    finally:
+        drop_database(url)
+
+
+@pytest.fixture
+def cluster(tmp_path, postgres_server, redis_server, eventlog_url):
+    url, reader_url = eventlog_url
     cluster = Cluster(
         tmp_path / "data",
         fresh_database(postgres_server.url),
         redis_server.url,
         processes=4,
         lease_s=3,
+        extra_env={"SCROLL_EVENTLOG_URL": url, "SCROLL_EVENTLOG_READER_URL": reader_url},
     )
     cluster.root.mkdir()
     try:
@@ -86,7 +118,21 @@ def _events_by_session(cluster: Cluster) -> dict[str, list[dict]]:
     )
 
 
-def test_ten_runs_survive_a_killed_worker_and_live_spans_cross_web_processes(cluster):
+def _served_by_the_other_web_process(http: Http, session_id: str, run: int) -> None:
+    """The session page, a search and an expanded event, each read from the shared log."""
+    quoted = urllib.parse.quote(session_id, safe="")
+    _, page = http.request(f"/sessions/{quoted}/")
+    for turn in range(TURNS):
+        assert f"marker r{run}t{turn}" in page, f"turn {turn} missing from the session page"
+    _, found = http.request(f"/sessions/{quoted}/?q=" + urllib.parse.quote(f"marker r{run}t1"))
+    hits = found.split('id="search-hits"', 1)[-1]
+    seqs = [int(s) for s in re.findall(r'#e(\d+)"', hits)]
+    assert seqs, "a search for a marker found no event"
+    expanded = [http.request(f"/events/{seq}/")[1] for seq in seqs]
+    assert any(f"marker r{run}t1" in body for body in expanded), "no hit expands to the marker"
+
+
+def test_ten_runs_survive_a_killed_worker_and_live_spans_cross_web_processes(cluster, eventlog_url):
     web_a = cluster.start_web("web-a")
     web_b = cluster.start_web("web-b")
     workers = {name: cluster.start_worker(name, slots=3) for name in ("worker-1", "worker-2")}
@@ -155,6 +201,18 @@ def test_ten_runs_survive_a_killed_worker_and_live_spans_cross_web_processes(clu
         s: (r["status"], r["error"]) for s, r in runs.items()
     }
 
+    # One history for every process: the log is the PostgreSQL database, no file anywhere.
+    assert not (cluster.root / "eventlog.sqlite3").exists(), "an Event Log file was written"
+    with psycopg.connect(eventlog_url[0]) as db:
+        stored = {row[0]: row[1] for row in db.execute(
+            "SELECT session_id, count(*) FROM events GROUP BY session_id"
+        )}  # fmt: skip
+    assert set(sessions) <= set(stored), set(sessions) - set(stored)
+    # The run posted to web B, executed by a worker, is served whole by web A.
+    assert runs[first]["status"] == "done" or first in owned, runs[first]
+    shown = first if runs[first]["status"] == "done" else done[0]
+    _served_by_the_other_web_process(http_a, shown, sessions.index(shown))
+
     events = _events_by_session(cluster)
     for sid in done:
         run = sessions.index(sid)
@@ -171,5 +229,7 @@ def test_ten_runs_survive_a_killed_worker_and_live_spans_cross_web_processes(clu
             for m in re.findall(r"marker r\d+t\d+", e["content"])
         )
         assert printed == Counter(f"marker r{run}t{t}" for t in range(TURNS)), (sid, printed)
+        # Model SQL ran as the reader login and saw the shared log.
+        assert any("sql rows 1" in e["content"] for e in rows if e["role"] == "tool"), sid
         calls = [e["tool_call_id"] for e in rows if e["tool_call_id"] and e["role"] == "tool"]
         assert len(calls) == len(set(calls)), f"{sid}: a tool result was appended twice"

@@ -211,7 +211,10 @@ class PgEventLog(_EventLogBase):
         except pgerrors.Error as exc:
             if exc.sqlstate == APPEND_ONLY_SQLSTATE:
                 raise AppendOnlyViolation(str(exc).strip()) from exc
-            if isinstance(exc, pgerrors.IntegrityError | pgerrors.DataError):
+            # A trigger's RAISE EXCEPTION is PostgreSQL's RAISE(ABORT): the database refused
+            # a row, as a constraint does; on SQLite both are IntegrityError -> InvalidEvent.
+            refused = pgerrors.IntegrityError | pgerrors.DataError | pgerrors.RaiseException
+            if isinstance(exc, refused):
                 raise InvalidEvent(f"the log refused the batch: {exc}".strip()) from exc
             raise
         finally:

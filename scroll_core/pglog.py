@@ -126,10 +126,13 @@ class PgEventLog(_EventLogBase):
     ``scroll_reader``); without it, sql_query on this log is refused.
 
     Content longer than ``payload_threshold`` characters is stored whole in the
-    ``payloads`` table and the row keeps the first ``payload_threshold`` characters.
+    ``payloads`` table and the row keeps the first ``payload_threshold`` characters. So is
+    content with NUL characters, which PostgreSQL text cannot hold: the row keeps it with
+    each NUL shown as U+FFFD, and the payload keeps it exactly.
     """
 
     backend = "postgres"
+    _text_holds_nul = False
 
     def __init__(
         self,

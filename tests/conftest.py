@@ -78,6 +78,19 @@ def console_log(settings, tmp_path):
     return get_event_log()
 
 
+@pytest.fixture
+def console_store(request, backend, settings, tmp_path):
+    """The console's Event Log on each backend: ``console_log``'s SQLite file, or a fresh
+    PostgreSQL database set as SCROLL_EVENTLOG_URL (with its read-only login for ms)."""
+    if backend == "postgres":
+        url = request.getfixturevalue("pg_url")
+        settings.SCROLL_EVENTLOG_URL = url
+        settings.SCROLL_EVENTLOG_READER_URL = pg_reader_url(url)
+    event_log = request.getfixturevalue("console_log")
+    assert event_log.backend == backend
+    return event_log
+
+
 @pytest.fixture(scope="session")
 def postgres_server():
     """A throwaway PostgreSQL server on loopback for the whole run (see tests/servers.py)."""

@@ -365,6 +365,8 @@ class PgEventLog(_EventLogBase):
         if time_limit_s is None:
             yield db
             return
+        if time_limit_s <= 0:  # SQLite stops such a search at once; 1 ms might let it finish
+            raise SearchTimeout(f"{time_limit_s:g} s")
         ms = max(1, int(time_limit_s * 1000))
         try:
             with db.transaction():

@@ -232,6 +232,9 @@ class _EventLogBase(ABC):
     tokens: TokenCounter
     search_tuning: SearchTuning
     _pool: ThreadPoolExecutor | None
+    # Whether a text column can hold NUL (SQLite's can; PostgreSQL's text cannot, so there
+    # content with NUL goes whole to the payload store like text that is not UTF-8).
+    _text_holds_nul: bool = True
 
     def _init_common(
         self,
@@ -435,6 +438,9 @@ class _EventLogBase(ABC):
         if full is None and _has_surrogates(content):
             full = content
             content = content.encode("utf-8", "replace").decode("utf-8")
+        if not self._text_holds_nul and "\x00" in content:
+            full = content if full is None else full
+            content = content.replace("\x00", "\ufffd")
         if full is None and len(content) > self.payload_threshold:
             full = content
         if full is not None and payload is not None:

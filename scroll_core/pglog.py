@@ -126,10 +126,13 @@ class PgEventLog(_EventLogBase):
     ``scroll_reader``); without it, sql_query on this log is refused.
 
     Content longer than ``payload_threshold`` characters is stored whole in the
-    ``payloads`` table and the row keeps the first ``payload_threshold`` characters.
+    ``payloads`` table and the row keeps the first ``payload_threshold`` characters. So is
+    content with NUL characters, which PostgreSQL text cannot hold: the row keeps it with
+    each NUL shown as U+FFFD, and the payload keeps it exactly.
     """
 
     backend = "postgres"
+    _text_holds_nul = False
 
     def __init__(
         self,
@@ -211,7 +214,10 @@ class PgEventLog(_EventLogBase):
         except pgerrors.Error as exc:
             if exc.sqlstate == APPEND_ONLY_SQLSTATE:
                 raise AppendOnlyViolation(str(exc).strip()) from exc
-            if isinstance(exc, pgerrors.IntegrityError | pgerrors.DataError):
+            # A trigger's RAISE EXCEPTION is PostgreSQL's RAISE(ABORT): the database refused
+            # a row, as a constraint does; on SQLite both are IntegrityError -> InvalidEvent.
+            refused = pgerrors.IntegrityError | pgerrors.DataError | pgerrors.RaiseException
+            if isinstance(exc, refused):
                 raise InvalidEvent(f"the log refused the batch: {exc}".strip()) from exc
             raise
         finally:
@@ -359,6 +365,8 @@ class PgEventLog(_EventLogBase):
         if time_limit_s is None:
             yield db
             return
+        if time_limit_s <= 0:  # SQLite stops such a search at once; 1 ms might let it finish
+            raise SearchTimeout(f"{time_limit_s:g} s")
         ms = max(1, int(time_limit_s * 1000))
         try:
             with db.transaction():

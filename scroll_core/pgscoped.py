@@ -246,6 +246,12 @@ class PgModelSql:
             ) from None
         except pgerrors.ReadOnlySqlTransaction as exc:
             raise QueryRefused(f"read-only: {_first_line(exc)}") from None
+        except pgerrors.SyntaxError as exc:
+            # FTS5's ``events_fts MATCH`` is a syntax error here before any privilege check;
+            # point the model to ms.search as SQLite's refusal does.
+            if "events_fts" in sql.lower():
+                raise QueryRefused(FTS_REFUSED) from None
+            raise QueryRefused(_first_line(exc)) from None
         except (psycopg.Error, ValueError, TypeError, KeyError, IndexError) as exc:
             raise QueryRefused(_first_line(exc)) from None
         return columns, rows, truncated_by

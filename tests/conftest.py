@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -75,6 +76,19 @@ def console_log(settings, tmp_path):
     settings.SCROLL_EVENTLOG_PATH = data / "eventlog.sqlite3"
     settings.SCROLL_PAYLOAD_DIR = data / "payloads"
     return get_event_log()
+
+
+@pytest.fixture
+def console_store(request, backend, settings, tmp_path):
+    """The console's Event Log on each backend: ``console_log``'s SQLite file, or a fresh
+    PostgreSQL database set as SCROLL_EVENTLOG_URL (with its read-only login for ms)."""
+    if backend == "postgres":
+        url = request.getfixturevalue("pg_url")
+        settings.SCROLL_EVENTLOG_URL = url
+        settings.SCROLL_EVENTLOG_READER_URL = pg_reader_url(url)
+    event_log = request.getfixturevalue("console_log")
+    assert event_log.backend == backend
+    return event_log
 
 
 @pytest.fixture(scope="session")
@@ -182,18 +196,51 @@ def _database_url(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    """A fresh Event Log on each backend: SQLite in a temporary folder, PostgreSQL in a
-    fresh database of the throwaway server."""
-    if request.param == "sqlite":
-        with EventLog(tmp_path / "eventlog.sqlite3") as event_log:
+# The Event Log backends every parametrized suite runs on (test ids ``[sqlite]``/``[postgres]``).
+BACKENDS = ("sqlite", "postgres")
+
+
+@contextmanager
+def open_store(
+    request: pytest.FixtureRequest, backend: str, folder: Path, **options: Any
+) -> Iterator[Any]:
+    """A fresh Event Log on ``backend`` with ``options`` (``payload_threshold``,
+    ``token_counter``...): SQLite as a file in ``folder``, PostgreSQL in a fresh database of
+    the throwaway server. Without a server the ``postgres`` test skips (fails under CI), as
+    ``postgres_server`` does; fixtures of any scope may use it."""
+    if backend == "sqlite":
+        with EventLog(folder / "eventlog.sqlite3", **options) as event_log:
             yield event_log
         return
     from scroll_core.pglog import PgEventLog
 
-    url = request.getfixturevalue("pg_url")
-    with PgEventLog(url, reader_url=pg_reader_url(url)) as event_log:
+    server = request.getfixturevalue("postgres_server")
+    template = request.getfixturevalue("pg_template")
+    with (
+        fresh_pg_database(server.url, template) as url,
+        PgEventLog(url, reader_url=pg_reader_url(url), **options) as event_log,
+    ):
+        yield event_log
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    """Which Event Log backend this test runs on; ``store`` opens a log on it."""
+    return request.param
+
+
+@pytest.fixture
+def store_options() -> dict[str, Any]:
+    """Keyword options ``store`` opens its log with; a test module overrides this fixture
+    to give every log in it, e.g., a token counter or a small payload threshold."""
+    return {}
+
+
+@pytest.fixture
+def store(request, backend, tmp_path, store_options):
+    """A fresh Event Log on each backend: SQLite in a temporary folder, PostgreSQL in a
+    fresh database of the throwaway server."""
+    with open_store(request, backend, tmp_path, **store_options) as event_log:
         yield event_log
 
 

@@ -10,7 +10,6 @@ from agent_fakes import ScriptedModel, assert_no_orphans, repl, reply
 
 from scroll_core.agent import Session
 from scroll_core.errors import ScrollError
-from scroll_core.eventlog import EventLog
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.profile import Profile
 from scroll_core.tokens import CharRatioCounter
@@ -23,9 +22,15 @@ class Crash(Exception):
 
 
 @pytest.fixture
-def clog(tmp_path):
-    with EventLog(tmp_path / "eventlog.sqlite3", token_counter=CharRatioCounter()) as log:
-        yield log
+def store_options():
+    """The agent counts tokens with the char-ratio counter on either backend."""
+    return {"token_counter": CharRatioCounter()}
+
+
+@pytest.fixture
+def clog(store):
+    """Checkpoint and resume hold on SQLite and on PostgreSQL."""
+    return store
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,12 @@ SECRET = "api key is sk-granted-5e7a"
 
 
 @pytest.fixture
-def agents(console_log):
-    console_log.append(session_id="sess-a", agent_id="alpha", kind="context_msg", content="hi")
-    console_log.append(session_id="sess-b", agent_id="bravo", kind="context_msg", content=SECRET)
-    return console_log
+def agents(console_store):
+    """Two agents' sessions in the console's log, on SQLite and on PostgreSQL: a grant opens
+    and a revoke closes the boundary on both."""
+    console_store.append(session_id="sess-a", agent_id="alpha", kind="context_msg", content="hi")
+    console_store.append(session_id="sess-b", agent_id="bravo", kind="context_msg", content=SECRET)
+    return console_store
 
 
 def _grant(admin_client, **form):

@@ -9,7 +9,7 @@ from agent_fakes import ScriptedModel, assert_no_orphans, recall, repl, reply
 
 from scroll_core.agent import Session
 from scroll_core.errors import ContextOverflow, ModelError, ScrollError
-from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, EventLog
+from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import ToolCall
 from scroll_core.profile import Profile
@@ -19,21 +19,15 @@ from scroll_core.tokens import CharRatioCounter
 S = "agent-1"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def clog(request, tmp_path):
-    """The agent loop runs on either backend unchanged."""
-    if request.param == "postgres":
-        from scroll_core.pglog import PgEventLog
-        from tests.conftest import pg_reader_url
+@pytest.fixture
+def store_options():
+    return {"token_counter": CharRatioCounter()}
 
-        url = request.getfixturevalue("pg_url")
-        with PgEventLog(
-            url, token_counter=CharRatioCounter(), reader_url=pg_reader_url(url)
-        ) as log:
-            yield log
-        return
-    with EventLog(tmp_path / "eventlog.sqlite3", token_counter=CharRatioCounter()) as log:
-        yield log
+
+@pytest.fixture
+def clog(store):
+    """The agent loop runs on either backend unchanged."""
+    return store
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from agent_fakes import assert_no_orphans
 from test_models_openai import ScriptedServer, completion, error_body
 
 from scroll_core.agent import Session
-from scroll_core.eventlog import EventLog
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import OpenAICompatibleModel
 from scroll_core.profile import Profile
@@ -51,15 +50,22 @@ def kernel():
 
 
 @pytest.fixture
-def clog(tmp_path):
-    with EventLog(tmp_path / "eventlog.sqlite3", token_counter=CharRatioCounter()) as log:
-        log.append(
-            session_id="earlier",
-            kind="context_msg",
-            role="user",
-            content="The ferry to the island leaves at noon on Sundays.",
-        )
-        yield log
+def store_options():
+    """The agent counts tokens with the char-ratio counter on either backend."""
+    return {"token_counter": CharRatioCounter()}
+
+
+@pytest.fixture
+def clog(store):
+    """The loop over HTTP runs on SQLite and on PostgreSQL."""
+    log = store
+    log.append(
+        session_id="earlier",
+        kind="context_msg",
+        role="user",
+        content="The ferry to the island leaves at noon on Sundays.",
+    )
+    yield log
 
 
 def tool_call(call_id, name, code):

@@ -6,7 +6,7 @@ import pytest
 from agent_fakes import ScriptedModel, assert_no_orphans, repl, reply
 
 from scroll_core.agent import Session
-from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, EventLog
+from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.index import SEAM_BANNER
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
@@ -30,34 +30,40 @@ def kernel():
 
 
 @pytest.fixture
-def history(tmp_path):
-    """A session of 200 earlier turns; turn 7 plants the fact."""
-    with EventLog(tmp_path / "eventlog.sqlite3", token_counter=CharRatioCounter()) as log:
-        planted = None
-        for turn in range(200):
-            text = FILLER[turn % len(FILLER)]
-            if turn == 7:
-                text = "My dog Biscuit chewed my sneakers again!"
-            seq = log.append(
-                session_id=S,
-                kind=KIND_CONTEXT_MSG,
-                role="user",
-                name="Melanie",
-                content=text,
-                created_at=f"2023-05-{1 + turn // 8:02d}T{10 + turn % 10:02d}:{turn % 60:02d}:00Z",
-            )
-            if turn == 7:
-                planted = seq
-            log.append(
-                session_id=S,
-                kind=KIND_MODEL_TURN,
-                role="assistant",
-                content=f"Noted, thanks for telling me ({turn}).",
-                headline=f"⟦chat {turn} | status: listened; next: wait | anchors: turn {turn}⟧",
-                created_at=f"2023-05-{1 + turn // 8:02d}T{10 + turn % 10:02d}:{turn % 60:02d}:30Z",
-            )
-        log.planted = planted
-        yield log
+def store_options():
+    """The agent counts tokens with the char-ratio counter on either backend."""
+    return {"token_counter": CharRatioCounter()}
+
+
+@pytest.fixture
+def history(store):
+    """A session of 200 earlier turns, on either backend; turn 7 plants the fact."""
+    log = store
+    planted = None
+    for turn in range(200):
+        text = FILLER[turn % len(FILLER)]
+        if turn == 7:
+            text = "My dog Biscuit chewed my sneakers again!"
+        seq = log.append(
+            session_id=S,
+            kind=KIND_CONTEXT_MSG,
+            role="user",
+            name="Melanie",
+            content=text,
+            created_at=f"2023-05-{1 + turn // 8:02d}T{10 + turn % 10:02d}:{turn % 60:02d}:00Z",
+        )
+        if turn == 7:
+            planted = seq
+        log.append(
+            session_id=S,
+            kind=KIND_MODEL_TURN,
+            role="assistant",
+            content=f"Noted, thanks for telling me ({turn}).",
+            headline=f"⟦chat {turn} | status: listened; next: wait | anchors: turn {turn}⟧",
+            created_at=f"2023-05-{1 + turn // 8:02d}T{10 + turn % 10:02d}:{turn % 60:02d}:30Z",
+        )
+    log.planted = planted
+    yield log
 
 
 def test_the_policy_answers_a_planted_fact_from_evicted_history(history, kernel):
@@ -86,7 +92,7 @@ def test_the_policy_answers_a_planted_fact_from_evicted_history(history, kernel)
         assert step.model_call.view["total"] <= profile.hard_limit
 
 
-def test_eviction_during_a_long_session_tiles_the_index_with_no_gap(tmp_path, kernel):
+def test_eviction_during_a_long_session_tiles_the_index_with_no_gap(store, kernel):
     def turn_of(k):
         big = f"print('row {k}: ' + 'x' * 900)"
         return [reply(f"Working on {k}.", repl(big)), reply(f"Done with {k}.")]
@@ -94,12 +100,10 @@ def test_eviction_during_a_long_session_tiles_the_index_with_no_gap(tmp_path, ke
     script = [item for k in range(60) for item in turn_of(k)]
     model = ScriptedModel(*script, context_size=1024)
     profile = Profile(context_size=1024)
-    with (
-        EventLog(tmp_path / "eventlog.sqlite3", token_counter=CharRatioCounter()) as log,
-        Session(
-            log, model, session_id=S, profile=profile, kernel=kernel, system="A test agent."
-        ) as agent,
-    ):
+    log = store
+    with Session(
+        log, model, session_id=S, profile=profile, kernel=kernel, system="A test agent."
+    ) as agent:
         evictions = 0
         for k in range(60):
             result = agent.ask(f"Task {k}: print a long row")

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import pytest
 from agent_fakes import ScriptedModel, repl, reply
-from test_agent_policy import S, history  # noqa: F401  (the planted-fact history fixture)
+from test_agent_policy import (  # noqa: F401  (the planted-fact history, on both backends)
+    S,
+    history,
+    store_options,
+)
 
 from scroll_core import telemetry
 from scroll_core.agent import Session
-from scroll_core.eventlog import EventLog
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
 from scroll_core.profile import Profile
-from scroll_core.tokens import CharRatioCounter
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +70,14 @@ def test_a_recall_turn_is_traced_from_turn_to_the_evicted_block_it_read(history,
     assert any(block in (attr(e, "scroll.blocks") or []) for e in expands)
 
 
-def test_folds_are_spans_with_what_they_saved(tmp_path, kernel, ring):
+def test_folds_are_spans_with_what_they_saved(store, kernel, ring):
     script = []
     for k in range(8):
         script += [reply(f"Working on {k}.", repl(f"print('row {k}: ' + 'x' * 900)")), reply("ok")]
     model = ScriptedModel(*script, context_size=1024)
     with (
-        EventLog(tmp_path / "log.sqlite3", token_counter=CharRatioCounter()) as log,
         Session(
-            log,
+            store,
             model,
             session_id="folds",
             profile=Profile(context_size=1024, protected_recent_tool_results=1),

@@ -17,6 +17,7 @@ from scroll_core.index import SEAM_BANNER
 from scroll_core.profile import Profile
 from scroll_core.tokens import CharRatioCounter
 from scroll_core.view import FOLD_MARK, ContextState, Prefix, build_view
+from tests.conftest import open_store
 
 S = "sess-1"
 COUNTER = CharRatioCounter()
@@ -24,9 +25,14 @@ PREFIX = Prefix.build("You are a test agent. Use the tools.", [], counter=COUNTE
 
 
 @pytest.fixture
-def clog(tmp_path):
-    with EventLog(tmp_path / "eventlog.sqlite3", token_counter=COUNTER) as log:
-        yield log
+def store_options():
+    return {"token_counter": COUNTER}
+
+
+@pytest.fixture
+def clog(store):
+    """Eviction reads and writes only through the Event Log: it runs on both backends."""
+    return store
 
 
 class Session:
@@ -249,9 +255,11 @@ def test_a_turn_without_a_headline_shows_no_milestone(clog):
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-def test_eviction_never_leaves_an_orphan_tool_message(tmp_path_factory, groups, context):
-    path = tmp_path_factory.mktemp("orphans") / "e.sqlite3"
-    with EventLog(path, token_counter=COUNTER) as log:
+def test_eviction_never_leaves_an_orphan_tool_message(
+    request, backend, tmp_path_factory, groups, context
+):
+    folder = tmp_path_factory.mktemp("orphans")
+    with open_store(request, backend, folder, token_counter=COUNTER) as log:
         chat = Session(log)
         for k, (calls, size, text_first) in enumerate(groups):
             chat.user(f"q{k}")

@@ -8,6 +8,22 @@ import pytest
 
 from scroll_core.errors import IngestError
 from scroll_core.ingest import FORMATS, ingest
+from tests.conftest import open_store
+
+
+@pytest.fixture
+def log(store):
+    """Every test here that imports into ``log`` runs on SQLite and on PostgreSQL: importers
+    write only through the Event Log interface."""
+    return store
+
+
+@pytest.fixture
+def log_small(request, backend, tmp_path):
+    """A fresh log on the same backend whose payload threshold is 100 characters."""
+    with open_store(request, backend, tmp_path, payload_threshold=100) as small:
+        yield small
+
 
 VALID_FILES = {
     "representative_messages.jsonl": ("claude-code:test_session", 12),

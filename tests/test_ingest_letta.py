@@ -9,6 +9,14 @@ import pytest
 from scroll_core.errors import IngestError
 from scroll_core.ingest import ingest
 
+
+@pytest.fixture
+def log(store):
+    """Every test here that imports into ``log`` runs on SQLite and on PostgreSQL: importers
+    write only through the Event Log interface."""
+    return store
+
+
 SESSION = "letta:memgpt_agent"
 IN_CONTEXT = [89, 81, 80, 82, 83, 84, 85, 86, 87, 88, 90]
 

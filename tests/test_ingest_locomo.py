@@ -12,6 +12,13 @@ from scroll_core.ingest import ingest
 
 
 @pytest.fixture
+def log(store):
+    """Every test here that imports into ``log`` runs on SQLite and on PostgreSQL: importers
+    write only through the Event Log interface."""
+    return store
+
+
+@pytest.fixture
 def locomo_file(shared_data):
     path = shared_data / "locomo" / "locomo10.json"
     if not path.is_file():

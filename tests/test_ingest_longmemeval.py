@@ -11,6 +11,14 @@ import pytest
 from scroll_core.errors import IngestError
 from scroll_core.ingest import ingest
 
+
+@pytest.fixture
+def log(store):
+    """Every test here that imports into ``log`` runs on SQLite and on PostgreSQL: importers
+    write only through the Event Log interface."""
+    return store
+
+
 FIXTURE = Path(__file__).parent / "fixtures" / "longmemeval_sample.json"
 
 

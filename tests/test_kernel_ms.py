@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from scroll_core import EventLog
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.kernel.ms import MsCapability, QueryRefused
+from tests.conftest import BACKENDS, open_store
 
 
-@pytest.fixture(scope="module")
-def event_log(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ms") / "eventlog.sqlite3"
-    with EventLog(path) as log:
+@pytest.fixture(scope="module", params=BACKENDS)
+def event_log(request, tmp_path_factory):
+    """The planted log, on SQLite and on PostgreSQL: ``ms`` keeps one contract on both."""
+    with open_store(request, request.param, tmp_path_factory.mktemp("ms")) as log:
         log.append(
             session_id="s1",
             kind="context_msg",
@@ -214,20 +214,21 @@ def test_sql_query_only_reads(ms, event_log, sql):
     assert event_log.count() == count
 
 
-def test_the_active_turn_stays_out_of_search_even_as_a_neighbour(tmp_path):
-    with EventLog(tmp_path / "log.sqlite3") as log:
-        log.append(session_id="s", kind="model_turn", content="an earlier, unrelated reply")
-        first_active = log.append(session_id="s", kind="context_msg", content="the ferry leaves?")
-        cap = MsCapability(log, session_id="s")
-        cap.begin_turn(first_active)
-        _, seqs = cap.search("ferry")
-        cap.close()
+def test_the_active_turn_stays_out_of_search_even_as_a_neighbour(store):
+    log = store
+    log.append(session_id="s", kind="model_turn", content="an earlier, unrelated reply")
+    first_active = log.append(session_id="s", kind="context_msg", content="the ferry leaves?")
+    cap = MsCapability(log, session_id="s")
+    cap.begin_turn(first_active)
+    _, seqs = cap.search("ferry")
+    cap.close()
     # The earlier reply shares no word with the query; only the live question next to it
     # could have lent it a score.
     assert seqs == []
 
 
-def test_before_seq_bounds_the_log_search(log):
+def test_before_seq_bounds_the_log_search(store):
+    log = store
     for text in ("kiwi one", "kiwi two", "kiwi three"):
         log.append(session_id="s", kind="context_msg", content=text)
     assert sorted(h.seq for h in log.search("kiwi", before_seq=3)) == [1, 2]

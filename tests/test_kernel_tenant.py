@@ -17,6 +17,7 @@ from scroll_core import AgentNotReadable, EventLog, QueryRefused, ScopedReader
 from scroll_core.kernel import Kernel, KernelConfig, bwrap_status
 from scroll_core.kernel.ms import MsCapability
 from scroll_core.scoped import BY_SESSION_VIEW
+from tests.conftest import BACKENDS, open_store
 
 BWRAP_OK, BWRAP_WHY = bwrap_status()
 TIERS = [
@@ -76,24 +77,11 @@ def _plant(log: EventLog) -> dict[str, int]:
     return seqs
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def planted(request, tmp_path_factory):
-    if request.param == "postgres":  # the boundary holds on both backends
-        from scroll_core.pglog import PgEventLog
-        from tests.conftest import fresh_pg_database, pg_reader_url
-
-        server = request.getfixturevalue("postgres_server")
-        template = request.getfixturevalue("pg_template")
-        with (
-            fresh_pg_database(server.url, template) as url,
-            PgEventLog(url, reader_url=pg_reader_url(url)) as log,
-        ):
-            yield log, _plant(log)
-        return
-    path = tmp_path_factory.mktemp("tenant") / "eventlog.sqlite3"
-    with EventLog(path) as log:
-        seqs = _plant(log)
-        yield log, seqs
+    """The planted log on each backend: the boundary holds on both."""
+    with open_store(request, request.param, tmp_path_factory.mktemp("tenant")) as log:
+        yield log, _plant(log)
 
 
 @pytest.fixture(scope="module", params=TIERS)
@@ -310,14 +298,14 @@ def test_an_invalid_agent_id_is_refused(planted, bad):
     ms.close()
 
 
-def test_an_agent_id_with_quotes_cannot_break_out_of_the_view(tmp_path):
-    with EventLog(tmp_path / "log.sqlite3") as log:
-        _plant(log)
-        odd = "x') OR 1=1 --"
-        log.append(session_id="odd", kind="context_msg", content="odd one", agent_id=odd)
-        ms = MsCapability(log, agent_id=odd)
-        rows = _rows(ms, "SELECT content FROM events")
-        ms.close()
+def test_an_agent_id_with_quotes_cannot_break_out_of_the_view(store):
+    log = store
+    _plant(log)
+    odd = "x') OR 1=1 --"
+    log.append(session_id="odd", kind="context_msg", content="odd one", agent_id=odd)
+    ms = MsCapability(log, agent_id=odd)
+    rows = _rows(ms, "SELECT content FROM events")
+    ms.close()
     assert rows == [["odd one"]]
 
 
@@ -422,18 +410,18 @@ def test_a_session_is_read_by_its_index_not_by_scanning_the_agent(planted):
         reader.close()
 
 
-def test_a_grant_of_one_agent_opens_that_agent_only(tmp_path):
-    with EventLog(tmp_path / "log.sqlite3") as log:
-        _plant(log)
-        log.append(session_id="sess-c", kind="context_msg", content="charlie notes", agent_id="c")
-        ms = MsCapability(log, agent_id=A_AGENT, readable_agents=["c"])
-        try:
-            contents = [r[0] for r in _rows(ms, "SELECT content FROM events")]
-            assert "charlie notes" in contents
-            assert not any(WORD in c for c in contents)
-            hits, _ = ms.search(f"api key {WORD} charlie", agent="*")
-            assert {h["fields"]["agent_id"] for h in hits} == {A_AGENT, "c"}
-            with pytest.raises(AgentNotReadable):
-                ms.sessions(agent=B_AGENT)
-        finally:
-            ms.close()
+def test_a_grant_of_one_agent_opens_that_agent_only(store):
+    log = store
+    _plant(log)
+    log.append(session_id="sess-c", kind="context_msg", content="charlie notes", agent_id="c")
+    ms = MsCapability(log, agent_id=A_AGENT, readable_agents=["c"])
+    try:
+        contents = [r[0] for r in _rows(ms, "SELECT content FROM events")]
+        assert "charlie notes" in contents
+        assert not any(WORD in c for c in contents)
+        hits, _ = ms.search(f"api key {WORD} charlie", agent="*")
+        assert {h["fields"]["agent_id"] for h in hits} == {A_AGENT, "c"}
+        with pytest.raises(AgentNotReadable):
+            ms.sessions(agent=B_AGENT)
+    finally:
+        ms.close()

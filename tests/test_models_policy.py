@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-from contextlib import ExitStack
 
 import pytest
 
-from scroll_core import EventLog
 from scroll_core.errors import ConfigError
 from scroll_core.headlines import parse_headline
 from scroll_core.kernel import Kernel, KernelConfig
@@ -24,6 +22,7 @@ from scroll_core.models.policy import (
     when_phrase,
 )
 from scroll_core.prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, system_prompt, tool_definitions
+from tests.conftest import BACKENDS, open_store
 
 HEADLINE = re.compile(r"^⟦[^|⟦⟧]+ \| status: [^;|⟧]+; next: [^|⟧]+ \| anchors: [^|⟧]+⟧$")
 
@@ -35,23 +34,11 @@ FILLER = [
 ]
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def event_log(request, tmp_path_factory):
     """The planted log on each backend: the programs the policy writes (sql_query with ?
     placeholders included) run on both."""
-    with ExitStack() as stack:
-        if request.param == "postgres":
-            from scroll_core.pglog import PgEventLog
-            from tests.conftest import fresh_pg_database, pg_reader_url
-
-            server = request.getfixturevalue("postgres_server")
-            url = stack.enter_context(
-                fresh_pg_database(server.url, request.getfixturevalue("pg_template"))
-            )
-            log = stack.enter_context(PgEventLog(url, reader_url=pg_reader_url(url)))
-        else:
-            path = tmp_path_factory.mktemp("policy") / "eventlog.sqlite3"
-            log = stack.enter_context(EventLog(path))
+    with open_store(request, request.param, tmp_path_factory.mktemp("policy")) as log:
         day = 1
         for round_ in range(6):
             for i, (speaker, text) in enumerate(FILLER):
@@ -213,13 +200,13 @@ def test_it_is_deterministic_for_the_same_inputs(kernel):
     assert "Pepper" in first[0].content
 
 
-def test_the_live_question_is_never_its_own_evidence(tmp_path):
-    with EventLog(tmp_path / "log.sqlite3") as log:
-        log.append(session_id="a", kind="context_msg", role="user", content="zebra stripes?")
-        ms = MsCapability(log)
-        with Kernel(KernelConfig(sandbox="process"), host_functions=ms.functions()) as kernel:
-            answer, _, _ = converse(PolicyModel(), kernel, "zebra stripes?")
-        ms.close()
+def test_the_live_question_is_never_its_own_evidence(store):
+    log = store
+    log.append(session_id="a", kind="context_msg", role="user", content="zebra stripes?")
+    ms = MsCapability(log)
+    with Kernel(KernelConfig(sandbox="process"), host_functions=ms.functions()) as kernel:
+        answer, _, _ = converse(PolicyModel(), kernel, "zebra stripes?")
+    ms.close()
     assert answer.content.splitlines()[0] == ABSTENTION
 
 
@@ -398,22 +385,22 @@ def test_headline_fields_cannot_break_the_format():
     assert HEADLINE.match(line), line
 
 
-def test_its_own_earlier_lookups_are_not_evidence(tmp_path):
-    with EventLog(tmp_path / "log.sqlite3") as log:
-        log.append(session_id="a", kind="chat_turn", name="Ann", content="My okapi is named Zed.")
-        # An earlier recall printout right beside the fact, as the agent loop stores it.
-        log.append(
-            session_id="a",
-            kind="tool_result",
-            name=RECALL_TOOL,
-            tool_call_id="c0",
-            content="*[1] 2023-01-01 Ann: My okapi is named Zed. (an old printout)",
-            searchable=False,
-        )
-        ms = MsCapability(log)
-        with Kernel(KernelConfig(sandbox="process"), host_functions=ms.functions()) as kernel:
-            answer, _, messages = converse(PolicyModel(), kernel, "What is the okapi named?")
-        ms.close()
+def test_its_own_earlier_lookups_are_not_evidence(store):
+    log = store
+    log.append(session_id="a", kind="chat_turn", name="Ann", content="My okapi is named Zed.")
+    # An earlier recall printout right beside the fact, as the agent loop stores it.
+    log.append(
+        session_id="a",
+        kind="tool_result",
+        name=RECALL_TOOL,
+        tool_call_id="c0",
+        content="*[1] 2023-01-01 Ann: My okapi is named Zed. (an old printout)",
+        searchable=False,
+    )
+    ms = MsCapability(log)
+    with Kernel(KernelConfig(sandbox="process"), host_functions=ms.functions()) as kernel:
+        answer, _, messages = converse(PolicyModel(), kernel, "What is the okapi named?")
+    ms.close()
     printed = "\n".join(m["content"] for m in messages if m["role"] == "tool")
     assert "[1]" in printed
     assert "old printout" not in printed

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from scroll_core import CharRatioCounter, EventLog, QueryRefused
+from scroll_core import CharRatioCounter, QueryRefused
 from scroll_core.kernel.ms import MsCapability
+from tests.conftest import BACKENDS, open_store
 
 BLOB_CHARS = 20 * 1024 * 1024
 BLOBS = 5
@@ -20,7 +20,7 @@ MAX_GROWTH_MB = 200
 # ms (this process) serves a real kernel cell that selects every huge row.
 HOST = """
 import json, resource, sys
-from scroll_core import CharRatioCounter, EventLog
+from scroll_core import CharRatioCounter, open_event_store
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.kernel.ms import MsCapability
 
@@ -29,7 +29,9 @@ def rss_kb(field):
         if line.startswith(field + ':'):
             return int(line.split()[1])
 
-log = EventLog(sys.argv[1], payload_threshold=10**9, token_counter=CharRatioCounter())
+reader = {'reader_url': sys.argv[2]} if len(sys.argv) > 2 else {}
+log = open_event_store(sys.argv[1], payload_threshold=10**9,
+                       token_counter=CharRatioCounter(), **reader)
 ms = MsCapability(log, agent_id='big', session_id='s')
 with Kernel(KernelConfig(sandbox='process'), host_functions=ms.functions()) as kernel:
     kernel.execute('1')
@@ -51,10 +53,26 @@ print(json.dumps({'before_kb': before, 'peak_kb': peak, 'stdout': result.stdout,
 """
 
 
-@pytest.fixture(scope="module")
-def huge_log(tmp_path_factory):
-    path = tmp_path_factory.mktemp("huge") / "eventlog.sqlite3"
-    with EventLog(path, payload_threshold=10**9, token_counter=CharRatioCounter()) as log:
+@pytest.fixture
+def log(store):
+    """Every test here that takes ``log`` runs on SQLite and on PostgreSQL."""
+    return store
+
+
+@pytest.fixture
+def log_small(request, backend, tmp_path):
+    """A fresh log on the same backend whose payload threshold is 100 characters."""
+    with open_store(request, backend, tmp_path, payload_threshold=100) as small:
+        yield small
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def huge_log(request, tmp_path_factory):
+    """The command line that opens the log of huge rows in another process: its path or
+    URL, and on PostgreSQL the read-only login model SQL runs as."""
+    folder = tmp_path_factory.mktemp("huge")
+    options = {"payload_threshold": 10**9, "token_counter": CharRatioCounter()}
+    with open_store(request, request.param, folder, **options) as log:
         for i in range(BLOBS):
             log.append(
                 session_id="s",
@@ -63,12 +81,15 @@ def huge_log(tmp_path_factory):
                 content=f"blob{i} " + "z" * BLOB_CHARS,
                 searchable=False,
             )
-    return path
+        if log.backend == "sqlite":
+            yield [str(log.path)]
+        else:
+            yield [log.url, log.reader_url]
 
 
-def test_five_20mb_rows_do_not_bloat_the_host(huge_log: Path):
+def test_five_20mb_rows_do_not_bloat_the_host(huge_log: list[str]):
     done = subprocess.run(
-        [sys.executable, "-c", HOST, str(huge_log)],
+        [sys.executable, "-c", HOST, *huge_log],
         capture_output=True,
         text=True,
         timeout=300,
@@ -96,7 +117,11 @@ def test_the_byte_budget_cuts_while_fetching_and_says_so(log):
         assert result["truncated"] is True and result["truncated_by"] == "bytes"
         assert result["row_count"] == 3
         assert result["rows"][0][0].startswith("row 0 ")
-        capped, _ = MsCapability(log, row_cap=4).sql_query("SELECT seq FROM events")
+        few = MsCapability(log, row_cap=4)
+        try:
+            capped, _ = few.sql_query("SELECT seq FROM events")
+        finally:
+            few.close()
         assert capped["truncated_by"] == "rows" and capped["row_count"] == 4
         whole, _ = ms.sql_query("SELECT count(*) FROM events")
         assert whole["truncated"] is False and whole["truncated_by"] is None
@@ -104,7 +129,14 @@ def test_the_byte_budget_cuts_while_fetching_and_says_so(log):
         ms.close()
 
 
-def test_a_value_larger_than_the_sql_limit_is_refused_clearly(log):
+def test_a_value_larger_than_the_sql_limit_is_refused_clearly(request, tmp_path):
+    """SQLite only: its per-value limit (``SQLITE_LIMIT_LENGTH``) and ``randomblob`` are
+    SQLite's; PostgreSQL's side is the next test."""
+    with open_store(request, "sqlite", tmp_path) as log:
+        _refuses_a_value_over_the_limit(log)
+
+
+def _refuses_a_value_over_the_limit(log):
     log.append(session_id="s", kind="context_msg", content="small")
     ms = MsCapability(log)
     try:
@@ -112,6 +144,25 @@ def test_a_value_larger_than_the_sql_limit_is_refused_clearly(log):
             ms.sql_query("SELECT randomblob(1000000000)")
         with pytest.raises(QueryRefused, match="too big"):
             ms.sql_query("SELECT zeroblob(100000000) FROM events")
+    finally:
+        ms.close()
+
+
+def test_a_huge_value_made_in_postgresql_sql_is_not_sent(request, tmp_path):
+    """PostgreSQL only: it has no per-value limit to set below its 1 GB, so the byte budget
+    is measured in SQL beside each row and a row over it on its own is never fetched."""
+    with open_store(request, "postgres", tmp_path) as log:
+        _does_not_send_a_value_over_the_budget(log)
+
+
+def _does_not_send_a_value_over_the_budget(log):
+    log.append(session_id="s", kind="context_msg", content="small")
+    ms = MsCapability(log, byte_budget=4096)
+    try:
+        result, _ = ms.sql_query("SELECT repeat('x', 100000000) FROM events")
+        assert result["rows"] == [] and result["truncated_by"] == "bytes"
+        fine, _ = ms.sql_query("SELECT repeat('x', 10) FROM events")
+        assert fine["rows"] == [["x" * 10]] and fine["truncated_by"] is None
     finally:
         ms.close()
 

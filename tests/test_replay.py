@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from scroll_core.agent import Session
-from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, EventLog
+from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.kernel.ms import MsCapability
 from scroll_core.models import PolicyModel
@@ -21,6 +21,7 @@ from scroll_core.replay import (
     reproduction,
 )
 from scroll_core.tokens import CharRatioCounter
+from tests.conftest import BACKENDS, open_store
 
 S = "replay-1"
 FILLER = [
@@ -42,12 +43,18 @@ QUESTIONS = [
 PROFILE = Profile(context_size=4096, protected_recent_tool_results=1)
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+@pytest.fixture(scope="module", params=BACKENDS)
+def recorded(request, tmp_path_factory):
     """A session of 120 earlier turns (turn 7 plants the fact), then six questions asked by
-    the agent loop with the policy model through real ms programs in a kernel."""
-    path = tmp_path_factory.mktemp("replay") / "eventlog.sqlite3"
-    log = EventLog(path, token_counter=CharRatioCounter())
+    the agent loop with the policy model through real ms programs in a kernel; on SQLite
+    and on PostgreSQL, replay reads only through the Event Log interface."""
+    with open_store(
+        request, request.param, tmp_path_factory.mktemp("replay"), token_counter=CharRatioCounter()
+    ) as log:
+        yield _record(log)
+
+
+def _record(log):
     planted = 0
     for turn in range(120):
         text = PLANTED if turn == 7 else FILLER[turn % len(FILLER)]
@@ -82,8 +89,7 @@ def recorded(tmp_path_factory):
             assert result.ok, result.error
             answers.append(f"{result.answer}\n{result.headline}")
             steps.extend(step.to_dict() for step in result.steps)
-    yield log, steps, planted, answers
-    log.close()
+    return log, steps, planted, answers
 
 
 def _compress_log(steps):
@@ -276,10 +282,9 @@ def test_the_log_alone_replays_the_recorded_run_exactly(recorded):
     assert not reproduction(trace, replay(trace, PROFILE.replace(trigger_ratio=0.6)))["exact"]
 
 
-def _older_log(log, path):
-    """A copy of ``log`` as the loop wrote it before it kept what replay needs."""
+def _copy_as_older(log, older):
+    """Copy ``log`` into ``older`` as the loop wrote it before it kept what replay needs."""
     newer = ("digest_tokens", "ms_calls", "ms_calls_total", "forced_compresses", "view_tokens")
-    older = EventLog(path, token_counter=CharRatioCounter())
     older.append_many(
         {
             "session_id": e.session_id,
@@ -297,13 +302,12 @@ def _older_log(log, path):
         }
         for e in log.session_events(S, limit=None)
     )
-    return older
 
 
-def test_an_older_log_replays_as_before_marked_inexact(recorded, tmp_path):
+def test_an_older_log_replays_as_before_marked_inexact(recorded, request, tmp_path):
     log, steps, _, _ = recorded
-    older = _older_log(log, tmp_path / "older.sqlite3")
-    try:
+    with open_store(request, log.backend, tmp_path, token_counter=CharRatioCounter()) as older:
+        _copy_as_older(log, older)
         assert [e.seq for e in older.session_events(S, limit=None)] == [
             e.seq for e in log.session_events(S, limit=None)
         ]
@@ -319,8 +323,6 @@ def test_an_older_log_replays_as_before_marked_inexact(recorded, tmp_path):
         # The step records still make it exact.
         with_steps = load_trace(older, S, steps=steps)
         assert reproduction(with_steps, replay(with_steps, PROFILE))["exact"]
-    finally:
-        older.close()
 
 
 def test_step_records_that_do_not_fit_the_log_are_refused(recorded):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from scroll_core.agent import Session
-from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, EventLog
+from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
 from scroll_core.profile import Profile
@@ -22,6 +22,7 @@ from scroll_core.replay import (
     reproduction,
 )
 from scroll_core.tokens import CharRatioCounter
+from tests.conftest import BACKENDS, open_store
 
 S = "window-1"
 BEFORE = Profile(context_size=4096, protected_recent_tool_results=1)
@@ -51,10 +52,16 @@ class RecordingModel:
         return self.inner.complete(messages, tools)
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    path = tmp_path_factory.mktemp("window") / "eventlog.sqlite3"
-    log = EventLog(path, token_counter=CharRatioCounter())
+@pytest.fixture(scope="module", params=BACKENDS)
+def recorded(request, tmp_path_factory):
+    """The recorded session, on SQLite and on PostgreSQL."""
+    with open_store(
+        request, request.param, tmp_path_factory.mktemp("window"), token_counter=CharRatioCounter()
+    ) as log:
+        yield _record(log)
+
+
+def _record(log):
     for turn in range(120):
         text = "My dog Biscuit chewed my sneakers!" if turn == 7 else f"Day {turn}: a walk."
         log.append(session_id=S, kind=KIND_CONTEXT_MSG, role="user", name="Melanie", content=text)
@@ -88,8 +95,7 @@ def recorded(tmp_path_factory):
                 switched_at_turn = result.steps[0].turn
     trace = load_trace(log, S)
     profiles = [BEFORE if p.turn < switched_at_turn else AFTER for p in trace.compresses]
-    yield log, trace, profiles, model.sent
-    log.close()
+    return log, trace, profiles, model.sent
 
 
 def test_every_call_rebuilds_to_the_messages_and_tokens_it_was_sent(recorded):

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 
 from scroll_core import EventLog, InvalidEvent
 from scroll_core.logschema import _DEDUP_TAKEN, m001_initial
-from tests.conftest import REPO
+from tests.backends import outside_connection
+from tests.conftest import REPO, open_store
 
 GROUP_BY = (
     "SELECT session_id, min(agent_id), count(*), sum(tokens), min(seq), max(seq), "
@@ -29,30 +31,56 @@ STATS = (
 )
 
 
-def _both(path: Path) -> tuple[list[tuple], list[tuple]]:
-    db = sqlite3.connect(path)
-    try:
-        return db.execute(GROUP_BY).fetchall(), db.execute(STATS).fetchall()
-    finally:
-        db.close()
+def _both(log: Any) -> tuple[list[tuple], list[tuple]]:
+    """A GROUP BY over the events and the summary table, read outside the log's own
+    connection, on either backend."""
+    with outside_connection(log) as db:
+        return (
+            [tuple(r) for r in db.execute(GROUP_BY).fetchall()],
+            [tuple(r) for r in db.execute(STATS).fetchall()],
+        )
 
 
-def _tamper(path: Path, sql: str, params: tuple = ()) -> None:
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
+def _tamper(log: Any, sql: str, params: tuple = ()) -> None:
+    with outside_connection(log) as db:
         db.execute(sql, params)
-    finally:
-        db.close()
 
 
-def _poison(path: Path) -> None:
+POISON_PG = """
+CREATE FUNCTION test_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF new.content = 'poison' THEN RAISE EXCEPTION 'poisoned'; END IF;
+    RETURN new;
+END $$;
+CREATE TRIGGER test_poison BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION test_poison();
+"""
+
+
+def _poison(log: Any) -> None:
     """Make the database itself refuse any event whose content is 'poison' (a fault inside
     the appending transaction, after the rows before it have fired their triggers)."""
-    _tamper(
-        path,
-        "CREATE TRIGGER test_poison BEFORE INSERT ON events WHEN new.content = 'poison' "
-        "BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
-    )
+    if log.backend == "sqlite":
+        _tamper(
+            log,
+            "CREATE TRIGGER test_poison BEFORE INSERT ON events WHEN new.content = 'poison' "
+            "BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
+        )
+    else:
+        _tamper(log, POISON_PG)
+
+
+@pytest.fixture
+def log(store):
+    """The summary is kept on both backends: tests taking ``log`` run on each."""
+    return store
+
+
+@pytest.fixture
+def sqlite_log(tmp_path):
+    """A SQLite log, for the refusals written in SQLite's own SQL and words; PostgreSQL's
+    are in tests/test_eventlog_postgres.py (the summary and events refused to its owner)."""
+    with EventLog(tmp_path / "eventlog.sqlite3") as event_log:
+        yield event_log
 
 
 def _seeded(log: EventLog) -> None:
@@ -71,7 +99,7 @@ def test_sessions_read_the_summary_kept_on_append(log):
     assert log.session("a") == by_id["a"]
     assert log.session("nope") is None
     assert log.count("a") == 2 and log.count("nope") == 0 and log.count() == 3
-    group_by, stats = _both(log.path)
+    group_by, stats = _both(log)
     assert stats == group_by
 
 
@@ -87,7 +115,7 @@ def test_sessions_come_most_recent_first_and_can_be_cut(log):
 
 def test_a_batch_the_database_refuses_midway_leaves_the_summary_as_it_was(log):
     _seeded(log)
-    _poison(log.path)
+    _poison(log)
     before = log.sessions()
     batch = [{"session_id": s, "kind": "k", "content": "x"} for s in ("a", "new") * 60]
     with pytest.raises(InvalidEvent, match="poisoned"):
@@ -130,15 +158,16 @@ def test_a_repeated_dedup_key_is_not_counted_twice(log):
         "ON CONFLICT(session_id) DO UPDATE SET events = 1",
     ],
 )
-def test_it_refuses_any_write_to_the_summary_from_outside_the_append_path(log, sql):
+def test_it_refuses_any_write_to_the_summary_from_outside_the_append_path(sqlite_log, sql):
+    log = sqlite_log
     _seeded(log)
-    before = _both(log.path)
+    before = _both(log)
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        _tamper(log.path, sql)
-    assert _both(log.path) == before
+        _tamper(log, sql)
+    assert _both(log) == before
     # The log still appends and still counts after the refusal.
     log.append(session_id="a", kind="context_msg", content="after")
-    group_by, stats = _both(log.path)
+    group_by, stats = _both(log)
     assert stats == group_by and log.count("a") == 3
 
 
@@ -162,13 +191,14 @@ def test_it_refuses_any_write_to_the_summary_from_outside_the_append_path(log, s
         ),
     ],
 )
-def test_it_refuses_an_insert_that_would_replace_an_event(log, sql, message):
+def test_it_refuses_an_insert_that_would_replace_an_event(sqlite_log, sql, message):
+    log = sqlite_log
     log.append(session_id="a", kind="context_msg", content="original", dedup_key="k")
     log.append(session_id="b", kind="context_msg", content="second")
     with pytest.raises(sqlite3.IntegrityError, match=message):
-        _tamper(log.path, sql)
+        _tamper(log, sql)
     assert [e.content for e in log.range(-10, 10)] == ["original", "second"]
-    group_by, stats = _both(log.path)
+    group_by, stats = _both(log)
     assert stats == group_by
 
 
@@ -178,6 +208,8 @@ def test_the_dedup_refusal_keeps_sqlites_own_words():
 
 
 def test_the_migration_backfills_a_log_written_before_it(tmp_path):
+    """SQLite only: logschema m002 backfills SQLite logs written before the summary existed;
+    PostgreSQL logs have had it since their first migration."""
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("CREATE TABLE _scroll_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
@@ -196,13 +228,13 @@ def test_the_migration_backfills_a_log_written_before_it(tmp_path):
     )
     db.close()
     with EventLog(path) as log:
-        group_by, stats = _both(path)
+        group_by, stats = _both(log)
         assert stats == group_by and len(stats) == 2
         assert log.session("s2") is not None and log.session("s2").agent_id == "amy"
         assert log.session("s1").tokens == 16
         log.append(session_id="s1", kind="context_msg", content="new", created_at="2024-01-05")
         assert log.session("s1").events == 3 and log.session("s1").last_seq == 5
-        group_by, stats = _both(path)
+        group_by, stats = _both(log)
         assert stats == group_by
 
 
@@ -225,6 +257,8 @@ _WRITER = textwrap.dedent(
 
 
 def test_a_writer_killed_mid_batch_leaves_the_summary_equal_to_the_events(tmp_path):
+    """SQLite's writer killed mid-batch; PostgreSQL's is killed holding the seq lock in
+    tests/test_eventlog_postgres.py, which checks the same summary equality after."""
     path = tmp_path / "log.sqlite3"
     proc = subprocess.Popen(
         [sys.executable, "-c", _WRITER.format(repo=str(REPO), path=str(path))],
@@ -240,7 +274,7 @@ def test_a_writer_killed_mid_batch_leaves_the_summary_equal_to_the_events(tmp_pa
     with EventLog(path) as log:
         assert log.count() >= 50 * 20
         assert log.count() % 20 == 0  # whole batches only
-    group_by, stats = _both(path)
+        group_by, stats = _both(log)
     assert stats == group_by
 
 
@@ -259,22 +293,24 @@ _event = st.fixed_dictionaries(
 _batch = st.tuples(st.lists(_event, min_size=1, max_size=6), st.booleans())
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(st.lists(_batch, max_size=8))
-def test_the_summary_always_equals_a_group_by_over_the_events(batches):
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "log.sqlite3"
-        with EventLog(path) as log:
-            _poison(path)
-            for events, spoil in batches:
-                # A spoiled batch ends in an event the database refuses: no trace of it.
-                poison = {"session_id": "s2", "kind": "context_msg", "content": "poison"}
-                batch = [*events, poison] if spoil else events
-                if spoil:
-                    with pytest.raises(InvalidEvent):
-                        log.append_many(batch)
-                else:
+def test_the_summary_always_equals_a_group_by_over_the_events(request, backend, batches):
+    with tempfile.TemporaryDirectory() as folder, open_store(request, backend, Path(folder)) as log:
+        _poison(log)
+        for events, spoil in batches:
+            # A spoiled batch ends in an event the database refuses: no trace of it.
+            poison = {"session_id": "s2", "kind": "context_msg", "content": "poison"}
+            batch = [*events, poison] if spoil else events
+            if spoil:
+                with pytest.raises(InvalidEvent):
                     log.append_many(batch)
-                group_by, stats = _both(path)
-                assert stats == group_by
-            assert log.count() == sum(s.events for s in log.sessions())
+            else:
+                log.append_many(batch)
+            group_by, stats = _both(log)
+            assert stats == group_by
+        assert log.count() == sum(s.events for s in log.sessions())

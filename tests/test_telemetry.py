@@ -7,7 +7,7 @@ import threading
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from scroll_core import EventLog, telemetry
+from scroll_core import telemetry
 from scroll_core.errors import ConfigError, InvalidEvent, QueryRefused
 from scroll_core.index import EvictionIndex
 from scroll_core.kernel import Kernel, KernelConfig
@@ -325,23 +325,23 @@ def test_metrics_follow_from_the_spans(tel, reader):
 
 
 # ------------------------------------------------------------------------------ the core's spans
-def test_the_event_log_traces_appends_and_searches(tel, tmp_path):
-    with EventLog(tmp_path / "log.sqlite3") as log:
-        log.append_many(
-            [
-                {
-                    "session_id": "s1",
-                    "kind": "context_msg",
-                    "content": "the zebra",
-                    "dedup_key": "a",
-                },
-                {"session_id": "s1", "kind": "model_turn", "content": "a lion", "dedup_key": "b"},
-            ]
-        )
-        log.append_many(
-            [{"session_id": "s1", "kind": "context_msg", "content": "again", "dedup_key": "a"}]
-        )
-        hits = log.search("zebra", k=5, session_id="s1")
+def test_the_event_log_traces_appends_and_searches(tel, store):
+    log = store
+    log.append_many(
+        [
+            {
+                "session_id": "s1",
+                "kind": "context_msg",
+                "content": "the zebra",
+                "dedup_key": "a",
+            },
+            {"session_id": "s1", "kind": "model_turn", "content": "a lion", "dedup_key": "b"},
+        ]
+    )
+    log.append_many(
+        [{"session_id": "s1", "kind": "context_msg", "content": "again", "dedup_key": "a"}]
+    )
+    hits = log.search("zebra", k=5, session_id="s1")
     first, second = tel.ring.records("scroll.append")
     assert first.attributes == {
         "scroll.events": 2,
@@ -361,20 +361,20 @@ def test_the_event_log_traces_appends_and_searches(tel, tmp_path):
     assert search.attributes["scroll.filter_session"] == "s1"
 
 
-def test_a_failed_append_is_an_error_span(tel, tmp_path):
-    with EventLog(tmp_path / "log.sqlite3") as log, pytest.raises(InvalidEvent):
-        log.append_many([{"session_id": "s1", "kind": "context_msg"}])
+def test_a_failed_append_is_an_error_span(tel, store):
+    with pytest.raises(InvalidEvent):
+        store.append_many([{"session_id": "s1", "kind": "context_msg"}])
     (record,) = tel.ring.records("scroll.append")
     assert record.status == "error"
     assert record.attributes["error.type"] == "InvalidEvent"
 
 
 @pytest.fixture
-def history(tmp_path):
-    with EventLog(tmp_path / "eventlog.sqlite3") as log:
-        for i in range(1, 11):
-            log.append(session_id="s1", kind="context_msg", content=f"fact {i} about zebras")
-        yield log
+def history(store):
+    """Ten facts, on SQLite and on PostgreSQL: the spans are the same on both."""
+    for i in range(1, 11):
+        store.append(session_id="s1", kind="context_msg", content=f"fact {i} about zebras")
+    return store
 
 
 @pytest.fixture
@@ -442,7 +442,10 @@ def test_ms_calls_in_a_cell_are_children_of_its_span(tel, history, index):
 
 def test_an_expand_outside_every_evicted_block_says_so(tel, history, index):
     cap = MsCapability(history, session_id="s1", block_resolver=index.block_for)
-    cap.functions()["ms.expand"](7, 8)
+    try:
+        cap.functions()["ms.expand"](7, 8)
+    finally:
+        cap.close()
     (expand,) = tel.ring.records("scroll.expand")
     assert expand.attributes["scroll.evicted"] is False
     assert "scroll.block" not in expand.attributes
@@ -453,7 +456,10 @@ def test_a_broken_resolver_does_not_fail_the_expand(tel, history):
         raise RuntimeError("index gone")
 
     cap = MsCapability(history, session_id="s1", block_resolver=resolver)
-    assert len(cap.functions()["ms.expand"](1, 2)) == 2
+    try:
+        assert len(cap.functions()["ms.expand"](1, 2)) == 2
+    finally:
+        cap.close()
     (expand,) = tel.ring.records("scroll.expand")
     assert expand.status == "unset" and expand.attributes["scroll.evicted"] is False
 

@@ -224,7 +224,8 @@ class _EventLogBase(ABC):
     """What every backend of the Event Log shares: validating events, routing large
     contents to the payload store, counting tokens, and turning rows into ``Event``s.
 
-    A backend supplies ``payloads`` and ``_append_numbered`` (the transaction) and the reads.
+    A backend supplies ``payloads``, its connections and ``_append_numbered`` (the
+    transaction) and the reads.
     """
 
     payloads: PayloadSource
@@ -232,6 +233,12 @@ class _EventLogBase(ABC):
     tokens: TokenCounter
     search_tuning: SearchTuning
     _pool: ThreadPoolExecutor | None
+    # Set by each backend: its writing connection, its readers' connections (one per thread),
+    # and the lock that serialises writes; ``close`` releases them all.
+    _writer: Any
+    _readers: list[Any]
+    _write_lock: threading.RLock
+    _closed: bool
     # Whether a text column can hold NUL (SQLite's can; PostgreSQL's text cannot, so there
     # content with NUL goes whole to the payload store like text that is not UTF-8).
     _text_holds_nul: bool = True
@@ -253,9 +260,17 @@ class _EventLogBase(ABC):
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
         """Validate, store and number ``numbered`` (index, event) in one transaction."""
 
-    @abstractmethod
     def close(self) -> None:
-        """Release the backend's connections (and the token-counting thread)."""
+        """Release the backend's connections (and the token-counting thread); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._write_lock:
+            self._writer.close()
+            for db in self._readers:
+                db.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def __enter__(self) -> Self:
         return self
@@ -550,17 +565,6 @@ class EventLog(_EventLogBase):
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with self._write_lock:
-            self._writer.close()
-            for db in self._readers:
-                db.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
 
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
         seqs = Seqs()

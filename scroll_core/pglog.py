@@ -188,17 +188,6 @@ class PgEventLog(_EventLogBase):
             with self._writer.transaction():
                 yield self._writer
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with self._write_lock:
-            self._writer.close()
-            for db in self._readers:
-                db.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-
     # ------------------------------------------------------------------ writing
     def _prepare_chunk(self, chunk: list[tuple[int, Mapping[str, Any]]]) -> list[_Row]:
         # Payloads are written inside the appending transaction (see _append_numbered).

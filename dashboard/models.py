@@ -640,8 +640,20 @@ class GatewayKey(models.Model):
     profile = models.ForeignKey(
         TuningProfile, null=True, blank=True, on_delete=models.SET_NULL, related_name="gateway_keys"
     )
+    upstream_format = models.CharField(
+        max_length=16,
+        choices=[
+            ("openai", "OpenAI Chat Completions"),
+            ("anthropic", "Anthropic Messages"),
+        ],
+        default="openai",
+        help_text="The API the upstream speaks: OpenAI Chat Completions (POST "
+        "{base}/chat/completions) or Anthropic Messages (POST {base}/v1/messages).",
+    )
     upstream_base_url = models.URLField(
-        max_length=500, help_text="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1"
+        max_length=500,
+        help_text="OpenAI format: e.g. http://127.0.0.1:8000/v1; Anthropic format: e.g. "
+        "https://api.anthropic.com",
     )
     upstream_key_env = models.CharField(
         max_length=120,

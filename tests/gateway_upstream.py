@@ -1,5 +1,9 @@
-"""A loopback OpenAI-compatible upstream for the gateway tests and bench: it records every
-request it receives and replies from a script (text, tool calls, errors, slow replies).
+"""A loopback upstream for the gateway tests and bench, speaking OpenAI Chat Completions at
+``.../v1/chat/completions`` and Anthropic Messages at ``.../v1/messages``: it records every
+request it receives (and its path) and replies from a script (text, tool calls, errors, slow
+replies). The ``a_*`` helpers script Anthropic replies; a streamed one goes out as Messages
+events (message_start, ping, each block's start, deltas and stop, message_delta,
+message_stop), or, with ``stream_error`` set, as message_start then that error event.
 
 A request with ``stream: true`` gets its scripted completion as ``chat.completion.chunk``
 events: the text in ``STREAM_PIECE``-character pieces, then each tool call (id and name,
@@ -35,6 +39,7 @@ class Reply:
     hold_after: int = 1
     done: threading.Event = field(default_factory=threading.Event)  # the whole reply was sent
     cut_after: int | None = None  # a stream that dies after this many text pieces
+    stream_error: dict[str, Any] | None = None  # an Anthropic error event after message_start
 
 
 def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -111,6 +116,82 @@ def error(status: int, message: str, code: str | None = None) -> Reply:
     return Reply(status, {"error": {"message": message, "type": "upstream_error", "code": code}})
 
 
+def a_message(
+    blocks: list[dict[str, Any]], stop_reason: str | None = None, *, prompt=120, out=12
+) -> Reply:
+    """An Anthropic ``message`` reply with these content blocks."""
+    calls = any(b["type"] == "tool_use" for b in blocks)
+    return Reply(
+        200,
+        {
+            "id": "msg_up",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-upstream",
+            "content": blocks,
+            "stop_reason": stop_reason or ("tool_use" if calls else "end_turn"),
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": out},
+        },
+    )
+
+
+def a_text(content: str, **kw: Any) -> Reply:
+    return a_message([{"type": "text", "text": f"{content}\n{HEADLINE}"}], **kw)
+
+
+def a_tool_use(name: str, arguments: dict, call_id: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+
+
+def a_error(status: int, kind: str, message: str) -> Reply:
+    return Reply(status, {"type": "error", "error": {"type": kind, "message": message}})
+
+
+def message_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A ``message`` body as the events a streaming Messages upstream sends."""
+    head = {
+        **body,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": body["usage"]["input_tokens"], "output_tokens": 1},
+    }
+    out: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": head}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(body["content"]):
+        if block["type"] == "text":
+            start, text = {"type": "text", "text": ""}, block["text"]
+            deltas = [
+                {"type": "text_delta", "text": text[i : i + STREAM_PIECE]}
+                for i in range(0, len(text), STREAM_PIECE)
+            ]
+        else:
+            start = {**block, "input": {}}
+            args = json.dumps(block["input"])
+            half = len(args) // 2
+            deltas = [
+                {"type": "input_json_delta", "partial_json": p} for p in (args[:half], args[half:])
+            ]
+        out.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
+        out += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    stop = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+    usage = {"output_tokens": body["usage"]["output_tokens"]}
+    out.append(("message_delta", {"type": "message_delta", "delta": stop, "usage": usage}))
+    out.append(("message_stop", {"type": "message_stop"}))
+    return out
+
+
 Item = Reply | Callable[[dict[str, Any]], Reply]
 
 
@@ -122,6 +203,7 @@ class ScriptedUpstream:
         self.script: list[Item] = []
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
         self.release = threading.Event()  # set to cut every slow reply short
         self._lock = threading.Lock()
         upstream = self
@@ -135,15 +217,17 @@ class ScriptedUpstream:
                 with upstream._lock:
                     upstream.requests.append(body)
                     upstream.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    upstream.paths.append(self.path)
                     item = upstream.script.pop(0) if upstream.script else None
                     n = len(upstream.requests)
+                anthropic = self.path.endswith("/messages")
                 reply = item(body) if callable(item) else item
                 if reply is None:
-                    reply = text(f"ok {n}")
+                    reply = a_text(f"ok {n}") if anthropic else text(f"ok {n}")
                 if reply.delay:
                     upstream.release.wait(reply.delay)
                 if body.get("stream") and reply.status == 200:
-                    self._stream(reply)
+                    (self._events if anthropic else self._stream)(reply)
                     return
                 data = json.dumps(reply.body).encode()
                 try:
@@ -179,6 +263,30 @@ class ScriptedUpstream:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def _events(self, reply: Reply) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                events = message_events(reply.body)
+                if reply.stream_error is not None:
+                    events = [events[0], ("error", {"type": "error", "error": reply.stream_error})]
+                texts = 0
+                try:
+                    for name, data in events:
+                        if data.get("delta", {}).get("type") == "text_delta":
+                            if texts == reply.cut_after:
+                                return
+                            if reply.hold is not None and texts == reply.hold_after:
+                                reply.hold.wait(30)
+                            texts += 1
+                        self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                        self.wfile.flush()
+                    reply.done.set()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def log_message(self, *args: object) -> None:
                 pass
 
@@ -190,7 +298,8 @@ class ScriptedUpstream:
             target=self.server.serve_forever, name="upstream", daemon=True
         )
         self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.root = f"http://127.0.0.1:{self.server.server_address[1]}"  # Anthropic's base
+        self.url = f"{self.root}/v1"
 
     def then(self, *items: Item) -> ScriptedUpstream:
         with self._lock:

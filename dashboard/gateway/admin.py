@@ -16,6 +16,7 @@ class GatewayKeyAdmin(admin.ModelAdmin):
         "agent_id",
         "name",
         "prefix",
+        "upstream_format",
         "upstream_base_url",
         "profile",
         "active",
@@ -23,7 +24,7 @@ class GatewayKeyAdmin(admin.ModelAdmin):
         "tokens_used",
         "last_used_at",
     )
-    list_filter = ("active",)
+    list_filter = ("active", "upstream_format")
     search_fields = ("agent_id", "name", "prefix")
     readonly_fields = ("prefix", "tokens_used", "requests", "created_at", "last_used_at")
     fields = (
@@ -31,6 +32,7 @@ class GatewayKeyAdmin(admin.ModelAdmin):
         "name",
         "active",
         "profile",
+        "upstream_format",
         "upstream_base_url",
         "upstream_key_env",
         "model_map",

@@ -89,6 +89,9 @@ def _upstream_error(api: str, exc: ModelError) -> Response:
         return _error(api, 502, said, code=exc.code or "upstream_unreachable")
     if exc.status == 429:
         return _error(api, 429, said, code=exc.code)
+    if exc.status == 529 or exc.code == "overloaded_error":
+        # Overloaded: what each client's retry logic knows (Anthropic's 529, a 503 for OpenAI's).
+        return _error(api, 529 if api == "anthropic" else 503, said, code="overloaded_error")
     if exc.status in (401, 403):
         # The client's key was fine; the gateway's key to the upstream was not.
         return _error(

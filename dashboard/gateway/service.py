@@ -41,6 +41,7 @@ from scroll_core.gateway import (
     GatewayConversation,
     HttpUpstream,
     Stages,
+    http_upstream,
 )
 from scroll_core.gateway.naming import session_id_for
 from scroll_core.gateway.upstream import OnText
@@ -108,7 +109,7 @@ class GatewayService:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conversations: OrderedDict[tuple[str, str], GatewayConversation] = OrderedDict()
-        self._upstreams: dict[tuple[str, str, float], HttpUpstream] = {}
+        self._upstreams: dict[tuple[str, str, str, float], HttpUpstream] = {}
         self._calls: dict[int, deque[float]] = {}
         self._keys: dict[str, tuple[float, GatewayKey]] = {}
         self._profiles: dict[int | None, tuple[float, Profile]] = {}
@@ -205,13 +206,15 @@ class GatewayService:
     # -- parts ---------------------------------------------------------------------------
     def upstream_for(self, key: GatewayKey) -> HttpUpstream:
         api_key = os.environ.get(key.upstream_key_env, "") if key.upstream_key_env else ""
-        ident = (key.upstream_base_url, api_key, float(key.upstream_timeout_s))
+        fmt = key.upstream_format
+        ident = (fmt, key.upstream_base_url, api_key, float(key.upstream_timeout_s))
         with self._lock:
             upstream = self._upstreams.get(ident)
             if upstream is None:
-                upstream = HttpUpstream(
-                    key.upstream_base_url, api_key=api_key or None, timeout=key.upstream_timeout_s
-                )
+                upstream = http_upstream(
+                    fmt, key.upstream_base_url, api_key=api_key or None,
+                    timeout=key.upstream_timeout_s,
+                )  # fmt: skip
                 self._upstreams[ident] = upstream
             return upstream
 

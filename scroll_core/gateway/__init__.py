@@ -2,7 +2,8 @@
 
 Format translation (``openai_api``, ``anthropic_api``), session naming (``naming``), history
 alignment (``align``), the extractive headline (``headline_fallback``), the upstream
-protocol and its HTTP client (``upstream``), and the recall loop over one session's log,
+protocol and its HTTP clients (``upstream`` for OpenAI-compatible upstreams,
+``anthropic_upstream`` for Anthropic Messages ones), and the recall loop over one session's log,
 view and kernel (``conversation``). The Django/ASGI glue is ``dashboard.gateway``.
 """
 
@@ -13,6 +14,7 @@ from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import Alignment, align
 from .anthropic_api import parse_messages_request
+from .anthropic_upstream import UPSTREAM_FORMATS, AnthropicUpstream, http_upstream
 from .conversation import DEFAULT_RECALL_STEPS, GatewayConversation
 from .headline_fallback import extractive_headline
 from .naming import session_id_for
@@ -21,7 +23,9 @@ from .upstream import HttpUpstream, Upstream
 
 __all__ = [
     "DEFAULT_RECALL_STEPS",
+    "UPSTREAM_FORMATS",
     "Alignment",
+    "AnthropicUpstream",
     "ClientMessage",
     "ClientReply",
     "ClientRequest",
@@ -33,6 +37,7 @@ __all__ = [
     "align",
     "anthropic_api",
     "extractive_headline",
+    "http_upstream",
     "openai_api",
     "parse_chat_request",
     "parse_messages_request",

@@ -7,8 +7,13 @@ blocks of an assistant turn are its tool calls, and each ``tool_result`` block o
 becomes one tool message (before the user's own text in that turn). ``thinking`` blocks are
 left out (they are the provider's, not the conversation's); images and documents become a
 ``[image]``/``[document]`` placeholder. Client tools become function tools for the upstream;
-server tools (``web_search_...``) cannot run behind an OpenAI-compatible upstream and are left
-out of what it is offered (Claude Code lists one when web search is on).
+server tools (``web_search_...``) are left out of what the upstream is offered (Claude Code
+lists one when web search is on): an OpenAI-compatible upstream cannot run them, and the
+gateway has no way to log what an Anthropic one did with them.
+
+The same block and tool converters serve an Anthropic-format upstream the other way round
+(``anthropic_tool``, ``anthropic_tool_choice``, ``reply_blocks``, ``FINISH``,
+``ERROR_STATUS``; the requests themselves are built in ``anthropic_upstream``).
 """
 
 from __future__ import annotations
@@ -23,13 +28,30 @@ from ._types import ClientMessage, ClientReply, ClientRequest
 from .openai_api import pieces
 
 __all__ = [
+    "ERROR_STATUS",
+    "FINISH",
     "EventStream",
+    "anthropic_tool",
+    "anthropic_tool_choice",
     "error_body",
     "message_object",
     "parse_messages_request",
+    "reply_blocks",
+    "tool_use_call",
 ]
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+# An upstream's stop reason as the gateway's finish reason (refusal: what OpenAI calls a
+# content filter; pause_turn only comes from server tools, which the gateway does not offer).
+FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -42,6 +64,18 @@ ERROR_TYPES = {
     503: "overloaded_error",
     504: "api_error",
     529: "overloaded_error",
+}
+# The HTTP status an error of each type comes with (an error event in a stream has none).
+ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "timeout_error": 504,
+    "api_error": 500,
+    "overloaded_error": 529,
 }
 
 
@@ -60,6 +94,33 @@ def _block_text(block: dict[str, Any], where: str) -> str | None:
     if kind in ("thinking", "redacted_thinking"):
         return None
     return ""
+
+
+def tool_use_call(block: dict[str, Any], where: str) -> ToolCall:
+    """A ``tool_use`` block as a tool call (a client's history or an upstream's reply)."""
+    _need(isinstance(block.get("id"), str) and block["id"], f"{where}.id", "is required")
+    _need(isinstance(block.get("name"), str) and block["name"], f"{where}.name", "is required")
+    arguments = block.get("input", {})
+    _need(isinstance(arguments, dict), f"{where}.input", "must be an object")
+    return ToolCall(
+        block["id"], block["name"], arguments, json.dumps(arguments, ensure_ascii=False)
+    )
+
+
+def reply_blocks(content: Any, where: str = "content") -> tuple[str, tuple[ToolCall, ...]]:
+    """The text (blocks joined as a stream joins their deltas) and tool calls of an
+    assistant turn's content blocks; thinking blocks are left out."""
+    _need(isinstance(content, list), where, "must be a list of blocks")
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for j, block in enumerate(content):
+        at = f"{where}.{j}"
+        _need(isinstance(block, dict), at, "must be an object")
+        if block.get("type") == "tool_use":
+            calls.append(tool_use_call(block, at))
+        elif block.get("type") == "text":
+            texts.append(_block_text(block, at) or "")
+    return "".join(texts), tuple(calls)
 
 
 def _result_text(content: Any, where: str) -> str:
@@ -101,22 +162,7 @@ def _messages(raw: Any) -> list[ClientMessage]:
                 _need(
                     role == "assistant", f"{at}.type", "tool_use blocks belong to assistant turns"
                 )
-                _need(isinstance(block.get("id"), str) and block["id"], f"{at}.id", "is required")
-                _need(
-                    isinstance(block.get("name"), str) and block["name"],
-                    f"{at}.name",
-                    "is required",
-                )
-                arguments = block.get("input", {})
-                _need(isinstance(arguments, dict), f"{at}.input", "must be an object")
-                calls.append(
-                    ToolCall(
-                        block["id"],
-                        block["name"],
-                        arguments,
-                        json.dumps(arguments, ensure_ascii=False),
-                    )
-                )
+                calls.append(tool_use_call(block, at))
             elif kind == "tool_result":
                 _need(role == "user", f"{at}.type", "tool_result blocks belong to user turns")
                 call_id = block.get("tool_use_id")
@@ -188,6 +234,37 @@ def _tool_choice(raw: Any) -> Any:
     if kind == "none":
         return "none"
     return None
+
+
+def anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions function tool as an Anthropic custom tool (``_tools`` inverted)."""
+    function = tool.get("function") or {}
+    out: dict[str, Any] = {
+        "name": str(function.get("name") or ""),
+        "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
+    }
+    if isinstance(function.get("description"), str) and function["description"]:
+        out["description"] = function["description"]
+    return out
+
+
+def anthropic_tool_choice(choice: Any, *, parallel: Any = None) -> dict[str, Any] | None:
+    """A Chat Completions ``tool_choice`` (and ``parallel_tool_calls``) as Anthropic's
+    (``_tool_choice`` inverted); None leaves the upstream's default."""
+    out: dict[str, Any] | None = None
+    if choice == "auto":
+        out = {"type": "auto"}
+    elif choice == "required":
+        out = {"type": "any"}
+    elif choice == "none":
+        out = {"type": "none"}
+    elif isinstance(choice, dict) and isinstance((choice.get("function") or {}).get("name"), str):
+        out = {"type": "tool", "name": choice["function"]["name"]}
+    if parallel is False:
+        out = out or {"type": "auto"}
+        if out["type"] != "none":
+            out["disable_parallel_tool_use"] = True
+    return out
 
 
 def parse_messages_request(body: Any, *, counting: bool = False) -> ClientRequest:

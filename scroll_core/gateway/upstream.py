@@ -1,4 +1,7 @@
-"""The upstream: an OpenAI-compatible Chat Completions endpoint the gateway calls over HTTP.
+"""The upstream: the model endpoint the gateway calls over HTTP, by default an
+OpenAI-compatible Chat Completions one (``anthropic_upstream`` speaks Anthropic Messages with
+the same transport: ``HttpUpstream``'s ``url``, ``headers``, ``request_body``, ``decoded``
+and ``assembled`` are the format, the rest is shared).
 
 ``Upstream`` is the protocol the recall loop needs; ``HttpUpstream`` speaks it with ``httpx``
 (one pooled client, shared by threads). With ``on_text`` the call streams (``stream: true``,
@@ -82,29 +85,21 @@ class HttpUpstream:
         params: Mapping[str, Any],
         on_text: OnText | None = None,
     ) -> ModelReply:
-        body: dict[str, Any] = {**params, "model": model, "messages": messages}
-        if tools:
-            body["tools"] = tools
-        body.pop("stream", None)
-        body.pop("stream_options", None)
-        if on_text is not None:
-            body.update(stream=True, stream_options={"include_usage": True})
-        headers = {"content-type": "application/json"}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
-        url = f"{self.base_url}/chat/completions"
+        body = self.request_body(
+            messages, tools, model=model, params=params, stream=on_text is not None
+        )
         try:
             with self._client.stream(
-                "POST", url, json=body, headers=headers, timeout=self.timeout
+                "POST", self.url, json=body, headers=self.headers(), timeout=self.timeout
             ) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise _status_error(response, model)
                 if "text/event-stream" in response.headers.get("content-type", ""):
-                    return _assembled(response.iter_lines(), model, on_text or (lambda _: None))
+                    return self.assembled(response.iter_lines(), model, on_text or (lambda _: None))
                 # Not streamed (not asked to, or an upstream that ignores ``stream``).
                 response.read()
-                reply = _decoded(response, model)
+                reply = self.decoded(_json_of(response, model), model)
                 if on_text is not None and reply.content:
                     on_text(reply.content)
                 return reply
@@ -119,15 +114,50 @@ class HttpUpstream:
                 code="connection_error",
             ) from None
 
+    # The format: what is sent where, and how the answer reads back. A subclass for another
+    # provider's API overrides these five and keeps the transport, the streaming and errors.
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
 
-def _decoded(response: httpx.Response, model: str) -> ModelReply:
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def request_body(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        model: str,
+        params: Mapping[str, Any],
+        stream: bool,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {**params, "model": model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+        if stream:
+            body.update(stream=True, stream_options={"include_usage": True})
+        return body
+
+    def decoded(self, data: Any, model: str) -> ModelReply:
+        return parse_completion(data, model)
+
+    def assembled(self, lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
+        return _assembled(lines, model, on_text)
+
+
+def _json_of(response: httpx.Response, model: str) -> Any:
     try:
-        data = response.json()
+        return response.json()
     except ValueError:
         raise ModelError(
             "the upstream answered with a body that is not JSON", model=model, status=502
         ) from None
-    return parse_completion(data, model)
 
 
 def _assembled(lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:

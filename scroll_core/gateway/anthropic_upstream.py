@@ -1,0 +1,405 @@
+"""An Anthropic Messages upstream: the view sent as a ``POST {base}/v1/messages`` request, the
+reply (or its event stream) read back as the gateway's ``ModelReply``.
+
+``AnthropicUpstream`` keeps ``HttpUpstream``'s transport, timeouts and error mapping (an
+Anthropic error body ``{"type": "error", "error": {"type", "message"}}`` reads as a
+``ModelError`` with the HTTP status, the error type as its code and the upstream's message
+kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
+
+- the request: the view's leading system message becomes the top-level ``system``; user
+  text, assistant text and ``tool_use`` blocks, and tool results as ``tool_result`` blocks
+  (first in their user turn, as the API requires) make alternating turns; tools, the recall
+  tool among them, become Anthropic custom tools (``anthropic_api.anthropic_tool``);
+  ``max_tokens`` is the client's (``max_tokens`` or ``max_completion_tokens``) or
+  ``DEFAULT_MAX_TOKENS``; ``stop`` becomes ``stop_sequences`` and ``tool_choice`` /
+  ``parallel_tool_calls`` Anthropic's ``tool_choice``; OpenAI-only options (seed, penalties,
+  response_format, ...) are dropped. A tool result whose call is not in the turn before it
+  (or a call whose result never came) travels as text, so one odd history cannot make every
+  later request a 400;
+- the reply: text blocks (joined), ``tool_use`` blocks as tool calls, the stop reason as a
+  finish reason (``anthropic_api.FINISH``), usage with cached input counted as input;
+- the stream: ``message_start`` (model, input usage), ``content_block_start`` /
+  ``content_block_delta`` (``text_delta`` handed to ``on_text`` as it arrives,
+  ``input_json_delta`` put together per block), ``message_delta`` (stop reason, output
+  usage), ``message_stop``; ``ping`` and thinking deltas are skipped; an ``error`` event is a
+  ``ModelError`` with the status its type comes with (``overloaded_error``: 529); a stream
+  that stops before ``message_stop`` is an error.
+
+``http_upstream(format, ...)`` picks the class for a key's upstream format.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+import httpx
+
+from ..errors import ConfigError, GatewayRequestInvalid, ModelError
+from ..models.base import ModelReply, ToolCall, Usage
+from .anthropic_api import ERROR_STATUS, FINISH, anthropic_tool, anthropic_tool_choice
+from .anthropic_api import reply_blocks as _reply_blocks
+from .openai_api import decode_call
+from .upstream import DEFAULT_UPSTREAM_TIMEOUT_S, HttpUpstream, OnText
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_MAX_TOKENS",
+    "UPSTREAM_FORMATS",
+    "AnthropicUpstream",
+    "UpstreamFormat",
+    "http_upstream",
+    "messages_body",
+    "parse_message",
+]
+
+ANTHROPIC_VERSION = "2023-06-01"
+# Anthropic requires max_tokens; OpenAI clients often send none. Every Claude model can
+# write at least this many tokens in one reply.
+DEFAULT_MAX_TOKENS = 4096
+UpstreamFormat = Literal["openai", "anthropic"]
+UPSTREAM_FORMATS: tuple[UpstreamFormat, ...] = ("openai", "anthropic")
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _tool_id(raw: Any) -> str:
+    """A call id as Anthropic accepts it (``^[A-Za-z0-9_-]+$``); the same on both sides."""
+    return _ID_UNSAFE.sub("_", str(raw or "")) or "call"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _call_input(call: Mapping[str, Any]) -> dict[str, Any]:
+    raw = (call.get("function") or {}).get("arguments")
+    if isinstance(raw, dict):
+        return raw
+    try:
+        decoded = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except json.JSONDecodeError:
+        return {"arguments": raw}  # kept as the model wrote it
+    return decoded if isinstance(decoded, dict) else {"arguments": decoded}
+
+
+def _text_block(text: str) -> dict[str, Any] | None:
+    # The API refuses empty and whitespace-only text blocks.
+    return {"type": "text", "text": text} if text.strip() else None
+
+
+def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The system text and the alternating turns for Chat Completions ``messages``."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, block: dict[str, Any] | None) -> None:
+        if block is None:
+            return
+        if not turns or turns[-1]["role"] != role:
+            turns.append({"role": role, "content": []})
+        blocks = turns[-1]["content"]
+        if block["type"] == "tool_result":  # results first in their turn
+            at = sum(1 for b in blocks if b["type"] == "tool_result")
+            blocks.insert(at, block)
+        else:
+            blocks.append(block)
+
+    for message in messages:
+        role = message.get("role")
+        text = _text(message.get("content"))
+        if role in ("system", "developer"):
+            if not turns:
+                system.append(text)
+            else:
+                add("user", _text_block(f"[{role}] {text}"))
+        elif role == "tool":
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": _tool_id(message.get("tool_call_id")),
+            }
+            if text:
+                block["content"] = text
+            add("user", block)
+        elif role == "assistant":
+            add("assistant", _text_block(text))
+            for call in message.get("tool_calls") or ():
+                name = str((call.get("function") or {}).get("name") or "tool")
+                use = {"type": "tool_use", "id": _tool_id(call.get("id")), "name": name}
+                add("assistant", {**use, "input": _call_input(call)})
+        else:
+            add("user", _text_block(text))
+    return "\n\n".join(s for s in system if s), _paired(turns)
+
+
+def _paired(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``turns`` with every ``tool_result`` answering a ``tool_use`` of the turn just before
+    and every ``tool_use`` answered in the turn just after (the API's rule; the last turn's
+    calls may be open); the others become text, nothing dropped. A user turn leads."""
+    out: list[dict[str, Any]] = []
+    for i, turn in enumerate(turns):
+        blocks = turn["content"]
+        if turn["role"] == "user":
+            before = turns[i - 1]["content"] if i and turns[i - 1]["role"] == "assistant" else []
+            called = {b["id"] for b in before if b["type"] == "tool_use"}
+            blocks = [
+                b
+                if b["type"] != "tool_result" or b["tool_use_id"] in called
+                else {
+                    "type": "text",
+                    "text": f"[tool result {b['tool_use_id']}] {b.get('content', '')}",
+                }
+                for b in blocks
+            ]
+        elif i + 1 < len(turns):
+            after = turns[i + 1]["content"]
+            answered = {b["tool_use_id"] for b in after if b["type"] == "tool_result"}
+            blocks = [
+                b
+                if b["type"] != "tool_use" or b["id"] in answered
+                else {
+                    "type": "text",
+                    "text": f"[called {b['name']} {json.dumps(b['input'], ensure_ascii=False)}]",
+                }
+                for b in blocks
+            ]
+        out.append({"role": turn["role"], "content": blocks})
+    if not out or out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continued)"}]})
+    return out
+
+
+def messages_body(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    *,
+    model: str,
+    params: Mapping[str, Any],
+    stream: bool = False,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> dict[str, Any]:
+    """The Messages request for a view (Chat Completions ``messages`` and function
+    ``tools``) and the client's ``params``; see the module docstring."""
+    system, turns = _turns(messages)
+    max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": int(max_tokens or default_max_tokens),
+        "messages": turns,
+    }
+    if system:
+        body["system"] = system
+    for key in ("temperature", "top_p"):
+        if params.get(key) is not None:
+            body[key] = params[key]
+    stop = params.get("stop")
+    if stop:
+        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if tools:
+        body["tools"] = [anthropic_tool(t) for t in tools]
+        choice = anthropic_tool_choice(
+            params.get("tool_choice"), parallel=params.get("parallel_tool_calls")
+        )
+        if choice is not None:
+            body["tool_choice"] = choice
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def _usage(raw: Any, into: Usage | None = None) -> Usage:
+    raw = raw if isinstance(raw, dict) else {}
+    base = into or Usage()
+    fields = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    given = [raw.get(f) for f in fields]
+    prompt = sum(int(v or 0) for v in given) if any(v is not None for v in given) else None
+    output = raw.get("output_tokens")
+    return Usage(
+        input_tokens=base.input_tokens if prompt is None else prompt,
+        output_tokens=base.output_tokens if output is None else int(output),
+    )
+
+
+def _malformed(exc: GatewayRequestInvalid, model: str) -> ModelError:
+    return ModelError(f"the upstream's reply is malformed: {exc}", model=model, status=502)
+
+
+def parse_message(data: Any, model: str) -> ModelReply:
+    """A ModelReply from a Messages ``message`` object (as decoded JSON)."""
+    if not isinstance(data, dict) or data.get("type") != "message":
+        if isinstance(data, dict) and data.get("type") == "error":
+            raise _stream_error(data, model)
+        raise ModelError("the upstream's response is not a message", model=model, status=502)
+    try:
+        text, calls = _reply_blocks(data.get("content"))
+    except GatewayRequestInvalid as exc:
+        raise _malformed(exc, model) from None
+    stop = str(data.get("stop_reason") or "")
+    return ModelReply(
+        content=text,
+        tool_calls=calls,
+        usage=_usage(data.get("usage")),
+        finish_reason=FINISH.get(stop, "tool_calls" if calls else "stop"),
+        model=str(data.get("model") or model),
+    )
+
+
+def _stream_error(event: dict[str, Any], model: str) -> ModelError:
+    error = event.get("error")
+    error = error if isinstance(error, dict) else {"message": str(error)}
+    kind = str(error.get("type") or "api_error")
+    message = str(error.get("message") or kind)
+    return ModelError(message, model=model, status=ERROR_STATUS.get(kind, 502), code=kind)
+
+
+def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
+    """The reply a Messages event stream adds up to, its text handed to ``on_text`` piece
+    by piece."""
+    text: list[str] = []
+    blocks: dict[int, dict[str, str]] = {}  # tool_use blocks: id, name, the input's JSON
+    usage = Usage()
+    stop = ""
+    answered = model
+    ended = False
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # "event:" names repeat the data's type; blank separators
+        try:
+            event = json.loads(line[5:].strip())
+        except ValueError:
+            raise ModelError(
+                f"the upstream streamed an event that is not JSON: {line[5:205]}",
+                model=model,
+                status=502,
+            ) from None
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "error":
+            raise _stream_error(event, model)
+        if kind == "message_start":
+            message = event.get("message") or {}
+            answered = str(message.get("model") or answered)
+            usage = _usage(message.get("usage"), usage)
+        elif kind == "content_block_start":
+            block = event.get("content_block") or {}
+            index = int(event.get("index") or 0)
+            if block.get("type") == "tool_use":
+                given = block.get("input")
+                blocks[index] = {
+                    "id": str(block.get("id") or ""),
+                    "name": str(block.get("name") or ""),
+                    "json": "",
+                    "given": json.dumps(given) if given else "",
+                }
+            elif block.get("type") == "text" and block.get("text"):
+                text.append(block["text"])
+                on_text(block["text"])
+        elif kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                text.append(delta["text"])
+                on_text(delta["text"])
+            elif delta.get("type") == "input_json_delta":
+                call = blocks.get(int(event.get("index") or 0))
+                if call is not None:
+                    call["json"] += str(delta.get("partial_json") or "")
+        elif kind == "message_delta":
+            stop = str((event.get("delta") or {}).get("stop_reason") or stop)
+            usage = _usage(event.get("usage"), usage)
+        elif kind == "message_stop":
+            ended = True
+            break
+    if not ended:
+        raise ModelError(
+            "the upstream's stream ended before the reply did", model=model, status=502
+        )
+    calls: tuple[ToolCall, ...] = tuple(
+        decode_call(c["id"] or f"toolu_{i}", c["name"], c["json"] or c["given"] or "{}")
+        for i, c in sorted(blocks.items())
+    )
+    return ModelReply(
+        content="".join(text),
+        tool_calls=calls,
+        usage=usage,
+        finish_reason=FINISH.get(stop, "tool_calls" if calls else "stop"),
+        model=answered,
+    )
+
+
+class AnthropicUpstream(HttpUpstream):
+    """An Anthropic Messages endpoint at ``base_url`` (``https://api.anthropic.com``; a
+    trailing ``/v1`` is taken off); see the module docstring."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_UPSTREAM_TIMEOUT_S,
+        client: httpx.Client | None = None,
+        version: str = ANTHROPIC_VERSION,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        base = base_url.rstrip("/")
+        super().__init__(base.removesuffix("/v1"), api_key=api_key, timeout=timeout, client=client)
+        self.version = version
+        self.default_max_tokens = default_max_tokens
+
+    def __repr__(self) -> str:
+        return f"AnthropicUpstream({self.base_url!r})"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1/messages"
+
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "anthropic-version": self.version}
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        return headers
+
+    def request_body(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        model: str,
+        params: Mapping[str, Any],
+        stream: bool,
+    ) -> dict[str, Any]:
+        return messages_body(
+            messages,
+            tools,
+            model=model,
+            params=params,
+            stream=stream,
+            default_max_tokens=self.default_max_tokens,
+        )
+
+    def decoded(self, data: Any, model: str) -> ModelReply:
+        return parse_message(data, model)
+
+    def assembled(self, lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
+        return assemble_stream(lines, model, on_text)
+
+
+def http_upstream(
+    upstream_format: str,
+    base_url: str,
+    *,
+    api_key: str | None = None,
+    timeout: float = DEFAULT_UPSTREAM_TIMEOUT_S,
+) -> HttpUpstream:
+    """The HTTP upstream for a key's format: ``openai`` (Chat Completions at ``base_url``,
+    ``.../v1``) or ``anthropic`` (Messages at ``base_url/v1/messages``)."""
+    if upstream_format == "openai":
+        return HttpUpstream(base_url, api_key=api_key, timeout=timeout)
+    if upstream_format == "anthropic":
+        return AnthropicUpstream(base_url, api_key=api_key, timeout=timeout)
+    raise ConfigError(
+        f"unknown upstream format {upstream_format!r}: expected one of {UPSTREAM_FORMATS}"
+    )

@@ -19,6 +19,7 @@ def test_admin_creates_a_key_shows_it_once_and_keeps_only_its_hash(admin_client)
             "agent_id": "support-bot",
             "name": "support",
             "active": "on",
+            "upstream_format": "openai",
             "upstream_base_url": "http://127.0.0.1:9/v1",
             "upstream_key_env": "SUPPORT_UPSTREAM_KEY",
             "model_map": '{"gpt-4o": "qwen2.5"}',
@@ -41,6 +42,32 @@ def test_admin_creates_a_key_shows_it_once_and_keeps_only_its_hash(admin_client)
     # The change page never shows it again.
     page = admin_client.get(f"/admin/dashboard/gatewaykey/{key.pk}/change/").content.decode()
     assert secret not in page and key.prefix in page
+
+
+def test_admin_sets_a_keys_upstream_format_and_refuses_an_unknown_one(admin_client):
+    form = {
+        "agent_id": "claude-coder",
+        "active": "on",
+        "upstream_format": "anthropic",
+        "upstream_base_url": "https://api.anthropic.com",
+        "upstream_key_env": "ANTHROPIC_KEY",
+        "model_map": "{}",
+        "upstream_timeout_s": "60",
+        "max_recall_steps": "4",
+        "rate_limit_per_minute": "0",
+        "token_budget": "0",
+    }
+    response = admin_client.post("/admin/dashboard/gatewaykey/add/", form, follow=True)
+    assert response.status_code == 200
+    assert GatewayKey.objects.get(agent_id="claude-coder").upstream_format == "anthropic"
+    refused = admin_client.post(
+        "/admin/dashboard/gatewaykey/add/",
+        {**form, "agent_id": "other", "upstream_format": "gemini"},
+    )
+    assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()
+    assert not GatewayKey.objects.filter(agent_id="other").exists()
+    # A key made without saying (as every key before the field existed) is OpenAI-format.
+    assert GatewayKey(agent_id="x", upstream_base_url="http://h/v1").upstream_format == "openai"
 
 
 def test_an_upstream_key_cannot_be_stored_in_place_of_its_variable_name():

@@ -12,8 +12,10 @@ kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
   tool among them, become Anthropic custom tools (``anthropic_api.anthropic_tool``);
   ``max_tokens`` is the client's (``max_tokens`` or ``max_completion_tokens``) or
   ``DEFAULT_MAX_TOKENS``; ``stop`` becomes ``stop_sequences`` and ``tool_choice`` /
-  ``parallel_tool_calls`` Anthropic's ``tool_choice``; OpenAI-only options (seed, penalties,
-  response_format, ...) are dropped. A tool result whose call is not in the turn before it
+  ``parallel_tool_calls`` Anthropic's ``tool_choice``; the rest is dropped: sampling
+  options (temperature, top_p: the Messages API's published request schema has none, and
+  the ``anthropic`` package refuses them) and OpenAI-only options (seed, penalties,
+  response_format, ...). A tool result whose call is not in the turn before it
   (or a call whose result never came) travels as text, so one odd history cannot make every
   later request a 400;
 - the reply: text blocks (joined), ``tool_use`` blocks as tool calls, the stop reason as a
@@ -194,9 +196,6 @@ def messages_body(
     }
     if system:
         body["system"] = system
-    for key in ("temperature", "top_p"):
-        if params.get(key) is not None:
-            body[key] = params[key]
     stop = params.get("stop")
     if stop:
         body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)

@@ -275,3 +275,42 @@ def test_the_openai_client_streams_from_an_anthropic_upstream(gateway, upstream)
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert upstream.requests[0]["stream"] is True
     assert_valid_request(upstream.requests[0])
+
+
+def test_a_reply_mixing_a_recall_and_a_client_call_makes_a_valid_next_request(gateway, upstream):
+    client = an(gateway, _key(upstream))
+    code = "print('looked')"
+    upstream.then(
+        a_message(
+            [
+                a_tool_use(RECALL_TOOL, {"code": code}, "toolu_r2"),
+                a_tool_use("get_weather", {"city": "Rome"}, "toolu_w2"),
+            ]
+        ),
+        a_text("Warm in Rome."),
+    )
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "weather in Rome?"}]
+    ask_for = {
+        "model": "claude-x",
+        "max_tokens": 200,
+        "messages": messages,
+        "tools": [WEATHER_TOOL],
+    }
+    first = client.messages.create(**ask_for)
+    assert [(b.type, b.id) for b in first.content] == [("tool_use", "toolu_w2")]  # only its own
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_w2", "content": "warm"}],
+        },
+    ]
+    assert client.messages.create(**ask_for).content[0].text == "Warm in Rome."
+    sent = upstream.requests[1]
+    assert_valid_request(sent)  # both calls in one turn, both results in the next
+    calls, results = sent["messages"][-2]["content"], sent["messages"][-1]["content"]
+    assert [b["id"] for b in calls if b["type"] == "tool_use"] == ["toolu_r2", "toolu_w2"]
+    assert [(b["tool_use_id"], b["content"]) for b in results] == [
+        ("toolu_r2", "looked"),
+        ("toolu_w2", "warm"),
+    ]

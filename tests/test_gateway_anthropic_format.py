@@ -56,7 +56,7 @@ def test_recall_and_client_results_share_one_user_turn_results_first():
     tools = [recall_tool_definition()]
     body = messages_body(view, tools, model="claude", params={"max_tokens": 77}, stream=True)
     assert_valid_request(body)
-    assert body["system"] == "You help.\n\nrubric" and body["max_tokens"] == 77
+    assert body["system"][0]["text"] == "You help.\n\nrubric" and body["max_tokens"] == 77
     assert body["stream"] is True and body["tools"][0]["name"] == RECALL_TOOL
     assistant, results = body["messages"][1], body["messages"][2]
     assert [b["type"] for b in assistant["content"]] == ["tool_use", "tool_use"]  # no empty text
@@ -80,7 +80,8 @@ def test_an_odd_history_still_makes_a_valid_request_and_loses_no_text():
             _call("call:2/y", "get_weather", {"city": "Oslo"})]},
         {"role": "tool", "tool_call_id": "call:2/y", "content": ""},
     ]  # fmt: skip
-    body = messages_body(view, [], model="m", params={"stop": "END", "parallel_tool_calls": False})
+    params = {"stop": "END", "parallel_tool_calls": False}
+    body = messages_body(view, [], model="m", params=params, cache=False)
     assert_valid_request(body)
     text = json.dumps(body["messages"])
     for kept in ("I start.", "a result whose call was evicted", "mid-conversation note", "Rome"):

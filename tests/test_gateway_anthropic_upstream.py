@@ -26,6 +26,11 @@ WEATHER_TOOL = {
 }
 
 
+def _bare(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Blocks without their prompt-cache breakpoint."""
+    return [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]
+
+
 def _key(upstream, **fields):
     fields.setdefault("model_map", {"*": "claude-upstream"})
     return make_key(
@@ -53,9 +58,16 @@ def test_the_anthropic_client_gets_a_message_from_an_anthropic_upstream(gateway,
     assert_valid_request(sent)
     assert sent["model"] == "claude-upstream" and sent["max_tokens"] == 300
     assert "stream" not in sent
-    assert sent["system"].startswith("Be brief.") and RECALL_TOOL in sent["system"]
+    (system,) = sent["system"]
+    assert system["text"].startswith("Be brief.") and RECALL_TOOL in system["text"]
     assert all(m["role"] != "system" for m in sent["messages"])
-    assert sent["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": "hello"}]}
+    # Prompt-cache breakpoints after the prefix and at the end of the view.
+    ephemeral = {"type": "ephemeral"}
+    assert system["cache_control"] == ephemeral
+    assert sent["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "hello", "cache_control": ephemeral}],
+    }
     recall = next(t for t in sent["tools"] if t["name"] == RECALL_TOOL)
     assert recall["input_schema"]["properties"]["code"]["type"] == "string"
 
@@ -132,7 +144,7 @@ def test_anthropic_client_tools_pass_through_an_anthropic_upstream_untouched(
         "name": "get_weather",
         "input": {"city": "Oslo"},
     }
-    assert sent["messages"][-1]["content"] == [
+    assert _bare(sent["messages"][-1]["content"]) == [
         {"type": "tool_result", "tool_use_id": "toolu_w1", "content": "snow, -3C"}
     ]
 
@@ -225,7 +237,7 @@ def test_the_openai_client_gets_text_from_an_anthropic_upstream(gateway, upstrea
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (120, 12)
     sent = upstream.requests[0]
     assert_valid_request(sent)
-    assert sent["system"].startswith("Be brief.") and sent["stop_sequences"] == ["###"]
+    assert sent["system"][0]["text"].startswith("Be brief.") and sent["stop_sequences"] == ["###"]
     assert sent["max_tokens"] == 4096  # the documented default: the client sent none
     assert "temperature" not in sent  # not in the Messages schema
 
@@ -253,7 +265,7 @@ def test_the_openai_clients_tool_calls_round_trip_through_an_anthropic_upstream(
     assert answer.choices[0].message.content == "Sunny in Paris."
     sent = upstream.requests[1]
     assert_valid_request(sent)
-    assert sent["messages"][-1]["content"] == [
+    assert _bare(sent["messages"][-1]["content"]) == [
         {"type": "tool_result", "tool_use_id": "toolu_p1", "content": "sunny, 21C"}
     ]
 

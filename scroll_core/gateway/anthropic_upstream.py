@@ -6,7 +6,8 @@ Anthropic error body ``{"type": "error", "error": {"type", "message"}}`` reads a
 ``ModelError`` with the HTTP status, the error type as its code and the upstream's message
 kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
 
-- the request: the view's leading system message becomes the top-level ``system``; user
+- the request: the view's leading system message becomes the top-level ``system`` (one text
+  block); user
   text, assistant text and ``tool_use`` blocks, and tool results as ``tool_result`` blocks
   (first in their user turn, as the API requires) make alternating turns; tools, the recall
   tool among them, become Anthropic custom tools (``anthropic_api.anthropic_tool``);
@@ -15,7 +16,10 @@ kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
   ``parallel_tool_calls`` Anthropic's ``tool_choice``; the rest is dropped: sampling
   options (temperature, top_p: the Messages API's published request schema has none, and
   the ``anthropic`` package refuses them) and OpenAI-only options (seed, penalties,
-  response_format, ...). A tool result whose call is not in the turn before it
+  response_format, ...). With ``cache`` (the default) the system block and the view's last
+  block carry ``cache_control`` breakpoints, so successive calls of a session (recall steps,
+  the client's next turns) read the unchanged front of the view from the upstream's prompt
+  cache. A tool result whose call is not in the turn before it
   (or a call whose result never came) travels as text, so one odd history cannot make every
   later request a 400;
 - the reply: text blocks (joined), ``tool_use`` blocks as tool calls, the stop reason as a
@@ -184,6 +188,7 @@ def messages_body(
     params: Mapping[str, Any],
     stream: bool = False,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    cache: bool = True,
 ) -> dict[str, Any]:
     """The Messages request for a view (Chat Completions ``messages`` and function
     ``tools``) and the client's ``params``; see the module docstring."""
@@ -195,7 +200,14 @@ def messages_body(
         "messages": turns,
     }
     if system:
-        body["system"] = system
+        body["system"] = [{"type": "text", "text": system}]
+    if cache:
+        # Breakpoints after the prefix (tools and system) and at the end of the view: the
+        # next call (a recall step, the client's next turn) reads both back from the cache
+        # until an eviction changes the view's front.
+        if system:
+            body["system"][0]["cache_control"] = {"type": "ephemeral"}
+        body["messages"][-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
     stop = params.get("stop")
     if stop:
         body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
@@ -342,11 +354,13 @@ class AnthropicUpstream(HttpUpstream):
         client: httpx.Client | None = None,
         version: str = ANTHROPIC_VERSION,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        cache: bool = True,
     ) -> None:
         base = base_url.rstrip("/")
         super().__init__(base.removesuffix("/v1"), api_key=api_key, timeout=timeout, client=client)
         self.version = version
         self.default_max_tokens = default_max_tokens
+        self.cache = cache
 
     def __repr__(self) -> str:
         return f"AnthropicUpstream({self.base_url!r})"
@@ -377,6 +391,7 @@ class AnthropicUpstream(HttpUpstream):
             params=params,
             stream=stream,
             default_max_tokens=self.default_max_tokens,
+            cache=self.cache,
         )
 
     def decoded(self, data: Any, model: str) -> ModelReply:

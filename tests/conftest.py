@@ -280,7 +280,7 @@ def asgi_server():
 
 @pytest.fixture
 def upstream():
-    """A scripted loopback OpenAI-compatible upstream (tests/gateway_upstream.py)."""
+    """A scripted loopback upstream, OpenAI- and Anthropic-format (tests/gateway_upstream.py)."""
     from gateway_upstream import ScriptedUpstream
 
     server = ScriptedUpstream()

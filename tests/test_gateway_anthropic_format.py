@@ -11,10 +11,23 @@ import pytest
 from anthropic_schema import assert_valid_request
 from gateway_upstream import message_events
 
+from bench._gateway_data import claude_code_messages, completion_for, locomo_exchanges
 from scroll_core.errors import ConfigError, ModelError
-from scroll_core.gateway import AnthropicUpstream, HttpUpstream, http_upstream
+from scroll_core.eventlog import EventLog
+from scroll_core.gateway import (
+    AnthropicUpstream,
+    GatewayConversation,
+    HttpUpstream,
+    http_upstream,
+    parse_chat_request,
+    parse_messages_request,
+)
 from scroll_core.gateway.anthropic_upstream import assemble_stream, messages_body, parse_message
+from scroll_core.gateway.upstream import parse_completion
+from scroll_core.models import ModelReply
+from scroll_core.profile import Profile
 from scroll_core.prompts import RECALL_TOOL, recall_tool_definition
+from scroll_core.tokens import CharRatioCounter
 
 
 def _call(call_id: str, name: str, args: dict) -> dict:
@@ -185,3 +198,73 @@ def test_a_keys_format_picks_the_upstream_and_an_unknown_one_is_refused():
         messages.close()
     with pytest.raises(ConfigError, match="gemini"):
         http_upstream("gemini", "http://h:1")
+
+
+class _MessagesRecorder:
+    """An in-process upstream that turns every view into the Messages request an
+    Anthropic-format key would send, checks it, and answers from a queue."""
+
+    def __init__(self) -> None:
+        self.queue: list = []
+        self.bodies: list[dict] = []
+
+    def complete(self, messages, tools, *, model, params) -> ModelReply:
+        body = messages_body(messages, tools, model=model, params=params)
+        assert_valid_request(body)
+        self.bodies.append(body)
+        return parse_completion(self.queue.pop(0), model)
+
+
+@pytest.mark.parametrize("name", ["representative_messages.jsonl", "todowrite_examples.jsonl"])
+def test_every_view_of_a_claude_code_transcript_makes_a_valid_messages_request(
+    tmp_path, shared_data, name
+):
+    transcript = claude_code_messages(shared_data / "claude-code" / name)
+    names = sorted({b["name"] for m in transcript for b in m["content"] if b["type"] == "tool_use"})
+    tools = [{"name": n, "description": n, "input_schema": {"type": "object"}} for n in names]
+    upstream = _MessagesRecorder()
+    history: list[dict] = []
+    with EventLog(tmp_path / "log.sqlite3", token_counter=CharRatioCounter()) as log:
+        conv = GatewayConversation(
+            log, session_id="gw:cc", agent_id="cc", profile=Profile(context_size=8192)
+        )
+        for message in transcript:
+            if message["role"] == "assistant":
+                text = "\n".join(b["text"] for b in message["content"] if b["type"] == "text")
+                calls = [_call(b["id"], b["name"], b["input"])
+                         for b in message["content"] if b["type"] == "tool_use"]  # fmt: skip
+                upstream.queue.append(completion_for(text, calls))
+                body = {"model": "claude-x", "max_tokens": 512, "system": "You are Claude Code.",
+                        "messages": history, "tools": tools}  # fmt: skip
+                conv.handle(parse_messages_request(body), upstream, model="up")
+            history.append(message)
+    assert len(upstream.bodies) >= 3
+    sent = [b["tool_use_id"] for body in upstream.bodies for m in body["messages"]
+            for b in m["content"] if b["type"] == "tool_result"]  # fmt: skip
+    assert sent  # tool results went up as tool_result blocks
+    assert all(body["max_tokens"] == 512 for body in upstream.bodies)
+
+
+def test_every_view_of_an_evicting_locomo_conversation_makes_a_valid_messages_request(
+    tmp_path, shared_data
+):
+    exchanges = locomo_exchanges(shared_data / "locomo" / "locomo10.json", sessions=None)[:80]
+    upstream = _MessagesRecorder()
+    history: list[dict] = [{"role": "system", "content": "You are Melanie."}]
+    evictions = 0
+    with EventLog(tmp_path / "log.sqlite3", token_counter=CharRatioCounter()) as log:
+        conv = GatewayConversation(
+            log, session_id="gw:lc", agent_id="lc", profile=Profile(context_size=4096)
+        )
+        for said, answer in exchanges:
+            history.append({"role": "user", "content": said})
+            upstream.queue.append(completion_for(answer))
+            reply = conv.handle(
+                parse_chat_request({"model": "m", "messages": history}), upstream, model="up"
+            )
+            evictions += reply.stats.evictions
+            history.append({"role": "assistant", "content": reply.content})
+    assert evictions > 0  # views after evictions (index in front, the tail cut) were checked
+    # The opening exchange was evicted: the last request no longer holds it.
+    assert exchanges[0][0] not in json.dumps(upstream.bodies[-1]["messages"], ensure_ascii=False)
+    assert exchanges[0][0] in json.dumps(upstream.bodies[0]["messages"], ensure_ascii=False)

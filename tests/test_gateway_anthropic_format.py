@@ -31,8 +31,11 @@ from scroll_core.tokens import CharRatioCounter
 
 
 def _call(call_id: str, name: str, args: dict) -> dict:
-    return {"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
 
 
 def _lines(events: list[tuple[str, dict]]) -> list[str]:
@@ -59,13 +62,18 @@ def test_recall_and_client_results_share_one_user_turn_results_first():
     view = [
         {"role": "system", "content": "You help.\n\nrubric"},
         {"role": "user", "content": "weather, and what did I say?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            _call("toolu_r", RECALL_TOOL, {"code": "print(1)"}),
-            _call("call_w", "get_weather", {"city": "Oslo"})]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                _call("toolu_r", RECALL_TOOL, {"code": "print(1)"}),
+                _call("call_w", "get_weather", {"city": "Oslo"}),
+            ],
+        },
         {"role": "tool", "tool_call_id": "toolu_r", "content": "1"},
         {"role": "tool", "tool_call_id": "call_w", "content": "snow"},
         {"role": "user", "content": "thanks"},
-    ]  # fmt: skip
+    ]
     tools = [recall_tool_definition()]
     body = messages_body(view, tools, model="claude", params={"max_tokens": 77}, stream=True)
     assert_valid_request(body)
@@ -86,24 +94,39 @@ def test_an_odd_history_still_makes_a_valid_request_and_loses_no_text():
         {"role": "assistant", "content": "I start."},  # the tail after an eviction
         {"role": "tool", "tool_call_id": "gone", "content": "a result whose call was evicted"},
         {"role": "system", "content": "mid-conversation note"},
-        {"role": "assistant", "content": "calling", "tool_calls": [
-            _call("call:1/x", "get_weather", {"city": "Rome"})]},
+        {
+            "role": "assistant",
+            "content": "calling",
+            "tool_calls": [_call("call:1/x", "get_weather", {"city": "Rome"})],
+        },
         {"role": "user", "content": "never mind"},  # the call's result never came
-        {"role": "assistant", "content": "ok", "tool_calls": [
-            _call("call:2/y", "get_weather", {"city": "Oslo"})]},
+        {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [_call("call:2/y", "get_weather", {"city": "Oslo"})],
+        },
+        {"role": "tool", "tool_call_id": "stale", "content": "an answer to nothing"},
         {"role": "tool", "tool_call_id": "call:2/y", "content": ""},
-    ]  # fmt: skip
+    ]
     params = {"stop": "END", "parallel_tool_calls": False}
     body = messages_body(view, [], model="m", params=params, cache=False)
     assert_valid_request(body)
     text = json.dumps(body["messages"])
-    for kept in ("I start.", "a result whose call was evicted", "mid-conversation note", "Rome"):
+    kept_texts = (
+        "I start.",
+        "a result whose call was evicted",
+        "mid-conversation note",
+        "Rome",
+        "an answer to nothing",
+    )
+    for kept in kept_texts:
         assert kept in text
     assert body["messages"][0]["role"] == "user"
     last_call = body["messages"][-2]["content"][-1]
-    assert last_call["id"] == "call_2_y" and body["messages"][-1]["content"] == [
-        {"type": "tool_result", "tool_use_id": "call_2_y"}
-    ]
+    assert last_call["id"] == "call_2_y" and body["messages"][-1]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": "call_2_y",
+    }
     assert body["stop_sequences"] == ["END"] and "tool_choice" not in body  # no tools offered
 
 
@@ -123,12 +146,23 @@ def test_tool_choice_and_parallel_calls_map_to_anthropics_form():
 
 
 def test_a_message_reads_back_with_its_stop_reason_and_all_its_input_tokens():
-    data = {"type": "message", "model": "claude-up", "stop_reason": "max_tokens",
-            "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
-                        {"type": "text", "text": "Part one, "}, {"type": "text", "text": "two."},
-                        {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}}],
-            "usage": {"input_tokens": 10, "cache_read_input_tokens": 90,
-                      "cache_creation_input_tokens": 5, "output_tokens": 7}}  # fmt: skip
+    data = {
+        "type": "message",
+        "model": "claude-up",
+        "stop_reason": "max_tokens",
+        "content": [
+            {"type": "thinking", "thinking": "hm", "signature": "s"},
+            {"type": "text", "text": "Part one, "},
+            {"type": "text", "text": "two."},
+            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
+        ],
+        "usage": {
+            "input_tokens": 10,
+            "cache_read_input_tokens": 90,
+            "cache_creation_input_tokens": 5,
+            "output_tokens": 7,
+        },
+    }
     reply = parse_message(data, "m")
     assert reply.content == "Part one, two." and reply.finish_reason == "length"
     assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [("toolu_1", "f", {"a": 1})]
@@ -144,15 +178,30 @@ def test_a_message_reads_back_with_its_stop_reason_and_all_its_input_tokens():
 
 
 def test_an_event_stream_adds_up_to_the_same_reply_its_text_handed_over_live():
-    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-up",
-            "content": [{"type": "text", "text": "Let me check the weather for you."},
-                        {"type": "tool_use", "id": "toolu_9", "name": "get_weather",
-                         "input": {"city": "Lyon", "units": "C"}}],
-            "stop_reason": "tool_use", "stop_sequence": None,
-            "usage": {"input_tokens": 50, "output_tokens": 20}}  # fmt: skip
+    body = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-up",
+        "content": [
+            {"type": "text", "text": "Let me check the weather for you."},
+            {
+                "type": "tool_use",
+                "id": "toolu_9",
+                "name": "get_weather",
+                "input": {"city": "Lyon", "units": "C"},
+            },
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 50, "output_tokens": 20},
+    }
     events = message_events(body)
-    thinking = {"type": "content_block_delta", "index": 0,
-                "delta": {"type": "thinking_delta", "thinking": "private"}}  # fmt: skip
+    thinking = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "thinking_delta", "thinking": "private"},
+    }
     events.insert(3, ("content_block_delta", thinking))
     pieces: list[str] = []
     reply = assemble_stream(iter(_lines(events)), "m", pieces.append)
@@ -166,9 +215,16 @@ def test_an_event_stream_adds_up_to_the_same_reply_its_text_handed_over_live():
 
 
 def test_a_stream_that_stops_early_or_sends_an_error_event_is_an_error():
-    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "c",
-            "content": [{"type": "text", "text": "cut short"}], "stop_reason": "end_turn",
-            "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+    body = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "c",
+        "content": [{"type": "text", "text": "cut short"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
     events = message_events(body)
     with pytest.raises(ModelError) as caught:
         assemble_stream(iter(_lines(events[:-1])), "m", lambda _: None)
@@ -231,16 +287,29 @@ def test_every_view_of_a_claude_code_transcript_makes_a_valid_messages_request(
         for message in transcript:
             if message["role"] == "assistant":
                 text = "\n".join(b["text"] for b in message["content"] if b["type"] == "text")
-                calls = [_call(b["id"], b["name"], b["input"])
-                         for b in message["content"] if b["type"] == "tool_use"]  # fmt: skip
+                calls = [
+                    _call(b["id"], b["name"], b["input"])
+                    for b in message["content"]
+                    if b["type"] == "tool_use"
+                ]
                 upstream.queue.append(completion_for(text, calls))
-                body = {"model": "claude-x", "max_tokens": 512, "system": "You are Claude Code.",
-                        "messages": history, "tools": tools}  # fmt: skip
+                body = {
+                    "model": "claude-x",
+                    "max_tokens": 512,
+                    "system": "You are Claude Code.",
+                    "messages": history,
+                    "tools": tools,
+                }
                 conv.handle(parse_messages_request(body), upstream, model="up")
             history.append(message)
     assert len(upstream.bodies) >= 3
-    sent = [b["tool_use_id"] for body in upstream.bodies for m in body["messages"]
-            for b in m["content"] if b["type"] == "tool_result"]  # fmt: skip
+    sent = [
+        b["tool_use_id"]
+        for body in upstream.bodies
+        for m in body["messages"]
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
     assert sent  # tool results went up as tool_result blocks
     assert all(body["max_tokens"] == 512 for body in upstream.bodies)
 

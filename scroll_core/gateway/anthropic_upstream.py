@@ -162,6 +162,7 @@ def _paired(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
                 for b in blocks
             ]
+            blocks = sorted(blocks, key=lambda b: b["type"] != "tool_result")  # results lead
         elif i + 1 < len(turns):
             after = turns[i + 1]["content"]
             answered = {b["tool_use_id"] for b in after if b["type"] == "tool_result"}

@@ -282,6 +282,7 @@ class GatewayConversation(HistoryLog):
             digest=self.digest,
             counter=self.counter,
             force=force,
+            previous=self._view,  # its entries are reused: the check costs O(new events)
         )
         loop.compressions.append((reason, record))
         if record.evicted:

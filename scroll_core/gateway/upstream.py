@@ -22,6 +22,7 @@ import httpx
 from ..errors import ContextOverflow, ModelError
 from ..models.base import ModelReply, ToolCall, Usage
 from ..models.openai_compat import is_context_overflow
+from ._json import dumps
 from .openai_api import decode_call
 
 __all__ = ["DEFAULT_UPSTREAM_TIMEOUT_S", "HttpUpstream", "OnText", "Upstream"]
@@ -95,7 +96,7 @@ class HttpUpstream:
         url = f"{self.base_url}/chat/completions"
         try:
             with self._client.stream(
-                "POST", url, json=body, headers=headers, timeout=self.timeout
+                "POST", url, content=dumps(body), headers=headers, timeout=self.timeout
             ) as response:
                 if response.status_code >= 400:
                     response.read()

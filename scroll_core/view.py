@@ -174,6 +174,10 @@ class ContextState:
             raise ScrollError(f"seq {seq} is not live in session {self.session_id!r}")
         self.active_start = seq
 
+    def cached(self, seq: int) -> Event | None:
+        """The live event ``seq`` if it is held in memory (no read), else None."""
+        return self._events.get(seq)
+
     def _live_set(self) -> set[int]:
         return set(self.live)
 

@@ -97,6 +97,12 @@ class DaphneServer:
             time.sleep(0.1)
         raise RuntimeError(f"{self.server} did not listen within {timeout:g} s")
 
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("the server is not started")
+        return self.proc.pid
+
     def command(self) -> list[str]:
         exe = shutil.which(self.server, path=str(Path(sys.executable).parent)) or self.server
         app = "dashboard.asgi:application"

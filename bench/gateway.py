@@ -150,10 +150,16 @@ def server_timing(header: str) -> dict[str, float]:
 
 
 def _client(
-    gateways: list[tuple[str, str]], upstream: str, name: str, history: int, requests: int
+    gateways: list[tuple[str, str]],
+    upstream: str,
+    name: str,
+    history: int,
+    requests: int,
+    warm: threading.Barrier,
 ) -> tuple[list[list[float]], list[float], list[list[dict[str, float]]]]:
     """One client's session: every step goes to the upstream directly, then through each of
-    ``gateways`` (base URL, key) in turn, with the same body."""
+    ``gateways`` (base URL, key) in turn, with the same body. After the first (untimed) step
+    it waits at ``warm`` for the other clients."""
     messages = [{"role": "system", "content": "You are a benchmark."}]
     messages += [_message(i) for i in range(history - 1 if history % 2 == 0 else history)]
     if messages[-1]["role"] != "user":
@@ -162,32 +168,56 @@ def _client(
     direct: list[float] = []
     served: list[list[dict[str, float]]] = [[] for _ in gateways]
     with httpx.Client(timeout=120) as http:
-        for step in range(requests + 1):
-            body = {"model": "bench", "messages": messages}
-            began = time.perf_counter()
-            http.post(f"{upstream}/chat/completions", json=body).raise_for_status()
-            direct_s = time.perf_counter() - began
-            if step:  # the first request appends the whole history: a warm-up
-                direct.append(direct_s * 1000)
-            replies = []
-            for i, (gateway, key) in enumerate(gateways):
-                headers = {"authorization": f"Bearer {key}", "x-scroll-session": name}
-                began = time.perf_counter()
-                response = http.post(f"{gateway}/v1/chat/completions", json=body, headers=headers)
-                through_s = time.perf_counter() - began
-                response.raise_for_status()
-                replies.append(response.json()["choices"][0]["message"]["content"])
-                if step:
-                    through[i].append(through_s * 1000)
-                    timing = server_timing(response.headers.get("server-timing", ""))
-                    # What the handler did not see: the server and the two sockets.
-                    timing["outside"] = through_s * 1000 - timing.get("scroll", float("nan"))
-                    served[i].append(timing)
-            if len(set(replies)) != 1:
-                raise RuntimeError(f"the servers answered differently: {replies!r}")
-            messages.append({"role": "assistant", "content": replies[0]})
-            messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
+        try:
+            _steps(
+                http, gateways, upstream, name, messages, requests, warm, through, direct, served
+            )
+        except BaseException:
+            warm.abort()  # the others (and the bench) stop waiting, and this error shows
+            raise
     return through, direct, served
+
+
+def _steps(
+    http: httpx.Client,
+    gateways: list[tuple[str, str]],
+    upstream: str,
+    name: str,
+    messages: list[dict[str, str]],
+    requests: int,
+    warm: threading.Barrier,
+    through: list[list[float]],
+    direct: list[float],
+    served: list[list[dict[str, float]]],
+) -> None:
+    """The steps of ``_client`` (its lists filled in place)."""
+    for step in range(requests + 1):
+        body = {"model": "bench", "messages": messages}
+        began = time.perf_counter()
+        http.post(f"{upstream}/chat/completions", json=body).raise_for_status()
+        direct_s = time.perf_counter() - began
+        if step:  # the first request appends the whole history: a warm-up
+            direct.append(direct_s * 1000)
+        replies = []
+        for i, (gateway, key) in enumerate(gateways):
+            headers = {"authorization": f"Bearer {key}", "x-scroll-session": name}
+            began = time.perf_counter()
+            response = http.post(f"{gateway}/v1/chat/completions", json=body, headers=headers)
+            through_s = time.perf_counter() - began
+            response.raise_for_status()
+            replies.append(response.json()["choices"][0]["message"]["content"])
+            if step:
+                through[i].append(through_s * 1000)
+                timing = server_timing(response.headers.get("server-timing", ""))
+                # What the handler did not see: the server and the two sockets.
+                timing["outside"] = through_s * 1000 - timing.get("scroll", float("nan"))
+                served[i].append(timing)
+        if len(set(replies)) != 1:
+            raise RuntimeError(f"the servers answered differently: {replies!r}")
+        messages.append({"role": "assistant", "content": replies[0]})
+        messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
+        if not step:
+            warm.wait()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -207,14 +237,23 @@ def latency(
 ) -> list[dict[str, Any]]:
     """The figures of one arm, one dict per gateway (each against the same direct calls).
     ``cpu_ms_per_request``: the server process's CPU time (every thread, the console's span
-    sink and recorder included) over the arm, per request; unlike wall-clock time it holds
-    on a busy machine."""
-    before = [cpu_seconds(pid) for pid in pids]
+    sink and recorder included) over the timed requests, per request; unlike wall-clock time
+    it holds on a busy machine."""
+    warm = threading.Barrier(clients + 1)
     with ThreadPoolExecutor(max_workers=clients) as pool:
         futures = [
-            pool.submit(_client, gateways, upstream, f"lat-{arm}-{clients}-{i}", history, requests)
+            pool.submit(
+                _client, gateways, upstream, f"lat-{arm}-{clients}-{i}", history, requests, warm
+            )
             for i in range(clients)
         ]
+        try:
+            warm.wait(timeout=600)  # every client past its first (history-appending) request
+        except threading.BrokenBarrierError:
+            for f in futures:
+                f.result()  # the client's own failure
+            raise
+        before = [cpu_seconds(pid) for pid in pids]
         results = [f.result() for f in futures]
     spent = [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
     direct = [x for r in results for x in r[1]]
@@ -223,8 +262,7 @@ def latency(
         figures = _figures(
             [x for r in results for x in r[0][g]], direct, [x for r in results for x in r[2][g]]
         )
-        # Every request of the arm, the untimed first one of each client included.
-        figures["cpu_ms_per_request"] = spent[g] * 1000 / (clients * (requests + 1))
+        figures["cpu_ms_per_request"] = spent[g] * 1000 / (clients * requests)
         out.append(figures)
     return out
 

@@ -8,7 +8,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run worker test test-embedded test-scaled lint fmt typecheck bench
+.PHONY: install run run-uvicorn worker test test-embedded test-scaled lint fmt typecheck bench
 
 install: $(STAMP)
 
@@ -25,6 +25,13 @@ run: install
 	@echo "  printed below when the account is first created, and kept in var/admin_password)"
 	@echo ""
 	SCROLL_DEMO=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+# The same console under uvicorn (uvloop, httptools, websockets) instead of daphne: an option,
+# tested by tests/test_uvicorn_option.py and timed beside daphne by bench/gateway.py.
+run-uvicorn: install
+	$(BIN)/python manage.py migrate --noinput
+	SCROLL_DEMO=1 $(BIN)/uvicorn --host $(HOST) --port $(PORT) --loop uvloop --http httptools \
+		--ws websockets --lifespan off dashboard.asgi:application
 
 # A worker process, for web processes started with SCROLL_WORKERS=external (and Redis).
 worker: install

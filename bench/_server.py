@@ -1,5 +1,9 @@
-"""The console's ASGI app under daphne in a subprocess, over a temporary data folder: what the
-benches that go through the real server (console, gateway) share."""
+"""The console's ASGI app under an ASGI server in a subprocess, over a temporary data folder:
+what the benches that go through the real server (console, gateway) share.
+
+``server="daphne"`` (what ships: ``make run``, the deployment files) or ``"uvicorn"`` (with
+``uvloop`` and ``httptools``; an option the gateway bench measures beside daphne).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,9 @@ from pathlib import Path
 
 from _common import REPO
 
-__all__ = ["DaphneServer", "free_port"]
+__all__ = ["SERVERS", "DaphneServer", "free_port"]
+
+SERVERS = ("daphne", "uvicorn")
 
 
 def free_port() -> int:
@@ -24,10 +30,21 @@ def free_port() -> int:
 
 
 class DaphneServer:
-    """daphne serving ``dashboard.asgi`` on 127.0.0.1:``port`` over ``data_dir``, with
-    ``env`` added to the environment (no OTLP exporter: nothing leaves the machine)."""
+    """``server`` (daphne unless told) serving ``dashboard.asgi`` on 127.0.0.1:``port`` over
+    ``data_dir``, with ``env`` added to the environment (no OTLP exporter: nothing leaves the
+    machine)."""
 
-    def __init__(self, data_dir: Path, port: int, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        env: dict[str, str] | None = None,
+        *,
+        server: str = "daphne",
+    ) -> None:
+        if server not in SERVERS:
+            raise ValueError(f"server must be one of {', '.join(SERVERS)}, not {server!r}")
+        self.server = server
         self.port = port
         self.base = f"http://127.0.0.1:{port}"
         self.env = os.environ | {
@@ -40,7 +57,8 @@ class DaphneServer:
         for name in list(self.env):
             if name.startswith("OTEL_EXPORTER_OTLP"):
                 del self.env[name]
-        self.log = (data_dir / "server.log").open("wb")
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.log = (data_dir / f"server-{server}-{port}.log").open("wb")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def manage(self, *args: str, timeout: float = 180) -> str:
@@ -60,9 +78,8 @@ class DaphneServer:
         self.manage("migrate", "--noinput", "-v", "0")
 
     def start(self, timeout: float) -> None:
-        daphne = shutil.which("daphne", path=str(Path(sys.executable).parent)) or "daphne"
         self.proc = subprocess.Popen(
-            [daphne, "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
+            self.command(),
             cwd=REPO,
             env=self.env,
             stdout=self.log,
@@ -73,12 +90,29 @@ class DaphneServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 code = self.proc.returncode
-                raise RuntimeError(f"daphne exited with {code}; see {self.log.name}")
+                raise RuntimeError(f"{self.server} exited with {code}; see {self.log.name}")
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", self.port)) == 0:
                     return
             time.sleep(0.1)
-        raise RuntimeError(f"daphne did not listen within {timeout:g} s")
+        raise RuntimeError(f"{self.server} did not listen within {timeout:g} s")
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("the server is not started")
+        return self.proc.pid
+
+    def command(self) -> list[str]:
+        exe = shutil.which(self.server, path=str(Path(sys.executable).parent)) or self.server
+        app = "dashboard.asgi:application"
+        if self.server == "uvicorn":
+            # Django's ASGI app has no lifespan protocol; access logs off as daphne's go to
+            # the log file anyway.
+            return [exe, "--host", "127.0.0.1", "--port", str(self.port), "--loop", "uvloop",
+                    "--http", "httptools", "--ws", "websockets", "--lifespan", "off",
+                    "--no-access-log", app]  # fmt: skip
+        return [exe, "-b", "127.0.0.1", "-p", str(self.port), app]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -51,9 +52,11 @@ from _gateway_data import (
     locomo_exchanges,
     locomo_qa,
 )
-from _server import DaphneServer, free_port
+from _server import SERVERS, DaphneServer, free_port
 
-HEADLINE = "⟦bench | status: answered; next: wait | anchors: bench⟧"
+# A well-behaved model writes a new headline every turn; the same one again and again is what
+# the console's headline-quality alert is for (it would then fire on every reply).
+HEADLINE = "⟦bench reply {n} | status: answered; next: wait | anchors: bench⟧"
 RECALL_TOOL = "recall_history_python"
 WORDS = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
 STOP = frozenset(
@@ -85,9 +88,11 @@ class Upstream:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 with upstream.lock:
                     upstream.requests += 1
+                    n = upstream.requests
                     item = upstream.queue.pop(0) if upstream.queue else None
                 reply = item(body) if callable(item) else item
-                data = json.dumps(reply or completion_for(f"ok\n{HEADLINE}")).encode()
+                default = completion_for(f"ok\n{HEADLINE.format(n=n)}")
+                data = json.dumps(reply or default).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
@@ -145,53 +150,126 @@ def server_timing(header: str) -> dict[str, float]:
 
 
 def _client(
-    gateway: str, upstream: str, key: str, name: str, history: int, requests: int
-) -> tuple[list[float], list[float], list[dict[str, float]]]:
+    gateways: list[tuple[str, str]],
+    upstream: str,
+    name: str,
+    history: int,
+    requests: int,
+    warm: threading.Barrier,
+) -> tuple[list[list[float]], list[float], list[list[dict[str, float]]]]:
+    """One client's session: every step goes to the upstream directly, then through each of
+    ``gateways`` (base URL, key) in turn, with the same body. After the first (untimed) step
+    it waits at ``warm`` for the other clients."""
     messages = [{"role": "system", "content": "You are a benchmark."}]
     messages += [_message(i) for i in range(history - 1 if history % 2 == 0 else history)]
     if messages[-1]["role"] != "user":
         messages.append(_message(len(messages) + 1 - (len(messages) % 2)))
-    headers = {"authorization": f"Bearer {key}", "x-scroll-session": name}
-    through: list[float] = []
+    through: list[list[float]] = [[] for _ in gateways]
     direct: list[float] = []
-    served: list[dict[str, float]] = []
+    served: list[list[dict[str, float]]] = [[] for _ in gateways]
     with httpx.Client(timeout=120) as http:
-        for step in range(requests + 1):
-            body = {"model": "bench", "messages": messages}
-            began = time.perf_counter()
-            http.post(f"{upstream}/chat/completions", json=body).raise_for_status()
-            direct_s = time.perf_counter() - began
+        try:
+            _steps(
+                http, gateways, upstream, name, messages, requests, warm, through, direct, served
+            )
+        except BaseException:
+            warm.abort()  # the others (and the bench) stop waiting, and this error shows
+            raise
+    return through, direct, served
+
+
+def _steps(
+    http: httpx.Client,
+    gateways: list[tuple[str, str]],
+    upstream: str,
+    name: str,
+    messages: list[dict[str, str]],
+    requests: int,
+    warm: threading.Barrier,
+    through: list[list[float]],
+    direct: list[float],
+    served: list[list[dict[str, float]]],
+) -> None:
+    """The steps of ``_client`` (its lists filled in place)."""
+    for step in range(requests + 1):
+        body = {"model": "bench", "messages": messages}
+        began = time.perf_counter()
+        http.post(f"{upstream}/chat/completions", json=body).raise_for_status()
+        direct_s = time.perf_counter() - began
+        if step:  # the first request appends the whole history: a warm-up
+            direct.append(direct_s * 1000)
+        replies = []
+        for i, (gateway, key) in enumerate(gateways):
+            headers = {"authorization": f"Bearer {key}", "x-scroll-session": name}
             began = time.perf_counter()
             response = http.post(f"{gateway}/v1/chat/completions", json=body, headers=headers)
             through_s = time.perf_counter() - began
             response.raise_for_status()
-            if step:  # the first request appends the whole history: a warm-up
-                direct.append(direct_s * 1000)
-                through.append(through_s * 1000)
+            replies.append(response.json()["choices"][0]["message"]["content"])
+            if step:
+                through[i].append(through_s * 1000)
                 timing = server_timing(response.headers.get("server-timing", ""))
-                # What the view did not see: daphne, Django's handler and the two sockets.
+                # What the handler did not see: the server and the two sockets.
                 timing["outside"] = through_s * 1000 - timing.get("scroll", float("nan"))
-                served.append(timing)
-            reply = response.json()["choices"][0]["message"]
-            messages.append({"role": "assistant", "content": reply["content"]})
-            messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
-    return through, direct, served
+                served[i].append(timing)
+        if len(set(replies)) != 1:
+            raise RuntimeError(f"the servers answered differently: {replies!r}")
+        messages.append({"role": "assistant", "content": replies[0]})
+        messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
+        if not step:
+            warm.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (all its threads) so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def latency(
-    gateway: str, upstream: str, key: str, arm: str, clients: int, history: int, requests: int
-) -> dict[str, Any]:
+    gateways: list[tuple[str, str]],
+    upstream: str,
+    arm: str,
+    clients: int,
+    history: int,
+    requests: int,
+    pids: list[int],
+) -> list[dict[str, Any]]:
+    """The figures of one arm, one dict per gateway (each against the same direct calls).
+    ``cpu_ms_per_request``: the server process's CPU time (every thread, the console's span
+    sink and recorder included) over the timed requests, per request; unlike wall-clock time
+    it holds on a busy machine."""
+    warm = threading.Barrier(clients + 1)
     with ThreadPoolExecutor(max_workers=clients) as pool:
         futures = [
             pool.submit(
-                _client, gateway, upstream, key, f"lat-{arm}-{clients}-{i}", history, requests
+                _client, gateways, upstream, f"lat-{arm}-{clients}-{i}", history, requests, warm
             )
             for i in range(clients)
         ]
+        try:
+            warm.wait(timeout=600)  # every client past its first (history-appending) request
+        except threading.BrokenBarrierError:
+            for f in futures:
+                f.result()  # the client's own failure
+            raise
+        before = [cpu_seconds(pid) for pid in pids]
         results = [f.result() for f in futures]
-    through = [x for r in results for x in r[0]]
+    spent = [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
     direct = [x for r in results for x in r[1]]
-    served = [x for r in results for x in r[2]]
+    out = []
+    for g in range(len(gateways)):
+        figures = _figures(
+            [x for r in results for x in r[0][g]], direct, [x for r in results for x in r[2][g]]
+        )
+        figures["cpu_ms_per_request"] = spent[g] * 1000 / (clients * requests)
+        out.append(figures)
+    return out
+
+
+def _figures(
+    through: list[float], direct: list[float], served: list[dict[str, float]]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for q in (50, 95):
         out[f"gateway_p{q}_ms"] = percentile(through, q)
@@ -235,6 +313,7 @@ def readme_tables(arms: list[str]) -> list[dict[str, Any]]:
                 "direct_p95_ms",
                 "gateway_p95_ms",
                 "added_p95_ms",
+                "cpu_ms_per_request",
                 "samples",
             ],
             "key": "{row}_{column}",
@@ -391,40 +470,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=60.0)
     parser.add_argument("--quick", action="store_true", help="5 requests per client, 3 questions")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data folder")
+    parser.add_argument(
+        "--servers",
+        default=",".join(SERVERS),
+        help="comma-separated ASGI servers, the shipped one (daphne) first: the headline "
+        "figures are the first one's; the others' latency figures are prefixed by their name",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.requests, args.questions = 5, 3
     concurrencies = [int(c) for c in args.clients.split(",") if c.strip()]
+    servers = [name.strip() for name in args.servers.split(",") if name.strip()]
+    if not servers or any(name not in SERVERS for name in servers):
+        parser.error(f"--servers takes names among {', '.join(SERVERS)}")
     if args.history < 2 or args.requests < 1 or not concurrencies or min(concurrencies) < 1:
         parser.error("history >= 2, requests >= 1 and clients >= 1 are needed")
 
     data_dir = Path(tempfile.mkdtemp(prefix="scroll-bench-gateway-"))
     upstream = Upstream()
-    server = Server(data_dir, free_port())
+    # One data folder per server, so neither sees the other's sessions or its writes.
+    running = [Server(data_dir / name, free_port(), server=name) for name in servers]
     result: dict[str, Any] = {
         "history_messages": args.history,
         "requests_per_client": args.requests,
+        "servers": ",".join(servers),
     }
     try:
-        keys = server.prepare(upstream.url)
-        server.start(args.startup_timeout)
+        keys = []
+        for server in running:
+            keys.append(server.prepare(upstream.url))
+            server.start(args.startup_timeout)
+        pids = [server.pid for server in running]
         for arm in ("wide", "evict"):
             label = "noevict" if arm == "wide" else "evict"
+            gateways = [(server.base, k[arm]) for server, k in zip(running, keys, strict=True)]
             for clients in concurrencies:
-                figures = latency(
-                    server.base, upstream.url, keys[arm], arm, clients, args.history, args.requests
+                per_server = latency(
+                    gateways, upstream.url, arm, clients, args.history, args.requests, pids
                 )
-                for name, value in figures.items():
-                    result[f"{label}_c{clients}_{name}"] = value
-        long = long_conversation(server.base, upstream, keys["evict"], args.questions)
+                for i, figures in enumerate(per_server):
+                    prefix = "" if i == 0 else f"{servers[i]}_"
+                    for name, value in figures.items():
+                        result[f"{prefix}{label}_c{clients}_{name}"] = value
+        long = long_conversation(running[0].base, upstream, keys[0]["evict"], args.questions)
         result.update({f"locomo_{k}": v for k, v in long.items()})
         result["upstream_tokens_ratio"] = long["upstream_tokens_ratio"]
-        cc = claude_code(server.base, upstream, keys["wide"])
+        cc = claude_code(running[0].base, upstream, keys[0]["wide"])
         result.update({f"claude_code_{k}": v for k, v in cc.items()})
         arms = [f"{a}_c{c}" for a in ("noevict", "evict") for c in concurrencies]
+        arms += [f"{name}_{arm}" for name in servers[1:] for arm in arms]
         result["readme_tables"] = readme_tables(arms)
     finally:
-        server.stop()
+        for server in running:
+            server.stop()
         upstream.close()
         if args.keep:
             print(f"data kept in {data_dir}", file=sys.stderr)

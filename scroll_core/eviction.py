@@ -110,8 +110,12 @@ def compress(
     digest: Digest | str | None = None,
     counter: TokenCounter | None = None,
     force: bool = False,
+    previous: WorkingView | None = None,
 ) -> CompressRecord:
-    """Run Algorithm 1 on ``state`` as one ``scroll.compress`` span; see ``_compress``."""
+    """Run Algorithm 1 on ``state`` as one ``scroll.compress`` span; see ``_compress``.
+
+    ``previous``, the view the last compress of ``state`` returned, makes the trigger check
+    O(new events) rather than O(view): its entries are reused (``build_view``)."""
     with span(
         "scroll.compress",
         session=state.session_id,
@@ -121,7 +125,14 @@ def compress(
         hard_limit=profile.hard_limit,
     ) as traced:
         record = _compress(
-            state, profile, log=log, prefix=prefix, digest=digest, counter=counter, force=force
+            state,
+            profile,
+            log=log,
+            prefix=prefix,
+            digest=digest,
+            counter=counter,
+            force=force,
+            previous=previous,
         )
         if traced.recording:
             traced.set(
@@ -145,6 +156,7 @@ def _compress(
     digest: Digest | str | None,
     counter: TokenCounter | None,
     force: bool,
+    previous: WorkingView | None = None,
 ) -> CompressRecord:
     """Run Algorithm 1 on ``state`` and return what it did, with the resulting view.
 
@@ -163,7 +175,17 @@ def _compress(
     state.sync(log)
 
     def view() -> WorkingView:
-        return build_view(state, profile, log=log, prefix=prefix, digest=digest, counter=counter)
+        return build_view(
+            state,
+            profile,
+            log=log,
+            prefix=prefix,
+            digest=digest,
+            counter=counter,
+            previous=current,
+        )
+
+    current: WorkingView | None = previous
 
     def done(action: CompressAction, current: WorkingView, **kw: Any) -> CompressRecord:
         return CompressRecord(

@@ -174,13 +174,19 @@ class ContextState:
             raise ScrollError(f"seq {seq} is not live in session {self.session_id!r}")
         self.active_start = seq
 
+    def cached(self, seq: int) -> Event | None:
+        """The live event ``seq`` if it is held in memory (no read), else None."""
+        return self._events.get(seq)
+
     def _live_set(self) -> set[int]:
         return set(self.live)
 
     # -------------------------------------------------------------- reading
-    def events(self, log: EventStore) -> list[Event]:
-        """The live events in order, from the cache (reading only what it lacks)."""
-        missing = [s for s in self.live if s not in self._events]
+    def events(self, log: EventStore, start: int = 0) -> list[Event]:
+        """The live events in order (from position ``start`` of ``live``), from the cache
+        (reading only what it lacks)."""
+        live = self.live[start:] if start else self.live
+        missing = [s for s in live if s not in self._events]
         if missing:
             wanted = set(missing)
             for event in log.session_events(
@@ -191,7 +197,7 @@ class ContextState:
             lost = [s for s in missing if s not in self._events]
             if lost:
                 raise EventNotFound(lost[0])
-        return [self._events[s] for s in self.live]
+        return [self._events[s] for s in live]
 
     def stub(self, event: Event, counter: TokenCounter) -> tuple[str, int]:
         cached = self._stubs.get(event.seq)
@@ -325,11 +331,23 @@ class ViewReport:
 
 
 @dataclass(frozen=True)
+class _Basis:
+    """What a view's entries were built from, so the next view can reuse them."""
+
+    live: list[int]  # a copy of ``ContextState.live`` at the build
+    folded: frozenset[int]
+    counter: TokenCounter
+    folded_tokens: int
+    tail_tokens: int
+
+
+@dataclass(frozen=True)
 class WorkingView:
     prefix: Prefix
     archive: str
     entries: tuple[ViewEntry, ...]
     report: ViewReport
+    basis: _Basis | None = field(default=None, compare=False, repr=False)
 
     @property
     def tokens(self) -> int:
@@ -360,10 +378,32 @@ def build_view(
     prefix: Prefix,
     digest: Digest | str | None = None,
     counter: TokenCounter | None = None,
+    previous: WorkingView | None = None,
 ) -> WorkingView:
-    """Assemble the view for the next model call from ``state`` (no side effects on the log)."""
+    """Assemble the view for the next model call from ``state`` (no side effects on the log).
+
+    ``previous``, a view built earlier from the same ``state``, lets the live entries it
+    already holds be reused: when ``state.live`` still starts with its live seqs and no fold
+    changed since, only the events appended after them are turned into entries (O(new), not
+    O(view)); otherwise, or when it was built with another counter, every entry is rebuilt.
+    The index, the digest and the report are assembled afresh either way, so the result is
+    the view a full rebuild gives."""
     counter = counter or log.tokens
-    events = state.events(log)
+    entries: list[ViewEntry] = []
+    folded_tokens = tail_tokens = 0
+    start = 0
+    basis = previous.basis if previous is not None else None
+    if (
+        basis is not None
+        and basis.counter is counter
+        and len(state.live) >= len(basis.live)
+        and state.live[: len(basis.live)] == basis.live
+        and state.folded == basis.folded
+    ):
+        entries = list(previous.entries) if previous is not None else []
+        start = len(basis.live)
+        folded_tokens, tail_tokens = basis.folded_tokens, basis.tail_tokens
+    events = state.events(log, start)
 
     index_tokens = 0
     archive_parts: list[str] = []
@@ -384,8 +424,6 @@ def build_view(
     if len(state.index):
         archive_parts.append(SEAM_BANNER)
 
-    entries: list[ViewEntry] = []
-    folded_tokens = tail_tokens = 0
     for event in events:
         if event.seq in state.folded:
             text, tokens = state.stub(event, counter)
@@ -414,7 +452,8 @@ def build_view(
         index_blocks=len(state.index),
         index_level=level,
     )
-    return WorkingView(prefix, "\n\n".join(archive_parts), tuple(entries), report)
+    basis = _Basis(list(state.live), frozenset(state.folded), counter, folded_tokens, tail_tokens)
+    return WorkingView(prefix, "\n\n".join(archive_parts), tuple(entries), report, basis)
 
 
 def digest_section(digest: Digest | str | None) -> str:

@@ -163,15 +163,19 @@ class Cluster:
         self.started.append(process)
         return process
 
-    def start_web(self, name: str) -> Process:
-        """daphne serving the console; returns once it accepts connections."""
+    def start_web(self, name: str, *, server: str = "daphne") -> Process:
+        """``server`` (daphne, or uvicorn as the README offers it) serving the console;
+        returns once it accepts connections."""
         port = _free_port()
-        daphne = shutil.which("daphne", path=str(Path(sys.executable).parent)) or "daphne"
-        process = self._spawn(
-            name,
-            [daphne, "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
-            SCROLL_STARTUP="1",
-        )
+        exe = shutil.which(server, path=str(Path(sys.executable).parent)) or server
+        app = "dashboard.asgi:application"
+        if server == "uvicorn":
+            command = [exe, "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop",
+                       "--http", "httptools", "--ws", "websockets", "--lifespan", "off",
+                       app]  # fmt: skip
+        else:
+            command = [exe, "-b", "127.0.0.1", "-p", str(port), app]
+        process = self._spawn(name, command, SCROLL_STARTUP="1")
         process.port = port
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -33,6 +33,7 @@ from scroll_core.errors import (
     ModelError,
 )
 from scroll_core.gateway import ClientReply, ClientRequest, Stages, anthropic_api, openai_api
+from scroll_core.gateway import _json as gateway_json
 from scroll_core.gateway.upstream import OnText
 
 T = TypeVar("T")
@@ -42,7 +43,7 @@ _SESSION_HEADER = SESSION_HEADER.lower()
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(status, json.dumps(data, ensure_ascii=False).encode(), headers or {})
+    return Response(status, _dumps(data), headers or {})
 
 
 # -- errors in the providers' shapes ------------------------------------------------------
@@ -361,7 +362,7 @@ class SseEncoder:
 
 
 def _dumps(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False).encode()
+    return gateway_json.dumps(data)
 
 
 # -- the endpoints -------------------------------------------------------------------------

@@ -46,13 +46,19 @@ class Prepared:
 
 @dataclass
 class Link:
-    """One message of the client's history as the log holds it."""
+    """One message of the client's history as the log holds it.
+
+    ``plain``: the message is its first event alone (no tool calls) and ``fp`` is the
+    fingerprint of that event's role, content and call id as the client sent them, so a
+    resent message equal to the event has this fingerprint without hashing it again
+    (``HistoryLog._fingerprints``)."""
 
     fp: str
     role: str
     first_seq: int
     tokens: int = 0
     reply: tuple[str, tuple[ToolCall, ...], str] | None = None  # content, calls, finish
+    plain: bool = False
 
 
 class HistoryLog:
@@ -94,6 +100,7 @@ class HistoryLog:
             elif kind in ("msg", "reply") and isinstance(pos, int):
                 del self.chain[pos:]
                 link = Link(str(meta.get("fp")), event.role or "", event.seq, event.tokens)
+                link.plain = "shown" not in meta  # a streamed reply's event is not what was shown
                 if kind == "reply":
                     finish = str(meta.get("client_finish") or "stop")
                     link.reply = (str(meta.get("shown", event.content)), (), finish)
@@ -101,6 +108,7 @@ class HistoryLog:
             elif kind in ("part", "reply_call") and isinstance(pos, int) and pos < len(self.chain):
                 link = self.chain[pos]
                 link.tokens += event.tokens
+                link.plain = False
                 if kind == "reply_call" and link.reply is not None:
                     content, calls, finish = link.reply
                     args = event.tool_input if isinstance(event.tool_input, dict) else {}
@@ -193,12 +201,37 @@ class HistoryLog:
             del self.chain[common:]
             self._sync()
 
-    def _append_messages(self, messages: Sequence[ClientMessage], start: int) -> int:
+    def _fingerprints(self, messages: Sequence[ClientMessage]) -> list[str]:
+        """The fingerprint of each message. A client resends its whole history every time:
+        a message that is exactly the event its chain link logged (same role, text and call
+        id, no tool calls) takes the link's fingerprint instead of being hashed again; any
+        other is hashed (so whitespace and JSON spelling still compare as the fingerprint
+        says). Only live events are held in memory, so an evicted message is hashed too."""
+        out: list[str] = []
+        held = self.state.cached
+        for pos, message in enumerate(messages):
+            link = self.chain[pos] if pos < len(self.chain) else None
+            if link is not None and link.plain and not message.tool_calls:
+                event = held(link.first_seq)
+                if (
+                    event is not None
+                    and event.content == message.content
+                    and event.role == message.role
+                    and event.tool_call_id == message.tool_call_id
+                ):
+                    out.append(link.fp)
+                    continue
+            out.append(message.fingerprint())
+        return out
+
+    def _append_messages(
+        self, messages: Sequence[ClientMessage], start: int, fps: Sequence[str]
+    ) -> int:
         events: list[dict[str, Any]] = []
         owners: list[int] = []
         for pos in range(start, len(messages)):
             message = messages[pos]
-            fp = message.fingerprint()
+            fp = fps[pos]
             key = f"r{self._generation}:p{pos}:{fp[:16]}"
             meta = {"gw": "msg", "pos": pos, "fp": fp}
             if message.role == "user":
@@ -244,7 +277,9 @@ class HistoryLog:
         for seq, pos, event in zip(seqs, owners, events, strict=True):
             tokens = client_tokens(fresh[seq]) if seq in fresh else 0
             if event["metadata"].get("gw") == "msg":
-                self.chain.append(Link(event["metadata"]["fp"], messages[pos].role, seq, tokens))
+                link = Link(event["metadata"]["fp"], messages[pos].role, seq, tokens)
+                link.plain = not messages[pos].tool_calls
+                self.chain.append(link)
             else:
                 self.chain[pos].tokens += tokens
         last_user = next(

@@ -231,7 +231,7 @@ class GatewayConversation(HistoryLog):
     def _handle(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
         self._refresh_profile()
         self._stages.lap("profile")
-        incoming = [m.fingerprint() for m in request.messages]
+        incoming = self._fingerprints(request.messages)
         found = align(
             [link.fp for link in self.chain],
             incoming,
@@ -246,7 +246,7 @@ class GatewayConversation(HistoryLog):
         if found.kind == "rewrite":
             self._record_rewrite(found.common, len(request.messages))
             stats.rewritten = True
-        stats.appended = self._append_messages(request.messages, found.common)
+        stats.appended = self._append_messages(request.messages, found.common, incoming)
         stats.client_tokens = prepared.client_prefix_tokens + sum(
             link.tokens for link in self.chain[: len(request.messages)]
         )
@@ -282,6 +282,7 @@ class GatewayConversation(HistoryLog):
             digest=self.digest,
             counter=self.counter,
             force=force,
+            previous=self._view,  # its entries are reused: the check costs O(new events)
         )
         loop.compressions.append((reason, record))
         if record.evicted:
@@ -388,6 +389,7 @@ class GatewayConversation(HistoryLog):
                         seqs[0],
                         tokens,
                         (shown, tuple(client_calls), finish),
+                        plain=shown == text and not client_calls,
                     )
                 )
                 return ClientReply(

@@ -145,32 +145,33 @@ def parse_chat_request(body: Any) -> ClientRequest:
     _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
     system: list[str] = []
     messages: list[ClientMessage] = []
+    # The field names of an error are only spelt out when one is raised: a client resends
+    # its whole history on every call, so this loop runs hundreds of times per request.
     for i, message in enumerate(raw):
-        where = f"messages.{i}"
-        _need(isinstance(message, dict), where, "must be an object")
+        if not isinstance(message, dict):
+            raise GatewayRequestInvalid(f"messages.{i}", "must be an object")
         role = message.get("role")
-        _need(role in _ROLES, f"{where}.role", f"must be one of {', '.join(_ROLES)}")
-        if role in ("system", "developer"):
-            text = _text(message.get("content"), f"{where}.content")
-            if messages:
-                messages.append(ClientMessage("system", text))
-            else:
-                system.append(text)
-        elif role == "user":
-            messages.append(
-                ClientMessage("user", _text(message.get("content"), f"{where}.content"))
-            )
+        if role not in _ROLES:
+            raise GatewayRequestInvalid(f"messages.{i}.role", f"must be one of {', '.join(_ROLES)}")
+        content = message.get("content")
+        if not isinstance(content, str):
+            content = _text(content, f"messages.{i}.content", allow_none=role == "assistant")
+        if role == "user":
+            messages.append(ClientMessage("user", content))
         elif role == "assistant":
-            calls = _tool_calls(message.get("tool_calls"), f"{where}.tool_calls")
-            text = _text(message.get("content"), f"{where}.content", allow_none=True)
-            messages.append(ClientMessage("assistant", text, calls))
+            calls = message.get("tool_calls")
+            calls = _tool_calls(calls, f"messages.{i}.tool_calls") if calls is not None else ()
+            messages.append(ClientMessage("assistant", content, calls))
+        elif role in ("system", "developer"):
+            if messages:
+                messages.append(ClientMessage("system", content))
+            else:
+                system.append(content)
         else:  # tool (and the legacy function role)
             call_id = message.get("tool_call_id") or message.get("name")
-            _need(
-                isinstance(call_id, str) and bool(call_id), f"{where}.tool_call_id", "is required"
-            )
-            text = _text(message.get("content"), f"{where}.content")
-            messages.append(ClientMessage("tool", text, tool_call_id=call_id))
+            if not isinstance(call_id, str) or not call_id:
+                raise GatewayRequestInvalid(f"messages.{i}.tool_call_id", "is required")
+            messages.append(ClientMessage("tool", content, tool_call_id=call_id))
     _need(bool(messages), "messages", "must hold at least one non-system message")
     params = {k: body[k] for k in PASSED_PARAMS if body.get(k) is not None}
     options = body.get("stream_options")

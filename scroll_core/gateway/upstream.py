@@ -25,6 +25,7 @@ import httpx
 from ..errors import ContextOverflow, ModelError
 from ..models.base import ModelReply, ToolCall, Usage
 from ..models.openai_compat import is_context_overflow
+from ._json import dumps
 from .openai_api import decode_call
 
 __all__ = ["DEFAULT_UPSTREAM_TIMEOUT_S", "HttpUpstream", "OnText", "Upstream"]
@@ -90,7 +91,7 @@ class HttpUpstream:
         )
         try:
             with self._client.stream(
-                "POST", self.url, json=body, headers=self.headers(), timeout=self.timeout
+                "POST", self.url, content=dumps(body), headers=self.headers(), timeout=self.timeout
             ) as response:
                 if response.status_code >= 400:
                     response.read()

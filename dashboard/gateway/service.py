@@ -48,6 +48,7 @@ from dashboard.grants import readable_by
 from dashboard.models import GatewayKey, KernelState, RunRecord, TuningProfile, hash_key
 from dashboard.profiles import core_profile
 from dashboard.worker import PROCESS_TOKEN
+from dashboard.workstate import GATEWAY_OWNER_PREFIX
 from scroll_core import telemetry
 from scroll_core.gateway import (
     ClientReply,
@@ -72,7 +73,7 @@ __all__ = [
 
 MAX_CONVERSATIONS = 256
 # Who owns this process's gateway sessions (their leases, their KernelState rows).
-GATEWAY_OWNER = "gateway:" + PROCESS_TOKEN
+GATEWAY_OWNER = GATEWAY_OWNER_PREFIX + PROCESS_TOKEN
 KEY_CACHE_S = 5.0
 PROFILE_CACHE_S = 2.0
 

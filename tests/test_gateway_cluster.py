@@ -31,7 +31,8 @@ def upstream():
 
 
 @pytest.fixture
-def cluster(tmp_path, postgres_server, redis_server):
+def cluster(tmp_path, postgres_server, redis_server, upstream):
+    # Depends on the upstream so it stops first: its web processes hold connections to it.
     cluster = Cluster(
         tmp_path / "data",
         fresh_database(postgres_server.url),

@@ -52,9 +52,10 @@ def cluster(tmp_path, postgres_server, redis_server, upstream):
 @pytest.fixture
 def webs(cluster):
     a, b = cluster.start_web("web-a"), cluster.start_web("web-b")
-    with httpx.Client(base_url=a.base, timeout=60) as ha, httpx.Client(
-        base_url=b.base, timeout=60
-    ) as hb:
+    with (
+        httpx.Client(base_url=a.base, timeout=60) as ha,
+        httpx.Client(base_url=b.base, timeout=60) as hb,
+    ):
         yield ha, hb
 
 
@@ -67,8 +68,7 @@ def _issue(cluster: Cluster, upstream: ScriptedUpstream, **fields: Any) -> str:
     }
     return str(
         cluster.query(
-            "from dashboard.models import GatewayKey\n"
-            f"result = GatewayKey.issue(**{spec!r})[1]"
+            f"from dashboard.models import GatewayKey\nresult = GatewayKey.issue(**{spec!r})[1]"
         )
     )
 
@@ -96,7 +96,7 @@ def test_a_rate_limit_lets_exactly_n_requests_through_across_two_web_processes(
     assert f"{limit} requests per minute" in error["message"]
     anthropic_shape = webs[0].post(
         "/v1/messages",
-        json={"model": "gpt-test", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]},
+        json={"model": "gpt-test", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]},
         headers={"x-api-key": key},
     )
     assert anthropic_shape.status_code == 429
@@ -108,8 +108,9 @@ def test_a_token_budget_holds_across_two_web_processes(cluster, webs, upstream):
     # Room for three requests: the third starts under the budget and ends over it.
     key = _issue(cluster, upstream, token_budget=USAGE * 2 + USAGE // 2)
     codes = [
-        _chat(webs[i % 2], key, [{"role": "user", "content": f"spend {i}"}], f"budget-{i}")
-        .status_code
+        _chat(
+            webs[i % 2], key, [{"role": "user", "content": f"spend {i}"}], f"budget-{i}"
+        ).status_code
         for i in range(5)
     ]
     assert codes == [200, 200, 200, 429, 429]
@@ -144,9 +145,7 @@ def _until(what: str, check: Any) -> Any:
     raise AssertionError(f"not within {WAIT_S:g} s: {what}")
 
 
-def test_a_session_has_one_owner_and_a_handover_loses_nothing_from_the_log(
-    cluster, webs, upstream
-):
+def test_a_session_has_one_owner_and_a_handover_loses_nothing_from_the_log(cluster, webs, upstream):
     key = _issue(cluster, upstream)
     session = "handover-1"
     full = "gw:alice:" + session
@@ -205,16 +204,15 @@ def _alive(pid: int | None) -> bool:
         return stat.read().split(") ")[-1][:1] != "Z"
 
 
-def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape(
-    cluster, webs, upstream
-):
+def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape(cluster, webs, upstream):
     key = _issue(cluster, upstream)
     cluster.query(
         "from datetime import timedelta\n"
         "from django.utils import timezone\n"
         "from dashboard.models import RunRecord\n"
-        "RunRecord.objects.create(session_id='gw:alice:held-by-worker', task='t', status='running',\n"
-        "    worker='worker-x', lease_until=timezone.now() + timedelta(minutes=10))\n"
+        "RunRecord.objects.create(session_id='gw:alice:held-by-worker', task='t',\n"
+        "    status='running', worker='worker-x',\n"
+        "    lease_until=timezone.now() + timedelta(minutes=10))\n"
         "result = 1"
     )
     refused = _chat(webs[0], key, [{"role": "user", "content": "hi"}], "held-by-worker")

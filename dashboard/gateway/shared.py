@@ -199,7 +199,7 @@ class RedisLimits:
     def admit(self, key_id: int, rate: int, budget: int, spent: int, session_id: str) -> Admission:
         keys = [self._key("rate", key_id), self._key("tokens", key_id), self._lease(session_id)]
         member = f"{self.owner}:{next(self._ids)}"
-        args = [rate, budget, spent, self.owner, self.lease_ms, member]
+        args: list[int | str] = [rate, budget, spent, self.owner, self.lease_ms, member]
         verdict, previous = self._admit(keys=keys, args=args)
         if verdict == 1:
             raise _over_budget(budget)

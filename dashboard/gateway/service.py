@@ -25,6 +25,7 @@ change within those times.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -134,8 +135,9 @@ class GatewayService:
         self._kernels: KernelManager | None = None
         self.lease_s = float(getattr(settings, "SCROLL_WORKER_LEASE_S", 15.0))
         self.limits = limits_for(
-            getattr(settings, "SCROLL_REDIS_URL", ""), GATEWAY_OWNER, self.lease_s
-        )
+            getattr(settings, "SCROLL_REDIS_URL", ""), GATEWAY_OWNER, self.lease_s,
+            _console_namespace(),
+        )  # fmt: skip
         self._halt = threading.Event()
         self._heart = threading.Thread(target=self._beat, name="gateway-heartbeat", daemon=True)
         self._heart.start()
@@ -421,6 +423,13 @@ class GatewayService:
             for session_id in {sid for _, sid in self._conversations}:
                 self.limits.release(session_id)
         self.limits.close()
+
+
+def _console_namespace() -> str:
+    """A short name for the console database (its keys' ids and sessions are its own)."""
+    db = settings.DATABASES["default"]
+    where = f"{db.get('HOST', '')}:{db.get('PORT', '')}/{db.get('NAME', '')}"
+    return hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
 def _run_worker_of(session_id: str) -> str:

@@ -179,11 +179,12 @@ return 0
 class RedisLimits:
     """Counts and leases in Redis, shared by every web process (see the module docstring)."""
 
-    PREFIX = "scroll:gateway:"
-
-    def __init__(self, url: str, owner: str, lease_s: float) -> None:
+    def __init__(self, url: str, owner: str, lease_s: float, namespace: str = "") -> None:
         import redis
 
+        # Key ids and session names are the console database's: deployments (or test runs)
+        # sharing one Redis keep apart by naming theirs.
+        self.prefix = f"scroll:gateway:{namespace}:" if namespace else "scroll:gateway:"
         self.owner = owner
         self.lease_ms = max(1, int(lease_s * 1000))
         self._redis = redis.Redis.from_url(url, decode_responses=True)
@@ -194,7 +195,7 @@ class RedisLimits:
         self._ids = itertools.count()
 
     def _key(self, kind: str, name: object) -> str:
-        return f"{self.PREFIX}{kind}:{name}"
+        return f"{self.prefix}{kind}:{name}"
 
     def admit(self, key_id: int, rate: int, budget: int, spent: int, session_id: str) -> Admission:
         keys = [self._key("rate", key_id), self._key("tokens", key_id), self._lease(session_id)]
@@ -233,8 +234,8 @@ class RedisLimits:
         self._redis.close()
 
 
-def limits_for(redis_url: str, owner: str, lease_s: float) -> Any:
+def limits_for(redis_url: str, owner: str, lease_s: float, namespace: str = "") -> Any:
     """``RedisLimits`` when the deployment has Redis, else ``LocalLimits``."""
     if redis_url:
-        return RedisLimits(redis_url, owner, lease_s)
+        return RedisLimits(redis_url, owner, lease_s, namespace)
     return LocalLimits(owner)

@@ -72,3 +72,20 @@ def test_a_gateway_kernel_whose_web_process_stopped_beating_leaves_the_page(
         updated_at=timezone.now() - timedelta(minutes=5)
     )
     assert "gw-stale" not in operator.get(reverse("kernels")).content.decode()
+
+
+def test_a_gateway_kernel_shut_down_in_its_process_is_marked_stopped_at_the_next_beat(
+    gateway, upstream
+):
+    _recall_once(gateway, upstream, "gw-gone")
+    service = get_service()
+    service.heartbeat()
+    first = KernelState.objects.get(session_id="gw:alice:gw-gone")
+    assert first.alive
+    service.heartbeat()  # nothing changed: the row is only refreshed
+    again = KernelState.objects.get(session_id="gw:alice:gw-gone")
+    assert again.cells == first.cells and again.updated_at >= first.updated_at
+    service.kernels.release("gw:alice:gw-gone")  # as the manager's idle reaper would
+    service.heartbeat()
+    row = KernelState.objects.get(session_id="gw:alice:gw-gone")
+    assert not row.alive and row.last_status == "shut down" and row.pid is None

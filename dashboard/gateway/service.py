@@ -138,6 +138,7 @@ class GatewayService:
             getattr(settings, "SCROLL_REDIS_URL", ""), GATEWAY_OWNER, self.lease_s,
             _console_namespace(),
         )  # fmt: skip
+        self._written: dict[str, tuple[Any, ...]] = {}  # KernelState rows as last written
         self._halt = threading.Event()
         self._heart = threading.Thread(target=self._beat, name="gateway-heartbeat", daemon=True)
         self._heart.start()
@@ -278,22 +279,43 @@ class GatewayService:
         return lost
 
     def _record_kernels(self, lost: set[str]) -> None:
+        """Write the kernels that changed since the last beat, refresh the others' time in
+        one statement, and mark stopped those this process no longer has (reaped when idle,
+        or their session taken over)."""
         with self._lock:
             kernels = self._kernels
         if kernels is None:
             return
         now = timezone.now()
+        owner = self.limits.owner
+        seen: dict[str, tuple[Any, ...]] = {}
         for session_id, status in kernels.status()["sessions"].items():
             if session_id in lost:
                 continue
             row = {
-                "worker": self.limits.owner, "tier": status.tier, "strength": status.strength,
+                "worker": owner, "tier": status.tier, "strength": status.strength,
                 "layers": ", ".join(status.layers), "missing_layers": list(status.missing_layers),
                 "alive": status.alive, "pid": status.pid, "started_at": status.started_at or None,
                 "cells": status.cells, "restarts": status.restarts, "running": False,
-                "last_status": "gateway" if status.alive else "stopped", "updated_at": now,
+                "last_status": "gateway" if status.alive else "stopped",
             }  # fmt: skip
-            KernelState.objects.update_or_create(session_id=session_id, defaults=row)
+            seen[session_id] = signature = tuple(map(str, row.values()))
+            if self._written.get(session_id) != signature:
+                KernelState.objects.update_or_create(
+                    session_id=session_id, defaults={**row, "updated_at": now}
+                )
+        unchanged = [sid for sid in seen if self._written.get(sid) == seen[sid]]
+        if unchanged:
+            KernelState.objects.filter(session_id__in=unchanged, worker=owner).update(
+                updated_at=now
+            )
+        gone = [sid for sid in self._written if sid not in seen]
+        if gone:
+            KernelState.objects.filter(session_id__in=gone, worker=owner).update(
+                alive=False, running=False, pid=None, memory_bytes=None,
+                last_status="shut down", updated_at=now,
+            )  # fmt: skip
+        self._written = seen
 
     # -- parts ---------------------------------------------------------------------------
     def upstream_for(self, key: GatewayKey) -> HttpUpstream:

@@ -85,6 +85,10 @@ def test_a_gateway_kernel_shut_down_in_its_process_is_marked_stopped_at_the_next
     service.heartbeat()  # nothing changed: the row is only refreshed
     again = KernelState.objects.get(session_id="gw:alice:gw-gone")
     assert again.cells == first.cells and again.updated_at >= first.updated_at
+    # A row another process wrote over (a heartbeat racing a handover) is written again.
+    KernelState.objects.filter(session_id="gw:alice:gw-gone").update(worker="gateway:other")
+    service.heartbeat()
+    assert KernelState.objects.get(session_id="gw:alice:gw-gone").worker == GATEWAY_OWNER
     service.kernels.release("gw:alice:gw-gone")  # as the manager's idle reaper would
     service.heartbeat()
     row = KernelState.objects.get(session_id="gw:alice:gw-gone")

@@ -289,6 +289,7 @@ class GatewayService:
         now = timezone.now()
         owner = self.limits.owner
         seen: dict[str, tuple[Any, ...]] = {}
+        rows: dict[str, dict[str, Any]] = {}
         for session_id, status in kernels.status()["sessions"].items():
             if session_id in lost:
                 continue
@@ -299,16 +300,18 @@ class GatewayService:
                 "cells": status.cells, "restarts": status.restarts, "running": False,
                 "last_status": "gateway" if status.alive else "stopped",
             }  # fmt: skip
-            seen[session_id] = signature = tuple(map(str, row.values()))
-            if self._written.get(session_id) != signature:
-                KernelState.objects.update_or_create(
-                    session_id=session_id, defaults={**row, "updated_at": now}
-                )
+            rows[session_id] = {**row, "updated_at": now}
+            seen[session_id] = tuple(map(str, row.values()))
         unchanged = [sid for sid in seen if self._written.get(sid) == seen[sid]]
+        rewrite = [sid for sid in seen if sid not in unchanged]
         if unchanged:
-            KernelState.objects.filter(session_id__in=unchanged, worker=owner).update(
+            refreshed = KernelState.objects.filter(session_id__in=unchanged, worker=owner).update(
                 updated_at=now
             )
+            if refreshed != len(unchanged):  # a row another process wrote over: write it all
+                rewrite += unchanged
+        for session_id in rewrite:
+            KernelState.objects.update_or_create(session_id=session_id, defaults=rows[session_id])
         gone = [sid for sid in self._written if sid not in seen]
         if gone:
             KernelState.objects.filter(session_id__in=gone, worker=owner).update(

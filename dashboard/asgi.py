@@ -24,6 +24,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from dashboard.gateway import endpoints as gateway  # noqa: E402
 from dashboard.gateway.asgi import GatewayRouter  # noqa: E402
+from dashboard.gateway.hosts import HostCheck  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from dashboard.spans import remember_server_loop  # noqa: E402
 
@@ -59,5 +60,6 @@ application = RecordServerLoop(
         gateway.ROUTES,
         body_limit=gateway.body_limit,
         too_large=gateway.too_large,
+        host_check=HostCheck(settings.ALLOWED_HOSTS, debug=settings.DEBUG),
     )
 )

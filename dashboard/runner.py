@@ -24,6 +24,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -211,6 +212,10 @@ def kernel_state(session_id: str) -> dict[str, Any] | None:
 
 
 def _owner_alive(state: KernelState) -> bool:
+    if state.gateway:
+        # Its web process rewrites the row every third of a lease while it lives.
+        since = timezone.now() - timedelta(seconds=settings.SCROLL_WORKER_LEASE_S)
+        return state.updated_at >= since
     return worker_commands.owner_of(state.session_id) == state.worker
 
 

@@ -17,7 +17,8 @@ SCROLL_CSRF_TRUSTED_ORIGINS  comma-separated origins, for a console behind a pro
 SCROLL_DATABASE_URL    postgres://user:pass@host:port/name to use PostgreSQL for Django
                        (parsed by dj-database-url; needs the [postgres] extra, psycopg 3)
 SCROLL_REDIS_URL       redis://host:port/0 to use the Redis channel layer (needs the [redis]
-                       extra, channels-redis)
+                       extra, channels-redis); the gateway's web processes also share their
+                       rate limits, token budgets and session leases there
 SCROLL_SERVE_STATIC    "0" stops the ASGI app serving static files itself (default on)
 SCROLL_GRAFANA_URL     base URL of a Grafana with Tempo, for "open this trace in Grafana" links
 SCROLL_BENCH           "1" routes /bench/load/ (staff, loopback only): bench/console.py sets it
@@ -292,6 +293,7 @@ refuse_in_memory_layer(
     SCROLL_PROCESSES, SCROLL_WORKERS, os.environ.get("SCROLL_REDIS_URL", "").strip()
 )
 
+SCROLL_REDIS_URL = os.environ.get("SCROLL_REDIS_URL", "").strip()
 if os.environ.get("SCROLL_REDIS_URL"):
     CHANNEL_LAYERS = {"default": _redis_layer(os.environ["SCROLL_REDIS_URL"])}
 else:

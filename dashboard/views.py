@@ -38,7 +38,7 @@ from dashboard.grants import grants_for, readers_of
 from dashboard.groups import session_safe_id
 from dashboard.inspector_links import call_url_for_span
 from dashboard.modelinfo import what_will_run
-from dashboard.models import Alert, CompressEvent, RunRecord, SpanRecord, TuningProfile
+from dashboard.models import Alert, CompressEvent, KernelState, RunRecord, SpanRecord, TuningProfile
 from dashboard.permissions import (
     CONTROL_KERNEL,
     RUN_TASK_CODE,
@@ -47,6 +47,7 @@ from dashboard.permissions import (
     denied,
     permission_required,
 )
+from dashboard.workstate import GATEWAY_OWNER_PREFIX
 from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
 from scroll_core.eventlog import Hit, SessionSummary
 from scroll_core.eventstore import EventStore
@@ -576,6 +577,16 @@ def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpRes
 
     if action not in KERNEL_ACTIONS:
         raise Http404("No such kernel action")
+    state = KernelState.objects.filter(session_id=session_id).only("worker").first()
+    if state is not None and state.gateway:
+        messages.error(
+            request,
+            f"Kernel of {session_id}: {action} not done: it is driven by the gateway in web "
+            f"process {state.worker.removeprefix(GATEWAY_OWNER_PREFIX)}, not by a run worker, "
+            "so console actions do not apply to it (it restarts empty when another web "
+            "process takes its session over).",
+        )
+        return redirect("kernels")
     answer = send(session_id, KERNEL_ACTIONS[action])
     if not answer.ok:
         messages.error(request, f"Kernel of {session_id}: {action} not done: {answer.error}")

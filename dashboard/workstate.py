@@ -14,7 +14,12 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-__all__ = ["ConsoleMarker", "KernelState", "SessionIndex", "WorkerCommand"]
+__all__ = ["GATEWAY_OWNER_PREFIX", "ConsoleMarker", "KernelState", "SessionIndex", "WorkerCommand"]
+
+# A kernel whose owner starts so is a gateway session's, in that web process (not a run
+# worker's): alive while the process's heartbeat keeps its row fresh, and console actions,
+# which run workers answer, do not apply to it.
+GATEWAY_OWNER_PREFIX = "gateway:"
 
 
 class WorkerCommand(models.Model):
@@ -70,6 +75,11 @@ class KernelState(models.Model):
     def __str__(self) -> str:
         return f"kernel of {self.session_id} ({'alive' if self.alive else 'stopped'})"
 
+    @property
+    def gateway(self) -> bool:
+        """Driven by the gateway in a web process (see ``GATEWAY_OWNER_PREFIX``)."""
+        return self.worker.startswith(GATEWAY_OWNER_PREFIX)
+
     def to_row(self) -> dict[str, Any]:
         """What the Kernels page and the session page show."""
         uptime = 0.0
@@ -92,6 +102,7 @@ class KernelState(models.Model):
             "digest": self.digest,
             "running": self.running,
             "updated_at": self.updated_at,
+            "gateway": self.gateway,
         }
 
 

@@ -7,7 +7,8 @@ about seventeen hops and a new thread per request, ~3 ms on an idle machine and 
 a busy one, which alone is most of the gateway's latency budget. None of it applies to an
 API authenticated by key. So ``GatewayRouter`` answers the ``ROUTES`` paths itself (reading
 the body, calling the endpoint, sending its response or stream) and hands every other
-request, and every WebSocket, to the console's application unchanged.
+request, and every WebSocket, to the console's application unchanged. Skipping Django skips
+its host check too, so the router applies the same one (``host_check``) first.
 """
 
 from __future__ import annotations
@@ -103,11 +104,13 @@ class GatewayRouter:
         *,
         body_limit: Callable[[], int],
         too_large: Callable[[Request, int, int], Response],
+        host_check: Any = None,
     ) -> None:
         self.app = app
         self.routes = routes
         self.body_limit = body_limit
         self.too_large = too_large
+        self.host_check = host_check  # allows(host) and refusal(request, host), or None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = self.routes.get(scope["path"]) if scope["type"] == "http" else None
@@ -121,6 +124,11 @@ class GatewayRouter:
             value = raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         request = Request(scope["method"], scope["path"], headers)
+        if self.host_check is not None:
+            host = headers.get("host") or _server_host(scope)
+            if not self.host_check.allows(host):
+                await send_response(send, self.host_check.refusal(request, host))
+                return
         limit = self.body_limit()
         try:
             declared = int(headers.get("content-length") or 0)
@@ -138,3 +146,9 @@ class GatewayRouter:
             return
         response = await endpoint(Request(request.method, request.path, headers, body, received))
         await send_response(send, response)
+
+
+def _server_host(scope: Scope) -> str:
+    """The host a request without a Host header reached (as Django's SERVER_NAME)."""
+    server = scope.get("server") or ("", None)
+    return f"{server[0]}:{server[1]}" if server[1] else str(server[0])

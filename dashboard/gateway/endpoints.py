@@ -63,6 +63,7 @@ _OPENAI_KINDS = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    409: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",
     504: "timeout",
@@ -157,7 +158,6 @@ def _serve_sync(
 ) -> ClientReply:
     stages.lap("hop")
     service = get_service()
-    service.admit(key)
     try:
         return service.serve(key, parsed, session, stages=stages, on_text=on_text)
     finally:
@@ -195,7 +195,8 @@ def _failure(api: str, exc: BaseException) -> Response:
     if isinstance(exc, GatewayRequestInvalid):
         return _error(api, 400, str(exc), param=exc.param)
     if isinstance(exc, GatewayRefused):
-        return _error(api, exc.status, exc.message, code="rate_limit_exceeded")
+        code = "rate_limit_exceeded" if exc.status == 429 else "session_held_by_worker"
+        return _error(api, exc.status, exc.message, code=code)
     if isinstance(exc, ModelError):
         return _upstream_error(api, exc)
     if isinstance(exc, ContextWindowUnfit):

@@ -2,39 +2,55 @@
 
 The service keeps, per process, the live ``GatewayConversation`` of each session (rebuilt
 from the Event Log when a session is first served here, the least recently used dropped past
-``MAX_CONVERSATIONS``), one ``HttpUpstream`` per upstream, and each key's request times for
-its rate limit. After every request the session's ``RunRecord`` (kind ``gateway``) and its
-compress records are saved and pushed to the console, as the runner does for its runs - by
-the ``Recorder``'s thread, in batches, so the client's answer never waits on the console's
-database (``flush()`` waits for it).
+``MAX_CONVERSATIONS``) and one ``HttpUpstream`` per upstream. Rate limits, token budgets and
+which process owns a session are kept by ``dashboard.gateway.shared`` (in memory, or in Redis
+behind several web processes): a session is served from memory only while this process held
+its lease; one taken over from another process is rebuilt from the Event Log with a new
+kernel, and the heartbeat shuts down the kernels of sessions another process took. A session
+a run worker holds is refused (409). The heartbeat also writes this process's gateway
+kernels to ``KernelState`` for the Kernels page.
 
-Nothing on the request path reads the console's database once warm: authenticated keys are
+After every request the session's ``RunRecord`` (kind ``gateway``) and its compress records
+are saved and pushed to the console, as the runner does for its runs - by the ``Recorder``'s
+thread, in batches, so the client's answer never waits on the console's database
+(``flush()`` waits for it).
+
+Nothing on the request path reads the console's database once warm (but on taking a
+session's lease, to check no run worker holds it): authenticated keys are
 remembered for ``KEY_CACHE_S`` seconds and each profile for ``PROFILE_CACHE_S``; saving or
 deleting a key or a profile drops them at once in this process, and other processes see the
-change within those times. A token budget is enforced against a count at most that old.
+change within those times.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import close_old_connections, connections
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
-from dashboard.gateway.recorder import IndexSnapshot, Job, Recorder
+from dashboard.gateway.recorder import GATEWAY_KIND, IndexSnapshot, Job, Recorder
+from dashboard.gateway.shared import LimitRefused, limits_for
 from dashboard.grants import readable_by
-from dashboard.models import GatewayKey, TuningProfile, hash_key
+from dashboard.models import GatewayKey, KernelState, RunRecord, TuningProfile, hash_key
 from dashboard.profiles import core_profile
+from dashboard.worker import PROCESS_TOKEN
+from dashboard.workstate import GATEWAY_OWNER_PREFIX
+from scroll_core import telemetry
 from scroll_core.gateway import (
     ClientReply,
     ClientRequest,
@@ -49,6 +65,7 @@ from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.profile import Profile
 
 __all__ = [
+    "GATEWAY_OWNER",
     "GatewayRefused",
     "GatewayService",
     "get_service",
@@ -57,6 +74,8 @@ __all__ = [
 ]
 
 MAX_CONVERSATIONS = 256
+# Who owns this process's gateway sessions (their leases, their KernelState rows).
+GATEWAY_OWNER = GATEWAY_OWNER_PREFIX + PROCESS_TOKEN
 KEY_CACHE_S = 5.0
 PROFILE_CACHE_S = 2.0
 
@@ -110,13 +129,20 @@ class GatewayService:
         self._lock = threading.Lock()
         self._conversations: OrderedDict[tuple[str, str], GatewayConversation] = OrderedDict()
         self._upstreams: dict[tuple[str, str, str, float], HttpUpstream] = {}
-        self._calls: dict[int, deque[float]] = {}
         self._keys: dict[str, tuple[float, GatewayKey]] = {}
         self._profiles: dict[int | None, tuple[float, Profile]] = {}
-        self._spent: dict[int, int] = {}  # tokens_used per key, as this process counted
         self.recorder = Recorder()
         self.gate = Gate(int(getattr(settings, "SCROLL_GATEWAY_CPU_SLOTS", 4)))
         self._kernels: KernelManager | None = None
+        self.lease_s = float(getattr(settings, "SCROLL_WORKER_LEASE_S", 15.0))
+        self.limits = limits_for(
+            getattr(settings, "SCROLL_REDIS_URL", ""), GATEWAY_OWNER, self.lease_s,
+            _console_namespace(),
+        )  # fmt: skip
+        self._written: dict[str, tuple[Any, ...]] = {}  # KernelState rows as last written
+        self._halt = threading.Event()
+        self._heart = threading.Thread(target=self._beat, name="gateway-heartbeat", daemon=True)
+        self._heart.start()
 
     @property
     def kernels(self) -> KernelManager:
@@ -143,9 +169,6 @@ class GatewayService:
             if key is None:
                 self._keys.pop(digest, None)
             else:
-                # The console's record of this process's last requests may not be written
-                # yet: the budget counts what this process knows was spent.
-                key.tokens_used = max(key.tokens_used, self._spent.get(key.pk, 0))
                 self._keys[digest] = (now, key)
         return key
 
@@ -176,32 +199,127 @@ class GatewayService:
         counted as spent on it (the saved count wins: an operator may reset it)."""
         with self._lock:
             self._keys.clear()
-            self._spent.pop(key_id or 0, None)
+        self.limits.forget_key(key_id or 0)
 
     def forget_profiles(self) -> None:
         """A profile was saved or deleted: read them afresh."""
         with self._lock:
             self._profiles.clear()
 
-    # -- limits ------------------------------------------------------------------------
-    def admit(self, key: GatewayKey) -> None:
-        """Raise GatewayRefused when the key is over its rate limit or token budget."""
-        if key.token_budget and key.tokens_used >= key.token_budget:
+    # -- limits and leases ------------------------------------------------------------
+    def admit(self, key: GatewayKey, session_id: str) -> bool:
+        """Count the request against the key's limits and take the session's lease; True
+        when this process held it already (its conversation and kernel are current).
+        GatewayRefused when the key is over a limit, or a run worker holds the session."""
+        try:
+            admission = self.limits.admit(
+                key.pk, key.rate_limit_per_minute or 0, key.token_budget or 0,
+                key.tokens_used, session_id,
+            )  # fmt: skip
+        except LimitRefused as exc:
+            raise GatewayRefused(429, exc.message) from None
+        if admission.previous == self.limits.owner:
+            return True
+        worker = _run_worker_of(session_id)
+        if worker:
+            self.limits.release(session_id)
             raise GatewayRefused(
-                429, f"this key spent its token budget ({key.token_budget:,} upstream tokens)"
+                409,
+                f"session {session_id!r} is a console run held by worker {worker}; the "
+                "gateway does not take sessions a run worker holds",
             )
-        if not key.rate_limit_per_minute:
-            return
-        now = time.monotonic()
+        self._take_over(session_id, admission.previous)
+        return False
+
+    def _take_over(self, session_id: str, previous: str) -> None:
+        """This process serves ``session_id`` from now on: what it kept of the session
+        (conversation, kernel) may be stale, so it is dropped and rebuilt from the log."""
+        self._drop(session_id)
+        if previous:
+            # As a worker's handover: the new kernel starts empty, the log loses nothing.
+            KernelState.objects.filter(session_id=session_id).update(
+                alive=False, running=False, pid=None, memory_bytes=None,
+                worker=self.limits.owner, last_status="handed over", updated_at=timezone.now(),
+            )  # fmt: skip
+            with telemetry.span("scroll.gateway.handover", session=session_id, by=self.limits.owner,
+                                previous=previous):  # fmt: skip
+                pass
+
+    def _drop(self, session_id: str) -> None:
         with self._lock:
-            window = self._calls.setdefault(key.pk, deque())
-            while window and now - window[0] >= 60.0:
-                window.popleft()
-            if len(window) >= key.rate_limit_per_minute:
-                raise GatewayRefused(
-                    429, f"rate limit: {key.rate_limit_per_minute} requests per minute"
-                )
-            window.append(now)
+            stale = [k for k in self._conversations if k[1] == session_id]
+            dropped = [self._conversations.pop(k) for k in stale]
+            kernels = self._kernels
+        for conversation in dropped:
+            conversation.close()
+        if kernels is not None:
+            kernels.release(session_id)
+
+    # -- the heartbeat -------------------------------------------------------------------
+    def _beat(self) -> None:
+        while not self._halt.wait(self.lease_s / 3):
+            try:
+                self.heartbeat()
+            except Exception:
+                log.exception("gateway: heartbeat failed")
+            finally:
+                close_old_connections()
+        connections.close_all()
+
+    def heartbeat(self) -> list[str]:
+        """Renew the leases of the sessions served here; drop those another process took
+        (their kernels shut down); write this process's live kernels for the Kernels page.
+        Returns the sessions lost."""
+        with self._lock:
+            held = sorted({sid for _, sid in self._conversations})
+        lost = self.limits.renew(held)
+        for session_id in lost:
+            log.info("gateway: session %s was taken over by another process", session_id)
+            self._drop(session_id)
+        self._record_kernels(set(lost))
+        return lost
+
+    def _record_kernels(self, lost: set[str]) -> None:
+        """Write the kernels that changed since the last beat, refresh the others' time in
+        one statement, and mark stopped those this process no longer has (reaped when idle,
+        or their session taken over)."""
+        with self._lock:
+            kernels = self._kernels
+        if kernels is None:
+            return
+        now = timezone.now()
+        owner = self.limits.owner
+        seen: dict[str, tuple[Any, ...]] = {}
+        rows: dict[str, dict[str, Any]] = {}
+        for session_id, status in kernels.status()["sessions"].items():
+            if session_id in lost:
+                continue
+            row = {
+                "worker": owner, "tier": status.tier, "strength": status.strength,
+                "layers": ", ".join(status.layers), "missing_layers": list(status.missing_layers),
+                "alive": status.alive, "pid": status.pid, "started_at": status.started_at or None,
+                "cells": status.cells, "restarts": status.restarts, "running": False,
+                "last_status": "gateway" if status.alive else "stopped",
+            }  # fmt: skip
+            rows[session_id] = {**row, "updated_at": now}
+            seen[session_id] = tuple(map(str, row.values()))
+        unchanged = [sid for sid in seen if self._written.get(sid) == seen[sid]]
+        rewrite = [sid for sid in seen if sid not in unchanged]
+        if unchanged:
+            refreshed = KernelState.objects.filter(session_id__in=unchanged, worker=owner).update(
+                updated_at=now
+            )
+            if refreshed != len(unchanged):  # a row another process wrote over: write it all
+                rewrite += unchanged
+        for session_id in rewrite:
+            KernelState.objects.update_or_create(session_id=session_id, defaults=rows[session_id])
+        gone = [sid for sid in self._written if sid not in seen]
+        if gone:
+            KernelState.objects.filter(session_id__in=gone, worker=owner).update(
+                alive=False, running=False, pid=None, memory_bytes=None,
+                last_status="shut down", updated_at=now,
+            )  # fmt: skip
+        self._written = seen
 
     # -- parts ---------------------------------------------------------------------------
     def upstream_for(self, key: GatewayKey) -> HttpUpstream:
@@ -282,6 +400,7 @@ class GatewayService:
         on_text: OnText | None,
     ) -> ClientReply:
         session_id = session_id_for_request(key, request, session_header)
+        self.admit(key, session_id)
         conversation = self.conversation(key, session_id)
         model = key.upstream_model(request.model)
         upstream = self.upstream_for(key)
@@ -294,10 +413,11 @@ class GatewayService:
                 request, upstream, model=model, stages=stages, on_text=on_text,
                 idle=self.gate.released,
             )  # fmt: skip
+            spent = reply.usage.input_tokens + reply.usage.output_tokens
             # The cached key counts too, so its budget holds before the database catches up.
-            key.tokens_used += reply.usage.input_tokens + reply.usage.output_tokens
-            with self._lock:
-                self._spent[key.pk] = max(self._spent.get(key.pk, 0), key.tokens_used)
+            key.tokens_used += spent
+            if key.token_budget:
+                self.limits.spend(key.pk, spent)
             return reply
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:4000]
@@ -318,6 +438,8 @@ class GatewayService:
             raise TimeoutError(f"the gateway's console record did not catch up in {timeout:g}s")
 
     def close(self) -> None:
+        self._halt.set()
+        self._heart.join(timeout=10)
         self.recorder.close()
         for conversation in self._conversations.values():
             conversation.close()
@@ -325,6 +447,33 @@ class GatewayService:
             upstream.close()
         if self._kernels is not None:
             self._kernels.shutdown()
+        with contextlib.suppress(Exception):
+            for session_id in {sid for _, sid in self._conversations}:
+                self.limits.release(session_id)
+        self.limits.close()
+
+
+def _console_namespace() -> str:
+    """A short name for the console database (its keys' ids and sessions are its own)."""
+    db = settings.DATABASES["default"]
+    where = f"{db.get('HOST', '')}:{db.get('PORT', '')}/{db.get('NAME', '')}"
+    return hashlib.sha256(where.encode()).hexdigest()[:12]
+
+
+def _run_worker_of(session_id: str) -> str:
+    """The run worker holding ``session_id`` as a console run (queued or leased), or ""."""
+    run = (
+        RunRecord.objects.filter(session_id=session_id)
+        .exclude(kind=GATEWAY_KIND)
+        .only("status", "worker", "lease_until")
+        .first()
+    )
+    if run is None:
+        return ""
+    if run.status == RunRecord.QUEUED:
+        return run.worker or "(queued)"
+    live = run.lease_until is not None and run.lease_until >= timezone.now()
+    return run.worker if run.status == RunRecord.RUNNING and live else ""
 
 
 def session_id_for_request(key: GatewayKey, request: ClientRequest, header: str | None) -> str:

@@ -57,6 +57,7 @@ ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    409: "invalid_request_error",
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",

@@ -1,0 +1,233 @@
+"""The gateway behind two web processes (real daphne processes over one PostgreSQL database
+and one Redis, ``tests/cluster.py``): a key's rate limit and token budget hold across both,
+a gateway session has one owner at a time (a request at the other process takes it over,
+rebuilds from the log with a new kernel, and the first process shuts its kernel down), and
+a session a run worker holds is refused."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+from gateway_upstream import ScriptedUpstream, completion, text, tool_call
+
+from scroll_core.prompts import RECALL_TOOL
+from tests.cluster import Cluster, drop_database, fresh_database
+
+pytestmark = pytest.mark.slow
+
+USAGE = 120 + 12  # tokens the scripted upstream reports per call (completion's defaults)
+WAIT_S = 60.0
+
+
+@pytest.fixture
+def upstream():
+    server = ScriptedUpstream()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def cluster(tmp_path, postgres_server, redis_server, upstream):
+    # Depends on the upstream so it stops first: its web processes hold connections to it.
+    cluster = Cluster(
+        tmp_path / "data",
+        fresh_database(postgres_server.url),
+        redis_server.url,
+        processes=2,
+        lease_s=3,
+    )
+    cluster.root.mkdir()
+    try:
+        cluster.prepare()
+        yield cluster
+    finally:
+        cluster.stop()
+        drop_database(cluster.database_url)
+
+
+@pytest.fixture
+def webs(cluster):
+    a, b = cluster.start_web("web-a"), cluster.start_web("web-b")
+    with (
+        httpx.Client(base_url=a.base, timeout=60) as ha,
+        httpx.Client(base_url=b.base, timeout=60) as hb,
+    ):
+        yield ha, hb
+
+
+def _issue(cluster: Cluster, upstream: ScriptedUpstream, **fields: Any) -> str:
+    spec = {
+        "agent_id": "alice",
+        "upstream_base_url": upstream.url,
+        "model_map": {"gpt-test": "upstream-model"},
+        **fields,
+    }
+    return str(
+        cluster.query(
+            f"from dashboard.models import GatewayKey\nresult = GatewayKey.issue(**{spec!r})[1]"
+        )
+    )
+
+
+def _chat(http: httpx.Client, key: str, messages: list[dict], session: str) -> httpx.Response:
+    return http.post(
+        "/v1/chat/completions",
+        json={"model": "gpt-test", "messages": messages},
+        headers={"authorization": f"Bearer {key}", "x-scroll-session": session},
+    )
+
+
+def test_a_rate_limit_lets_exactly_n_requests_through_across_two_web_processes(
+    cluster, webs, upstream
+):
+    limit = 5
+    key = _issue(cluster, upstream, rate_limit_per_minute=limit)
+    answers = [
+        _chat(webs[i % 2], key, [{"role": "user", "content": f"hello {i}"}], f"rate-{i}")
+        for i in range(limit + 3)
+    ]
+    assert [r.status_code for r in answers] == [200] * limit + [429] * 3
+    error = answers[limit].json()["error"]
+    assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit_exceeded"
+    assert f"{limit} requests per minute" in error["message"]
+    anthropic_shape = webs[0].post(
+        "/v1/messages",
+        json={"model": "gpt-test", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]},
+        headers={"x-api-key": key},
+    )
+    assert anthropic_shape.status_code == 429
+    assert anthropic_shape.json()["error"]["type"] == "rate_limit_error"
+    assert len(upstream.requests) == limit  # nothing refused reached the upstream
+
+
+def test_a_token_budget_holds_across_two_web_processes(cluster, webs, upstream):
+    # Room for three requests: the third starts under the budget and ends over it.
+    key = _issue(cluster, upstream, token_budget=USAGE * 2 + USAGE // 2)
+    codes = [
+        _chat(
+            webs[i % 2], key, [{"role": "user", "content": f"spend {i}"}], f"budget-{i}"
+        ).status_code
+        for i in range(5)
+    ]
+    assert codes == [200, 200, 200, 429, 429]
+    assert len(upstream.requests) == 3
+    refused = _chat(webs[1], key, [{"role": "user", "content": "more"}], "budget-x").json()
+    assert "token budget" in refused["error"]["message"]
+
+
+def _recall(code: str, call_id: str) -> Any:
+    return completion("", [tool_call(RECALL_TOOL, {"code": code}, call_id)])
+
+
+def _tool_output(request: dict) -> str:
+    return str(request["messages"][-1]["content"])
+
+
+def _kernel_row(cluster: Cluster, session: str) -> dict[str, Any] | None:
+    return cluster.query(
+        "from dashboard.models import KernelState\n"
+        f"row = KernelState.objects.filter(session_id={session!r}).values().first()\n"
+        "result = row"
+    )
+
+
+def _until(what: str, check: Any) -> Any:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"not within {WAIT_S:g} s: {what}")
+
+
+def test_a_session_has_one_owner_and_a_handover_loses_nothing_from_the_log(cluster, webs, upstream):
+    key = _issue(cluster, upstream)
+    session = "handover-1"
+    full = "gw:alice:" + session
+    history: list[dict] = [{"role": "user", "content": "remember 41"}]
+    upstream.then(_recall("x = 41\nprint('set', x)", "call_a"), text("noted"))
+    first = _chat(webs[0], key, history, session)
+    assert first.status_code == 200, first.text
+    assert "set 41" in _tool_output(upstream.requests[1])
+    row_a = _until("web-a's kernel on the Kernels page", lambda: _kernel_row(cluster, full))
+    assert row_a["worker"].startswith("gateway:") and row_a["alive"]
+
+    # The next request of the session reaches the other process: it takes the lease over
+    # and starts the kernel afresh (the variable is gone, the log is not).
+    history += [first.json()["choices"][0]["message"], {"role": "user", "content": "and x?"}]
+    upstream.then(_recall("print(globals().get('x', 'no x here'))", "call_b"), text("gone"))
+    second = _chat(webs[1], key, history, session)
+    assert second.status_code == 200, second.text
+    assert "no x here" in _tool_output(upstream.requests[3])
+    row_b = _until(
+        "web-b's kernel replacing web-a's",
+        lambda: (r := _kernel_row(cluster, full)) and r["worker"] != row_a["worker"] and r,
+    )
+    assert row_b["worker"].startswith("gateway:") and row_b["alive"]
+    assert row_b["pid"] != row_a["pid"]
+    # web-a shut its kernel down at its heartbeat (the kernel's process is gone).
+    _until("web-a's kernel process to exit", lambda: not _alive(row_a["pid"]))
+
+    # Back at web-a: taken over again, aligned with everything the log holds.
+    history += [second.json()["choices"][0]["message"], {"role": "user", "content": "thanks"}]
+    third = _chat(webs[0], key, history, session)
+    assert third.status_code == 200, third.text
+    contents = cluster.query(
+        "from dashboard.eventlog import get_event_log\n"
+        f"result = [e.content for e in get_event_log().session_events({full!r}, limit=None)"
+        " if e.role == 'user']"
+    )
+    for said in ("remember 41", "and x?", "thanks"):
+        assert sum(said == c for c in contents) == 1, (said, contents)
+    handovers = cluster.query(
+        "from dashboard.models import SpanRecord\n"
+        "result = SpanRecord.objects.filter(name='scroll.gateway.handover').count()"
+    )
+    assert handovers == 2
+
+
+def _alive(pid: int | None) -> bool:
+    import os
+
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return stat.read().split(") ")[-1][:1] != "Z"
+
+
+def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape(cluster, webs, upstream):
+    key = _issue(cluster, upstream)
+    cluster.query(
+        "from datetime import timedelta\n"
+        "from django.utils import timezone\n"
+        "from dashboard.models import RunRecord\n"
+        "RunRecord.objects.create(session_id='gw:alice:held-by-worker', task='t',\n"
+        "    status='running', worker='worker-x',\n"
+        "    lease_until=timezone.now() + timedelta(minutes=10))\n"
+        "result = 1"
+    )
+    refused = _chat(webs[0], key, [{"role": "user", "content": "hi"}], "held-by-worker")
+    assert refused.status_code == 409
+    error = refused.json()["error"]
+    assert "worker-x" in error["message"] and error["code"] == "session_held_by_worker"
+    assert upstream.requests == []
+    # Its lease expired (the worker died): the gateway may serve the session.
+    cluster.query(
+        "from django.utils import timezone\n"
+        "from dashboard.models import RunRecord\n"
+        "RunRecord.objects.filter(session_id='gw:alice:held-by-worker').update("
+        "lease_until=timezone.now())\n"
+        "result = 1"
+    )
+    served = _chat(webs[1], key, [{"role": "user", "content": "hi"}], "held-by-worker")
+    assert served.status_code == 200, served.text
+    assert json.loads(served.text)["choices"][0]["message"]["content"] == "ok 1"

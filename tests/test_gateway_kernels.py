@@ -1,0 +1,95 @@
+"""Gateway kernels on the Kernels page: registered by the web process that serves the
+session (``GatewayService.heartbeat``), marked gateway-driven, alive while that heartbeat
+keeps the row fresh, and refused the console actions only run workers answer."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.urls import reverse
+from django.utils import timezone
+from gateway_clients import ask, make_key, oa
+from gateway_upstream import completion, text, tool_call
+
+from dashboard.gateway.service import GATEWAY_OWNER, get_service
+from dashboard.models import KernelState
+from scroll_core.prompts import RECALL_TOOL
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def operator(client, django_user_model):
+    from dashboard.permissions import OPERATORS_GROUP
+
+    user = django_user_model.objects.create_user("operator", password="pw-operator-1")
+    user.groups.add(Group.objects.get(name=OPERATORS_GROUP))
+    client.force_login(user)
+    return client
+
+
+def _recall_once(gateway, upstream, session: str) -> None:
+    upstream.then(
+        completion("", [tool_call(RECALL_TOOL, {"code": "y = 7\nprint(y)"}, "call_k")]),
+        text("seven"),
+    )
+    client = oa(gateway, make_key(upstream), default_headers={"X-Scroll-Session": session})
+    ask(client, [{"role": "user", "content": "keep seven"}])
+
+
+def test_a_gateway_kernel_is_listed_marked_and_without_run_worker_actions(
+    gateway, upstream, operator
+):
+    _recall_once(gateway, upstream, "gw-kernel")
+    assert get_service().heartbeat() == []  # nothing lost; the live kernel written
+    row = KernelState.objects.get(session_id="gw:alice:gw-kernel")
+    assert row.worker == GATEWAY_OWNER and row.alive and row.cells >= 1 and row.gateway
+
+    page = operator.get(reverse("kernels")).content.decode()
+    listed = page.split('class="kernel gateway"', 1)
+    assert len(listed) == 2, "the gateway's kernel is not listed as gateway-driven"
+    own_row = listed[1].split("</tr>", 1)[0]
+    assert "gw:alice:gw-kernel" in own_row and "gateway-driven" in own_row
+    assert "Restart" not in own_row and "Stop" not in own_row
+
+    refused = operator.post(
+        reverse("kernel_action", args=["restart", "gw:alice:gw-kernel"]), follow=True
+    ).content.decode()
+    assert "driven by the gateway" in refused and "not done" in refused
+    assert KernelState.objects.get(session_id="gw:alice:gw-kernel").restarts == 0
+
+
+def test_a_gateway_kernel_whose_web_process_stopped_beating_leaves_the_page(
+    gateway, upstream, operator
+):
+    _recall_once(gateway, upstream, "gw-stale")
+    get_service().heartbeat()
+    assert "gw-stale" in operator.get(reverse("kernels")).content.decode()
+    # As if its web process died: nothing refreshes the row past a lease.
+    KernelState.objects.filter(session_id="gw:alice:gw-stale").update(
+        updated_at=timezone.now() - timedelta(minutes=5)
+    )
+    assert "gw-stale" not in operator.get(reverse("kernels")).content.decode()
+
+
+def test_a_gateway_kernel_shut_down_in_its_process_is_marked_stopped_at_the_next_beat(
+    gateway, upstream
+):
+    _recall_once(gateway, upstream, "gw-gone")
+    service = get_service()
+    service.heartbeat()
+    first = KernelState.objects.get(session_id="gw:alice:gw-gone")
+    assert first.alive
+    service.heartbeat()  # nothing changed: the row is only refreshed
+    again = KernelState.objects.get(session_id="gw:alice:gw-gone")
+    assert again.cells == first.cells and again.updated_at >= first.updated_at
+    # A row another process wrote over (a heartbeat racing a handover) is written again.
+    KernelState.objects.filter(session_id="gw:alice:gw-gone").update(worker="gateway:other")
+    service.heartbeat()
+    assert KernelState.objects.get(session_id="gw:alice:gw-gone").worker == GATEWAY_OWNER
+    service.kernels.release("gw:alice:gw-gone")  # as the manager's idle reaper would
+    service.heartbeat()
+    row = KernelState.objects.get(session_id="gw:alice:gw-gone")
+    assert not row.alive and row.last_status == "shut down" and row.pid is None

@@ -166,9 +166,16 @@ def test_a_session_has_one_owner_and_a_handover_loses_nothing_from_the_log(clust
     assert "no x here" in _tool_output(upstream.requests[3])
     row_b = _until(
         "web-b's kernel replacing web-a's",
-        lambda: (r := _kernel_row(cluster, full)) and r["worker"] != row_a["worker"] and r,
+        # The take-over first marks the row "handed over" (not alive, no pid); web-b's
+        # heartbeat then writes its own live kernel, which is what is waited for here.
+        lambda: (
+            (r := _kernel_row(cluster, full))
+            and r["worker"] != row_a["worker"]
+            and r["alive"]
+            and r
+        ),
     )
-    assert row_b["worker"].startswith("gateway:") and row_b["alive"]
+    assert row_b["worker"].startswith("gateway:")
     assert row_b["pid"] != row_a["pid"]
     # web-a shut its kernel down at its heartbeat (the kernel's process is gone).
     _until("web-a's kernel process to exit", lambda: not _alive(row_a["pid"]))

@@ -26,12 +26,14 @@ from .logschema import sqlite_int
 from .timeutil import format_ts
 
 __all__ = [
+    "RANK_FEATURES",
     "Hit",
     "SearchDialect",
     "SearchFilters",
     "SearchTuning",
     "neighbour_seqs",
     "run_search",
+    "search_features",
 ]
 
 
@@ -105,6 +107,16 @@ class SearchTuning:
     # MMR-style diversity across session-days (see ``_diversify``); off at 0. Loses on dev at
     # every weight tried: LoCoMo's evidence, multi-hop included, clusters within a day.
     diversity_weight: float = 0.0
+    # Window coverage (see ``_rank_features``): a turn's score is scaled by
+    # ``1 + w * (share of the query's distinct terms found in the turn and the turns within
+    # the neighbour reach beside it, same session)``, a passage-level view of the turn for
+    # evidence that spans a question and its answer; off at 0.
+    window_weight: float = 0.0
+    # A learned linear ranker: when set, a turn's score is the dot product of these weights
+    # with its ``RANK_FEATURES`` (fitted on LoCoMo's dev split alone by
+    # ``bench/_ranker_fit.py``) and replaces the hand formula above (neighbour weights
+    # then only set how far the features reach). Empty: off.
+    ranker_weights: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -190,6 +202,14 @@ class SearchDialect:
         return f"{column} IN ({', '.join([self.mark] * len(seqs))})", list(seqs)
 
 
+# What the learned ranker (``SearchTuning.ranker_weights``) weighs, per turn read: its own
+# bm25 after the term features and the same summed over the turns one and two places away
+# in its session (each over the best candidate's, so weights mean the same from query to
+# query), the share of the query's distinct terms it holds, the share held by it and the
+# turns within the neighbour reach together, and whether the query names its speaker.
+RANK_FEATURES = ("own", "near_1", "near_2", "coverage", "window_coverage", "speaker")
+
+
 def run_search(
     db: Any,
     query: str,
@@ -206,42 +226,19 @@ def run_search(
     terms = ftsquery.query_terms(text)
     if not terms:
         return dialect.list_range(db, k, filters) if filters.has_dates else []
-    base = dialect.candidates(db, terms, max(k, tuning.candidates), filters, tuning)
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
     if not base:
         return []
-    reach = len(tuning.neighbour_weights)
-    pool = set(base)
-    for seq in base:
-        pool.update(range(seq - reach, seq + reach + 1))
-    in_pool, pool_params = dialect.seq_in("e.seq", sorted(pool))
-    # One read of the candidates and the turns beside them: the session each belongs to
-    # scores the neighbour signal, the text feeds the term features and the winners' hits.
-    rows = {
-        row[0]: row
-        for row in db.execute(
-            f"SELECT {_HIT_COLUMNS}, e.content, e.headline FROM events e "
-            f"WHERE {in_pool} AND e.searchable = 1{dialect.sql(filters.sql)}",
-            (*pool_params, *filters.params),
-        ).fetchall()
-    }
-    exact = ftsquery.exact_pieces(text) if tuning.exact_weight else []
-    if (len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight)) or exact:
-        base = _term_features(rows, base, terms, exact, tuning)
-    if tuning.speaker_weight:
-        base = _speaker_match(rows, base, terms, tuning.speaker_weight)
     matched = set(base)
-    if tuning.feedback_terms and tuning.feedback_docs and tuning.feedback_weight:
-        base = _feedback(rows, base, terms, tuning)
-    scores: dict[int, float] = {}
-    for seq, row in rows.items():
-        session = row[1]
-        total = base.get(seq, 0.0)
-        for distance, weight in enumerate(tuning.neighbour_weights, start=1):
-            for other in (seq - distance, seq + distance):
-                if other in base and other in rows and rows[other][1] == session:
-                    total += weight * base[other]
-        if total > 0:
-            scores[seq] = total
+    if tuning.ranker_weights:
+        weights = tuning.ranker_weights
+        scores = {}
+        for seq, values in _rank_features(rows, base, terms, tuning).items():
+            total = sum(w * x for w, x in zip(weights, values, strict=False))
+            if total > 0:
+                scores[seq] = total
+    else:
+        scores = _hand_scores(rows, base, text, terms, tuning)
     if tuning.diversity_weight:
         ranked = _diversify(scores, rows, k, tuning.diversity_weight)
     else:
@@ -254,6 +251,153 @@ def run_search(
             Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in matched)
         )
     return hits
+
+
+def search_features(
+    db: Any,
+    query: str,
+    k: int,
+    filters: SearchFilters,
+    tuning: SearchTuning,
+    dialect: SearchDialect | None = None,
+) -> dict[int, tuple[float, ...]]:
+    """``RANK_FEATURES`` of every turn a search for ``query`` reads (what a ranker is fitted
+    on; ``bench/_ranker_fit.py``); empty when nothing matches."""
+    terms = ftsquery.query_terms(query)
+    if not terms or k <= 0:
+        return {}
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect or SQLITE)
+    return _rank_features(rows, base, terms, tuning) if base else {}
+
+
+def _read_pool(
+    db: Any,
+    terms: list[str],
+    k: int,
+    filters: SearchFilters,
+    tuning: SearchTuning,
+    dialect: SearchDialect,
+) -> tuple[dict[int, tuple[Any, ...]], dict[int, float]]:
+    """The BM25 candidates (``{seq: score}``) and, read once, the rows of the candidates and
+    the turns beside them: the session each belongs to scores the neighbour signal, the
+    text feeds the term features and the winners' hits."""
+    base = dialect.candidates(db, terms, max(k, tuning.candidates), filters, tuning)
+    if not base:
+        return {}, {}
+    reach = _reach(tuning)
+    pool = set(base)
+    for seq in base:
+        pool.update(range(seq - reach, seq + reach + 1))
+    in_pool, pool_params = dialect.seq_in("e.seq", sorted(pool))
+    rows = {
+        row[0]: row
+        for row in db.execute(
+            f"SELECT {_HIT_COLUMNS}, e.content, e.headline FROM events e "
+            f"WHERE {in_pool} AND e.searchable = 1{dialect.sql(filters.sql)}",
+            (*pool_params, *filters.params),
+        ).fetchall()
+    }
+    return rows, base
+
+
+def _reach(tuning: SearchTuning) -> int:
+    return max(len(tuning.neighbour_weights), 2 if tuning.ranker_weights else 0)
+
+
+def _hand_scores(
+    rows: dict[int, tuple[Any, ...]],
+    base: dict[int, float],
+    text: str,
+    terms: list[str],
+    tuning: SearchTuning,
+) -> dict[int, float]:
+    """Each turn's bm25 after the term features, plus shares of its neighbours' (the
+    ``SearchTuning`` formula)."""
+    exact = ftsquery.exact_pieces(text) if tuning.exact_weight else []
+    if (len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight)) or exact:
+        base = _term_features(rows, base, terms, exact, tuning)
+    if tuning.speaker_weight:
+        base = _speaker_match(rows, base, terms, tuning.speaker_weight)
+    if tuning.feedback_terms and tuning.feedback_docs and tuning.feedback_weight:
+        base = _feedback(rows, base, terms, tuning)
+    shares = _window_shares(rows, terms, _reach(tuning)) if tuning.window_weight else {}
+    scores: dict[int, float] = {}
+    for seq, row in rows.items():
+        session = row[1]
+        total = base.get(seq, 0.0)
+        for distance, weight in enumerate(tuning.neighbour_weights, start=1):
+            for other in (seq - distance, seq + distance):
+                if other in base and other in rows and rows[other][1] == session:
+                    total += weight * base[other]
+        if shares:
+            total *= 1.0 + tuning.window_weight * shares[seq][1]
+        if total > 0:
+            scores[seq] = total
+    return scores
+
+
+def _held_terms(text: str, prefixes: list[str], heads: set[str], sizes: set[int]) -> set[int]:
+    """Which query terms (by index) ``text`` holds, each found by its stem prefix."""
+    held: set[int] = set()
+    for token in ftsquery.tokens(text):
+        if not any(token[:n] in heads for n in sizes):
+            continue
+        for which, prefix in enumerate(prefixes):
+            if token.startswith(prefix):
+                held.add(which)
+                break
+    return held
+
+
+def _window_shares(
+    rows: dict[int, tuple[Any, ...]], terms: list[str], reach: int
+) -> dict[int, tuple[float, float]]:
+    """Per turn read: the share of the query's distinct terms it holds, and the share held
+    by it and the turns up to ``reach`` places away in its session together (the turn seen
+    as a passage: a question and its answer rarely repeat each other's words)."""
+    prefixes = [ftsquery.stem_prefix(t) for t in terms]
+    heads = {p[:4] for p in prefixes}
+    sizes = {min(len(p), 4) for p in prefixes}
+    held = {
+        seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", prefixes, heads, sizes)
+        for seq, row in rows.items()
+    }
+    n = len(terms)
+    out: dict[int, tuple[float, float]] = {}
+    for seq, row in rows.items():
+        window = set(held[seq])
+        for distance in range(1, reach + 1):
+            for other in (seq - distance, seq + distance):
+                near = rows.get(other)
+                if near is not None and near[1] == row[1]:
+                    window |= held[other]
+        out[seq] = (len(held[seq]) / n, len(window) / n)
+    return out
+
+
+def _rank_features(
+    rows: dict[int, tuple[Any, ...]],
+    base: dict[int, float],
+    terms: list[str],
+    tuning: SearchTuning,
+) -> dict[int, tuple[float, ...]]:
+    """``RANK_FEATURES`` for every turn read."""
+    if len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight):
+        base = _term_features(rows, base, terms, [], tuning)
+    top = max(base.values()) or 1.0
+    shares = _window_shares(rows, terms, _reach(tuning))
+    wanted = set(terms)
+    out: dict[int, tuple[float, ...]] = {}
+    for seq, row in rows.items():
+        near = [0.0, 0.0]
+        for distance in (1, 2):
+            for other in (seq - distance, seq + distance):
+                if other in base and other in rows and rows[other][1] == row[1]:
+                    near[distance - 1] += base[other] / top
+        speaker = 1.0 if row[5] and wanted.intersection(ftsquery.tokens(row[5])) else 0.0
+        own, window = shares[seq]
+        out[seq] = (base.get(seq, 0.0) / top, near[0], near[1], own, window, speaker)
+    return out
 
 
 def _candidates(

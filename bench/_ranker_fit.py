@@ -106,7 +106,8 @@ def fit_weights(questions: Sequence[Question], start: Sequence[float] = START) -
     first = _recalls(questions, weights)
     best = objective(first)
     passes = 0
-    for passes in range(1, MAX_PASSES + 1):
+    while passes < MAX_PASSES:
+        passes += 1
         moved = False
         for i in range(1, len(weights)):
             for value in LADDER:

@@ -114,8 +114,9 @@ class SearchTuning:
     window_weight: float = 0.0
     # A learned linear ranker: when set, a turn's score is the dot product of these weights
     # with its ``RANK_FEATURES`` (fitted on LoCoMo's dev split alone by
-    # ``bench/_ranker_fit.py``) and replaces the hand formula above (neighbour weights
-    # then only set how far the features reach). Empty: off.
+    # ``bench/_ranker_fit.py``) and replaces the hand formula above (the neighbour weights
+    # then only set how far its features reach: none when empty, at most two turns for the
+    # ``near`` sums, the whole reach for window coverage). Empty: off.
     ranker_weights: tuple[float, ...] = ()
 
 
@@ -301,7 +302,8 @@ def _read_pool(
 
 
 def _reach(tuning: SearchTuning) -> int:
-    return max(len(tuning.neighbour_weights), 2 if tuning.ranker_weights else 0)
+    # The ranker's neighbour features, too, reach as far as ``neighbour_weights`` is long.
+    return len(tuning.neighbour_weights)
 
 
 def _hand_scores(
@@ -336,14 +338,14 @@ def _hand_scores(
     return scores
 
 
-def _held_terms(text: str, prefixes: list[str], heads: set[str], sizes: set[int]) -> set[int]:
-    """Which query terms (by index) ``text`` holds, each found by its stem prefix."""
+def _held_terms(text: str, prefixes: list[str], starts: re.Pattern[str]) -> set[int]:
+    """Which query terms (by index) ``text`` holds, each found by its stem prefix at the
+    start of a word (the first prefix a word starts with, as ``_term_features`` counts)."""
     held: set[int] = set()
-    for token in ftsquery.tokens(text):
-        if not any(token[:n] in heads for n in sizes):
-            continue
+    for match in starts.finditer(text):
+        word = match.group(0).casefold()
         for which, prefix in enumerate(prefixes):
-            if token.startswith(prefix):
+            if word.startswith(prefix):
                 held.add(which)
                 break
     return held
@@ -356,10 +358,12 @@ def _window_shares(
     by it and the turns up to ``reach`` places away in its session together (the turn seen
     as a passage: a question and its answer rarely repeat each other's words)."""
     prefixes = [ftsquery.stem_prefix(t) for t in terms]
-    heads = {p[:4] for p in prefixes}
-    sizes = {min(len(p), 4) for p in prefixes}
+    # One regex scan per turn finds the words starting with a prefix (in C, where splitting
+    # every turn into tokens in Python first cost more than the rest of the search).
+    alternatives = "|".join(re.escape(p) for p in sorted(set(prefixes), key=len, reverse=True))
+    starts = re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*", re.IGNORECASE)
     held = {
-        seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", prefixes, heads, sizes)
+        seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", prefixes, starts)
         for seq, row in rows.items()
     }
     n = len(terms)
@@ -385,12 +389,13 @@ def _rank_features(
     if len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight):
         base = _term_features(rows, base, terms, [], tuning)
     top = max(base.values()) or 1.0
-    shares = _window_shares(rows, terms, _reach(tuning))
+    reach = _reach(tuning)
+    shares = _window_shares(rows, terms, reach)
     wanted = set(terms)
     out: dict[int, tuple[float, ...]] = {}
     for seq, row in rows.items():
         near = [0.0, 0.0]
-        for distance in (1, 2):
+        for distance in range(1, min(2, reach) + 1):
             for other in (seq - distance, seq + distance):
                 if other in base and other in rows and rows[other][1] == row[1]:
                     near[distance - 1] += base[other] / top

@@ -144,22 +144,28 @@ def scroll_search(log: EventStore, keys: dict[int, TurnKey], *, narrow: bool) ->
 def scroll_variants() -> dict[str, tuple[str, SearchTuning]]:
     """Scroll's search with each of its ranking signals added in turn, today's constants."""
     default = SearchTuning()
+    # The signals in turn on the hand formula, then the learned ranker over them.
+    hand = replace(default, ranker_weights=())
     content, headline, _ = default.rank_weights
     first = default.neighbour_weights[:1]
     return {
         "name_indexed": (
             "speaker name indexed, weight 0, no neighbours",
-            replace(default, rank_weights=(content, headline, 0.0), neighbour_weights=()),
+            replace(hand, rank_weights=(content, headline, 0.0), neighbour_weights=()),
         ),
         "name_weighted": (
             f"+ name weight {default.rank_weights[2]}",
-            replace(default, neighbour_weights=()),
+            replace(hand, neighbour_weights=()),
         ),
         "neighbours_1": (
             f"+ turns ±1 at {first[0] if first else 0}",
-            replace(default, neighbour_weights=first),
+            replace(hand, neighbour_weights=first),
         ),
-        HEADLINE_ROW: ("Scroll's search as shipped", default),
+        "hand_formula": (
+            "+ turns ±2, coverage and proximity: the hand formula before the ranker",
+            hand,
+        ),
+        HEADLINE_ROW: ("Scroll's search as shipped (learned ranker)", default),
     }
 
 
@@ -189,7 +195,7 @@ TECHNIQUE_WEIGHT = 1.0
 
 # ``python bench/retrieval.py --fit-ranker`` (``bench/_ranker_fit.py``, dev split only), at
 # the shipped pool of 30 candidates and at 100; weights in ``RANK_FEATURES`` order.
-RANKER_WEIGHTS: tuple[float, ...] = (1.0, 0.6, 0.3, 0.2, 1.5, 0.3)
+RANKER_WEIGHTS: tuple[float, ...] = SearchTuning().ranker_weights
 RANKER_WEIGHTS_100: tuple[float, ...] = (1.0, 0.4, 0.4, 0.0, 0.8, 0.3)
 
 # The setting each issue-15 technique is measured at: its best on the dev split alone, from
@@ -246,7 +252,7 @@ def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
     for name, (label, setting) in TECHNIQUES.items():
         on = all(getattr(default, k) == v for k, v in setting.items())
         if on:
-            off = {k: type(v)(0) for k, v in setting.items()}
+            off = {k: type(v)() for k, v in setting.items()}  # 0, 0.0 or ()
             rows[f"no_{name}"] = ("-" + label[1:], replace(default, **off))
         else:
             rows[name] = (label, replace(default, **setting))

@@ -11,7 +11,14 @@ import pytest
 from scroll_core import SearchTuning
 from scroll_core.ftsquery import exact_pattern, exact_pieces
 
-PLAIN = replace(SearchTuning(), neighbour_weights=(), coverage_weight=0.0, proximity_weight=0.0)
+# The hand formula with nothing on but bm25 (the learned ranker off too).
+PLAIN = replace(
+    SearchTuning(),
+    neighbour_weights=(),
+    coverage_weight=0.0,
+    proximity_weight=0.0,
+    ranker_weights=(),
+)
 
 
 @pytest.fixture

@@ -8,6 +8,11 @@ Two steps, so the cost follows the number of hits and not the number of matches:
    own bm25 plus a share of the bm25 of the turns beside it in the same session. A reply
    rarely repeats the words of the question it answers, so evidence often sits one turn
    away from the best lexical match.
+
+As shipped, step 2 is a learned linear ranker: a weighted sum of a few features of each
+turn read (its bm25, its neighbours', how much of the query it and its window of turns
+hold, whether the query names its speaker), the weights fitted on LoCoMo's dev split
+(``SearchTuning.ranker_weights``); the hand formula above is what it starts from.
 """
 
 from __future__ import annotations

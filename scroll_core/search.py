@@ -360,16 +360,21 @@ def _rescored(
     return base
 
 
-def _held_terms(text: str, prefixes: list[str], starts: re.Pattern[str]) -> set[int]:
-    """Which query terms (by index) ``text`` holds, each found by its stem prefix at the
-    start of a word (the first prefix a word starts with, as ``_term_features`` counts)."""
+def _held_terms(
+    text: str, pattern: re.Pattern[str], prefixes: list[str], seen: dict[str, int | None]
+) -> set[int]:
+    """Which query terms (by index) ``text`` holds: each word the pattern finds counts for
+    the first term whose stem prefix it starts with (``seen`` remembers words already
+    placed, across the turns of one search)."""
     held: set[int] = set()
-    for match in starts.finditer(text):
-        word = match.group(0).casefold()
-        for which, prefix in enumerate(prefixes):
-            if word.startswith(prefix):
-                held.add(which)
-                break
+    for word in set(pattern.findall(text)):
+        which = seen.get(word, -1)
+        if which == -1:
+            folded = word.casefold()
+            which = next((i for i, p in enumerate(prefixes) if folded.startswith(p)), None)
+            seen[word] = which
+        if which is not None:
+            held.add(which)
     return held
 
 
@@ -380,12 +385,12 @@ def _window_shares(
     by it and the turns up to ``reach`` places away in its session together (the turn seen
     as a passage: a question and its answer rarely repeat each other's words)."""
     prefixes = [ftsquery.stem_prefix(t) for t in terms]
-    # One regex scan per turn finds the words starting with a prefix (in C, where splitting
-    # every turn into tokens in Python first cost more than the rest of the search).
-    alternatives = "|".join(re.escape(p) for p in sorted(set(prefixes), key=len, reverse=True))
-    starts = re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*", re.IGNORECASE)
+    # The snippet's pattern (compiled once per query) finds the words in C: splitting every
+    # turn read into tokens in Python cost more than the rest of the search.
+    pattern = ftsquery.term_words(terms)
+    seen: dict[str, int | None] = {}
     held = {
-        seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", prefixes, starts)
+        seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", pattern, prefixes, seen)
         for seq, row in rows.items()
     }
     n = len(terms)
@@ -415,6 +420,7 @@ def _rank_features(
     reach = _reach(tuning)
     shares = _window_shares(rows, terms, reach)
     wanted = set(terms)
+    speakers: dict[str | None, float] = {}
     out: dict[int, tuple[float, ...]] = {}
     for seq, row in rows.items():
         near = [0.0, 0.0]
@@ -422,7 +428,10 @@ def _rank_features(
             for other in (seq - distance, seq + distance):
                 if other in base and other in rows and rows[other][1] == row[1]:
                     near[distance - 1] += base[other] / top
-        speaker = 1.0 if row[5] and wanted.intersection(ftsquery.tokens(row[5])) else 0.0
+        name = row[5]
+        if name not in speakers:
+            speakers[name] = 1.0 if name and wanted.intersection(ftsquery.tokens(name)) else 0.0
+        speaker = speakers[name]
         own, window = shares[seq]
         out[seq] = (base.get(seq, 0.0) / top, near[0], near[1], own, window, speaker)
     return out

@@ -29,7 +29,7 @@ __all__ = ["LADDER", "Fit", "Question", "collect", "fit_weights", "objective"]
 LADDER: tuple[float, ...] = (
     -1.0, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0,
 )  # fmt: skip
-START: tuple[float, ...] = (1.0, 0.4, 0.5, 0.0, 0.0, 0.0)
+START: tuple[float, ...] = (1.0, 0.4, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0)
 MAX_PASSES = 6
 
 

@@ -18,6 +18,7 @@ hold, whether the query names its speaker), the weights fitted on LoCoMo's dev s
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -126,7 +127,7 @@ class SearchTuning:
     # held-out set were only read after the weights were fixed (the neighbour weights
     # then only set how far its features reach: none when empty, at most two turns for the
     # ``near`` sums, the whole reach for window coverage). Empty: off.
-    ranker_weights: tuple[float, ...] = (1.0, 0.6, 0.3, 0.2, 1.5, 0.3)
+    ranker_weights: tuple[float, ...] = (1.0, 0.6, 0.4, 0.0, 0.1, 0.4, 1.0, 1.5)
 
 
 @dataclass(frozen=True)
@@ -216,8 +217,14 @@ class SearchDialect:
 # bm25 after the term features and the same summed over the turns one and two places away
 # in its session (each over the best candidate's, so weights mean the same from query to
 # query), the share of the query's distinct terms it holds, the share held by it and the
-# turns within the neighbour reach together, and whether the query names its speaker.
-RANK_FEATURES = ("own", "near_1", "near_2", "coverage", "window_coverage", "speaker")
+# turns within the neighbour reach together, whether the query names its speaker, and the
+# two shares again with each term weighted by its rarity among the turns read
+# (``log((n + 1) / (holding + 0.5))`` of the ``n`` turns read, ``holding`` of them holding
+# it: a term every candidate holds tells them apart no better than none).
+RANK_FEATURES = (
+    "own", "near_1", "near_2", "coverage", "window_coverage", "speaker",
+    "rare_coverage", "rare_window_coverage",
+)  # fmt: skip
 
 
 def run_search(
@@ -380,10 +387,11 @@ def _held_terms(
 
 def _window_shares(
     rows: dict[int, tuple[Any, ...]], terms: list[str], reach: int
-) -> dict[int, tuple[float, float]]:
+) -> dict[int, tuple[float, float, float, float]]:
     """Per turn read: the share of the query's distinct terms it holds, and the share held
     by it and the turns up to ``reach`` places away in its session together (the turn seen
-    as a passage: a question and its answer rarely repeat each other's words)."""
+    as a passage: a question and its answer rarely repeat each other's words); then both
+    again with each term weighted by its rarity among the turns read (``RANK_FEATURES``)."""
     prefixes = [ftsquery.stem_prefix(t) for t in terms]
     # The snippet's pattern (compiled once per query) finds the words in C: splitting every
     # turn read into tokens in Python cost more than the rest of the search.
@@ -393,16 +401,28 @@ def _window_shares(
         seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", pattern, prefixes, seen)
         for seq, row in rows.items()
     }
+    holding = [0] * len(terms)
+    for found in held.values():
+        for which in found:
+            holding[which] += 1
+    rarity = [math.log((len(rows) + 1) / (h + 0.5)) for h in holding]
+    total = sum(rarity) or 1.0
     n = len(terms)
-    out: dict[int, tuple[float, float]] = {}
+    out: dict[int, tuple[float, float, float, float]] = {}
     for seq, row in rows.items():
-        window = set(held[seq])
+        own = held[seq]
+        window = set(own)
         for distance in range(1, reach + 1):
             for other in (seq - distance, seq + distance):
                 near = rows.get(other)
                 if near is not None and near[1] == row[1]:
                     window |= held[other]
-        out[seq] = (len(held[seq]) / n, len(window) / n)
+        out[seq] = (
+            len(own) / n,
+            len(window) / n,
+            sum(rarity[i] for i in own) / total,
+            sum(rarity[i] for i in window) / total,
+        )
     return out
 
 
@@ -432,8 +452,11 @@ def _rank_features(
         if name not in speakers:
             speakers[name] = 1.0 if name and wanted.intersection(ftsquery.tokens(name)) else 0.0
         speaker = speakers[name]
-        own, window = shares[seq]
-        out[seq] = (base.get(seq, 0.0) / top, near[0], near[1], own, window, speaker)
+        own, window, rare_own, rare_window = shares[seq]
+        out[seq] = (
+            base.get(seq, 0.0) / top, near[0], near[1], own, window, speaker,
+            rare_own, rare_window,
+        )  # fmt: skip
     return out
 
 

@@ -13,7 +13,7 @@ from scroll_core.search import RANK_FEATURES, SearchFilters, search_features
 
 HAND = replace(SearchTuning(), ranker_weights=())
 # The hand formula's own weights written as a ranker: own 1, neighbours ±1 and ±2.
-HAND_AS_RANKER = (1.0, *HAND.neighbour_weights, 0.0, 0.0, 0.0)
+HAND_AS_RANKER = (1.0, *HAND.neighbour_weights, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @pytest.fixture
@@ -111,11 +111,12 @@ def test_fitting_moves_a_weight_only_when_dev_recall_rises(ranker_fit):
     q = ranker_fit.Question
     # Evidence 2 wins only with window coverage weighed; the hand formula puts 1 first.
     # Ten more turns per question push the evidence out of the top 10 at the start.
-    noise = tuple((100 + i, (0.6, 0.0, 0.0, 0.0, 0.0, 0.0)) for i in range(10))
+    noise = tuple((100 + i, (0.6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)) for i in range(10))
     questions = [
-        q(turns=((1, (0.9, 0.0, 0.0, 1.0, 1.0, 0.0)), (2, (0.3, 0.0, 0.0, 0.0, 1.0, 0.0)), *noise),
+        q(turns=((1, (0.9, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)),
+                 (2, (0.3, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)), *noise),
           evidence=frozenset({2}), evidence_count=1),
-        q(turns=((3, (1.0, 0.0, 0.0, 1.0, 1.0, 0.0)), *noise), evidence=frozenset({3}),
+        q(turns=((3, (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)), *noise), evidence=frozenset({3}),
           evidence_count=1),
     ]  # fmt: skip
     fit = ranker_fit.fit_weights(questions)
@@ -139,3 +140,15 @@ def test_fitting_reads_dev_questions_only(ranker_fit, tmp_path):
         pytest.raises(ValueError, match="no dev-split items"),
     ):
         ranker_fit.collect(log, test_only, lambda i: frozenset(), HAND, lambda i: "s")
+
+
+def test_a_term_most_turns_read_hold_weighs_less_in_the_rare_shares(tmp_path):
+    with EventLog(tmp_path / "r.sqlite3") as log:
+        (rare,) = add(log, "an otter in the river", session="a")
+        common = add(log, *(f"the river bend number {i}" for i in range(6)), session="b")
+        features = search_features(log._reader(), "otter river", 10, SearchFilters(), HAND)
+        at = {name: i for i, name in enumerate(RANK_FEATURES)}
+        only_common = features[common[0]]
+        assert only_common[at["coverage"]] == 0.5
+        assert only_common[at["rare_coverage"]] < 0.5 < features[rare][at["rare_coverage"]]
+        assert features[rare][at["rare_coverage"]] == 1.0  # it holds both

@@ -196,7 +196,7 @@ TECHNIQUE_WEIGHT = 1.0
 # ``python bench/retrieval.py --fit-ranker`` (``bench/_ranker_fit.py``, dev split only), at
 # the shipped pool of 30 candidates and at 100; weights in ``RANK_FEATURES`` order.
 RANKER_WEIGHTS: tuple[float, ...] = SearchTuning().ranker_weights
-RANKER_WEIGHTS_100: tuple[float, ...] = (1.0, 0.4, 0.4, 0.0, 0.8, 0.3)
+RANKER_WEIGHTS_100: tuple[float, ...] = (1.0, 0.5, 0.3, 0.2, -0.25, 0.3, 0.3, 1.5)
 
 # The setting each issue-15 technique is measured at: its best on the dev split alone, from
 # ``python bench/retrieval.py --tune-techniques`` (grids in ``bench/_retrieval_tune.py``).

@@ -8,13 +8,14 @@ import pytest
 
 from scroll_core import EventLog, SearchTuning
 
-# The hand formula with nothing on but bm25 (the learned ranker off too).
+# The hand formula with nothing on but bm25 (the learned ranker and speaker match off too).
 PLAIN = replace(
     SearchTuning(),
     neighbour_weights=(),
     coverage_weight=0.0,
     proximity_weight=0.0,
     ranker_weights=(),
+    speaker_weight=0.0,
 )
 
 

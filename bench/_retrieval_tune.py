@@ -143,6 +143,7 @@ TECHNIQUE_GRID: dict[str, list[dict[str, Any]]] = {
     ],
     "diversity": [{"diversity_weight": w} for w in (0.1, 0.2, 0.5, 1.0)],
     "exact": [{"exact_weight": 1.0}],
+    "window": [{"ranker_weights": (), "window_weight": w} for w in (0.5, 1.0, 2.0, 4.0)],
 }
 
 

@@ -3,6 +3,7 @@
     python bench/retrieval.py --json      # every row, test split headline, dev beside it
     python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
     python bench/retrieval.py --tune-techniques   # each issue-15 technique's setting, dev only
+    python bench/retrieval.py --fit-ranker   # the learned ranker's weights, dev only
     python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
     python bench/retrieval.py --json --quick   # ablation timed at 50,000 events, not 1M
 
@@ -66,10 +67,12 @@ from bench._locomo_baseline import (
     per_conversation_indexes,
 )
 from bench._locomo_split import DEV, TEST, split_of
+from bench._ranker_fit import LADDER, collect, fit_weights
 from bench._retrieval_tune import GRID, TECHNIQUE_GRID, tune_on_dev, tune_techniques
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
 from scroll_core.ingest import ingest
+from scroll_core.search import RANK_FEATURES
 
 # ../shared/data/README.md, measured on the whole data set.
 PUBLISHED_PLAIN = {"recall_at_5": 0.547, "recall_at_10": 0.631, "hit_at_10": 0.683}
@@ -141,22 +144,28 @@ def scroll_search(log: EventStore, keys: dict[int, TurnKey], *, narrow: bool) ->
 def scroll_variants() -> dict[str, tuple[str, SearchTuning]]:
     """Scroll's search with each of its ranking signals added in turn, today's constants."""
     default = SearchTuning()
+    # The signals in turn on the hand formula, then the learned ranker over them.
+    hand = replace(default, ranker_weights=(), speaker_weight=0.0)
     content, headline, _ = default.rank_weights
     first = default.neighbour_weights[:1]
     return {
         "name_indexed": (
             "speaker name indexed, weight 0, no neighbours",
-            replace(default, rank_weights=(content, headline, 0.0), neighbour_weights=()),
+            replace(hand, rank_weights=(content, headline, 0.0), neighbour_weights=()),
         ),
         "name_weighted": (
             f"+ name weight {default.rank_weights[2]}",
-            replace(default, neighbour_weights=()),
+            replace(hand, neighbour_weights=()),
         ),
         "neighbours_1": (
             f"+ turns ±1 at {first[0] if first else 0}",
-            replace(default, neighbour_weights=first),
+            replace(hand, neighbour_weights=first),
         ),
-        HEADLINE_ROW: ("Scroll's search as shipped", default),
+        "hand_formula": (
+            "+ turns ±2, coverage and proximity: the hand formula before the ranker",
+            hand,
+        ),
+        HEADLINE_ROW: ("Scroll's search as shipped (learned ranker)", default),
     }
 
 
@@ -175,12 +184,19 @@ def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
             tuning.feedback_weight,
         ],
         "diversity_weight": tuning.diversity_weight,
+        "window_weight": tuning.window_weight,
+        "ranker_weights": list(tuning.ranker_weights),
     }
 
 
 # One weight per technique, fixed up front (no grid): 1.0 lets a turn holding every query
 # term, or two of them side by side, count up to double.
 TECHNIQUE_WEIGHT = 1.0
+
+# ``python bench/retrieval.py --fit-ranker`` (``bench/_ranker_fit.py``, dev split only), at
+# the shipped pool of 30 candidates and at 100; weights in ``RANK_FEATURES`` order.
+RANKER_WEIGHTS: tuple[float, ...] = SearchTuning().ranker_weights
+RANKER_WEIGHTS_100: tuple[float, ...] = (1.0, 0.5, 0.3, 0.2, -0.25, 0.3, 0.3, 1.5)
 
 # The setting each issue-15 technique is measured at: its best on the dev split alone, from
 # ``python bench/retrieval.py --tune-techniques`` (grids in ``bench/_retrieval_tune.py``).
@@ -194,6 +210,17 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "diversity": ("+ MMR diversity across session-days, 0.1", {"diversity_weight": 0.1}),
     "exact": ("+ exact numbers/dates/identifiers, 1.0", {"exact_weight": 1.0}),
+    # Window coverage scales the hand formula, so its row measures it there.
+    "window": (
+        "+ window coverage ±2 at 2.0 on the hand formula",
+        {"ranker_weights": (), "window_weight": 2.0},
+    ),
+    "ranker": ("+ learned linear ranker (fitted on dev)", {"ranker_weights": RANKER_WEIGHTS}),
+    "pool_100": ("+ 100 candidates, same weights", {"candidates": 100}),
+    "ranker_pool_100": (
+        "+ 100 candidates, ranker fitted there",
+        {"candidates": 100, "ranker_weights": RANKER_WEIGHTS_100},
+    ),
 }
 
 
@@ -225,7 +252,7 @@ def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
     for name, (label, setting) in TECHNIQUES.items():
         on = all(getattr(default, k) == v for k, v in setting.items())
         if on:
-            off = {k: type(v)(0) for k, v in setting.items()}
+            off = {k: type(v)() for k, v in setting.items()}  # 0, 0.0 or ()
             rows[f"no_{name}"] = ("-" + label[1:], replace(default, **off))
         else:
             rows[name] = (label, replace(default, **setting))
@@ -606,6 +633,46 @@ def run_tune_techniques(bench: Bench, as_json: bool) -> None:
         )
 
 
+def run_fit_ranker(bench: Bench, as_json: bool) -> None:
+    """The ranker's weights fitted on the dev split, at 30 and at 100 candidates."""
+    seq_of_key = {key: seq for seq, key in bench.keys.items()}
+    fits: dict[str, Any] = {}
+    for pool in (30, 100):
+        # Fitted with speaker match off, as the shipped weights were (it went on after).
+        tuning = replace(SearchTuning(), candidates=pool, ranker_weights=(), speaker_weight=0.0)
+        questions = collect(
+            bench.log,
+            bench.items,
+            lambda item: frozenset(seq_of_key[k] for k in item.evidence if k in seq_of_key),
+            tuning,
+            lambda item: f"locomo:{item.conversation}",
+        )
+        fit = fit_weights(questions)
+        fits[str(pool)] = {
+            "weights": list(fit.weights),
+            "features": list(RANK_FEATURES),
+            "dev": fit.dev,
+            "dev_before": fit.start_dev,
+            "passes": fit.passes,
+            "questions": len(questions),
+        }
+    out = {
+        "objective": "mean of evidence recall@5 and @10 on the dev split",
+        "ladder": list(LADDER),
+        "fits": fits,
+        "figures": {
+            f"pool_{pool}_dev_{m}": float(v)
+            for pool, fit in fits.items()
+            for m, v in fit["dev"].items()
+        },
+    }
+    if as_json:
+        emit(out, True)
+        return
+    for pool, f in fits.items():
+        print(f"{pool} candidates: weights {tuple(f['weights'])}  dev {f['dev']}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dataset", choices=["locomo"], default="locomo")
@@ -616,6 +683,11 @@ def main(argv: list[str] | None = None) -> None:
         "--tune-techniques",
         action="store_true",
         help="each issue-15 technique's best setting on dev (the ablation's TECHNIQUES)",
+    )
+    parser.add_argument(
+        "--fit-ranker",
+        action="store_true",
+        help="fit the learned ranker's weights on dev (RANKER_WEIGHTS, bench/_ranker_fit.py)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="time the ablation on 50,000 events, not 1,000,000"
@@ -644,6 +716,9 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if args.tune:
                 run_tune(bench, args.json)
+                return
+            if args.fit_ranker:
+                run_fit_ranker(bench, args.json)
                 return
             if args.tune_techniques:
                 run_tune_techniques(bench, args.json)

@@ -8,6 +8,7 @@ words. Terms are OR-ed; BM25 does the ranking.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "make_snippet",
     "match_expression",
     "query_terms",
+    "term_words",
 ]
 
 # A longer query adds cost without adding ranking signal; keep the first distinct terms.
@@ -105,14 +107,23 @@ def exact_pattern(pieces: list[str]) -> re.Pattern[str]:
     return re.compile(rf"(?<![^\W_])(?:{alternatives})(?![^\W_])", re.IGNORECASE)
 
 
+def term_words(terms: list[str]) -> re.Pattern[str]:
+    """A case-insensitive pattern finding the words that start with a term's stem prefix
+    (compiled once per set of terms: the snippet and the ranker's features share it)."""
+    return _term_words(tuple(sorted(set(terms), key=lambda t: (-len(t), t))))
+
+
+@functools.lru_cache(maxsize=256)
+def _term_words(terms: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(stem_prefix(t)) for t in terms)
+    return re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*", re.IGNORECASE)
+
+
 def make_snippet(content: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
     """A window of ``content`` around the first query term, matches in [brackets]."""
     if not terms:
         return content[:width]
-    alternatives = "|".join(
-        re.escape(stem_prefix(t)) for t in sorted(set(terms), key=len, reverse=True)
-    )
-    pattern = re.compile(rf"(?<![^\W_])(?:{alternatives})[^\W_]*", re.IGNORECASE)
+    pattern = term_words(terms)
     first = pattern.search(content)
     if first is None:
         return content[:width] + ("…" if len(content) > width else "")

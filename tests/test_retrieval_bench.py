@@ -201,10 +201,14 @@ def test_each_ablation_row_switches_one_technique_against_the_shipped_search(ret
     # The rows that move one technique with several knobs (feedback: docs, terms, mix).
     knobs = {"shipped": 0, "coverage_proximity": 2, "no_term_features": 2}
     knobs.update({"feedback": 3, "no_feedback": 3})
+    # Window coverage is measured on the hand formula; the pool's own ranker is fitted there.
+    knobs.update({"window": 2, "ranker_pool_100": 2})
     for name, (_, tuning) in rows.items():
         changed = [f for f in fields if getattr(tuning, f) != getattr(shipped, f)]
         assert len(changed) == knobs.get(name, 1), name
-    assert {"speaker", "feedback", "diversity", "exact"} <= {n.removeprefix("no_") for n in rows}
+    techniques = {"speaker", "feedback", "diversity", "exact", "window", "ranker", "pool_100"}
+    assert techniques <= {n.removeprefix("no_") for n in rows}
+    assert rows["no_ranker"][1].ranker_weights == () and shipped.ranker_weights
 
 
 def test_the_ablation_times_every_row_on_the_same_synthetic_log(retrieval, tmp_path):

@@ -11,7 +11,15 @@ import pytest
 from scroll_core import SearchTuning
 from scroll_core.ftsquery import exact_pattern, exact_pieces
 
-PLAIN = replace(SearchTuning(), neighbour_weights=(), coverage_weight=0.0, proximity_weight=0.0)
+# The hand formula with nothing on but bm25 (the learned ranker and speaker match off too).
+PLAIN = replace(
+    SearchTuning(),
+    neighbour_weights=(),
+    coverage_weight=0.0,
+    proximity_weight=0.0,
+    ranker_weights=(),
+    speaker_weight=0.0,
+)
 
 
 @pytest.fixture
@@ -108,7 +116,6 @@ def test_switches_at_zero_leave_the_shipped_ranking_alone(log):
     off = replace(
         shipped,
         exact_weight=0.0,
-        speaker_weight=0.0,
         feedback_docs=3,
         feedback_terms=0,
         feedback_weight=0.5,

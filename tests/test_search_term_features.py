@@ -8,7 +8,15 @@ import pytest
 
 from scroll_core import EventLog, SearchTuning
 
-PLAIN = replace(SearchTuning(), neighbour_weights=(), coverage_weight=0.0, proximity_weight=0.0)
+# The hand formula with nothing on but bm25 (the learned ranker and speaker match off too).
+PLAIN = replace(
+    SearchTuning(),
+    neighbour_weights=(),
+    coverage_weight=0.0,
+    proximity_weight=0.0,
+    ranker_weights=(),
+    speaker_weight=0.0,
+)
 
 
 @pytest.fixture

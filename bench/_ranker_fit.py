@@ -1,0 +1,122 @@
+"""Fitting ``SearchTuning.ranker_weights`` on LoCoMo's dev split, and only there.
+
+Standard learning to rank with a handful of weights: every dev question is searched once
+and every turn the search reads gets its ``RANK_FEATURES`` (``scroll_core.search``); a
+turn's score is the dot product of the weights with them, and coordinate ascent moves one
+weight at a time over a fixed ladder of values, keeping a move only when it raises the
+objective (mean of evidence recall@5 and recall@10 on dev; ties keep the current weight),
+until a whole pass moves nothing. It starts from the hand formula the search ships
+(own 1, neighbours 0.4 and 0.5, the rest 0), so a fitted ranker is never worse than it on
+dev, and its first weight stays 1 (scaling every weight changes no ranking).
+Deterministic: the same log gives the same weights. The test split and the held-out
+transcripts are never read here.
+
+    python bench/retrieval.py --fit-ranker     # prints the weights to ship
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench._locomo_split import split_of
+from scroll_core.search import RANK_FEATURES, SearchFilters, SearchTuning, search_features
+
+__all__ = ["LADDER", "Fit", "Question", "collect", "fit_weights", "objective"]
+
+# The values each weight may take (the first, "own", is the unit and never moves).
+LADDER: tuple[float, ...] = (
+    -1.0, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0,
+)  # fmt: skip
+START: tuple[float, ...] = (1.0, 0.4, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0)
+MAX_PASSES = 6
+
+
+@dataclass(frozen=True)
+class Question:
+    """One dev question as the ranker sees it: each turn read (seq, features) and which
+    seqs are its evidence."""
+
+    turns: tuple[tuple[int, tuple[float, ...]], ...]
+    evidence: frozenset[int]
+    evidence_count: int
+
+
+@dataclass(frozen=True)
+class Fit:
+    weights: tuple[float, ...]
+    dev: dict[str, float]
+    start_dev: dict[str, float]
+    passes: int
+
+
+def collect(
+    log: Any,
+    items: Sequence[Any],
+    seq_of: Callable[[Any], frozenset[int]],
+    tuning: SearchTuning,
+    session_of: Callable[[Any], str],
+) -> list[Question]:
+    """Dev items only, searched once each under ``tuning`` (its pool size and reach)."""
+    db = log._reader()
+    out = []
+    for item in items:
+        if split_of(item.conversation) != "dev":
+            continue
+        features = search_features(
+            db, item.question, 10, SearchFilters(session_id=session_of(item)), tuning
+        )
+        out.append(
+            Question(
+                turns=tuple(sorted(features.items())),
+                evidence=seq_of(item),
+                evidence_count=len(item.evidence),
+            )
+        )
+    if not out:
+        raise ValueError("no dev-split items to fit on")
+    return out
+
+
+def _recalls(questions: Sequence[Question], weights: Sequence[float]) -> dict[str, float]:
+    r5 = r10 = 0.0
+    for q in questions:
+        scored = []
+        for seq, values in q.turns:
+            total = sum(w * x for w, x in zip(weights, values, strict=True))
+            if total > 0:
+                scored.append((-total, seq))
+        scored.sort()
+        top = [seq for _, seq in scored[:10]]
+        r5 += len(q.evidence.intersection(top[:5])) / q.evidence_count
+        r10 += len(q.evidence.intersection(top)) / q.evidence_count
+    n = len(questions)
+    return {"recall_at_5": r5 / n, "recall_at_10": r10 / n}
+
+
+def objective(scores: dict[str, float]) -> float:
+    return (scores["recall_at_5"] + scores["recall_at_10"]) / 2
+
+
+def fit_weights(questions: Sequence[Question], start: Sequence[float] = START) -> Fit:
+    if len(start) != len(RANK_FEATURES):
+        raise ValueError(f"{len(RANK_FEATURES)} starting weights needed, got {len(start)}")
+    weights = list(start)
+    first = _recalls(questions, weights)
+    best = objective(first)
+    passes = 0
+    while passes < MAX_PASSES:
+        passes += 1
+        moved = False
+        for i in range(1, len(weights)):
+            for value in LADDER:
+                if value == weights[i]:
+                    continue
+                trial = [*weights[:i], value, *weights[i + 1 :]]
+                got = objective(_recalls(questions, trial))
+                if got > best + 1e-12:
+                    best, weights, moved = got, trial, True
+        if not moved:
+            break
+    return Fit(tuple(weights), _recalls(questions, weights), first, passes)

@@ -1,0 +1,154 @@
+"""The learned linear ranker and window coverage (``SearchTuning.ranker_weights`` and
+``window_weight``) and the dev-only fitting of the ranker's weights (``bench/_ranker_fit``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from scroll_core import EventLog, SearchTuning
+from scroll_core.search import RANK_FEATURES, SearchFilters, search_features
+
+HAND = replace(SearchTuning(), ranker_weights=())
+# The hand formula's own weights written as a ranker: own 1, neighbours ±1 and ±2.
+HAND_AS_RANKER = (1.0, *HAND.neighbour_weights, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+@pytest.fixture
+def log(store):
+    # Both backends: SQLite, and PostgreSQL under ``python -m tests.servers``.
+    return store
+
+
+def add(log, *texts, session="s", name=None):
+    return [
+        log.append(
+            session_id=session,
+            kind="chat_turn",
+            role="user",
+            name=name,
+            content=text,
+            created_at=f"2026-01-01T00:00:{i:02d}Z",
+        )
+        for i, text in enumerate(texts)
+    ]
+
+
+def ranked(log, query, tuning, k=10):
+    log.search_tuning = tuning
+    return [h.seq for h in log.search(query, k=k)]
+
+
+def _chat(log):
+    add(log, "we hiked to the glacier lake", "the glacier was melting fast", session="a")
+    add(log, "which lake did you swim in", "the cold lake by the cabin", session="a")
+    add(log, "my sister visited the cabin", "she loved the lake and the hike", session="b")
+    add(log, *(f"filler turn number {i}" for i in range(6)), session="c")
+
+
+def test_the_ranker_at_the_hand_formulas_weights_ranks_as_the_hand_formula(log):
+    _chat(log)
+    as_ranker = replace(HAND, ranker_weights=HAND_AS_RANKER)
+    for query in ("glacier lake", "cabin lake hike", "sister", "melting glacier cabin"):
+        assert ranked(log, query, as_ranker) == ranked(log, query, HAND), query
+
+
+def test_window_coverage_lifts_the_turn_whose_neighbour_holds_the_other_term(log):
+    # "quokka" alone in both sessions; only session "b" has "mango" next to it.
+    (lone,) = add(log, "the quokka quokka smiled", session="a")
+    add(log, "nothing to see", session="a")
+    paired, _ = add(log, "a quokka smiled", "it ate a ripe mango", session="b")
+    add(log, *(f"filler {i} mango" for i in range(3)), session="c")
+    add(log, *(f"filler {i}" for i in range(6)), session="d")
+    off = replace(HAND, neighbour_weights=(0.0001,), coverage_weight=0.0, proximity_weight=0.0)
+    order = ranked(log, "quokka mango", off)
+    assert order.index(lone) < order.index(paired)
+    order = ranked(log, "quokka mango", replace(off, window_weight=5.0))
+    assert order.index(paired) < order.index(lone)
+
+
+def test_the_shipped_ranker_prefers_the_answer_next_to_its_question(log):
+    # The question names both terms; the reply that answers it holds one. A turn elsewhere
+    # repeats that one term; the ranker's neighbour and window features pick the reply.
+    question, reply = add(
+        log, "what colour is your canoe paddle", "the paddle is bright orange", session="a"
+    )
+    (elsewhere,) = add(log, "I lost a paddle once", session="b")
+    add(log, *(f"filler {i}" for i in range(6)), session="c")
+    order = ranked(log, "canoe paddle colour", SearchTuning())
+    assert order[0] == question
+    assert order.index(reply) < order.index(elsewhere)
+
+
+def test_features_are_one_tuple_per_turn_read_and_shares_stay_in_range(tmp_path):
+    with EventLog(tmp_path / "f.sqlite3") as log:
+        _chat(log)
+        features = search_features(
+            log._reader(), "glacier lake cabin", 10, SearchFilters(), SearchTuning()
+        )
+        assert features and all(len(v) == len(RANK_FEATURES) for v in features.values())
+        at = {name: i for i, name in enumerate(RANK_FEATURES)}
+        for values in features.values():
+            assert 0.0 <= values[at["own"]] <= 1.0
+            assert 0.0 <= values[at["coverage"]] <= values[at["window_coverage"]] <= 1.0
+        assert max(v[at["own"]] for v in features.values()) == 1.0
+        # Nothing to match, or only stop words: nothing read.
+        assert search_features(log._reader(), "zebra", 10, SearchFilters(), SearchTuning()) == {}
+        assert search_features(log._reader(), "", 10, SearchFilters(), SearchTuning()) == {}
+
+
+@pytest.fixture
+def ranker_fit(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import importlib
+
+    return importlib.import_module("bench._ranker_fit")
+
+
+def test_fitting_moves_a_weight_only_when_dev_recall_rises(ranker_fit):
+    q = ranker_fit.Question
+    # Evidence 2 wins only with window coverage weighed; the hand formula puts 1 first.
+    # Ten more turns per question push the evidence out of the top 10 at the start.
+    noise = tuple((100 + i, (0.6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)) for i in range(10))
+    questions = [
+        q(turns=((1, (0.9, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)),
+                 (2, (0.3, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)), *noise),
+          evidence=frozenset({2}), evidence_count=1),
+        q(turns=((3, (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)), *noise), evidence=frozenset({3}),
+          evidence_count=1),
+    ]  # fmt: skip
+    fit = ranker_fit.fit_weights(questions)
+    assert fit.start_dev["recall_at_10"] == 0.5
+    assert fit.dev["recall_at_10"] == 1.0
+    assert fit.weights[0] == 1.0 and fit.weights[RANK_FEATURES.index("window_coverage")] > 0
+    assert ranker_fit.fit_weights(questions) == fit  # deterministic
+    # Nothing to gain: the starting weights stay.
+    solved = [questions[1]]
+    assert ranker_fit.fit_weights(solved).weights == ranker_fit.START
+    with pytest.raises(ValueError, match="starting weights"):
+        ranker_fit.fit_weights(questions, start=(1.0, 0.4))
+
+
+def test_fitting_reads_dev_questions_only(ranker_fit, tmp_path):
+    from bench._locomo_baseline import Item
+
+    test_only = [Item("conv-30", "anything", "single_hop", frozenset({("conv-30", "D1:1")}))]
+    with (
+        EventLog(tmp_path / "f.sqlite3") as log,
+        pytest.raises(ValueError, match="no dev-split items"),
+    ):
+        ranker_fit.collect(log, test_only, lambda i: frozenset(), HAND, lambda i: "s")
+
+
+def test_a_term_most_turns_read_hold_weighs_less_in_the_rare_shares(tmp_path):
+    with EventLog(tmp_path / "r.sqlite3") as log:
+        (rare,) = add(log, "an otter in the river", session="a")
+        common = add(log, *(f"the river bend number {i}" for i in range(6)), session="b")
+        features = search_features(log._reader(), "otter river", 10, SearchFilters(), HAND)
+        at = {name: i for i, name in enumerate(RANK_FEATURES)}
+        only_common = features[common[0]]
+        assert only_common[at["coverage"]] == 0.5
+        assert only_common[at["rare_coverage"]] < 0.5 < features[rare][at["rare_coverage"]]
+        assert features[rare][at["rare_coverage"]] == 1.0  # it holds both

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from search_corpus import add, ranked
 
 from scroll_core import EventLog, SearchTuning
 from scroll_core.search import RANK_FEATURES, SearchFilters, search_features
@@ -20,25 +21,6 @@ HAND_AS_RANKER = (1.0, *HAND.neighbour_weights, 0.0, 0.0, 0.0, 0.0, 0.0)
 def log(store):
     # Both backends: SQLite, and PostgreSQL under ``python -m tests.servers``.
     return store
-
-
-def add(log, *texts, session="s", name=None):
-    return [
-        log.append(
-            session_id=session,
-            kind="chat_turn",
-            role="user",
-            name=name,
-            content=text,
-            created_at=f"2026-01-01T00:00:{i:02d}Z",
-        )
-        for i, text in enumerate(texts)
-    ]
-
-
-def ranked(log, query, tuning, k=10):
-    log.search_tuning = tuning
-    return [h.seq for h in log.search(query, k=k)]
 
 
 def _chat(log):

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from search_corpus import add
+from search_corpus import ranked as _ranked
 
 from scroll_core import SearchTuning
 from scroll_core.ftsquery import exact_pattern, exact_pieces
@@ -28,23 +30,8 @@ def log(store):
     return store
 
 
-def add(log, *texts, session="s", name=None, day="2026-01-01"):
-    return [
-        log.append(
-            session_id=session,
-            kind="chat_turn",
-            role="user",
-            name=name,
-            content=text,
-            created_at=f"{day}T00:00:{i:02d}Z",
-        )
-        for i, text in enumerate(texts)
-    ]
-
-
 def ranked(log, query, tuning, k=5):
-    log.search_tuning = tuning
-    return [h.seq for h in log.search(query, k=k)]
+    return _ranked(log, query, tuning, k)
 
 
 def test_exact_pieces_are_numbers_dates_versions_and_identifiers():

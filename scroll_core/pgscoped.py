@@ -94,19 +94,15 @@ class PgScopedReader(ScopedReads):
         sql = f"SELECT seq FROM {view} WHERE agent_id = ANY(%s) AND {where} ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        found: list[ScopedEvent] = []
-        left = max(0, int(char_budget))
-        for (seq,) in self._rows(sql, (list(self.agents), *params)):
-            rows = self._rows(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = %s AND agent_id = ANY(%s)",
-                (left, seq, list(self.agents)),
-            )
-            if not rows:
-                continue
-            event = self.log._event(rows[0][:17])
-            left = max(0, left - len(event.content))
-            found.append(ScopedEvent(event, int(rows[0][17] or 0)))
-        return found
+        one = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = %s AND agent_id = ANY(%s)"
+        agents = list(self.agents)
+
+        def row_at(left: int, seq: int) -> Any:
+            rows = self._rows(one, (left, seq, agents))
+            return rows[0] if rows else None
+
+        seqs = [seq for (seq,) in self._rows(sql, (agents, *params))]
+        return self._cut_to_budget(seqs, char_budget, row_at)
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
         wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)

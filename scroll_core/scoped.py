@@ -261,6 +261,23 @@ class ScopedReads(ABC):
         """Events matching ``where``, oldest first, their contents sharing ``char_budget``
         characters, each cut in the database so a huge content never reaches Python."""
 
+    def _cut_to_budget(
+        self, seqs: Sequence[int], char_budget: int, row_at: Callable[[int, int], Any]
+    ) -> list[ScopedEvent]:
+        """The events at ``seqs`` in order, their contents sharing ``char_budget``: ``row_at(
+        left, seq)`` reads one row with its content cut in the database to the ``left``
+        characters not yet spent (None when the row is gone)."""
+        found: list[ScopedEvent] = []
+        left = max(0, int(char_budget))
+        for seq in seqs:
+            row = row_at(left, seq)
+            if row is None:
+                continue
+            event = self.log._event(row[:17])
+            left = max(0, left - len(event.content))
+            found.append(ScopedEvent(event, int(row[17] or 0)))
+        return found
+
     @abstractmethod
     def _ranked(
         self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
@@ -388,20 +405,12 @@ class ScopedReader(ScopedReads):
         sql = f"SELECT seq FROM {view} WHERE {where} ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        found: list[ScopedEvent] = []
-        left = max(0, int(char_budget))
+        one = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?"
         with self._lock:
             seqs = [row[0] for row in self._db.execute(sql, tuple(params)).fetchall()]
-            for seq in seqs:
-                row = self._db.execute(
-                    f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?", (left, seq)
-                ).fetchone()
-                if row is None:
-                    continue
-                event = self.log._event(row[:17])
-                left = max(0, left - len(event.content))
-                found.append(ScopedEvent(event, int(row[17] or 0)))
-        return found
+            return self._cut_to_budget(
+                seqs, char_budget, lambda left, seq: self._db.execute(one, (left, seq)).fetchone()
+            )
 
     def _ranked(
         self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None

@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar
 from pathlib import Path
@@ -253,6 +254,20 @@ class Cluster:
                 "'session_id', 'status', 'error', 'worker', 'attempts', 'turns', 'plan'))"
             )
         }
+
+
+@contextlib.contextmanager
+def prepared(cluster: Cluster) -> Iterator[Cluster]:
+    """``cluster`` with its data folder made, migrated and its login created; on the way out
+    every process it started is stopped and its console database, if on PostgreSQL, dropped."""
+    cluster.root.mkdir(parents=True, exist_ok=True)
+    try:
+        cluster.prepare()
+        yield cluster
+    finally:
+        cluster.stop()
+        if cluster.database_url:
+            drop_database(cluster.database_url)
 
 
 class Http:

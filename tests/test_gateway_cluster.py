@@ -15,19 +15,12 @@ import pytest
 from gateway_upstream import ScriptedUpstream, completion, text, tool_call
 
 from scroll_core.prompts import RECALL_TOOL
-from tests.cluster import Cluster, drop_database, fresh_database
+from tests.cluster import Cluster, fresh_database, prepared
 
 pytestmark = pytest.mark.slow
 
 USAGE = 120 + 12  # tokens the scripted upstream reports per call (completion's defaults)
 WAIT_S = 60.0
-
-
-@pytest.fixture
-def upstream():
-    server = ScriptedUpstream()
-    yield server
-    server.close()
 
 
 @pytest.fixture
@@ -40,13 +33,8 @@ def cluster(tmp_path, postgres_server, redis_server, upstream):
         processes=2,
         lease_s=3,
     )
-    cluster.root.mkdir()
-    try:
-        cluster.prepare()
+    with prepared(cluster):
         yield cluster
-    finally:
-        cluster.stop()
-        drop_database(cluster.database_url)
 
 
 @pytest.fixture

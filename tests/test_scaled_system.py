@@ -24,7 +24,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from tests.cluster import Cluster, Http, drop_database, fresh_database, safe_id
+from tests.cluster import Cluster, Http, drop_database, fresh_database, prepared, safe_id
 
 pytestmark = pytest.mark.slow
 
@@ -78,13 +78,8 @@ def cluster(tmp_path, postgres_server, redis_server, eventlog_url):
         lease_s=3,
         extra_env={"SCROLL_EVENTLOG_URL": url, "SCROLL_EVENTLOG_READER_URL": reader_url},
     )
-    cluster.root.mkdir()
-    try:
-        cluster.prepare()
+    with prepared(cluster):
         yield cluster
-    finally:
-        cluster.stop()
-        drop_database(cluster.database_url)
 
 
 def _watch(url: str, headers: dict[str, str], session_id: str, got: list[str]) -> None:

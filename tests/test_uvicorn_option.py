@@ -10,8 +10,7 @@ import threading
 import openai
 import pytest
 
-from tests.cluster import Cluster, Http, safe_id
-from tests.gateway_upstream import ScriptedUpstream
+from tests.cluster import Cluster, Http, prepared, safe_id
 
 pytest.importorskip("uvicorn")
 
@@ -19,19 +18,8 @@ pytest.importorskip("uvicorn")
 @pytest.fixture
 def cluster(tmp_path):
     cluster = Cluster(root=tmp_path / "data", database_url=None, redis_url=None, workers="embedded")
-    cluster.root.mkdir()
-    try:
-        cluster.prepare()
+    with prepared(cluster):
         yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def upstream():
-    server = ScriptedUpstream()
-    yield server
-    server.close()
 
 
 def _first_span_frame(url: str, headers: dict[str, str], session: str, ready, got) -> None:

@@ -195,8 +195,10 @@ def _failure(api: str, exc: BaseException) -> Response:
     if isinstance(exc, GatewayRequestInvalid):
         return _error(api, 400, str(exc), param=exc.param)
     if isinstance(exc, GatewayRefused):
-        code = "rate_limit_exceeded" if exc.status == 429 else "session_held_by_worker"
-        return _error(api, exc.status, exc.message, code=code)
+        refused = _error(api, exc.status, exc.message, code=exc.code or None)
+        if exc.retry_after:
+            refused.headers["Retry-After"] = f"{exc.retry_after:.0f}"
+        return refused
     if isinstance(exc, ModelError):
         return _upstream_error(api, exc)
     if isinstance(exc, ContextWindowUnfit):

@@ -19,6 +19,9 @@ temporary data folder in a subprocess:
   ``upstream_tokens_ratio`` is the tokens sent upstream over the tokens the client sent;
   ``recall_evidence_hit_rate`` the share of questions whose evidence turn the cell printed.
   A Claude Code transcript goes through ``/v1/messages`` the same way.
+* the Anthropic arm (``anthropic_noevict_c1_*``): one Anthropic Messages client, nothing
+  evicting, to the same upstream answering Messages, directly and through a key whose
+  upstream is in Anthropic format, alternating as above.
 
 With ``--json`` the envelope (``figures``: flat numbers) is printed and written to
 ``bench/results/gateway.json`` (``--out`` to change). Timings taken on a loaded machine are
@@ -91,6 +94,8 @@ class Upstream:
                     n = upstream.requests
                     item = upstream.queue.pop(0) if upstream.queue else None
                 reply = item(body) if callable(item) else item
+                if self.path.endswith("/messages"):  # the Anthropic arm's upstream
+                    reply = reply or _anthropic_message(f"ok\n{HEADLINE.format(n=n)}")
                 default = completion_for(f"ok\n{HEADLINE.format(n=n)}")
                 data = json.dumps(reply or default).encode()
                 self.send_response(200)
@@ -126,6 +131,11 @@ class Server(DaphneServer):
             "    p = TuningProfile.objects.create(name='bench-' + name, context_size=size)\n"
             f"    keys[name] = GatewayKey.issue(agent_id='bench-' + name, profile=p, "
             f"upstream_base_url={upstream_url!r}, max_recall_steps=4)[1]\n"
+            # The Anthropic arm: the same loopback upstream, answering Messages.
+            "keys['anthropic'] = GatewayKey.issue(agent_id='bench-anthropic', "
+            "profile=TuningProfile.objects.get(name='bench-wide'), "
+            f"upstream_base_url={upstream_url!r}, upstream_format='anthropic', "
+            "max_recall_steps=4)[1]\n"
             "print(json.dumps(keys))\n"
         )
         out = self.manage("shell", "-c", script, timeout=120)
@@ -133,6 +143,56 @@ class Server(DaphneServer):
 
 
 # -- latency -------------------------------------------------------------------------------
+
+
+def _anthropic_message(text: str) -> dict[str, Any]:
+    return {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": "scripted-upstream",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 100, "output_tokens": max(1, len(text) // 4)},
+    }
+
+
+def anthropic_latency(
+    gateway: str, key: str, upstream: str, history: int, requests: int
+) -> dict[str, Any]:
+    """The Anthropic arm, one client, nothing evicting: an Anthropic Messages client's
+    request to an Anthropic-format upstream, straight to it (``{upstream}/messages``) and
+    through the gateway (``/v1/messages``, the key's upstream in Anthropic format),
+    alternating step by step with the same body, as ``_steps`` does for Chat Completions."""
+    messages = [_message(i) for i in range(history if history % 2 else history - 1)]
+    through: list[float] = []
+    direct: list[float] = []
+    served: list[dict[str, float]] = []
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "x-scroll-session": "ant"}
+    with httpx.Client(timeout=120) as http:
+        for step in range(requests + 1):
+            body = {"model": "bench", "max_tokens": 256, "system": "You are a benchmark.",
+                    "messages": messages}  # fmt: skip
+            began = time.perf_counter()
+            http.post(f"{upstream}/messages", json=body).raise_for_status()
+            direct_s = time.perf_counter() - began
+            began = time.perf_counter()
+            response = http.post(f"{gateway}/v1/messages", json=body, headers=headers)
+            through_s = time.perf_counter() - began
+            response.raise_for_status()
+            if step:  # the first request appends the whole history: a warm-up
+                direct.append(direct_s * 1000)
+                through.append(through_s * 1000)
+                timing = server_timing(response.headers.get("server-timing", ""))
+                timing["outside"] = through_s * 1000 - timing.get("scroll", float("nan"))
+                served.append(timing)
+            reply = response.json()["content"][0]["text"]
+            messages.append({"role": "assistant", "content": reply})
+            messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
+    return _figures(through, direct, served)
+
+
 def _message(i: int) -> dict[str, str]:
     role = "user" if i % 2 == 0 else "assistant"
     text = f"message {i}: " + " ".join(f"word{(i * 7 + k) % 97}" for k in range(40))
@@ -515,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
                     prefix = "" if i == 0 else f"{servers[i]}_"
                     for name, value in figures.items():
                         result[f"{prefix}{label}_c{clients}_{name}"] = value
+        ant = anthropic_latency(
+            running[0].base, keys[0]["anthropic"], upstream.url, args.history, args.requests
+        )
+        result.update({f"anthropic_noevict_c1_{k}": v for k, v in ant.items()})
         long = long_conversation(running[0].base, upstream, keys[0]["evict"], args.questions)
         result.update({f"locomo_{k}": v for k, v in long.items()})
         result["upstream_tokens_ratio"] = long["upstream_tokens_ratio"]

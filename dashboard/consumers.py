@@ -35,7 +35,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from dashboard import live
-from dashboard.groups import ALERTS, SESSION_PREFIX, SPANS, session_safe_id
+from dashboard.groups import ALERTS, KERNELS, SESSION_PREFIX, SPANS, session_safe_id
 from dashboard.spans import remember_server_loop
 
 # A span is rendered once per process and shared by every socket that shows it; the cache
@@ -223,7 +223,8 @@ class FeedConsumer(_LiveConsumer):
     changed session's row, new or not, then moves to the top of the table (which is ordered
     by the newest event), so a brand-new session appears without a reload.
 
-    The Kernels page passes ``kernels=1`` (its table is re-sent whenever a session changes)
+    The Kernels page passes ``kernels=1`` (its table is re-sent whenever a session changes,
+    and when a web process says its gateway kernels changed: group ``KERNELS``)
     and the Runs page ``runs=1`` (a changed run's row is replaced, or inserted on top when
     the page does not show it yet); both want no spans and no session rows.
     """
@@ -239,7 +240,12 @@ class FeedConsumer(_LiveConsumer):
         self.session_rows = flat.get("sessions") == "1"
         self.kernel_rows = flat.get("kernels") == "1"
         self.run_rows = flat.get("runs") == "1"
-        return [SPANS, ALERTS]
+        return [SPANS, ALERTS, KERNELS] if self.kernel_rows else [SPANS, ALERTS]
+
+    async def kernels_changed(self, event: dict[str, Any]) -> None:
+        """A web process's gateway kernel started, changed or stopped."""
+        if self.kernel_rows:
+            await self.send(text_data=await self._kernel_frame())
 
     async def session_changed(self, event: dict[str, Any]) -> None:
         if self.kernel_rows:

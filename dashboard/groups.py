@@ -9,16 +9,18 @@ Messages sent to these groups:
     {"type": "spans.finished", "spans": [<SpanRecord dict>, ...]}  the same, a batch, oldest first
     {"type": "alert.changed", "alert": <Alert dict>}             ALERTS
     {"type": "session.changed", "session_id": ..., "summary": {...}}  SPANS and the session group
+    {"type": "kernels.changed"}                                  KERNELS (the gateway's kernels)
 """
 
 from __future__ import annotations
 
 import hashlib
 
-__all__ = ["ALERTS", "SPANS", "session_group", "session_safe_id"]
+__all__ = ["ALERTS", "KERNELS", "SPANS", "session_group", "session_safe_id"]
 
 SPANS = "scroll.spans"
 ALERTS = "scroll.alerts"
+KERNELS = "scroll.kernels"
 SESSION_PREFIX = "scroll.session."
 
 

@@ -40,6 +40,12 @@ SCROLL_GATEWAY_MAX_BODY_MB  largest gateway request body (default 64; an agent r
                        whole history, which passes Django's 2.5 MB form limit early)
 SCROLL_GATEWAY_CPU_SLOTS  gateway requests running Python at once per process (default 4; a
                        request gives its slot up while its upstream or kernel works)
+SCROLL_GATEWAY_SESSION_WAIT_S  how long a request waits for another request of its session
+                       to finish at another web process before a 409 with Retry-After
+                       (default 30)
+SCROLL_GATEWAY_SESSION_IDLE_S  a gateway session idle this long is forgotten by its web
+                       process: conversation, kernel and lease (default 900, the kernels'
+                       own idle timeout; rebuilt from the log if it comes back)
 SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
@@ -336,6 +342,8 @@ SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)
 SCROLL_GATEWAY_THREADS = _env_int("SCROLL_GATEWAY_THREADS", 64, minimum=1)
 SCROLL_GATEWAY_MAX_BODY_MB = _env_int("SCROLL_GATEWAY_MAX_BODY_MB", 64, minimum=1)
 SCROLL_GATEWAY_CPU_SLOTS = _env_int("SCROLL_GATEWAY_CPU_SLOTS", 4, minimum=1)
+SCROLL_GATEWAY_SESSION_WAIT_S = float(_env_int("SCROLL_GATEWAY_SESSION_WAIT_S", 30, minimum=0))
+SCROLL_GATEWAY_SESSION_IDLE_S = float(_env_int("SCROLL_GATEWAY_SESSION_IDLE_S", 900, minimum=1))
 
 # Behind TLS: see the module docstring. Off by default, for the embedded plain-HTTP `make run`.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("SCROLL_SECURE_COOKIES", False)

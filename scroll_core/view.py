@@ -515,7 +515,11 @@ def _to_messages(entries: Sequence[ViewEntry]) -> list[dict[str, Any]]:
                 message["tool_call_id"] = event.tool_call_id
             messages.append(message)
         elif event.kind == KIND_MODEL_TURN or event.role == "assistant":
-            messages.append({"role": "assistant", "content": entry.text})
+            turn: dict[str, Any] = {"role": "assistant", "content": entry.text}
+            if event.metadata.get("thinking"):
+                # An Anthropic model's thinking blocks, sent back with its turn as they came.
+                turn["thinking"] = event.metadata["thinking"]
+            messages.append(turn)
         elif event.role == "user":
             messages.append({"role": "user", "content": entry.text})
         else:

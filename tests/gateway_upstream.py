@@ -136,6 +136,10 @@ def a_message(
     )
 
 
+def a_thinking(thought: str, signature: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": thought, "signature": signature}
+
+
 def a_text(content: str, **kw: Any) -> Reply:
     return a_message([{"type": "text", "text": f"{content}\n{HEADLINE}"}], **kw)
 
@@ -167,6 +171,14 @@ def message_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                 {"type": "text_delta", "text": text[i : i + STREAM_PIECE]}
                 for i in range(0, len(text), STREAM_PIECE)
             ]
+        elif block["type"] == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        elif block["type"] == "redacted_thinking":
+            start, deltas = block, []
         else:
             start = {**block, "input": {}}
             args = json.dumps(block["input"])

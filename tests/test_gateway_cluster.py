@@ -1,13 +1,19 @@
 """The gateway behind two web processes (real daphne processes over one PostgreSQL database
 and one Redis, ``tests/cluster.py``): a key's rate limit and token budget hold across both,
 a gateway session has one owner at a time (a request at the other process takes it over,
-rebuilds from the log with a new kernel, and the first process shuts its kernel down), and
-a session a run worker holds is refused."""
+rebuilds from the log with a new kernel, and the first process shuts its kernel down), two
+requests of one session reaching both processes at once are served one after the other (or
+the second is refused with a Retry-After), a session a run worker holds is refused without
+using the key's rate, and an open Kernels page is told when a gateway kernel starts or
+stops."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -15,7 +21,7 @@ import pytest
 from gateway_upstream import ScriptedUpstream, completion, text, tool_call
 
 from scroll_core.prompts import RECALL_TOOL
-from tests.cluster import Cluster, fresh_database, prepared
+from tests.cluster import Cluster, Http, fresh_database, prepared
 
 pytestmark = pytest.mark.slow
 
@@ -199,8 +205,10 @@ def _alive(pid: int | None) -> bool:
         return stat.read().split(") ")[-1][:1] != "Z"
 
 
-def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape(cluster, webs, upstream):
-    key = _issue(cluster, upstream)
+def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape_and_costs_no_rate(
+    cluster, webs, upstream
+):
+    key = _issue(cluster, upstream, rate_limit_per_minute=2)
     cluster.query(
         "from datetime import timedelta\n"
         "from django.utils import timezone\n"
@@ -210,10 +218,12 @@ def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape(cluster,
         "    lease_until=timezone.now() + timedelta(minutes=10))\n"
         "result = 1"
     )
-    refused = _chat(webs[0], key, [{"role": "user", "content": "hi"}], "held-by-worker")
-    assert refused.status_code == 409
-    error = refused.json()["error"]
-    assert "worker-x" in error["message"] and error["code"] == "session_held_by_worker"
+    # More refusals than the key's rate: none of them counts against it.
+    for i in range(4):
+        refused = _chat(webs[i % 2], key, [{"role": "user", "content": "hi"}], "held-by-worker")
+        assert refused.status_code == 409
+        error = refused.json()["error"]
+        assert "worker-x" in error["message"] and error["code"] == "session_held_by_worker"
     assert upstream.requests == []
     # Its lease expired (the worker died): the gateway may serve the session.
     cluster.query(
@@ -226,3 +236,151 @@ def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape(cluster,
     served = _chat(webs[1], key, [{"role": "user", "content": "hi"}], "held-by-worker")
     assert served.status_code == 200, served.text
     assert json.loads(served.text)["choices"][0]["message"]["content"] == "ok 1"
+    # The key's full rate was left: a second request in the minute is served, a third not.
+    assert _chat(webs[0], key, [{"role": "user", "content": "b"}], "other").status_code == 200
+    assert _chat(webs[1], key, [{"role": "user", "content": "c"}], "third").status_code == 429
+
+
+def _paused(arrived: threading.Event, go: threading.Event, answer: str) -> Any:
+    """A scripted reply that says it arrived, then waits for ``go`` before answering."""
+
+    def reply(body: dict) -> Any:
+        arrived.set()
+        go.wait(WAIT_S)
+        return text(answer)
+
+    return reply
+
+
+def _logged(cluster: Cluster, session: str) -> list[tuple[str, str]]:
+    rows = cluster.query(
+        "from dashboard.eventlog import get_event_log\n"
+        f"result = [(e.role, e.content) for e in get_event_log().session_events({session!r},"
+        " limit=None) if e.role in ('user', 'assistant')]"
+    )
+    return [(role, content) for role, content in rows]
+
+
+def test_two_requests_of_one_session_at_two_processes_at_once_are_served_one_after_the_other(
+    cluster, upstream
+):
+    a, b = cluster.start_web("web-a"), cluster.start_web("web-b")
+    key = _issue(cluster, upstream)
+    arrived, go = threading.Event(), threading.Event()
+    upstream.then(_paused(arrived, go, "one"))
+    history = [{"role": "user", "content": "only once"}]
+    with (
+        httpx.Client(base_url=a.base, timeout=90) as ha,
+        httpx.Client(base_url=b.base, timeout=90) as hb,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        first = pool.submit(_chat, ha, key, history, "together")
+        assert arrived.wait(WAIT_S), "the first request did not reach the upstream"
+        # The client gave up and sent the same request again; it reached the other process.
+        second = pool.submit(_chat, hb, key, history, "together")
+        _until("web-b to wait for the session", lambda: "waits up to" in b.output())
+        assert not second.done()
+        go.set()
+        answers = [first.result(WAIT_S), second.result(WAIT_S)]
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"] == "one"
+    # The second was served after the first: a retry of an answered request, replayed.
+    assert len(upstream.requests) == 1
+    assert _logged(cluster, "gw:alice:together") == [("user", "only once"), ("assistant", "one")]
+
+
+def test_a_request_that_cannot_get_its_session_in_time_is_refused_with_retry_after(
+    cluster, upstream
+):
+    a = cluster.start_web("web-a")
+    cluster.env["SCROLL_GATEWAY_SESSION_WAIT_S"] = "0"
+    impatient = cluster.start_web("web-c")
+    key = _issue(cluster, upstream)
+    arrived, go = threading.Event(), threading.Event()
+    upstream.then(_paused(arrived, go, "one"))
+    history = [{"role": "user", "content": "first"}]
+    with (
+        httpx.Client(base_url=a.base, timeout=90) as ha,
+        httpx.Client(base_url=impatient.base, timeout=90) as hc,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        first = pool.submit(_chat, ha, key, history, "busy")
+        assert arrived.wait(WAIT_S)
+        later = [*history, {"role": "user", "content": "second, too early"}]
+        refused = [
+            _chat(hc, key, later, "busy"),
+            hc.post(
+                "/v1/messages",
+                json={"model": "gpt-test", "max_tokens": 9, "messages": later},
+                headers={"x-api-key": key, "x-scroll-session": "busy"},
+            ),
+        ]
+        go.set()
+        assert first.result(WAIT_S).status_code == 200
+    for answer in refused:
+        assert answer.status_code == 409, answer.text
+        assert int(answer.headers["retry-after"]) >= 1
+        assert "serving another request" in answer.json()["error"]["message"]
+    assert refused[0].json()["error"]["code"] == "session_busy"
+    assert refused[1].json()["type"] == "error"
+    # Nothing of the refused requests was logged, and the upstream saw only the first.
+    assert len(upstream.requests) == 1
+    assert _logged(cluster, "gw:alice:busy") == [("user", "first"), ("assistant", "one")]
+
+
+def _watch_kernels(url: str, headers: dict[str, str], ready: threading.Event, frames: list) -> None:
+    """Collect every Kernels table frame the page's WebSocket receives (a thread of its own)."""
+    from websockets.asyncio.client import connect
+
+    async def watch() -> None:
+        async with connect(url, additional_headers=headers, open_timeout=30) as ws:
+            frames.append(await asyncio.wait_for(ws.recv(), timeout=30))  # on connect
+            ready.set()
+            while True:
+                frames.append(await asyncio.wait_for(ws.recv(), timeout=WAIT_S))
+
+    try:
+        asyncio.run(watch())
+    except Exception as exc:  # the timeout ends the watch once the test stopped sending
+        frames.append(f"ended: {exc!r}")
+    finally:
+        ready.set()
+
+
+def test_the_kernels_page_is_told_when_a_gateway_kernel_starts_and_stops(cluster, upstream):
+    a = cluster.start_web("web-a")
+    # web-b forgets a session idle for a second: its kernel then stops with no request (and
+    # so no session change) to re-render the page; only web-b's own word can.
+    cluster.env["SCROLL_GATEWAY_SESSION_IDLE_S"] = "1"
+    b = cluster.start_web("web-b")
+    http = Http(a.base)
+    http.login(cluster.password)
+    key = _issue(cluster, upstream)
+    ready, frames = threading.Event(), []
+    url = f"ws://127.0.0.1:{a.port}/ws/feed/?spans=0&kernels=1"
+    watcher = threading.Thread(
+        target=_watch_kernels, args=(url, http.ws_headers(), ready, frames), daemon=True
+    )
+    watcher.start()
+    assert ready.wait(60), "the Kernels page's WebSocket did not open"
+    assert "No live kernels." in frames[0]
+
+    # A kernel starts at web-b: the page open at web-a is told (over the Redis layer).
+    upstream.then(_recall("print('k')", "call_k"), text("done"))
+    session = "gw:alice:pushed"
+    with httpx.Client(base_url=b.base, timeout=60) as hb:
+        answer = _chat(hb, key, [{"role": "user", "content": "start a kernel"}], "pushed")
+        assert answer.status_code == 200, answer.text
+    _until(
+        "a frame listing web-b's gateway kernel",
+        lambda: any(session in f and "gateway-driven" in f for f in list(frames)[1:]),
+    )
+    listed = next(i for i, f in enumerate(list(frames)) if session in f)
+    # Idle past its time, web-b trims the session and shuts its kernel down: told again.
+    _until(
+        "a frame without the stopped kernel",
+        lambda: any(session not in f and "kernels-table" in f for f in list(frames)[listed + 1 :]),
+    )
+    row = _kernel_row(cluster, session)
+    assert row is not None and not row["alive"] and row["last_status"] == "shut down"

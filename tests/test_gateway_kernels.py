@@ -30,13 +30,16 @@ def operator(client, django_user_model):
     return client
 
 
-def _recall_once(gateway, upstream, session: str) -> None:
+def _recall_once(gateway, upstream, session: str) -> str:
+    """One request whose upstream runs a cell (the session's kernel starts); the key."""
     upstream.then(
         completion("", [tool_call(RECALL_TOOL, {"code": "y = 7\nprint(y)"}, "call_k")]),
         text("seven"),
     )
-    client = oa(gateway, make_key(upstream), default_headers={"X-Scroll-Session": session})
+    key = make_key(upstream)
+    client = oa(gateway, key, default_headers={"X-Scroll-Session": session})
     ask(client, [{"role": "user", "content": "keep seven"}])
+    return key
 
 
 def test_a_gateway_kernel_is_listed_marked_and_without_run_worker_actions(
@@ -93,3 +96,35 @@ def test_a_gateway_kernel_shut_down_in_its_process_is_marked_stopped_at_the_next
     service.heartbeat()
     row = KernelState.objects.get(session_id="gw:alice:gw-gone")
     assert not row.alive and row.last_status == "shut down" and row.pid is None
+
+
+def test_a_session_idle_past_its_time_is_trimmed_with_its_kernel_and_comes_back_from_the_log(
+    gateway, upstream
+):
+    import time
+
+    key = _recall_once(gateway, upstream, "gw-idle")
+    service = get_service()
+    session = "gw:alice:gw-idle"
+    service.heartbeat()
+    assert KernelState.objects.get(session_id=session).alive
+    assert service.trim() == []  # not idle yet
+    with service._holding(session):  # a request holds it: never trimmed under it
+        assert service.trim(now=time.monotonic() + 10 * service.session_idle_s) == []
+    assert service.trim(now=time.monotonic() + 10 * service.session_idle_s) == [session]
+    assert session not in service.held_sessions()
+    assert session not in service.limits.held()
+    assert session not in service.kernels.status()["sessions"]
+    service.heartbeat()
+    row = KernelState.objects.get(session_id=session)
+    assert not row.alive and row.last_status == "shut down"
+    # The client's next request is served from the log: nothing lost, nothing duplicated.
+    client = oa(gateway, key, default_headers={"X-Scroll-Session": "gw-idle"})
+    history = [{"role": "user", "content": "keep seven"}, {"role": "assistant", "content": "seven"},
+               {"role": "user", "content": "again"}]  # fmt: skip
+    assert ask(client, history)
+    from dashboard.eventlog import get_event_log
+
+    said = [e.content for e in get_event_log().session_events(session, limit=None)
+            if e.role == "user"]  # fmt: skip
+    assert said == ["keep seven", "again"]

@@ -7,7 +7,7 @@ import secrets
 
 import pytest
 
-from dashboard.gateway.shared import LimitRefused, LocalLimits, RedisLimits
+from dashboard.gateway.shared import LimitRefused, LocalLimits, RedisLimits, SessionBusy
 
 
 @pytest.fixture
@@ -93,3 +93,53 @@ def test_two_consoles_sharing_one_redis_do_not_share_counts_or_leases(redis_serv
     finally:
         one.close()
         two.close()
+
+
+@pytest.mark.parametrize("where", ["memory", "redis"])
+def test_a_refunded_request_gives_its_slot_of_the_window_and_its_lease_back(where, pair):
+    limits = LocalLimits("gateway:a") if where == "memory" else pair[0]
+    kept = limits.admit(5, 2, 0, 0, "kept")
+    for _ in range(6):  # refused after admission (a run worker holds the session), refunded
+        limits.refund(5, limits.admit(5, 2, 0, 0, "refused"), "refused")
+    second = limits.admit(5, 2, 0, 0, "kept")
+    assert second.previous == "gateway:a" and second.slot != kept.slot
+    with pytest.raises(LimitRefused, match="2 requests per minute"):
+        limits.admit(5, 2, 0, 0, "third")
+    # The refunded session's lease is free again; the served one's is not.
+    assert limits.admit(6, 0, 0, 0, "refused").previous == ""
+    assert limits.admit(6, 0, 0, 0, "kept").previous == "gateway:a"
+
+
+def test_a_session_is_held_by_one_request_at_a_time_across_processes(pair):
+    a, b = pair
+    held = a.hold("s", 0.0)
+    with pytest.raises(SessionBusy, match="serving another request"):
+        b.hold("s", 0.0)
+    with pytest.raises(SessionBusy):
+        b.hold("s", 0.05)  # a bounded wait, then refused
+    assert b.hold("other", 0.0) is not None  # another session is free
+    a.keep([held])  # the heartbeat keeps a long request's hold
+    a.unhold(held)
+    again = b.hold("s", 0.0)
+    a.unhold(held)  # a second release by the old holder does not free the new one's hold
+    with pytest.raises(SessionBusy):
+        a.hold("s", 0.0)
+    b.unhold(again)
+
+
+def test_a_hold_whose_process_died_expires_with_the_lease(redis_server):
+    namespace = f"test-{secrets.token_hex(4)}"
+    dead = RedisLimits(redis_server.url, "gateway:dead", lease_s=0.2, namespace=namespace)
+    alive = RedisLimits(redis_server.url, "gateway:alive", lease_s=30, namespace=namespace)
+    try:
+        dead.hold("s", 0.0)  # never released, never kept
+        # Waits for Redis to expire it (a bounded wait), rather than being refused.
+        alive.unhold(alive.hold("s", 10.0))
+    finally:
+        dead.close()
+        alive.close()
+
+
+def test_in_one_process_holding_needs_no_lock_here():
+    limits = LocalLimits("gateway:only")
+    assert limits.hold("s", 0.0) is None and limits.hold("s", 0.0) is None

@@ -34,7 +34,7 @@ from scroll_core.errors import (
 )
 from scroll_core.gateway import ClientReply, ClientRequest, Stages, anthropic_api, openai_api
 from scroll_core.gateway import _json as gateway_json
-from scroll_core.gateway.upstream import OnText
+from scroll_core.gateway.upstream import BETA_PARAM, OnText
 
 T = TypeVar("T")
 log = logging.getLogger("dashboard.gateway")
@@ -195,8 +195,10 @@ def _failure(api: str, exc: BaseException) -> Response:
     if isinstance(exc, GatewayRequestInvalid):
         return _error(api, 400, str(exc), param=exc.param)
     if isinstance(exc, GatewayRefused):
-        code = "rate_limit_exceeded" if exc.status == 429 else "session_held_by_worker"
-        return _error(api, exc.status, exc.message, code=code)
+        refused = _error(api, exc.status, exc.message, code=exc.code or None)
+        if exc.retry_after:
+            refused.headers["Retry-After"] = f"{exc.retry_after:.0f}"
+        return refused
     if isinstance(exc, ModelError):
         return _upstream_error(api, exc)
     if isinstance(exc, ContextWindowUnfit):
@@ -220,6 +222,9 @@ async def _handle(request: Request, api: str, parse: Callable[[Any], ClientReque
     session = request.headers.get(_SESSION_HEADER)
     try:
         parsed = parse(body)
+        beta = request.headers.get("anthropic-beta") if api == "anthropic" else None
+        if beta:  # forwarded to an Anthropic-format upstream (see anthropic_api)
+            parsed.params[BETA_PARAM] = beta
         stages.lap("parse")
         if parsed.stream:
             return await _streamed(api, key, parsed, session, stages)
@@ -322,15 +327,19 @@ class SseEncoder:
     """One streamed reply as server-sent events in the client's API (each method returns
     the bytes to send)."""
 
-    def __init__(self, api: str, model: str, include_usage: bool) -> None:
+    def __init__(
+        self, api: str, model: str, include_usage: bool, *, thinking: bool = False
+    ) -> None:
         self.api = api
         self.include_usage = include_usage
         self.chunks = openai_api.ChunkStream(model)
-        self.events = anthropic_api.EventStream(model)
+        self.events = anthropic_api.EventStream(model, hold_text=thinking)
 
     @classmethod
     def for_api(cls, api: str, parsed: ClientRequest) -> SseEncoder:
-        return cls(api, parsed.model, parsed.include_usage)
+        asked = parsed.params.get("thinking") or {}
+        thinking = asked.get("type", "disabled") != "disabled"
+        return cls(api, parsed.model, parsed.include_usage, thinking=thinking)
 
     def _openai(self, chunks: list[dict[str, Any]]) -> bytes:
         return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in chunks)

@@ -7,8 +7,18 @@ which process owns a session are kept by ``dashboard.gateway.shared`` (in memory
 behind several web processes): a session is served from memory only while this process held
 its lease; one taken over from another process is rebuilt from the Event Log with a new
 kernel, and the heartbeat shuts down the kernels of sessions another process took. A session
-a run worker holds is refused (409). The heartbeat also writes this process's gateway
-kernels to ``KernelState`` for the Kernels page.
+a run worker holds is refused (409), and the refusal gives its slot of the key's rate window
+back. The heartbeat also writes this process's gateway kernels to ``KernelState`` for the
+Kernels page and tells a Kernels page open at that moment (channel group ``KERNELS``); a
+request that ran a cell wakes it at once, so a kernel that starts shows without a refresh.
+
+A session serves one request at a time. In this process a per-session lock orders them;
+behind several processes the request also holds the session in Redis (``Limits.hold``)
+before it is admitted, waiting at most ``SCROLL_GATEWAY_SESSION_WAIT_S``, else it is refused
+with 409 and a ``Retry-After`` (the official clients retry a 409). The record of the sessions
+this process holds is trimmed at every heartbeat: a session whose lease another process took,
+or idle past ``SCROLL_GATEWAY_SESSION_IDLE_S``, loses its conversation (rebuilt from the log
+if it comes back), its kernel (shut down) and its lease.
 
 After every request the session's ``RunRecord`` (kind ``gateway``) and its compress records
 are saved and pushed to the console, as the runner does for its runs - by the ``Recorder``'s
@@ -33,7 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -44,10 +54,12 @@ from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
 from dashboard.gateway.recorder import GATEWAY_KIND, IndexSnapshot, Job, Recorder
-from dashboard.gateway.shared import LimitRefused, limits_for
+from dashboard.gateway.shared import LimitRefused, SessionBusy, limits_for
 from dashboard.grants import readable_by
+from dashboard.groups import KERNELS
 from dashboard.models import GatewayKey, KernelState, RunRecord, TuningProfile, hash_key
 from dashboard.profiles import core_profile
+from dashboard.spans import send_group
 from dashboard.worker import PROCESS_TOKEN
 from dashboard.workstate import GATEWAY_OWNER_PREFIX
 from scroll_core import telemetry
@@ -115,13 +127,28 @@ class Gate:
 
 @dataclass
 class GatewayRefused(Exception):
-    """The key may not make this request now (rate limit or token budget): HTTP ``status``."""
+    """The key may not make this request now (rate limit or token budget, the session held
+    by a run worker or busy past the wait): HTTP ``status``, the error's ``code``, and when
+    to try again (``retry_after`` seconds, 0 not said)."""
 
     status: int
     message: str
+    code: str = ""
+    retry_after: float = 0.0
 
     def __str__(self) -> str:
         return self.message
+
+
+@dataclass
+class _Session:
+    """A session this process serves or served: its lock (one request at a time), how many
+    requests wait for or hold it, when the last one ended, and its Redis hold while one runs."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    hold: Any = None
 
 
 class GatewayService:
@@ -139,8 +166,13 @@ class GatewayService:
             getattr(settings, "SCROLL_REDIS_URL", ""), GATEWAY_OWNER, self.lease_s,
             _console_namespace(),
         )  # fmt: skip
+        self._sessions: dict[str, _Session] = {}
+        self.session_wait_s = float(getattr(settings, "SCROLL_GATEWAY_SESSION_WAIT_S", 30.0))
+        self.session_idle_s = float(getattr(settings, "SCROLL_GATEWAY_SESSION_IDLE_S", 900.0))
         self._written: dict[str, tuple[Any, ...]] = {}  # KernelState rows as last written
         self._halt = threading.Event()
+        self._nudge = threading.Event()  # write the kernels now (a request ran a cell)
+        self._beating = threading.Lock()  # one beat at a time (the thread's, or a test's)
         self._heart = threading.Thread(target=self._beat, name="gateway-heartbeat", daemon=True)
         self._heart.start()
 
@@ -210,23 +242,25 @@ class GatewayService:
     def admit(self, key: GatewayKey, session_id: str) -> bool:
         """Count the request against the key's limits and take the session's lease; True
         when this process held it already (its conversation and kernel are current).
-        GatewayRefused when the key is over a limit, or a run worker holds the session."""
+        GatewayRefused when the key is over a limit, or a run worker holds the session (then
+        the request is not counted: its slot of the rate window is given back)."""
         try:
             admission = self.limits.admit(
                 key.pk, key.rate_limit_per_minute or 0, key.token_budget or 0,
                 key.tokens_used, session_id,
             )  # fmt: skip
         except LimitRefused as exc:
-            raise GatewayRefused(429, exc.message) from None
+            raise GatewayRefused(429, exc.message, "rate_limit_exceeded") from None
         if admission.previous == self.limits.owner:
             return True
         worker = _run_worker_of(session_id)
         if worker:
-            self.limits.release(session_id)
+            self.limits.refund(key.pk, admission, session_id)
             raise GatewayRefused(
                 409,
                 f"session {session_id!r} is a console run held by worker {worker}; the "
                 "gateway does not take sessions a run worker holds",
+                "session_held_by_worker",
             )
         self._take_over(session_id, admission.previous)
         return False
@@ -257,9 +291,19 @@ class GatewayService:
 
     # -- the heartbeat -------------------------------------------------------------------
     def _beat(self) -> None:
-        while not self._halt.wait(self.lease_s / 3):
+        period = self.lease_s / 3
+        due = time.monotonic() + period
+        while True:
+            self._nudge.wait(max(0.0, due - time.monotonic()))
+            if self._halt.is_set():
+                break
+            self._nudge.clear()
             try:
-                self.heartbeat()
+                if time.monotonic() >= due:  # nudges never put the leases' renewal off
+                    due = time.monotonic() + period
+                    self.heartbeat()
+                else:
+                    self.record_kernels()
             except Exception:
                 log.exception("gateway: heartbeat failed")
             finally:
@@ -267,17 +311,66 @@ class GatewayService:
         connections.close_all()
 
     def heartbeat(self) -> list[str]:
-        """Renew the leases of the sessions served here; drop those another process took
-        (their kernels shut down); write this process's live kernels for the Kernels page.
-        Returns the sessions lost."""
+        """Keep the holds of requests running here, renew the leases of the sessions served
+        here, trim the record (``trim``), and write this process's live kernels for the Kernels
+        page. Returns the sessions another process took."""
+        with self._beating:
+            with self._lock:
+                held = sorted({sid for _, sid in self._conversations})
+                holds = [e.hold for e in self._sessions.values() if e.hold is not None]
+            self.limits.keep(holds)
+            lost = self.limits.renew(held)
+            for session_id in lost:
+                log.info("gateway: session %s was taken over by another process", session_id)
+            self.trim(lost)
+            self._record_kernels(set(lost))
+            return lost
+
+    def trim(self, lost: list[str] | tuple[str, ...] = (), now: float | None = None) -> list[str]:
+        """Forget the sessions in ``lost`` (another process took their lease) and those idle
+        past ``session_idle_s``: their conversation, their kernel (shut down) and, for an idle
+        one, its lease. A session a request waits for or holds is kept. Returns those trimmed."""
+        now = time.monotonic() if now is None else now
+        taken = set(lost)
+        trimmed: list[tuple[str, _Session | None, list[GatewayConversation]]] = []
         with self._lock:
-            held = sorted({sid for _, sid in self._conversations})
-        lost = self.limits.renew(held)
-        for session_id in lost:
-            log.info("gateway: session %s was taken over by another process", session_id)
-            self._drop(session_id)
-        self._record_kernels(set(lost))
-        return lost
+            known = set(self._sessions) | {sid for _, sid in self._conversations} | taken
+            for session_id in sorted(known):
+                entry = self._sessions.get(session_id)
+                idle = entry is None or now - entry.last_used > self.session_idle_s
+                if session_id not in taken and not idle:
+                    continue
+                if entry is not None and (entry.users or not entry.lock.acquire(blocking=False)):
+                    continue  # in use: its request finds the lease as it is
+                stale = [k for k in self._conversations if k[1] == session_id]
+                dropped = [self._conversations.pop(k) for k in stale]
+                trimmed.append((session_id, entry, dropped))
+            kernels = self._kernels
+        for session_id, entry, dropped in trimmed:
+            try:
+                for conversation in dropped:
+                    conversation.close()
+                if kernels is not None:
+                    kernels.release(session_id)
+                if session_id not in taken:
+                    self.limits.release(session_id)
+            finally:
+                if entry is not None:
+                    with self._lock:
+                        if entry.users == 0 and self._sessions.get(session_id) is entry:
+                            del self._sessions[session_id]
+                    entry.lock.release()
+        return [session_id for session_id, _, _ in trimmed]
+
+    def held_sessions(self) -> set[str]:
+        """The sessions this process keeps a record of (a conversation or a lock)."""
+        with self._lock:
+            return set(self._sessions) | {sid for _, sid in self._conversations}
+
+    def record_kernels(self) -> None:
+        """Write this process's kernels for the Kernels page now (a request ran a cell)."""
+        with self._beating:
+            self._record_kernels(set())
 
     def _record_kernels(self, lost: set[str]) -> None:
         """Write the kernels that changed since the last beat, refresh the others' time in
@@ -320,6 +413,9 @@ class GatewayService:
                 last_status="shut down", updated_at=now,
             )  # fmt: skip
         self._written = seen
+        if rewrite or gone:
+            # A kernel started, changed or stopped: an open Kernels page re-renders its table.
+            send_group(KERNELS, {"type": "kernels.changed"})
 
     # -- parts ---------------------------------------------------------------------------
     def upstream_for(self, key: GatewayKey) -> HttpUpstream:
@@ -391,6 +487,50 @@ class GatewayService:
                 stages.lap("gate")
             return self._serve(key, request, session_header, stages, on_text)
 
+    @contextmanager
+    def _holding(self, session_id: str) -> Iterator[_Session]:
+        """Hold ``session_id`` for one request: its lock in this process, then (behind several
+        processes) in Redis; a wait gives the CPU slot up. GatewayRefused (409, Retry-After)
+        when another process's request held it past ``session_wait_s``."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                entry = self._sessions[session_id] = _Session()
+            entry.users += 1
+        try:
+            if not entry.lock.acquire(blocking=False):
+                with self.gate.released():
+                    entry.lock.acquire()
+            try:
+                try:
+                    hold = self.limits.hold(session_id, 0.0)
+                except SessionBusy:
+                    with self.gate.released():
+                        hold = self._hold_waiting(session_id)
+                entry.hold = hold
+                try:
+                    yield entry
+                finally:
+                    entry.hold = None
+                    self.limits.unhold(hold)
+            finally:
+                entry.lock.release()
+        finally:
+            with self._lock:
+                entry.users -= 1
+                entry.last_used = time.monotonic()
+
+    def _hold_waiting(self, session_id: str) -> Any:
+        log.warning(
+            "gateway: session %s is serving a request at another web process; this one "
+            "waits up to %g s", session_id, self.session_wait_s,
+        )  # fmt: skip
+        try:
+            return self.limits.hold(session_id, self.session_wait_s)
+        except SessionBusy as exc:
+            retry = max(1.0, min(self.session_wait_s, self.lease_s))
+            raise GatewayRefused(409, str(exc), "session_busy", retry) from None
+
     def _serve(
         self,
         key: GatewayKey,
@@ -400,6 +540,17 @@ class GatewayService:
         on_text: OnText | None,
     ) -> ClientReply:
         session_id = session_id_for_request(key, request, session_header)
+        with self._holding(session_id):
+            return self._serve_held(key, request, session_id, stages, on_text)
+
+    def _serve_held(
+        self,
+        key: GatewayKey,
+        request: ClientRequest,
+        session_id: str,
+        stages: Stages | None,
+        on_text: OnText | None,
+    ) -> ClientReply:
         self.admit(key, session_id)
         conversation = self.conversation(key, session_id)
         model = key.upstream_model(request.model)
@@ -418,6 +569,8 @@ class GatewayService:
             key.tokens_used += spent
             if key.token_budget:
                 self.limits.spend(key.pk, spent)
+            if reply.stats.recalls:
+                self._nudge.set()  # a kernel may have started: show it on the Kernels page
             return reply
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:4000]
@@ -439,6 +592,7 @@ class GatewayService:
 
     def close(self) -> None:
         self._halt.set()
+        self._nudge.set()
         self._heart.join(timeout=10)
         self.recorder.close()
         for conversation in self._conversations.values():

@@ -20,11 +20,20 @@ next heartbeat (``renew``) and shuts its kernel down.
 
 Tokens are added after each reply (``spend``), so a budget can be overrun by what the
 requests already admitted when it ran out go on to spend, in all processes together; no
-request is admitted once the count reached the budget.
+request is admitted once the count reached the budget. A request admitted and then refused
+(the session is a run worker's) gives its slot of the window back and drops the lease in one
+call (``refund``): a refusal costs the key nothing.
+
+Two requests of one session are served one after the other, whichever processes they reach:
+before it is admitted a request holds the session (``hold``), across processes a Redis lock
+with a token only its holder can release (redis-py's ``Lock``), kept alive by the heartbeat
+(``keep``) while a long request runs and expiring with the lease if its process dies. One
+web process needs no lock here: the service's own per-session lock serialises them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -32,7 +41,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Admission", "LimitRefused", "Limits", "LocalLimits", "RedisLimits", "limits_for"]
+__all__ = [
+    "Admission",
+    "LimitRefused",
+    "Limits",
+    "LocalLimits",
+    "RedisLimits",
+    "SessionBusy",
+    "limits_for",
+]
 
 WINDOW_S = 60.0
 
@@ -47,12 +64,28 @@ class LimitRefused(Exception):
         return self.message
 
 
+@dataclass
+class SessionBusy(Exception):
+    """Another request of the session held it for longer than the wait."""
+
+    session_id: str
+    waited_s: float
+
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id!r} is serving another request (waited "
+            f"{self.waited_s:g} s); retry when it has finished"
+        )
+
+
 @dataclass(frozen=True)
 class Admission:
     """An admitted request; ``previous`` is who held the session's lease before it ("" none,
-    this process's own ``owner`` when it kept it)."""
+    this process's own ``owner`` when it kept it); ``slot`` names its entry in the key's rate
+    window ("" when the key has no rate limit), for ``refund``."""
 
     previous: str
+    slot: str = ""
 
 
 class Limits(Protocol):
@@ -61,6 +94,14 @@ class Limits(Protocol):
     def admit(
         self, key_id: int, rate: int, budget: int, spent: int, session_id: str
     ) -> Admission: ...
+
+    def refund(self, key_id: int, admission: Admission, session_id: str) -> None: ...
+
+    def hold(self, session_id: str, wait_s: float) -> Any: ...
+
+    def keep(self, holds: list[Any]) -> None: ...
+
+    def unhold(self, hold: Any) -> None: ...
 
     def spend(self, key_id: int, tokens: int) -> None: ...
 
@@ -87,12 +128,14 @@ class LocalLimits:
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self._lock = threading.Lock()
-        self._calls: dict[int, deque[float]] = {}
+        self._calls: dict[int, deque[tuple[float, int]]] = {}
         self._spent: dict[int, int] = {}
         self._held: set[str] = set()
+        self._slots = itertools.count()
 
     def admit(self, key_id: int, rate: int, budget: int, spent: int, session_id: str) -> Admission:
         now = time.monotonic()
+        slot = ""
         with self._lock:
             # The console's count lags this process's by the recorder's batch.
             total = self._spent[key_id] = max(spent, self._spent.get(key_id, 0))
@@ -100,14 +143,38 @@ class LocalLimits:
                 raise _over_budget(budget)
             if rate:
                 window = self._calls.setdefault(key_id, deque())
-                while window and now - window[0] >= WINDOW_S:
+                while window and now - window[0][0] >= WINDOW_S:
                     window.popleft()
                 if len(window) >= rate:
                     raise _over_rate(rate)
-                window.append(now)
+                entry = (now, next(self._slots))
+                window.append(entry)
+                slot = str(entry[1])
             previous = self.owner if session_id in self._held else ""
             self._held.add(session_id)
-        return Admission(previous)
+        return Admission(previous, slot)
+
+    def refund(self, key_id: int, admission: Admission, session_id: str) -> None:
+        with self._lock:
+            window = self._calls.get(key_id)
+            if admission.slot and window is not None:
+                n = int(admission.slot)
+                for entry in [e for e in window if e[1] == n]:
+                    window.remove(entry)
+            self._held.discard(session_id)
+
+    def hold(self, session_id: str, wait_s: float) -> Any:
+        return None  # one process: the service's per-session lock is enough
+
+    def keep(self, holds: list[Any]) -> None:
+        pass
+
+    def unhold(self, hold: Any) -> None:
+        pass
+
+    def held(self) -> set[str]:
+        with self._lock:
+            return set(self._held)
 
     def spend(self, key_id: int, tokens: int) -> None:
         with self._lock:
@@ -148,7 +215,8 @@ if rate > 0 then
 end
 local previous = redis.call('GET', KEYS[3])
 redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
-return {0, previous or ''}
+if rate > 0 then return {0, previous or '', ARGV[6]} end
+return {0, previous or '', ''}
 """
 
 # KEYS: leases. ARGV: owner, lease ms. Renews those still this owner's; returns the others.
@@ -167,6 +235,13 @@ return lost
 # KEYS: the token counter. ARGV: tokens. Only a seeded count moves (see ``admit``).
 _SPEND = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('INCRBY', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+# KEYS: rate set, lease. ARGV: the request's member in the set ("" none), owner.
+_REFUND = """
+if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
 return 0
 """
 
@@ -192,7 +267,9 @@ class RedisLimits:
         self._renew = self._redis.register_script(_RENEW)
         self._release = self._redis.register_script(_RELEASE)
         self._spend = self._redis.register_script(_SPEND)
+        self._refund = self._redis.register_script(_REFUND)
         self._ids = itertools.count()
+        self.lease_s = lease_s
 
     def _key(self, kind: str, name: object) -> str:
         return f"{self.prefix}{kind}:{name}"
@@ -201,12 +278,42 @@ class RedisLimits:
         keys = [self._key("rate", key_id), self._key("tokens", key_id), self._lease(session_id)]
         member = f"{self.owner}:{next(self._ids)}"
         args: list[int | str] = [rate, budget, spent, self.owner, self.lease_ms, member]
-        verdict, previous = self._admit(keys=keys, args=args)
+        verdict, previous, *slot = self._admit(keys=keys, args=args)
         if verdict == 1:
             raise _over_budget(budget)
         if verdict == 2:
             raise _over_rate(rate)
-        return Admission(str(previous))
+        return Admission(str(previous), str(slot[0]) if slot else "")
+
+    def refund(self, key_id: int, admission: Admission, session_id: str) -> None:
+        """Take back an admitted request that was then refused: its slot of the rate window
+        and the session's lease, in one call."""
+        self._refund(keys=[self._key("rate", key_id), self._lease(session_id)],
+                     args=[admission.slot, self.owner])  # fmt: skip
+
+    def hold(self, session_id: str, wait_s: float) -> Any:
+        """Hold the session for one request, waiting up to ``wait_s`` for the request holding
+        it (at any process) to finish: the lock to pass to ``unhold``, or ``SessionBusy``.
+        The lock lives a lease; the heartbeat extends it (``keep``) while the request runs."""
+        lock = self._redis.lock(
+            self._key("busy", session_id), timeout=self.lease_s, sleep=0.01, thread_local=False
+        )
+        if lock.acquire(blocking=False):
+            return lock
+        if wait_s > 0 and lock.acquire(blocking=True, blocking_timeout=wait_s):
+            return lock
+        raise SessionBusy(session_id, wait_s)
+
+    def keep(self, holds: list[Any]) -> None:
+        for lock in holds:
+            with contextlib.suppress(redis_lock_errors()):
+                lock.reacquire()
+
+    def unhold(self, hold: Any) -> None:
+        """Let the next request of the session in (a no-op if the lock expired meanwhile)."""
+        if hold is not None:
+            with contextlib.suppress(redis_lock_errors()):
+                hold.release()
 
     def _lease(self, session_id: str) -> str:
         return self._key("lease", session_id)
@@ -232,6 +339,12 @@ class RedisLimits:
 
     def close(self) -> None:
         self._redis.close()
+
+
+def redis_lock_errors() -> type[Exception]:
+    from redis.exceptions import LockError
+
+    return LockError
 
 
 def limits_for(redis_url: str, owner: str, lease_s: float, namespace: str = "") -> Any:

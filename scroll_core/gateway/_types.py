@@ -111,6 +111,7 @@ class ClientReply:
     usage: Usage
     stats: GatewayStats
     compressions: tuple[tuple[str, Any], ...] = ()
+    thinking: tuple[dict[str, Any], ...] = ()  # Anthropic thinking blocks, as the model sent them
 
     def message(self) -> ClientMessage:
         """This reply as the client will send it back in its next request."""

@@ -4,8 +4,13 @@ error bodies.
 
 Content blocks map onto the provider-neutral history: ``text`` blocks are text, ``tool_use``
 blocks of an assistant turn are its tool calls, and each ``tool_result`` block of a user turn
-becomes one tool message (before the user's own text in that turn). ``thinking`` blocks are
-left out (they are the provider's, not the conversation's); images and documents become a
+becomes one tool message (before the user's own text in that turn). ``thinking`` blocks a
+client resends are left out of its history (they are the model's, and the log already holds
+them: an Anthropic upstream's reply is logged with its thinking blocks, sent back upstream
+with that turn, and returned to the client first in the reply, unchanged). The client's
+``thinking`` request, ``cache_control`` breakpoints (system blocks and message blocks) and
+``anthropic-beta`` header travel in the request's params (``upstream.ANTHROPIC_ONLY_PARAMS``)
+to an Anthropic-format upstream; an OpenAI-format one drops them. Images and documents become a
 ``[image]``/``[document]`` placeholder. Client tools become function tools for the upstream;
 server tools (``web_search_...``) are left out of what the upstream is offered (Claude Code
 lists one when web search is on): an OpenAI-compatible upstream cannot run them, and the
@@ -26,6 +31,7 @@ from ..errors import GatewayRequestInvalid
 from ..models.base import ToolCall
 from ._types import ClientMessage, ClientReply, ClientRequest
 from .openai_api import pieces
+from .upstream import CACHE_PARAM
 
 __all__ = [
     "ERROR_STATUS",
@@ -139,9 +145,20 @@ def _result_text(content: Any, where: str) -> str:
     return "\n".join(parts)
 
 
-def _messages(raw: Any) -> list[ClientMessage]:
+def _mark(block: dict[str, Any], at: str) -> dict[str, Any] | None:
+    """A block's ``cache_control`` breakpoint, checked."""
+    mark = block.get("cache_control")
+    _need(mark is None or isinstance(mark, dict), f"{at}.cache_control", "must be an object")
+    return mark or None
+
+
+def _messages(raw: Any, marks: list[list[Any]] | None = None) -> list[ClientMessage]:
+    """The history; each message a block of which carries a ``cache_control`` breakpoint is
+    added to ``marks`` as ``[role, text, cache_control]`` (what ``anthropic_upstream`` needs
+    to put it back on the same message in the view)."""
     _need(isinstance(raw, list) and bool(raw), "messages", "must be a non-empty list")
     out: list[ClientMessage] = []
+    marks = [] if marks is None else marks
     for i, message in enumerate(raw):
         where = f"messages.{i}"
         _need(isinstance(message, dict), where, "must be an object")
@@ -154,11 +171,13 @@ def _messages(raw: Any) -> list[ClientMessage]:
         _need(isinstance(content, list), f"{where}.content", "must be a string or a list of blocks")
         texts: list[str] = []
         calls: list[ToolCall] = []
+        own_mark: dict[str, Any] | None = None
         for j, block in enumerate(content):
             at = f"{where}.content.{j}"
             _need(isinstance(block, dict), at, "must be an object")
             kind = block.get("type")
             _need(isinstance(kind, str), f"{at}.type", "is required")
+            mark = _mark(block, at)
             if kind == "tool_use":
                 _need(
                     role == "assistant", f"{at}.type", "tool_use blocks belong to assistant turns"
@@ -174,15 +193,40 @@ def _messages(raw: Any) -> list[ClientMessage]:
                 if block.get("is_error"):
                     text = f"[error] {text}"
                 out.append(ClientMessage("tool", text, tool_call_id=call_id))
+                if mark:
+                    marks.append(["tool", text, mark])
+                continue
             else:
                 shown = _block_text(block, at)
                 if shown:
                     texts.append(shown)
+            own_mark = mark or own_mark
         if role == "assistant":
             out.append(ClientMessage("assistant", "\n".join(texts), tuple(calls)))
         elif texts:
             out.append(ClientMessage("user", "\n".join(texts)))
+        if own_mark and (texts or calls):
+            marks.append([role, "\n".join(texts), own_mark])
     return out
+
+
+def _thinking(raw: Any) -> dict[str, Any] | None:
+    """The client's extended-thinking request (``{"type": "enabled", "budget_tokens": n}``
+    and the like), passed on as it is: the upstream checks its rules."""
+    if raw is None:
+        return None
+    _need(
+        isinstance(raw, dict) and isinstance(raw.get("type"), str),
+        "thinking",
+        "must be an object with a type",
+    )
+    budget = raw.get("budget_tokens")
+    _need(
+        budget is None or (isinstance(budget, int) and not isinstance(budget, bool)),
+        "thinking.budget_tokens",
+        "must be an integer",
+    )
+    return dict(raw)
 
 
 def _system(raw: Any) -> str:
@@ -201,6 +245,16 @@ def _system(raw: Any) -> str:
         _need(isinstance(block.get("text"), str), f"system.{i}.text", "must be a string")
         parts.append(block["text"])
     return "\n\n".join(parts)
+
+
+def _system_mark(raw: Any) -> dict[str, Any] | None:
+    """The last ``cache_control`` breakpoint among the system blocks (checked by ``_system``)."""
+    if not isinstance(raw, list):
+        return None
+    found = None
+    for i, block in enumerate(raw):
+        found = _mark(block, f"system.{i}") or found
+    return found
 
 
 def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
@@ -282,9 +336,17 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
     )
     stream = body.get("stream", False)
     _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
-    messages = _messages(body.get("messages"))
+    marks: list[list[Any]] = []
+    messages = _messages(body.get("messages"), marks)
     _need(bool(messages), "messages", "must hold at least one message with content")
     params: dict[str, Any] = {"max_tokens": max_tokens}
+    system = _system(body.get("system"))
+    system_mark = _system_mark(body.get("system"))
+    if marks or system_mark:
+        params[CACHE_PARAM] = {"system": system_mark, "messages": marks}
+    thinking = _thinking(body.get("thinking"))
+    if thinking is not None:
+        params["thinking"] = thinking
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
             params[key] = body[key]
@@ -296,7 +358,7 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
     return ClientRequest(
         api="anthropic",
         model=model.strip(),
-        system=_system(body.get("system")),
+        system=system,
         messages=tuple(messages),
         tools=_tools(body.get("tools")),
         stream=bool(stream),
@@ -309,7 +371,7 @@ def new_id() -> str:
 
 
 def _content(reply: ClientReply) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+    blocks: list[dict[str, Any]] = [dict(b) for b in reply.thinking]  # first, unchanged
     if reply.content:
         blocks.append({"type": "text", "text": reply.content})
     for call in reply.tool_calls:
@@ -343,11 +405,19 @@ class EventStream:
     (message_start), ``text(piece)`` as text arrives (a text block opened on the first),
     ``end(reply)`` (the text block closed, one ``tool_use`` block per call with its input in
     ``input_json_delta`` pieces, message_delta with the stop reason, the usage and the
-    extension field, message_stop)."""
+    extension field, message_stop).
 
-    def __init__(self, model: str, *, message_id: str | None = None) -> None:
+    With ``hold_text`` (the client asked for extended thinking) the text waits for ``end``:
+    the reply's thinking blocks must come first in the message, and they are known whole
+    only when the upstream is done, so they are sent then, followed by the text."""
+
+    def __init__(
+        self, model: str, *, message_id: str | None = None, hold_text: bool = False
+    ) -> None:
         self.model = model
         self.message_id = message_id or new_id()
+        self.hold_text = hold_text
+        self._held: list[str] = []
         self._index = 0
         self._text_open = False
 
@@ -367,6 +437,9 @@ class EventStream:
 
     def text(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
         if not piece:
+            return []
+        if self.hold_text:  # sent by ``end``, after the thinking blocks it must follow
+            self._held.append(piece)
             return []
         out: list[tuple[str, dict[str, Any]]] = []
         if not self._text_open:
@@ -392,8 +465,40 @@ class EventStream:
         self._index += 1
         return event
 
+    def _thinking(self, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """A thinking block as the API streams one: opened empty, its thinking and its
+        signature as deltas (a redacted one whole), closed."""
+        index = self._index
+        if block.get("type") != "thinking":
+            start = dict(block)
+            deltas = []
+        else:
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": str(block.get("thinking") or "")},
+                {"type": "signature_delta", "signature": str(block.get("signature") or "")},
+            ]
+        out: list[tuple[str, dict[str, Any]]] = [
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        ]
+        out += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        out.append(self._stop_block())
+        return out
+
     def end(self, reply: ClientReply) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []
+        if not self._text_open:
+            for block in reply.thinking:
+                out += self._thinking(block)
+        if self._held:
+            held, self._held, self.hold_text = "".join(self._held), [], False
+            out += self.text(held)
         if self._text_open:
             out.append(self._stop_block())
             self._text_open = False

@@ -48,10 +48,20 @@ from ..models.base import ModelReply, ToolCall, Usage
 from .anthropic_api import ERROR_STATUS, FINISH, anthropic_tool, anthropic_tool_choice
 from .anthropic_api import reply_blocks as _reply_blocks
 from .openai_api import decode_call
-from .upstream import DEFAULT_UPSTREAM_TIMEOUT_S, HttpUpstream, OnText
+from .upstream import (
+    ANTHROPIC_ONLY_PARAMS,
+    BETA_PARAM,
+    CACHE_PARAM,
+    DEFAULT_UPSTREAM_TIMEOUT_S,
+    HttpUpstream,
+    OnText,
+)
 
 __all__ = [
+    "ANTHROPIC_ONLY_PARAMS",
     "ANTHROPIC_VERSION",
+    "BETA_PARAM",
+    "CACHE_PARAM",
     "DEFAULT_MAX_TOKENS",
     "UPSTREAM_FORMATS",
     "AnthropicUpstream",
@@ -62,6 +72,9 @@ __all__ = [
 ]
 
 ANTHROPIC_VERSION = "2023-06-01"
+MAX_BREAKPOINTS = 4
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
+EPHEMERAL = {"type": "ephemeral"}
 # Anthropic requires max_tokens; OpenAI clients often send none. Every Claude model can
 # write at least this many tokens in one reply.
 DEFAULT_MAX_TOKENS = 4096
@@ -133,6 +146,8 @@ def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
                 block["content"] = text
             add("user", block)
         elif role == "assistant":
+            for thought in message.get("thinking") or ():  # first in its turn, unchanged
+                add("assistant", dict(thought))
             add("assistant", _text_block(text))
             for call in message.get("tool_calls") or ():
                 name = str((call.get("function") or {}).get("name") or "tool")
@@ -140,6 +155,11 @@ def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
                 add("assistant", {**use, "input": _call_input(call)})
         else:
             add("user", _text_block(text))
+        mark = message.get("cache_control")
+        if mark and turns and turns[-1]["content"]:
+            last = turns[-1]["content"][-1]
+            if last["type"] not in ("thinking", "redacted_thinking"):
+                last["cache_control"] = mark
     return "\n\n".join(s for s in system if s), _paired(turns)
 
 
@@ -193,7 +213,7 @@ def messages_body(
 ) -> dict[str, Any]:
     """The Messages request for a view (Chat Completions ``messages`` and function
     ``tools``) and the client's ``params``; see the module docstring."""
-    system, turns = _turns(messages)
+    system, turns = _turns(_marked(messages, params.get(CACHE_PARAM)) if cache else messages)
     max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
     body: dict[str, Any] = {
         "model": model,
@@ -205,10 +225,18 @@ def messages_body(
     if cache:
         # Breakpoints after the prefix (tools and system) and at the end of the view: the
         # next call (a recall step, the client's next turn) reads both back from the cache
-        # until an eviction changes the view's front.
+        # until an eviction changes the view's front. The client's own breakpoints (on its
+        # system prompt: their time to live; on messages still in the view) are kept too.
+        marks = params.get(CACHE_PARAM) or {}
         if system:
-            body["system"][0]["cache_control"] = {"type": "ephemeral"}
-        body["messages"][-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+            body["system"][0]["cache_control"] = dict(marks.get("system") or EPHEMERAL)
+        last = body["messages"][-1]["content"][-1]
+        if last["type"] not in ("thinking", "redacted_thinking"):
+            last.setdefault("cache_control", dict(EPHEMERAL))
+        _fit_breakpoints(body)
+    thinking = params.get("thinking")
+    if thinking:
+        body["thinking"] = thinking  # the client's extended thinking, as it asked
     stop = params.get("stop")
     if stop:
         body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
@@ -222,6 +250,37 @@ def messages_body(
     if stream:
         body["stream"] = True
     return body
+
+
+def _marked(messages: list[dict[str, Any]], marks: Any) -> list[dict[str, Any]]:
+    """``messages`` with the client's breakpoints: a view message equal (role and text) to
+    one the client marked carries its ``cache_control``."""
+    wanted = {(m[0], m[1].strip()): m[2] for m in (marks or {}).get("messages") or ()}
+    if not wanted:
+        return messages
+    out = []
+    for message in messages:
+        mark = wanted.get((str(message.get("role")), _text(message.get("content")).strip()))
+        out.append({**message, "cache_control": mark} if mark else message)
+    return out
+
+
+def _fit_breakpoints(body: dict[str, Any]) -> None:
+    """At most ``MAX_BREAKPOINTS`` (the API's limit): the system's and the view's last are
+    kept, the client's earliest dropped first; a longer time to live never follows a shorter
+    one (the API's rule), so an earlier breakpoint takes the longest of those after it."""
+    blocks = [b for b in body.get("system") or () if "cache_control" in b]
+    blocks += [b for t in body["messages"] for b in t["content"] if "cache_control" in b]
+    while len(blocks) > MAX_BREAKPOINTS:
+        drop = blocks.pop(1 if body.get("system") and len(blocks) > 2 else 0)
+        del drop["cache_control"]
+    longest = "5m"
+    for block in reversed(blocks):
+        ttl = block["cache_control"].get("ttl", "5m")
+        if ttl == "1h":
+            longest = "1h"
+        elif longest == "1h":
+            block["cache_control"] = {**block["cache_control"], "ttl": "1h"}
 
 
 def _usage(raw: Any, into: Usage | None = None) -> Usage:
@@ -252,12 +311,16 @@ def parse_message(data: Any, model: str) -> ModelReply:
     except GatewayRequestInvalid as exc:
         raise _malformed(exc, model) from None
     stop = str(data.get("stop_reason") or "")
+    thinking = tuple(
+        b for b in data["content"] if isinstance(b, dict) and b.get("type") in THINKING_BLOCKS
+    )
     return ModelReply(
         content=text,
         tool_calls=calls,
         usage=_usage(data.get("usage")),
         finish_reason=FINISH.get(stop, "tool_calls" if calls else "stop"),
         model=str(data.get("model") or model),
+        thinking=thinking,
     )
 
 
@@ -274,6 +337,7 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
     by piece."""
     text: list[str] = []
     blocks: dict[int, dict[str, str]] = {}  # tool_use blocks: id, name, the input's JSON
+    thoughts: dict[int, dict[str, Any]] = {}  # thinking blocks, put together from deltas
     usage = Usage()
     stop = ""
     answered = model
@@ -307,6 +371,8 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
                     "json": "",
                     "given": json.dumps(given) if given else "",
                 }
+            elif block.get("type") in THINKING_BLOCKS:
+                thoughts[index] = dict(block)
             elif block.get("type") == "text" and block.get("text"):
                 text.append(block["text"])
                 on_text(block["text"])
@@ -319,6 +385,11 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
                 call = blocks.get(int(event.get("index") or 0))
                 if call is not None:
                     call["json"] += str(delta.get("partial_json") or "")
+            elif delta.get("type") in ("thinking_delta", "signature_delta"):
+                thought = thoughts.get(int(event.get("index") or 0))
+                field = "thinking" if delta["type"] == "thinking_delta" else "signature"
+                if thought is not None:
+                    thought[field] = str(thought.get(field) or "") + str(delta.get(field) or "")
         elif kind == "message_delta":
             stop = str((event.get("delta") or {}).get("stop_reason") or stop)
             usage = _usage(event.get("usage"), usage)
@@ -339,6 +410,7 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
         usage=usage,
         finish_reason=FINISH.get(stop, "tool_calls" if calls else "stop"),
         model=answered,
+        thinking=tuple(b for _, b in sorted(thoughts.items())),
     )
 
 
@@ -370,10 +442,13 @@ class AnthropicUpstream(HttpUpstream):
     def url(self) -> str:
         return f"{self.base_url}/v1/messages"
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, params: Mapping[str, Any] | None = None) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": self.version}
         if self.api_key:
             headers["x-api-key"] = self.api_key
+        beta = (params or {}).get(BETA_PARAM)
+        if beta:
+            headers["anthropic-beta"] = str(beta)  # the client's, as it sent it
         return headers
 
     def request_body(

@@ -262,7 +262,12 @@ class GatewayConversation(HistoryLog):
         stats.replayed = True
         stats.client_tokens = prepared.client_prefix_tokens + sum(x.tokens for x in self.chain[:at])
         with span("scroll.gateway.replay", session=self.session_id, seq=link.first_seq):
-            return ClientReply(content, calls, finish, request.model, Usage(), stats)
+            # An Anthropic model's thinking blocks come back with the answer they led to.
+            thinking = self.log.get(link.first_seq).metadata.get("thinking")
+            return ClientReply(
+                content, calls, finish, request.model, Usage(), stats,
+                thinking=tuple(thinking or ()),
+            )  # fmt: skip
 
     # ------------------------------------------------------------------ the loop
     def _refresh_profile(self) -> None:
@@ -333,6 +338,8 @@ class GatewayConversation(HistoryLog):
                 "output_tokens": reply.usage.output_tokens,
                 "view_tokens": view.tokens,
             }
+            if reply.thinking:  # sent back with this turn in every later view
+                meta["thinking"] = list(reply.thinking)
             if parsed.quality != "ok":
                 meta["headline_source"] = "extractive"
                 if parsed.raw:
@@ -400,6 +407,7 @@ class GatewayConversation(HistoryLog):
                     usage=Usage(loop.usage_in, loop.usage_out),
                     stats=loop.stats,
                     compressions=tuple(loop.compressions),
+                    thinking=reply.thinking,
                 )
             view = self._compress(loop, prepared.prefix, "after_step")
         raise AssertionError("unreachable")  # pragma: no cover

@@ -12,6 +12,12 @@ Errors keep the upstream's own message: a status answer is ``ModelError(status=.
 ``ModelError(code="timeout")``, a connection failure ``ModelError(code="connection_error")``
 and an error chunk mid-stream ``ModelError(status=502)``. There are no retries here: a
 client that retries gets an aligned, idempotent answer from the gateway instead.
+
+What an Anthropic client asked for that only Anthropic Messages has (``thinking``, its
+``anthropic-beta`` header, its ``cache_control`` breakpoints: ``ANTHROPIC_ONLY_PARAMS``)
+is dropped on the way to a Chat Completions upstream, as are the thinking blocks an
+Anthropic upstream wrote into earlier turns: the request is served without extended thinking
+(there is no Chat Completions field that means the same; strict servers refuse unknown ones).
 """
 
 from __future__ import annotations
@@ -28,9 +34,22 @@ from ..models.openai_compat import is_context_overflow
 from ._json import dumps
 from .openai_api import decode_call
 
-__all__ = ["DEFAULT_UPSTREAM_TIMEOUT_S", "HttpUpstream", "OnText", "Upstream"]
+__all__ = [
+    "ANTHROPIC_ONLY_PARAMS",
+    "BETA_PARAM",
+    "CACHE_PARAM",
+    "DEFAULT_UPSTREAM_TIMEOUT_S",
+    "HttpUpstream",
+    "OnText",
+    "Upstream",
+]
 
 DEFAULT_UPSTREAM_TIMEOUT_S = 120.0
+# What an Anthropic client asked for that only an Anthropic-format upstream understands,
+# carried in the request's params under these names (see ``anthropic_upstream``).
+BETA_PARAM = "anthropic_beta"
+CACHE_PARAM = "anthropic_cache"
+ANTHROPIC_ONLY_PARAMS = (BETA_PARAM, CACHE_PARAM, "thinking")
 KEEPALIVE = 256
 
 
@@ -91,7 +110,11 @@ class HttpUpstream:
         )
         try:
             with self._client.stream(
-                "POST", self.url, content=dumps(body), headers=self.headers(), timeout=self.timeout
+                "POST",
+                self.url,
+                content=dumps(body),
+                headers=self.headers(params),
+                timeout=self.timeout,
             ) as response:
                 if response.status_code >= 400:
                     response.read()
@@ -121,7 +144,7 @@ class HttpUpstream:
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, params: Mapping[str, Any] | None = None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
@@ -137,6 +160,16 @@ class HttpUpstream:
         stream: bool,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {**params, "model": model, "messages": messages}
+        for name in ANTHROPIC_ONLY_PARAMS:
+            # An Anthropic client's extended thinking, beta features and prompt-cache
+            # breakpoints mean nothing to Chat Completions (and strict servers refuse unknown
+            # fields): dropped, the request served without them.
+            body.pop(name, None)
+        if any("thinking" in m for m in messages):  # turns an Anthropic upstream wrote before
+            body["messages"] = [
+                {k: v for k, v in m.items() if k != "thinking"} if "thinking" in m else m
+                for m in messages
+            ]
         if tools:
             body["tools"] = tools
         body.pop("stream", None)

@@ -58,7 +58,9 @@ class ModelReply:
     ``model`` is the model name the provider reported (it may differ from the requested
     one, e.g. a dated snapshot); ``finish_reason`` is the provider's (``stop``,
     ``tool_calls``, ``length``, ...); ``attempts`` counts retried calls, 1 when the first
-    attempt succeeded.
+    attempt succeeded; ``thinking`` holds an Anthropic model's ``thinking`` and
+    ``redacted_thinking`` blocks as it sent them (signatures included: they must go back
+    unchanged).
     """
 
     content: str
@@ -67,6 +69,7 @@ class ModelReply:
     finish_reason: str = "stop"
     model: str = ""
     attempts: int = 1
+    thinking: tuple[dict[str, Any], ...] = ()
 
     def to_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation."""

@@ -1,0 +1,203 @@
+"""What an Anthropic client (Claude Code) asks of Anthropic Messages beyond the conversation:
+its ``anthropic-beta`` header, its ``cache_control`` breakpoints and extended ``thinking``,
+forwarded to an Anthropic-format upstream (daphne on loopback, the official ``anthropic``
+client, the scripted upstream; every request it received checked against the ``anthropic``
+package's request types), the model's thinking blocks returned unchanged and logged so the
+next request aligns; and dropped, with the request served, on the way to an OpenAI-format one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from anthropic_schema import assert_valid_request
+from gateway_clients import an, make_key
+from gateway_upstream import HEADLINE, a_message, a_thinking, a_tool_use
+
+from dashboard.eventlog import get_event_log
+from scroll_core.gateway.anthropic_upstream import messages_body
+from scroll_core.prompts import RECALL_TOOL
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+THINK = {"type": "enabled", "budget_tokens": 1024}
+BETA = "interleaved-thinking-2025-05-14,extended-cache-ttl-2025-04-11"
+
+
+def _key(upstream, **fields):
+    fields.setdefault("model_map", {"*": "claude-upstream"})
+    return make_key(
+        upstream, upstream_format="anthropic", upstream_base_url=upstream.root, **fields
+    )
+
+
+def _answer(text: str, thought: str, signature: str) -> Any:
+    return a_message(
+        [a_thinking(thought, signature), {"type": "text", "text": f"{text}\n{HEADLINE}"}]
+    )
+
+
+def _marks(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every breakpoint in a Messages request, in order: (the block's text, its mark)."""
+    found = [
+        (b["text"], b["cache_control"]) for b in body.get("system", ()) if "cache_control" in b
+    ]
+    for turn in body["messages"]:
+        for b in turn["content"]:
+            if "cache_control" in b:
+                found.append((b.get("text") or b.get("content") or b["type"], b["cache_control"]))
+    return found
+
+
+def test_the_beta_header_and_the_clients_breakpoints_reach_an_anthropic_upstream(gateway, upstream):
+    client = an(gateway, _key(upstream))
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    client.messages.create(
+        model="claude-x",
+        max_tokens=100,
+        system=[{"type": "text", "text": "Be brief.", "cache_control": one_hour}],
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "first question"}]},
+            {"role": "assistant", "content": "first answer"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "second", "cache_control": {"type": "ephemeral"}}
+                ],
+            },
+        ],
+        extra_headers={"anthropic-beta": BETA},
+    )
+    assert upstream.headers[0]["anthropic-beta"] == BETA
+    sent = upstream.requests[0]
+    assert_valid_request(sent)
+    # The client's hour-long breakpoint on its system prompt; its own on its last message.
+    assert _marks(sent)[0][1] == one_hour and sent["system"][0]["text"].startswith("Be brief.")
+    assert _marks(sent)[-1] == ("second", {"type": "ephemeral"})
+    assert len(_marks(sent)) == 2
+
+
+def test_breakpoints_stay_within_the_apis_four_and_longer_lives_come_first():
+    marked = [["user", f"q{i}", {"type": "ephemeral"}] for i in range(6)]
+    marked[1][2] = {"type": "ephemeral", "ttl": "1h"}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    for i in range(6):
+        messages += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]
+    messages.append({"role": "user", "content": "last"})
+    params = {"anthropic_cache": {"system": None, "messages": marked}}
+    body = messages_body(messages, [], model="m", params=params)
+    assert_valid_request(body)
+    marks = _marks(body)
+    assert len(marks) == 4
+    # The system's and the view's last are kept, the client's latest ones beside them.
+    assert [text for text, _ in marks] == ["sys", "q4", "q5", "last"]
+    # The client's hour-long mark (q1) was dropped, so nothing needs an hour; with it kept,
+    # every breakpoint before it lives as long.
+    assert all(m.get("ttl", "5m") == "5m" for _, m in marks)
+    params["anthropic_cache"]["messages"] = [["user", "q5", {"type": "ephemeral", "ttl": "1h"}]]
+    body = messages_body(messages, [], model="m", params=params)
+    assert_valid_request(body)
+    assert [m.get("ttl") for _, m in _marks(body)] == ["1h", "1h", None]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
+    gateway, upstream, streamed
+):
+    client = an(gateway, _key(upstream))
+    code = "print('the number is', 41)"
+    upstream.then(
+        a_message(
+            [
+                a_thinking("I should look it up.", "sig-one"),
+                a_tool_use(RECALL_TOOL, {"code": code}, "toolu_r1"),
+            ]
+        ),
+        _answer("It is 41.", "Found it: 41.", "sig-two"),
+        _answer("You are welcome.", "Polite reply.", "sig-three"),
+    )
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "what was the number?"}]
+    ask = {"model": "claude-x", "max_tokens": 2048, "thinking": THINK,
+           "extra_headers": {"X-Scroll-Session": "think"}}  # fmt: skip
+    if streamed:
+        with client.messages.stream(messages=messages, **ask) as stream:
+            reply = stream.get_final_message()
+    else:
+        reply = client.messages.create(messages=messages, **ask)
+    assert [b.type for b in reply.content] == ["thinking", "text"]
+    assert (reply.content[0].thinking, reply.content[0].signature) == ("Found it: 41.", "sig-two")
+    assert reply.content[1].text == "It is 41."
+    first, second = upstream.requests[:2]
+    for sent in (first, second):
+        assert sent["thinking"] == THINK
+        assert_valid_request(sent)
+    # The recall step went back with its thinking block first in its turn, as it came.
+    step = second["messages"][-2]
+    assert step["role"] == "assistant"
+    assert step["content"][0] == a_thinking("I should look it up.", "sig-one")
+    assert [b["type"] for b in step["content"]] == ["thinking", "tool_use"]
+
+    # A retry (the client did not get the answer) is answered from the log, thinking included.
+    retried = client.messages.create(messages=messages, **ask)
+    assert [b.model_dump(exclude_none=True) for b in retried.content] == [
+        b.model_dump(exclude_none=True, include={"type", "thinking", "signature", "text"})
+        for b in reply.content
+    ]
+    assert len(upstream.requests) == 2
+
+    # The client resends the turn with its thinking block: nothing of it is appended again.
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
+        {"role": "user", "content": "thanks"},
+    ]
+    assert client.messages.create(messages=messages, **ask).content[1].text == "You are welcome."
+    third = upstream.requests[2]
+    assert_valid_request(third)
+    answer = third["messages"][-2]
+    assert answer["content"][0] == a_thinking("Found it: 41.", "sig-two")
+    session = "gw:alice:think"
+    said = [(e.role, e.content) for e in get_event_log().session_events(session, limit=None)
+            if e.role in ("user", "assistant") and e.content]  # fmt: skip
+    assert said.count(("user", "what was the number?")) == 1
+    assert said.count(("assistant", "It is 41.")) == 1
+    assert said.count(("user", "thanks")) == 1
+
+
+def test_an_openai_format_upstream_gets_the_request_without_what_only_anthropic_knows(
+    gateway, upstream
+):
+    key = make_key(upstream, model_map={"*": "upstream-model"})
+    client = an(gateway, key)
+    reply = client.messages.create(
+        model="claude-x",
+        max_tokens=2048,
+        thinking=THINK,
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"anthropic-beta": BETA},
+    )
+    assert [b.type for b in reply.content] == ["text"] and reply.content[0].text == "ok 1"
+    sent = upstream.requests[0]
+    assert not {"thinking", "anthropic_beta", "anthropic_cache"} & set(sent)
+    assert all("cache_control" not in m and "thinking" not in m for m in sent["messages"])
+    assert "anthropic-beta" not in upstream.headers[0]
+
+
+def test_a_malformed_thinking_request_is_a_400_naming_the_field(gateway, upstream):
+    key = _key(upstream)
+    refused = httpx.post(
+        f"{gateway}/v1/messages",
+        json={
+            "model": "claude-x",
+            "max_tokens": 9,
+            "thinking": "yes",
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        headers={"x-api-key": key},
+        timeout=30,
+    )
+    assert refused.status_code == 400
+    assert "thinking" in refused.json()["error"]["message"]
+    assert upstream.requests == []

@@ -52,6 +52,9 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
     keep: Any = None  # held as long as the response (a stream's serving task)
+    # Called once the response has been sent (or sending it failed): the serving thread
+    # commits the reply after the answer left (see ``dashboard.gateway.endpoints``).
+    after: Callable[[], None] | None = None
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -145,7 +148,11 @@ class GatewayRouter:
         except ConnectionAbortedError:
             return
         response = await endpoint(Request(request.method, request.path, headers, body, received))
-        await send_response(send, response)
+        try:
+            await send_response(send, response)
+        finally:
+            if response.after is not None:
+                response.after()
 
 
 def _server_host(scope: Scope) -> str:

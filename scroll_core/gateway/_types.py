@@ -111,6 +111,9 @@ class ClientReply:
     usage: Usage
     stats: GatewayStats
     compressions: tuple[tuple[str, Any], ...] = ()
+    # Set when the reply's commit failed after the answer had left (see
+    # ``GatewayConversation.handle``'s ``answered``); never sent to the client.
+    commit_error: str = ""
 
     def message(self) -> ClientMessage:
         """This reply as the client will send it back in its next request."""

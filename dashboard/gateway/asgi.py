@@ -13,6 +13,7 @@ its host check too, so the router applies the same one (``host_check``) first.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -152,7 +153,17 @@ class GatewayRouter:
             await send_response(send, response)
         finally:
             if response.after is not None:
-                response.after()
+                _after_written(response.after)
+
+
+def _after_written(fn: Callable[[], None]) -> None:
+    """Call ``fn`` once the server had a chance to write the response out: daphne (Twisted)
+    only buffers in ``send`` and writes the bytes when the loop next finds the socket
+    writable, so ``fn`` runs two loop turns later. ``fn`` starts the reply's commit in
+    another thread; run at once, that thread took the interpreter while the loop still had
+    the answer to write (~0.4 ms more between the handler and the client)."""
+    loop = asyncio.get_running_loop()
+    loop.call_soon(loop.call_soon, fn)
 
 
 def _server_host(scope: Scope) -> str:

@@ -309,7 +309,7 @@ def _figures(
 
 # The answer's stages, in order. The reply's commit (``log``) and the console's record
 # (``bookkeeping``) come after the answer left, so they are not in Server-Timing; the request
-# span carries them (``scroll.stage_log_ms``, ``scroll.stage_bookkeeping_ms``).
+# span carries the commit's time (``scroll.stage_log_ms``).
 STAGES = (
     "read auth body parse hop gate session wait profile align prefix append compress messages "
     "trace upstream recall hop_back encode scroll outside"

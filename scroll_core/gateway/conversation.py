@@ -123,6 +123,7 @@ class GatewayConversation(HistoryLog):
         self._prefix_hash: str | None = None
         self._prefixes: dict[str, Prepared] = {}
         self._view: WorkingView | None = None
+        self._sent: tuple[WorkingView, list[dict[str, Any]]] | None = None
         self._stages = Stages()
         self._relay: TextRelay | None = None
         self._idle: Callable[[], AbstractContextManager[object]] = nullcontext
@@ -492,7 +493,10 @@ class GatewayConversation(HistoryLog):
         step: int,
     ) -> tuple[ModelReply, WorkingView]:
         for attempt in (1, 2):
-            messages = view.messages()
+            # The last view's messages are kept: a view that only grew converts its new
+            # entries alone (the upstreams build their bodies without changing them).
+            messages = view.messages(reuse=self._sent)
+            self._sent = (view, messages)
             self._stages.lap("messages")
             loop.stats.upstream_calls += 1
             loop.stats.upstream_tokens += view.tokens

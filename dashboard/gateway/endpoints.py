@@ -8,6 +8,9 @@ recall loop, the kernel and the Event Log are synchronous). Errors use the provi
 OpenAI's ``{"error": {...}}`` on the OpenAI routes, Anthropic's ``{"type": "error", ...}`` on
 ``/v1/messages``. A streamed reply is sent once the internal recall steps are done, as SSE.
 Every answer to a served request carries ``Server-Timing``: the laps of ``Stages``.
+The serving thread hands the final reply back before it is committed and commits it once
+the router has sent the answer (``Response.after``), the session still locked (see
+``GatewayConversation.handle``'s ``answered``).
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@
    to the client with the recall calls taken out (their results reach the upstream with the
    client's tool results on the next request), usage summed over the internal calls; a
    streaming client gets the upstream's text as it is written (``handle``'s ``on_text``).
+   A server that passes ``answered`` sends the answer before the reply is committed; the
+   session stays locked until it is (see ``handle``).
 
 What each appended event is, and how the chain and the view are rebuilt from the log, is in
 ``_history`` (the log-facing half of the class).

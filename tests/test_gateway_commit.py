@@ -178,3 +178,23 @@ def test_over_http_the_answer_is_sent_and_a_failed_commit_is_on_the_sessions_rec
     assert _logged(console_log, role="assistant", content="ok 1") == ["msg"]
     assert _logged(console_log, role="assistant", content="ok 2") == ["reply"]
     assert RunRecord.objects.get(session_id=SESSION).error == ""
+
+
+def test_the_request_span_times_the_commit_apart_from_the_answers_way_out(clog, ring):
+    from scroll_core.gateway import Stages
+
+    stages = Stages()
+    convo = conversation(clog)
+    convo.handle(
+        request(user("one")),
+        ScriptedUpstream(),
+        model="m",
+        stages=stages,
+        answered=lambda reply: stages.lap("sent"),  # as the server's laps while it sends
+    )
+    (root,) = ring.records(REQUEST_SPAN)
+    laps = [k for k in root.attributes if k.startswith("scroll.stage_")]
+    # The commit (log) is timed after the answer left, from where the answer's way out ended.
+    assert laps.index("scroll.stage_upstream_ms") < laps.index("scroll.stage_sent_ms")
+    assert laps.index("scroll.stage_answered_ms") < laps.index("scroll.stage_log_ms")
+    assert list(stages.ms)[-2:] == ["answered", "log"]

@@ -174,8 +174,9 @@ class GatewayConversation(HistoryLog):
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
         were logged. ``stages`` gets a lap per stage (``wait`` for the session, ``align``,
         ``prefix``, ``append``, ``compress``, ``messages``, ``trace`` (the chat span around the
-        call), ``upstream`` (the call itself), ``log``, ``recall``, and ``gate``: waiting to run
-        again after a wait given to ``idle``).
+        call), ``upstream`` (the call itself), ``log``, ``recall``, ``gate``: waiting to run
+        again after a wait given to ``idle``, and with ``answered``, ``answered``: until the
+        answer had left, so ``log`` after it is the reply's commit alone).
 
         With ``on_text`` (a client that streams) every upstream call streams, and the text
         the client may see goes to ``on_text`` as it arrives (see ``TextRelay``: headlines
@@ -249,6 +250,8 @@ class GatewayConversation(HistoryLog):
                 try:
                     answered(reply)
                 finally:
+                    # The answer's way out (hop back, encode, send): not the commit's time.
+                    self._stages.lap("answered")
                     if commit is not None:
                         failure = self._commit_after_answer(commit)
                         if failure:

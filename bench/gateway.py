@@ -1,6 +1,7 @@
 """Gateway benchmark: what the gateway adds in front of an upstream, and what it saves.
 
     python bench/gateway.py --json [--quick] [--history 200 --requests 30 --clients 1,32]
+                                   [--rounds 4]
 
 One run, one loopback upstream (an OpenAI-compatible server in this process that answers at
 once, or replays a transcript's replies), and daphne serving the console's ASGI app over a
@@ -294,35 +295,47 @@ def latency(
     history: int,
     requests: int,
     pids: list[int],
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
     """The figures of one arm, one dict per gateway (each against the same direct calls).
+    ``rounds`` sessions of ``clients`` clients run one after another and their samples are
+    pooled (every round on a fresh session, so every round times the same history sizes).
     ``cpu_ms_per_request``: the server process's CPU time (every thread, the console's span
     sink and recorder included) over the timed requests, per request; unlike wall-clock time
     it holds on a busy machine."""
-    warm = threading.Barrier(clients + 1)
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        futures = [
-            pool.submit(
-                _client, gateways, upstream, f"lat-{arm}-{clients}-{i}", history, requests, warm
-            )
-            for i in range(clients)
-        ]
-        try:
-            warm.wait(timeout=600)  # every client past its first (history-appending) request
-        except threading.BrokenBarrierError:
-            for f in futures:
-                f.result()  # the client's own failure
-            raise
-        before = [cpu_seconds(pid) for pid in pids]
-        results = [f.result() for f in futures]
-    spent = [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+    results: list[Any] = []
+    spent = [0.0 for _ in pids]
+    for round_ in range(rounds):
+        warm = threading.Barrier(clients + 1)
+        with ThreadPoolExecutor(max_workers=clients) as pool:
+            futures = [
+                pool.submit(
+                    _client,
+                    gateways,
+                    upstream,
+                    f"lat-{arm}-{clients}-{round_}-{i}",
+                    history,
+                    requests,
+                    warm,
+                )
+                for i in range(clients)
+            ]
+            try:
+                warm.wait(timeout=600)  # every client past its first (history-appending) request
+            except threading.BrokenBarrierError:
+                for f in futures:
+                    f.result()  # the client's own failure
+                raise
+            before = [cpu_seconds(pid) for pid in pids]
+            results += [f.result() for f in futures]
+        spent = [s + cpu_seconds(pid) - b for s, pid, b in zip(spent, pids, before, strict=True)]
     direct = [x for r in results for x in r[1]]
     out = []
     for g in range(len(gateways)):
         figures = _figures(
             [x for r in results for x in r[0][g]], direct, [x for r in results for x in r[2][g]]
         )
-        figures["cpu_ms_per_request"] = spent[g] * 1000 / (clients * requests)
+        figures["cpu_ms_per_request"] = spent[g] * 1000 / (clients * requests * rounds)
         out.append(figures)
     return out
 
@@ -354,9 +367,12 @@ def _figures(
     return out
 
 
+# The answer's stages, in order. The reply's commit (``log``) and the console's record
+# (``bookkeeping``) come after the answer left, so they are not in Server-Timing; the request
+# span carries the commit's time (``scroll.stage_log_ms``).
 STAGES = (
     "read auth body parse hop gate session wait profile align prefix append compress messages "
-    "trace upstream log recall bookkeeping hop_back encode scroll outside"
+    "trace upstream recall hop_back encode scroll outside"
 ).split()
 
 
@@ -526,6 +542,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", type=int, default=200)
     parser.add_argument("--requests", type=int, default=30, help="timed requests per client")
     parser.add_argument("--clients", default="1,32", help="comma-separated concurrencies")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=4,
+        help="sessions timed one after another at 1 client, samples pooled, so its p50 rests "
+        "on rounds x requests samples (direct and gateway alike; every round times the same "
+        "history sizes); concurrent arms run once (they have clients x requests samples)",
+    )
     parser.add_argument("--questions", type=int, default=10)
     parser.add_argument("--startup-timeout", type=float, default=60.0)
     parser.add_argument("--quick", action="store_true", help="5 requests per client, 3 questions")
@@ -541,13 +565,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.requests, args.questions = 5, 3
+        args.requests, args.questions, args.rounds = 5, 3, 1
     concurrencies = [int(c) for c in args.clients.split(",") if c.strip()]
     servers = [name.strip() for name in args.servers.split(",") if name.strip()]
     if not servers or any(name not in SERVERS for name in servers):
         parser.error(f"--servers takes names among {', '.join(SERVERS)}")
     if args.history < 2 or args.requests < 1 or not concurrencies or min(concurrencies) < 1:
         parser.error("history >= 2, requests >= 1 and clients >= 1 are needed")
+    if args.rounds < 1:
+        parser.error("rounds >= 1 is needed")
 
     data_dir = Path(tempfile.mkdtemp(prefix="scroll-bench-gateway-"))
     upstream = Upstream()
@@ -556,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "history_messages": args.history,
         "requests_per_client": args.requests,
+        "rounds_at_1_client": args.rounds,
         "servers": ",".join(servers),
     }
     try:
@@ -568,8 +595,9 @@ def main(argv: list[str] | None = None) -> int:
             label = "noevict" if arm == "wide" else "evict"
             gateways = [(server.base, k[arm]) for server, k in zip(running, keys, strict=True)]
             for clients in concurrencies:
+                rounds = args.rounds if clients == 1 else 1
                 per_server = latency(
-                    gateways, upstream.url, arm, clients, args.history, args.requests, pids
+                    gateways, upstream.url, arm, clients, args.history, args.requests, pids, rounds
                 )
                 for i, figures in enumerate(per_server):
                     prefix = "" if i == 0 else f"{servers[i]}_"

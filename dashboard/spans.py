@@ -24,7 +24,6 @@ import asyncio
 import logging
 import queue
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -210,15 +209,14 @@ class ConsoleSpanSink:
                 except queue.Empty:
                     continue
                 # Linger a moment for company: one message per group per batch, not per span.
+                # Asleep, not woken by each span that arrives meanwhile: every wake-up takes
+                # the interpreter from the request that is producing those spans.
                 batch = [first]
-                until = time.monotonic() + self.linger_s
+                if self.linger_s > 0:
+                    self._closed.wait(self.linger_s)
                 while len(batch) < BATCH:
-                    wait = until - time.monotonic()
                     try:
-                        if wait > 0:
-                            batch.append(self._queue.get(timeout=wait))
-                        else:
-                            batch.append(self._queue.get_nowait())
+                        batch.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
                 try:

@@ -225,13 +225,19 @@ class SpanHandle:
 
     def set(self, **attrs: Any) -> None:
         """Set ``scroll.<key>`` attributes (keys with a dot are used as they are)."""
-        for key, value in attrs.items():
-            _put(self._otel, key if "." in key else f"scroll.{key}", value)
+        clean = _clean_kwargs(attrs)
+        if clean:
+            self._otel.set_attributes(clean)  # one call: the span's lock is taken once
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         """Set attributes by their full names."""
+        clean = {}
         for key, value in attributes.items():
-            _put(self._otel, key, value)
+            coerced = _coerce(value)
+            if coerced is not None:
+                clean[key] = coerced
+        if clean:
+            self._otel.set_attributes(clean)
 
     def event(self, name: str, **attrs: Any) -> None:
         self._otel.add_event(name, _clean_kwargs(attrs))
@@ -505,12 +511,6 @@ def _clean_kwargs(attrs: Mapping[str, Any]) -> dict[str, Any]:
         if coerced is not None:
             clean[key if "." in key else f"scroll.{key}"] = coerced
     return clean
-
-
-def _put(otel_span: Any, key: str, value: Any) -> None:
-    coerced = _coerce(value)
-    if coerced is not None:
-        otel_span.set_attribute(key, coerced)
 
 
 def _kinds() -> dict[str, otel_trace.SpanKind]:

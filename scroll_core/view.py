@@ -353,13 +353,25 @@ class WorkingView:
     def tokens(self) -> int:
         return self.report.total
 
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(
+        self, *, reuse: tuple[WorkingView, list[dict[str, Any]]] | None = None
+    ) -> list[dict[str, Any]]:
         """The view as Chat Completions messages (system, archive, live conversation).
 
         The archive (index, digest, seam banner) goes in front of the live conversation; when
         that starts with a user message the two are joined, so roles still alternate for
         chat templates that insist on it.
+
+        ``reuse``: an earlier view and the messages it gave, left unchanged by whoever used
+        them. When this view only extends it (same system prompt and archive, its entries
+        first, the same objects, and no tool call that would join the last of its messages)
+        those messages are kept and only the new entries converted; the result is a new
+        list sharing the earlier one's message dicts.
         """
+        if reuse is not None:
+            extended = self._extending(*reuse)
+            if extended is not None:
+                return extended
         out: list[dict[str, Any]] = [{"role": "system", "content": self.prefix.system}]
         live = _to_messages(self.entries)
         if self.archive:
@@ -368,6 +380,25 @@ class WorkingView:
             else:
                 out.append({"role": "user", "content": self.archive})
         return out + live
+
+    def _extending(
+        self, earlier: WorkingView, sent: list[dict[str, Any]]
+    ) -> list[dict[str, Any]] | None:
+        old, new = earlier.entries, self.entries
+        if (
+            not old
+            or len(new) < len(old)
+            or earlier.archive != self.archive
+            or earlier.prefix.system != self.prefix.system
+        ):
+            return None
+        head = new[: len(old)]
+        if head[-1] is not old[-1] or any(a is not b for a, b in zip(old, head, strict=True)):
+            return None
+        added = new[len(old) :]
+        if added and is_tool_call(added[0].event):
+            return None  # it would join the last message: convert it all again
+        return [*sent, *_to_messages(added)]
 
 
 def build_view(

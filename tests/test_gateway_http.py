@@ -38,13 +38,14 @@ def test_the_openai_client_gets_a_completion_with_usage_and_the_extension(
     assert sent["model"] == "upstream-model"  # mapped
     assert upstream.headers[0]["authorization"] == "Bearer sk-upstream-secret"  # from the env
     assert sent["messages"][0]["content"].startswith("Be brief.")
+    # The reply is committed just after the answer left, the console's record after that.
+    get_service().flush()
     assert [
         e.role for e in console_log.session_events(session) if e.metadata.get("gw") != "prefix"
     ] == [
         "user",
         "assistant",
     ]
-    get_service().flush()  # the console's record is written after the answer
     run = RunRecord.objects.get(session_id=session)
     assert run.kind == "gateway" and run.turns == 1 and run.status == "done"
     assert CompressEvent.objects.filter(session_id=session).exists()
@@ -144,6 +145,7 @@ def test_a_retry_appends_nothing(gateway, upstream, console_log):
     history = [{"role": "user", "content": "once only"}]
     raw = client.chat.completions.with_raw_response.create(model="gpt-test", messages=history)
     session = raw.headers["x-scroll-session"]
+    get_service().flush()  # the reply's commit, just after the answer left
     count = console_log.count(session)
     again = ask(client, history)
     assert again.choices[0].message.content == raw.parse().choices[0].message.content
@@ -158,6 +160,7 @@ def test_a_rewritten_history_loses_nothing(gateway, upstream, console_log):
     h.append(assistant_of(ask(client, h, extra_headers=headers)))
     h.append({"role": "user", "content": "and OSPREY"})
     ask(client, h, extra_headers=headers)
+    get_service().flush()  # the reply's commit, just after the answer left
     before = {
         e.seq: e.content for e in console_log.session_events("gw:alice:compacting", limit=None)
     }

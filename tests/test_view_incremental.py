@@ -104,6 +104,11 @@ def test_an_extended_view_equals_a_rebuilt_one_on_random_histories(store, steps)
         )
         rebuilt = build_view(state, profile, log=store, prefix=PREFIX, counter=COUNTER)
         _same(extended, rebuilt)
+        if view is not None:
+            # The messages of the view before, reused: the same messages as converted anew.
+            earlier = view.messages()
+            assert extended.messages(reuse=(view, earlier)) == rebuilt.messages()
+            assert earlier == view.messages()  # and the earlier ones left as they were
         if op in ("turn", "user") and view is not None and view.entries:
             assert extended.entries[0] is view.entries[0]  # reused, not rebuilt
         view = extended

@@ -8,18 +8,22 @@ recall loop, the kernel and the Event Log are synchronous). Errors use the provi
 OpenAI's ``{"error": {...}}`` on the OpenAI routes, Anthropic's ``{"type": "error", ...}`` on
 ``/v1/messages``. A streamed reply is sent once the internal recall steps are done, as SSE.
 Every answer to a served request carries ``Server-Timing``: the laps of ``Stages``.
+The serving thread hands the final reply back before it is committed and commits it once
+the router has sent the answer (``Response.after``), the session still locked (see
+``GatewayConversation.handle``'s ``answered``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -155,27 +159,39 @@ def _serve_sync(
     session: str | None,
     stages: Stages,
     on_text: OnText | None,
+    answered: Callable[[ClientReply], None],
 ) -> ClientReply:
     stages.lap("hop")
     service = get_service()
     try:
-        return service.serve(key, parsed, session, stages=stages, on_text=on_text)
+        return service.serve(
+            key, parsed, session, stages=stages, on_text=on_text, answered=answered
+        )
     finally:
         close_old_connections()  # this pool's threads outlive requests; their connections not
 
 
 _threads: ThreadPoolExecutor | None = None
+# A serving thread waits at most this long for its answer to be sent before it commits the
+# reply anyway (the router signals at once; this only bounds a response that never went).
+SENT_TIMEOUT_S = 60.0
 
 
-async def _in_pool(fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn`` in a thread of the gateway's own pool: the loop's default executor has a
-    handful of threads, and each request holds one while its upstream answers."""
+def _pool() -> ThreadPoolExecutor:
+    """The gateway's own thread pool: the loop's default executor has a handful of threads,
+    and each request holds one while its upstream answers."""
     global _threads
     if _threads is None:
         _threads = ThreadPoolExecutor(
             max_workers=settings.SCROLL_GATEWAY_THREADS, thread_name_prefix="gateway"
         )
-    return await sync_to_async(fn, thread_sensitive=False, executor=_threads)(*args)
+    return _threads
+
+
+async def _in_pool(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn`` in a thread of the gateway's pool (see ``_pool``)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_pool(), contextvars.copy_context().run, fn, *args)
 
 
 async def _serve(
@@ -183,9 +199,41 @@ async def _serve(
     parsed: ClientRequest,
     session: str | None,
     stages: Stages,
+    sent: threading.Event,
     on_text: OnText | None = None,
 ) -> ClientReply:
-    reply = await _in_pool(_serve_sync, key, parsed, session, stages, on_text)
+    """The reply, as soon as it is final: the serving thread hands it over, then waits for
+    ``sent`` (set once the answer has left) and commits the reply, the session still locked,
+    so the answer does not wait for the commit (see ``GatewayConversation.handle``)."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[ClientReply] = loop.create_future()
+
+    def settle(reply: ClientReply | None, exc: BaseException | None) -> None:  # on the loop
+        if answer.done():
+            return
+        if exc is not None:
+            answer.set_exception(exc)
+        else:
+            answer.set_result(reply)  # type: ignore[arg-type]
+
+    def answered(reply: ClientReply) -> None:  # in the serving thread
+        loop.call_soon_threadsafe(settle, reply, None)
+        sent.wait(SENT_TIMEOUT_S)
+
+    def work() -> None:
+        reply: ClientReply | None = None
+        failure: BaseException | None = None
+        try:
+            reply = _serve_sync(key, parsed, session, stages, on_text, answered)
+        except BaseException as exc:
+            failure = exc
+        try:
+            loop.call_soon_threadsafe(settle, reply, failure)  # a no-op once answered
+        except RuntimeError:  # the server's loop closed meanwhile
+            log.warning("gateway: the server stopped before a request's answer was sent")
+
+    _pool().submit(contextvars.copy_context().run, work)
+    reply = await answer
     stages.lap("hop_back")
     return reply
 
@@ -220,6 +268,7 @@ async def _handle(request: Request, api: str, parse: Callable[[Any], ClientReque
         return refused
     stages.lap("body")
     session = request.headers.get(_SESSION_HEADER)
+    sent = threading.Event()  # the answer left: the serving thread may commit the reply
     try:
         parsed = parse(body)
         beta = request.headers.get("anthropic-beta") if api == "anthropic" else None
@@ -227,19 +276,24 @@ async def _handle(request: Request, api: str, parse: Callable[[Any], ClientReque
             parsed.params[BETA_PARAM] = beta
         stages.lap("parse")
         if parsed.stream:
-            return await _streamed(api, key, parsed, session, stages)
-        reply = await _serve(key, parsed, session, stages)
+            return await _streamed(api, key, parsed, session, stages, sent)
+        reply = await _serve(key, parsed, session, stages, sent)
+        headers = {SESSION_HEADER: reply.stats.session_id}
+        data = (
+            anthropic_api.message_object(reply)
+            if api == "anthropic"
+            else openai_api.chat_completion(reply)
+        )
+        response = _json(data, headers=headers)
     except (GatewayRequestInvalid, GatewayRefused, ModelError, ContextWindowUnfit) as exc:
+        sent.set()
         return _failure(api, exc)
-    headers = {SESSION_HEADER: reply.stats.session_id}
-    data = (
-        anthropic_api.message_object(reply)
-        if api == "anthropic"
-        else openai_api.chat_completion(reply)
-    )
-    response = _json(data, headers=headers)
+    except BaseException:
+        sent.set()
+        raise
     stages.lap("encode")
     response.headers["Server-Timing"] = _server_timing(stages)
+    response.after = sent.set
     return response
 
 
@@ -254,7 +308,12 @@ def _timed(headers: dict[str, str], stages: Stages) -> dict[str, str]:
 
 
 async def _streamed(
-    api: str, key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages
+    api: str,
+    key: GatewayKey,
+    parsed: ClientRequest,
+    session: str | None,
+    stages: Stages,
+    sent: threading.Event,
 ) -> Response:
     """Serve a streaming client: its text goes out as the upstream writes it (see
     ``GatewayConversation.handle``). The response starts with the first piece of text or
@@ -268,7 +327,7 @@ async def _streamed(
 
     async def run() -> None:
         try:
-            reply = await _serve(key, parsed, session, stages, on_text)
+            reply = await _serve(key, parsed, session, stages, sent, on_text)
         except Exception as exc:
             queue.put_nowait(("error", exc))
         else:
@@ -278,6 +337,7 @@ async def _streamed(
     task = asyncio.create_task(run())
     first = await queue.get()
     if first[0] == "error":
+        sent.set()
         await task
         return _failure(api, first[1])
     encoder = SseEncoder.for_api(api, parsed)
@@ -307,6 +367,7 @@ async def _streamed(
 
     response = _sse(events(), _timed(headers, stages))
     response.keep = task  # the serving task lives as long as its stream
+    response.after = sent.set
     return response
 
 

@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,6 +159,8 @@ class GatewayService:
         self._keys: dict[str, tuple[float, GatewayKey]] = {}
         self._profiles: dict[int | None, tuple[float, Profile]] = {}
         self.recorder = Recorder()
+        self._serving = threading.Condition()  # in-flight requests (``flush`` waits for them)
+        self._in_flight = 0
         self.gate = Gate(int(getattr(settings, "SCROLL_GATEWAY_CPU_SLOTS", 4)))
         self._kernels: KernelManager | None = None
         self.lease_s = float(getattr(settings, "SCROLL_WORKER_LEASE_S", 15.0))
@@ -479,13 +481,23 @@ class GatewayService:
         *,
         stages: Stages | None = None,
         on_text: OnText | None = None,
+        answered: Callable[[ClientReply], None] | None = None,
     ) -> ClientReply:
-        """Serve ``request`` for ``key`` (see ``GatewayConversation.handle``, ``on_text``
-        included) and hand its record to the console. Runs holding a slot of ``gate``."""
-        with self.gate:
-            if stages is not None:
-                stages.lap("gate")
-            return self._serve(key, request, session_header, stages, on_text)
+        """Serve ``request`` for ``key`` (see ``GatewayConversation.handle``, ``on_text`` and
+        ``answered`` included) and hand its record to the console. Runs holding a slot of
+        ``gate`` (given up while ``answered`` waits for the answer to leave)."""
+        with self._serving:
+            self._in_flight += 1
+        try:
+            with self.gate:
+                if stages is not None:
+                    stages.lap("gate")
+                return self._serve(key, request, session_header, stages, on_text, answered)
+        finally:
+            with self._serving:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._serving.notify_all()
 
     @contextmanager
     def _holding(self, session_id: str) -> Iterator[_Session]:
@@ -538,10 +550,11 @@ class GatewayService:
         session_header: str | None,
         stages: Stages | None,
         on_text: OnText | None,
+        answered: Callable[[ClientReply], None] | None,
     ) -> ClientReply:
         session_id = session_id_for_request(key, request, session_header)
         with self._holding(session_id):
-            return self._serve_held(key, request, session_id, stages, on_text)
+            return self._serve_held(key, request, session_id, stages, on_text, answered)
 
     def _serve_held(
         self,
@@ -550,6 +563,7 @@ class GatewayService:
         session_id: str,
         stages: Stages | None,
         on_text: OnText | None,
+        answered: Callable[[ClientReply], None] | None,
     ) -> ClientReply:
         self.admit(key, session_id)
         conversation = self.conversation(key, session_id)
@@ -559,16 +573,28 @@ class GatewayService:
             stages.lap("session")
         reply: ClientReply | None = None
         error = ""
-        try:
-            reply = conversation.handle(
-                request, upstream, model=model, stages=stages, on_text=on_text,
-                idle=self.gate.released,
-            )  # fmt: skip
-            spent = reply.usage.input_tokens + reply.usage.output_tokens
+
+        def spend(final: ClientReply) -> None:
+            spent = final.usage.input_tokens + final.usage.output_tokens
             # The cached key counts too, so its budget holds before the database catches up.
             key.tokens_used += spent
             if key.token_budget:
                 self.limits.spend(key.pk, spent)
+
+        def answer(final: ClientReply) -> None:
+            spend(final)  # before the answer leaves: the key's next request sees it
+            assert answered is not None
+            with self.gate.released():
+                answered(final)
+
+        try:
+            reply = conversation.handle(
+                request, upstream, model=model, stages=stages, on_text=on_text,
+                idle=self.gate.released, answered=answer if answered is not None else None,
+            )  # fmt: skip
+            if answered is None:
+                spend(reply)
+            error = reply.commit_error
             if reply.stats.recalls:
                 self._nudge.set()  # a kernel may have started: show it on the Kernels page
             return reply
@@ -586,7 +612,11 @@ class GatewayService:
                 stages.lap("bookkeeping")
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Wait until every finished request is recorded for the console."""
+        """Wait until no request is being served (a reply is committed after its answer
+        left) and every finished request is recorded for the console."""
+        with self._serving:
+            if not self._serving.wait_for(lambda: not self._in_flight, timeout):
+                raise TimeoutError(f"gateway requests still in flight after {timeout:g}s")
         if not self.recorder.flush(timeout):
             raise TimeoutError(f"the gateway's console record did not catch up in {timeout:g}s")
 

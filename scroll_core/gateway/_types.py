@@ -22,12 +22,16 @@ def canonical_args(call: ToolCall) -> str:
     return json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class ClientMessage:
     """One message of the history a client sent, in either provider's format.
 
     ``role`` is ``user``, ``assistant``, ``tool`` or ``system`` (a system message after the
     first user message; the leading ones form ``ClientRequest.system``).
+
+    A value: never changed once made. Not declared ``frozen``: a frozen dataclass sets each
+    field through ``object.__setattr__``, three times slower, and a request builds one per
+    message of the history it resends (hundreds).
     """
 
     role: str
@@ -112,6 +116,9 @@ class ClientReply:
     stats: GatewayStats
     compressions: tuple[tuple[str, Any], ...] = ()
     thinking: tuple[dict[str, Any], ...] = ()  # Anthropic thinking blocks, as the model sent them
+    # Set when the reply's commit failed after the answer had left (see
+    # ``GatewayConversation.handle``'s ``answered``); never sent to the client.
+    commit_error: str = ""
 
     def message(self) -> ClientMessage:
         """This reply as the client will send it back in its next request."""

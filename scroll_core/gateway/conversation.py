@@ -20,6 +20,8 @@
    to the client with the recall calls taken out (their results reach the upstream with the
    client's tool results on the next request), usage summed over the internal calls; a
    streaming client gets the upstream's text as it is written (``handle``'s ``on_text``).
+   A server that passes ``answered`` sends the answer before the reply is committed; the
+   session stays locked until it is (see ``handle``).
 
 What each appended event is, and how the chain and the view are rebuilt from the log, is in
 ``_history`` (the log-facing half of the class).
@@ -27,11 +29,12 @@ What each appended event is, and how the chain and the view are rebuilt from the
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -65,6 +68,7 @@ DEFAULT_RECALL_STEPS = 6
 # The root span of every gateway request (GenAI's agent invocation); chat, execute_tool,
 # compress and the ms calls of a recall cell are its children.
 REQUEST_SPAN = "invoke_agent scroll-gateway"
+log = logging.getLogger("scroll.gateway")
 BUDGET_NOTICE = "[scroll: the recall step budget ran out before the model answered]"
 
 
@@ -121,6 +125,7 @@ class GatewayConversation(HistoryLog):
         self._prefix_hash: str | None = None
         self._prefixes: dict[str, Prepared] = {}
         self._view: WorkingView | None = None
+        self._sent: tuple[WorkingView, list[dict[str, Any]]] | None = None
         self._stages = Stages()
         self._relay: TextRelay | None = None
         self._idle: Callable[[], AbstractContextManager[object]] = nullcontext
@@ -163,13 +168,15 @@ class GatewayConversation(HistoryLog):
         stages: Stages | None = None,
         on_text: OnText | None = None,
         idle: Callable[[], AbstractContextManager[object]] | None = None,
+        answered: Callable[[ClientReply], None] | None = None,
     ) -> ClientReply:
         """Serve one request with ``upstream`` (asked for ``model``); see the module
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
         were logged. ``stages`` gets a lap per stage (``wait`` for the session, ``align``,
         ``prefix``, ``append``, ``compress``, ``messages``, ``trace`` (the chat span around the
-        call), ``upstream`` (the call itself), ``log``, ``recall``, and ``gate``: waiting to run
-        again after a wait given to ``idle``).
+        call), ``upstream`` (the call itself), ``log``, ``recall``, ``gate``: waiting to run
+        again after a wait given to ``idle``, and with ``answered``, ``answered``: until the
+        answer had left, so ``log`` after it is the reply's commit alone).
 
         With ``on_text`` (a client that streams) every upstream call streams, and the text
         the client may see goes to ``on_text`` as it arrives (see ``TextRelay``: headlines
@@ -181,7 +188,16 @@ class GatewayConversation(HistoryLog):
         ``idle`` (a context manager factory) is entered around every wait that needs no
         interpreter: the session's turn, the upstream call and a recall cell's run in the
         kernel. A server that caps how many requests run Python at once gives its slot up
-        there (see ``dashboard.gateway.service``)."""
+        there (see ``dashboard.gateway.service``).
+
+        ``answered`` (a server that sends the answer before the reply is committed): called
+        with the reply once it is final, before the reply's events are appended; it returns
+        when the answer has left. The session stays locked until the commit is done, so the
+        next request of the session sees the reply in the log; a commit that fails then is
+        traced (an error span ``scroll.gateway.commit``), logged, and reported in the
+        returned reply's ``commit_error``, never raised: the client already has its answer,
+        and its next request carries the reply back, where alignment appends it. Without
+        ``answered`` the reply is committed before ``handle`` returns and a failure raises."""
         stages = stages or Stages()
         idle = idle or nullcontext
         with idle():  # another request of this session may be using its turn at the cap
@@ -192,13 +208,19 @@ class GatewayConversation(HistoryLog):
             self._stages = stages
             self._relay = TextRelay(on_text) if on_text is not None else None
             self._idle = idle
-            return self._handle_locked(request, upstream, model)
+            return self._handle_locked(request, upstream, model, answered)
         finally:
             self._relay = None
             self._idle = nullcontext
             self.lock.release()
 
-    def _handle_locked(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
+    def _handle_locked(
+        self,
+        request: ClientRequest,
+        upstream: Upstream,
+        model: str,
+        answered: Callable[[ClientReply], None] | None,
+    ) -> ClientReply:
         with (
             session_scope(self.session_id),
             span(
@@ -219,16 +241,48 @@ class GatewayConversation(HistoryLog):
                 stream=request.stream,
             ) as traced,
         ):
-            reply = self._handle(request, upstream, model)
+            reply, commit = self._handle(request, upstream, model)
+            self.requests += 1
+            if answered is None:
+                if commit is not None:
+                    commit()
+            else:
+                try:
+                    answered(reply)
+                finally:
+                    # The answer's way out (hop back, encode, send): not the commit's time.
+                    self._stages.lap("answered")
+                    if commit is not None:
+                        failure = self._commit_after_answer(commit)
+                        if failure:
+                            reply = replace(reply, commit_error=failure)
+                            traced.set(commit_error=failure)
             traced.set(**{k: v for k, v in reply.stats.to_dict().items() if k != "session_id"})
             traced.set(**{f"stage_{k}_ms": round(v, 3) for k, v in self._stages.ms.items()})
             traced.set_attributes(
                 usage(reply.usage.input_tokens, reply.usage.output_tokens, response_model=model)
             )
-            self.requests += 1
             return reply
 
-    def _handle(self, request: ClientRequest, upstream: Upstream, model: str) -> ClientReply:
+    def _commit_after_answer(self, commit: Callable[[], None]) -> str:
+        """Run ``commit`` once the answer has left; a failure is traced and returned (the
+        reply comes back with the client's next request and is appended then)."""
+        try:
+            commit()
+        except Exception as exc:
+            failure = f"{type(exc).__name__}: {exc}"[:1000]
+            log.error("gateway: session %s: the reply's commit failed: %s", self.session_id,
+                      failure)  # fmt: skip
+            with span("scroll.gateway.commit", session=self.session_id) as traced:
+                traced.error(f"the reply's commit failed after the answer left: {failure}",
+                             type(exc).__name__)  # fmt: skip
+            return failure
+        return ""
+
+    def _handle(
+        self, request: ClientRequest, upstream: Upstream, model: str
+    ) -> tuple[ClientReply, Callable[[], None] | None]:
+        """The reply, and what is left to commit of it (None: nothing)."""
         self._refresh_profile()
         self._stages.lap("profile")
         incoming = self._fingerprints(request.messages)
@@ -242,7 +296,7 @@ class GatewayConversation(HistoryLog):
         prepared = self._prepare(request)
         self._stages.lap("prefix")
         if found.kind == "retry":
-            return self._replayed(request, found.common, stats, prepared)
+            return self._replayed(request, found.common, stats, prepared), None
         if found.kind == "rewrite":
             self._record_rewrite(found.common, len(request.messages))
             stats.rewritten = True
@@ -304,7 +358,7 @@ class GatewayConversation(HistoryLog):
         model: str,
         prepared: Prepared,
         loop: _Loop,
-    ) -> ClientReply:
+    ) -> tuple[ClientReply, Callable[[], None] | None]:
         nonce = uuid.uuid4().hex[:10]
         pos = len(request.messages)
         view = self._compress(loop, prepared.prefix, "turn_start")
@@ -378,28 +432,9 @@ class GatewayConversation(HistoryLog):
                         f"{nonce}:s{step}:call{j}", call, {"gw": "reply_call", "pos": pos}
                     )
                 )
-            seqs = self.log.append_many(events)
-            fresh = {e.seq: e.tokens for e in self._sync()}
-            recall_seqs = set(seqs[1 : len(recall) + 1])
-            reply_tokens = sum(fresh.get(s, 0) for s in seqs if s not in recall_seqs)
-            self._stages.lap("log")
-            for j, call in enumerate(recall):
-                self._run_recall(call, f"{nonce}:s{step}:result{j}", step)
-                loop.stats.recalls += 1
-                self._stages.lap("recall")
+            loop.stats.recalls += len(recall)  # counted now: a final step's cells run after
             if final:
-                tokens = reply_tokens
-                self.chain.append(
-                    Link(
-                        meta["fp"],
-                        "assistant",
-                        seqs[0],
-                        tokens,
-                        (shown, tuple(client_calls), finish),
-                        plain=shown == text and not client_calls,
-                    )
-                )
-                return ClientReply(
+                reply_out = ClientReply(
                     content=shown,
                     tool_calls=tuple(client_calls),
                     finish_reason=finish,
@@ -409,8 +444,53 @@ class GatewayConversation(HistoryLog):
                     compressions=tuple(loop.compressions),
                     thinking=reply.thinking,
                 )
+                link = Link(
+                    meta["fp"],
+                    "assistant",
+                    0,
+                    0,
+                    (shown, tuple(client_calls), finish),
+                    plain=shown == text and not client_calls,
+                )
+                commit = partial(self._commit_reply, events, recall, nonce, step, link, loop)
+                return reply_out, commit
+            self._append_step(events, recall, nonce, step, loop)
             view = self._compress(loop, prepared.prefix, "after_step")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _append_step(
+        self,
+        events: list[dict[str, Any]],
+        recall: list[ToolCall],
+        nonce: str,
+        step: int,
+        loop: _Loop,
+    ) -> tuple[list[int], int]:
+        """Append one step's turn and calls, then run its recall cells (their results are
+        appended by each); the seqs, and the tokens of all but the recall calls."""
+        seqs = self.log.append_many(events)
+        fresh = {e.seq: e.tokens for e in self._sync()}
+        recall_seqs = set(seqs[1 : len(recall) + 1])
+        tokens = sum(fresh.get(s, 0) for s in seqs if s not in recall_seqs)
+        self._stages.lap("log")
+        for j, call in enumerate(recall):
+            self._run_recall(call, f"{nonce}:s{step}:result{j}", step)
+            self._stages.lap("recall")
+        return seqs, tokens
+
+    def _commit_reply(
+        self,
+        events: list[dict[str, Any]],
+        recall: list[ToolCall],
+        nonce: str,
+        step: int,
+        link: Link,
+        loop: _Loop,
+    ) -> None:
+        """The final reply into the log and the chain (with the session still locked)."""
+        seqs, tokens = self._append_step(events, recall, nonce, step, loop)
+        link.first_seq, link.tokens = seqs[0], tokens
+        self.chain.append(link)
 
     def _unique(self, calls: list[ToolCall], nonce: str, step: int) -> list[ToolCall]:
         return [unique_call(c, self.log, f"call_{nonce}_{step}_{i}") for i, c in enumerate(calls)]
@@ -426,7 +506,10 @@ class GatewayConversation(HistoryLog):
         step: int,
     ) -> tuple[ModelReply, WorkingView]:
         for attempt in (1, 2):
-            messages = view.messages()
+            # The last view's messages are kept: a view that only grew converts its new
+            # entries alone (the upstreams build their bodies without changing them).
+            messages = view.messages(reuse=self._sent)
+            self._sent = (view, messages)
             self._stages.lap("messages")
             loop.stats.upstream_calls += 1
             loop.stats.upstream_tokens += view.tokens

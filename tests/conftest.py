@@ -58,6 +58,18 @@ def log_small(tmp_path):
 
 
 @pytest.fixture
+def ring(monkeypatch):
+    """Spans kept in memory (no exporter from the environment), reset after the test."""
+    from scroll_core import telemetry
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    state = telemetry.configure(ring_size=5000)
+    yield state.ring
+    telemetry.reset()
+
+
+@pytest.fixture
 def shared_data():
     """The folder of real data written by others; tests that need it skip without it."""
     if not SHARED_DATA.is_dir():

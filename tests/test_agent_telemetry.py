@@ -11,7 +11,6 @@ from test_agent_policy import (  # noqa: F401  (the planted-fact history, on bot
     store_options,
 )
 
-from scroll_core import telemetry
 from scroll_core.agent import Session
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
@@ -22,15 +21,6 @@ from scroll_core.profile import Profile
 def kernel():
     with Kernel(KernelConfig(sandbox="process")) as k:
         yield k
-
-
-@pytest.fixture
-def ring(monkeypatch):
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        monkeypatch.delenv(name, raising=False)
-    state = telemetry.configure(ring_size=5000)
-    yield state.ring
-    telemetry.reset()
 
 
 def attr(record, key):

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 import pytest
 from test_gateway_core import ScriptedUpstream, assistant_of, conversation, request, user
 
-from scroll_core import telemetry
 from scroll_core.eventlog import EventLog
 from scroll_core.gateway import ClientReply
 from scroll_core.gateway.conversation import REQUEST_SPAN
@@ -30,15 +29,6 @@ FAIL_REPLIES = (
 def clog(tmp_path):
     with EventLog(tmp_path / "eventlog.sqlite3", token_counter=CharRatioCounter()) as log:
         yield log
-
-
-@pytest.fixture
-def ring(monkeypatch):
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        monkeypatch.delenv(name, raising=False)
-    state = telemetry.configure(ring_size=5000)
-    yield state.ring
-    telemetry.reset()
 
 
 def _sql(log: EventLog, statement: str) -> None:

@@ -423,17 +423,6 @@ def test_one_agents_recall_never_reaches_another_agents_memory(clog, kernel):
     )
 
 
-@pytest.fixture
-def ring(monkeypatch):
-    from scroll_core import telemetry
-
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        monkeypatch.delenv(name, raising=False)
-    state = telemetry.configure(ring_size=5000)
-    yield state.ring
-    telemetry.reset()
-
-
 def test_every_request_is_one_trace_with_the_model_calls_and_the_cell_inside(clog, kernel, ring):
     from scroll_core.gateway.conversation import REQUEST_SPAN
 

@@ -395,6 +395,20 @@ def readme_tables(arms: list[str]) -> list[dict[str, Any]]:
             "key": "{row}_{column}",
         },
         {
+            "title": "Anthropic Messages through an Anthropic-format upstream, one client (ms)",
+            "rows": ["anthropic_noevict_c1"],
+            "columns": [
+                "direct_p50_ms",
+                "gateway_p50_ms",
+                "added_p50_ms",
+                "direct_p95_ms",
+                "gateway_p95_ms",
+                "added_p95_ms",
+                "samples",
+            ],
+            "key": "{row}_{column}",
+        },
+        {
             "title": "Where a request's time goes, p50 per stage (ms; Server-Timing)",
             "rows": STAGES,
             "columns": arms,

@@ -29,7 +29,7 @@ __all__ = ["LADDER", "Fit", "Question", "collect", "fit_weights", "objective"]
 LADDER: tuple[float, ...] = (
     -1.0, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0,
 )  # fmt: skip
-START: tuple[float, ...] = (1.0, 0.4, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0)
+START: tuple[float, ...] = (1.0, 0.4, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 MAX_PASSES = 6
 
 
@@ -65,7 +65,12 @@ def collect(
         if split_of(item.conversation) != "dev":
             continue
         features = search_features(
-            db, item.question, 10, SearchFilters(session_id=session_of(item)), tuning
+            db,
+            item.question,
+            10,
+            SearchFilters(session_id=session_of(item)),
+            tuning,
+            stats=log.term_stats,
         )
         out.append(
             Question(
@@ -99,9 +104,19 @@ def objective(scores: dict[str, float]) -> float:
     return (scores["recall_at_5"] + scores["recall_at_10"]) / 2
 
 
-def fit_weights(questions: Sequence[Question], start: Sequence[float] = START) -> Fit:
+def fit_weights(
+    questions: Sequence[Question],
+    start: Sequence[float] = START,
+    fixed: Sequence[str] = (),
+) -> Fit:
+    """Coordinate ascent from ``start``; the features named in ``fixed`` keep their starting
+    weight (0 in ``START``: the ranker without them)."""
     if len(start) != len(RANK_FEATURES):
         raise ValueError(f"{len(RANK_FEATURES)} starting weights needed, got {len(start)}")
+    unknown = set(fixed) - set(RANK_FEATURES)
+    if unknown:
+        raise ValueError(f"no such ranker feature: {', '.join(sorted(unknown))}")
+    free = [i for i in range(1, len(start)) if RANK_FEATURES[i] not in fixed]
     weights = list(start)
     first = _recalls(questions, weights)
     best = objective(first)
@@ -109,7 +124,7 @@ def fit_weights(questions: Sequence[Question], start: Sequence[float] = START) -
     while passes < MAX_PASSES:
         passes += 1
         moved = False
-        for i in range(1, len(weights)):
+        for i in free:
             for value in LADDER:
                 if value == weights[i]:
                     continue

@@ -23,7 +23,7 @@ from typing import Any
 from bench._locomo_split import split_of
 from scroll_core.search import RANK_FEATURES, SearchFilters, SearchTuning, search_features
 
-__all__ = ["LADDER", "Fit", "Question", "collect", "fit_weights", "objective"]
+__all__ = ["LADDER", "Fit", "Question", "ceiling", "collect", "fit_weights", "objective"]
 
 # The values each weight may take (the first, "own", is the unit and never moves).
 LADDER: tuple[float, ...] = (
@@ -57,12 +57,14 @@ def collect(
     seq_of: Callable[[Any], frozenset[int]],
     tuning: SearchTuning,
     session_of: Callable[[Any], str],
+    split: str = "dev",
 ) -> list[Question]:
-    """Dev items only, searched once each under ``tuning`` (its pool size and reach)."""
+    """Dev items only, searched once each under ``tuning`` (its pool size and reach).
+    ``split="test"`` is for ``ceiling`` alone, a diagnostic: nothing is fitted on it."""
     db = log._reader()
     out = []
     for item in items:
-        if split_of(item.conversation) != "dev":
+        if split_of(item.conversation) != split:
             continue
         features = search_features(
             db,
@@ -80,7 +82,7 @@ def collect(
             )
         )
     if not out:
-        raise ValueError("no dev-split items to fit on")
+        raise ValueError(f"no {split}-split items to fit on")
     return out
 
 
@@ -98,6 +100,16 @@ def _recalls(questions: Sequence[Question], weights: Sequence[float]) -> dict[st
         r10 += len(q.evidence.intersection(top)) / q.evidence_count
     n = len(questions)
     return {"recall_at_5": r5 / n, "recall_at_10": r10 / n}
+
+
+def ceiling(questions: Sequence[Question], k: int = 10) -> float:
+    """Mean evidence recall@k of an oracle that re-ranks the turns read perfectly: what no
+    re-ranking of this pool can pass."""
+    total = 0.0
+    for q in questions:
+        read = q.evidence.intersection(seq for seq, _ in q.turns)
+        total += min(len(read), k) / q.evidence_count
+    return total / len(questions)
 
 
 def objective(scores: dict[str, float]) -> float:

@@ -67,7 +67,7 @@ from bench._locomo_baseline import (
     per_conversation_indexes,
 )
 from bench._locomo_split import DEV, TEST, split_of
-from bench._ranker_fit import LADDER, collect, fit_weights
+from bench._ranker_fit import LADDER, ceiling, collect, fit_weights
 from bench._retrieval_tune import GRID, TECHNIQUE_GRID, tune_on_dev, tune_techniques
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
@@ -186,6 +186,7 @@ def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
         "diversity_weight": tuning.diversity_weight,
         "window_weight": tuning.window_weight,
         "ranker_weights": list(tuning.ranker_weights),
+        "term_rarity": tuning.term_rarity,
     }
 
 
@@ -197,6 +198,11 @@ TECHNIQUE_WEIGHT = 1.0
 # the shipped pool of 30 candidates and at 100; weights in ``RANK_FEATURES`` order.
 RANKER_WEIGHTS: tuple[float, ...] = SearchTuning().ranker_weights
 RANKER_WEIGHTS_100: tuple[float, ...] = (1.0, 0.5, 0.3, 0.2, -0.25, 0.3, 0.3, 1.5)
+# The same fit with the issue-15 techniques that add or change a feature (``FITS``):
+# whole-log term rarity, the day-level feature, both.
+RANKER_WEIGHTS_LOG: tuple[float, ...] = (1.0, 0.6, 0.3, 0.1, 0.0, 0.6, 1.0, 2.0)
+RANKER_WEIGHTS_DAY: tuple[float, ...] = (1.0, 0.5, 0.2, 0.0, 0.8, 0.4, 0.8, 1.5, 0.3)
+RANKER_WEIGHTS_LOG_DAY: tuple[float, ...] = (1.0, 0.6, 0.1, 0.2, -0.5, 0.5, 0.3, 2.0, 0.4)
 
 # The setting each issue-15 technique is measured at: its best on the dev split alone, from
 # ``python bench/retrieval.py --tune-techniques`` (grids in ``bench/_retrieval_tune.py``).
@@ -216,6 +222,18 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
         {"ranker_weights": (), "window_weight": 2.0},
     ),
     "ranker": ("+ learned linear ranker (fitted on dev)", {"ranker_weights": RANKER_WEIGHTS}),
+    "term_rarity_log": (
+        "+ term rarity over the whole log, ranker refitted on dev",
+        {"term_rarity": "log", "ranker_weights": RANKER_WEIGHTS_LOG},
+    ),
+    "day": (
+        "+ day-level bm25 mass, ranker refitted on dev",
+        {"ranker_weights": RANKER_WEIGHTS_DAY},
+    ),
+    "log_day": (
+        "+ whole-log rarity and day mass, ranker refitted on dev",
+        {"term_rarity": "log", "ranker_weights": RANKER_WEIGHTS_LOG_DAY},
+    ),
     "pool_100": ("+ 100 candidates, same weights", {"candidates": 100}),
     "ranker_pool_100": (
         "+ 100 candidates, ranker fitted there",
@@ -671,6 +689,7 @@ def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = ()) -> Non
             "dev_before": fit.start_dev,
             "passes": fit.passes,
             "questions": len(questions),
+            "dev_oracle_recall_at_10": round(ceiling(questions), 4),
         }
         if not as_json:
             print(f"{name}: weights {tuple(fit.weights)}  dev {fit.dev}", flush=True)

@@ -139,3 +139,16 @@ def test_a_term_most_turns_read_hold_weighs_less_in_the_rare_shares(tmp_path):
         assert only_common[at["coverage"]] == 0.5
         assert only_common[at["rare_coverage"]] < 0.5 < features[rare][at["rare_coverage"]]
         assert features[rare][at["rare_coverage"]] == 1.0  # it holds both
+
+
+def test_the_oracle_ceiling_counts_the_evidence_read_at_most_k(ranker_fit):
+    q = ranker_fit.Question
+    turn = (0.0,) * len(RANK_FEATURES)
+    questions = [
+        # Two of three evidence turns were read: no re-ranking reaches more than 2/3.
+        q(turns=((1, turn), (2, turn), (9, turn)), evidence=frozenset({1, 2, 3}), evidence_count=3),
+        # Evidence never read.
+        q(turns=((5, turn),), evidence=frozenset({6}), evidence_count=1),
+    ]
+    assert ranker_fit.ceiling(questions) == pytest.approx((2 / 3 + 0) / 2)
+    assert ranker_fit.ceiling(questions, k=1) == pytest.approx((1 / 3) / 2)

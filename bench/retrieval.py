@@ -409,6 +409,10 @@ class Bench:
                 m: round(row["heldout"]["all"][m] - shipped["heldout"]["all"][m], 4)
                 for m in HELDOUT_METRICS
             }
+            row["minus_shipped"]["heldout_grown"] = {
+                m: round(row["heldout"]["all_grown"][m] - shipped["heldout"]["all_grown"][m], 4)
+                for m in HELDOUT_METRICS
+            }
             row["latency"]["p50_ratio"] = round(
                 row["latency"]["p50_ms"] / max(shipped["latency"]["p50_ms"], 1e-9), 3
             )
@@ -512,6 +516,7 @@ def readme_tables(
                     *(f"{s}_{m}" for s in ("test", "dev") for m in ("recall_at_5", "recall_at_10")),
                     *(f"test_recall_at_10_{cat}" for cat in WEAK_CATEGORIES),
                     *(f"heldout_{m}" for m in HELDOUT_METRICS),
+                    *(f"heldout_all_grown_{m}" for m in HELDOUT_METRICS),
                     "p50_ms",
                     "p99_ms",
                 ],
@@ -557,7 +562,10 @@ def report(bench: Bench, latency_events: int, workdir: Path) -> dict[str, Any]:
             "items": {f: v["items"] for f, v in ablation["shipped"]["heldout"].items()},
             "rule": "bench/_heldout.py: Claude Code and Letta transcripts among the LoCoMo "
             "turns; 'note' = the Letta agent's private note as the question, the user message "
-            "it answers as the evidence; 'words' = a turn's rarest shared words. Never tuned on.",
+            "it answers as the evidence; 'words' = a turn's rarest shared words; 'reply' = a "
+            "reply the agent sent as the question, the user message it answers as the "
+            "evidence. 'all' is the first set (note, words), 'all_grown' adds reply. Never "
+            "tuned on.",
         },
         "search_tuning": describe_tuning(SearchTuning()),
         "headline_row": HEADLINE_ROW,
@@ -594,6 +602,8 @@ def print_table(result: dict[str, Any]) -> None:
             f"{row['dev']['recall_at_10']:.4f} ({row['minus_shipped']['dev']['recall_at_10']:+.4f})"
             f"  held-out r@10 {row['heldout']['all']['recall_at_10']:.4f} "
             f"({row['minus_shipped']['heldout']['recall_at_10']:+.4f})"
+            f"  grown r@10 {row['heldout']['all_grown']['recall_at_10']:.4f} "
+            f"({row['minus_shipped']['heldout_grown']['recall_at_10']:+.4f})"
             f"  p50 {row['latency']['p50_ms']:.2f} ms  p99 {row['latency']['p99_ms']:.2f} ms"
         )
 
@@ -660,6 +670,11 @@ FITS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "30_log": ({"term_rarity": "log"}, ("day",)),
     "30_log_day": ({"term_rarity": "log"}, ()),
     "100": ({"candidates": 100}, ("day",)),
+    # The same with speaker match on while fitting, as it is when the search ships.
+    "30_speaker": ({"speaker_weight": 0.5}, ("day",)),
+    "30_speaker_day": ({"speaker_weight": 0.5}, ()),
+    "30_speaker_log": ({"speaker_weight": 0.5, "term_rarity": "log"}, ("day",)),
+    "30_speaker_log_day": ({"speaker_weight": 0.5, "term_rarity": "log"}, ()),
 }
 
 
@@ -670,8 +685,9 @@ def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = ()) -> Non
     for name, (setting, fixed) in FITS.items():
         if only and name not in only:
             continue
-        # Fitted with speaker match off, as the shipped weights were (it went on after).
-        tuning = replace(SearchTuning(), ranker_weights=(), speaker_weight=0.0, **setting)
+        # Fitted with speaker match off, as the shipped weights were (it went on after),
+        # unless the fit says otherwise.
+        tuning = replace(SearchTuning(), ranker_weights=(), **({"speaker_weight": 0.0} | setting))
         questions = collect(
             bench.log,
             bench.items,

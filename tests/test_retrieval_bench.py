@@ -232,7 +232,7 @@ def test_the_held_out_questions_follow_their_rules_and_ask_nothing_of_locomo(tmp
             e.seq: e for s in log.sessions() for e in log.session_events(s.session_id, limit=None)
         }
     families = {item.family for item in items}
-    assert families == {"note", "words"}
+    assert families == {"note", "words", "reply"}
     for item in items:
         evidence = events[item.evidence]
         assert not evidence.session_id.startswith("locomo:")
@@ -241,6 +241,16 @@ def test_the_held_out_questions_follow_their_rules_and_ask_nothing_of_locomo(tmp
             assert '"type": "user_message"' in (evidence.content or "")
             assert item.before_seq is not None and item.before_seq > item.evidence
             assert events[item.before_seq].kind == "model_turn"
+        elif item.family == "reply":
+            # A reply the agent sent, asked before itself; the evidence a user's message.
+            reply = events[item.before_seq]
+            assert reply.kind == "model_turn" and item.before_seq > item.evidence
+            if reply.name == "send_message":  # Letta: the message the call sent
+                sent = json.loads((reply.content or "").split(" ", 1)[1])["message"]
+                assert item.question == sent
+            else:  # Claude Code: the assistant's own text
+                assert reply.name is None and item.question == reply.content
+            assert evidence.kind == "context_msg" and evidence.role == "user"
         else:
             words = item.question.split()
             assert len(words) == WORDS

@@ -204,12 +204,12 @@ def test_each_ablation_row_switches_one_technique_against_the_shipped_search(ret
     # Window coverage is measured on the hand formula; the pool's own ranker is fitted there.
     knobs.update({"window": 2, "ranker_pool_100": 2})
     # Whole-log rarity changes what the rare features mean: its ranker is refitted with it.
-    knobs.update({"term_rarity_log": 2, "log_day": 2})
+    knobs.update({"term_rarity_log": 2})
     for name, (_, tuning) in rows.items():
         changed = [f for f in fields if getattr(tuning, f) != getattr(shipped, f)]
         assert len(changed) == knobs.get(name, 1), name
     techniques = {"speaker", "feedback", "diversity", "exact", "window", "ranker", "pool_100"}
-    techniques |= {"term_rarity_log", "day", "log_day"}
+    techniques |= {"term_rarity_log", "day", "refit"}
     assert techniques <= {n.removeprefix("no_") for n in rows}
     assert rows["no_ranker"][1].ranker_weights == () and shipped.ranker_weights
 

@@ -153,3 +153,25 @@ def test_bad_settings_are_refused_clearly_and_the_log_keeps_working(log):
     assert ranked(log, "alpha gamma", LOG_RARITY) == seqs
     assert ranked(log, "alpha gamma", SHIPPED) == seqs
     assert [e.seq for e in log.session_events("a", limit=None)] == seqs
+
+
+def test_an_agents_scoped_search_weighs_terms_by_the_whole_log_too(log):
+    # ms.search runs on the agent's scoped connection; the statistics it reads are the
+    # log's own (like bm25's idf), so both readers rank alike.
+    for i in range(3):
+        log.append(session_id="a", kind="chat_turn", content=f"alpha note {i}", agent_id="ag")
+    log.append(session_id="a", kind="chat_turn", content="one beta turn", agent_id="ag")
+    for i in range(20):
+        log.append(session_id="o", kind="chat_turn", content=f"beta other {i}", agent_id="other")
+    if log.backend == "postgres":
+        from scroll_core.pgscoped import PgScopedReader as Reader
+    else:
+        from scroll_core import ScopedReader as Reader
+    log.search_tuning = LOG_RARITY
+    reader = Reader(log, ("ag",))
+    try:
+        scoped = [h.seq for h in reader.search("alpha beta", 4)]
+    finally:
+        reader.close()
+    assert scoped == [h.seq for h in log.search("alpha beta", 4, agent_id="ag")]
+    assert len(scoped) == 4

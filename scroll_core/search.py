@@ -261,6 +261,7 @@ RANK_FEATURES = (
 )  # fmt: skip
 
 TERM_RARITY = ("read", "log")
+_DAY = RANK_FEATURES.index("day")
 
 
 class TermStats:
@@ -330,7 +331,7 @@ def run_search(
         weights = tuning.ranker_weights
         rarity = _term_rarity(db, terms, tuning, dialect, stats)
         scores = {}
-        features = _rank_features(rows, base, text, terms, tuning, rarity)
+        features = _rank_features(rows, base, text, terms, tuning, rarity, days=len(weights) > _DAY)
         for seq, values in features.items():
             total = sum(w * x for w, x in zip(weights, values, strict=False))
             if total > 0:
@@ -539,20 +540,22 @@ def _rank_features(
     terms: list[str],
     tuning: SearchTuning,
     rarity: list[float] | None = None,
+    days: bool = True,
 ) -> dict[int, tuple[float, ...]]:
     """``RANK_FEATURES`` for every turn read; ``own``, the ``near`` sums and ``day`` after
-    the same rescoring switches as the hand formula."""
+    the same rescoring switches as the hand formula (``day`` 0 unless ``days``: a ranker
+    whose weights stop short of it need not add the days up)."""
     base = _rescored(rows, base, text, terms, tuning)
     top = max(base.values(), default=0.0) or 1.0
     reach = _reach(tuning)
     shares = _window_shares(rows, terms, reach, rarity)
-    days: dict[tuple[str, str], float] = {}
-    for seq, score in base.items():
+    day_mass: dict[tuple[str, str], float] = {}
+    for seq, score in base.items() if days else ():
         row = rows.get(seq)
         if row is not None:
             key = (row[1], row[6][:10])
-            days[key] = days.get(key, 0.0) + score
-    busiest = max(days.values(), default=0.0) or 1.0
+            day_mass[key] = day_mass.get(key, 0.0) + score
+    busiest = max(day_mass.values(), default=0.0) or 1.0
     wanted = set(terms)
     speakers: dict[str | None, float] = {}
     out: dict[int, tuple[float, ...]] = {}
@@ -569,7 +572,7 @@ def _rank_features(
         own, window, rare_own, rare_window = shares[seq]
         out[seq] = (
             base.get(seq, 0.0) / top, near[0], near[1], own, window, speaker,
-            rare_own, rare_window, days.get((row[1], row[6][:10]), 0.0) / busiest,
+            rare_own, rare_window, day_mass.get((row[1], row[6][:10]), 0.0) / busiest,
         )  # fmt: skip
     return out
 

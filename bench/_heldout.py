@@ -25,6 +25,15 @@ choosing a constant:
   others leave it to the ranking to weigh them. When another event holds all the chosen
   words too (the tool results that differ only in a time stamp), no question is asked.
 
+- ``reply`` (added by the third issue-15 session, so that one item no longer decides a
+  switch: the ``words`` questions are all found by every variant, leaving ``note``'s 23 to
+  tell them apart): a reply the agent sent is the question, the user message it answers the
+  evidence (the latest user message before the reply, when no other reply stands between
+  them), searched before the reply. Letta's replies are the ``message`` argument of its
+  ``send_message`` calls; Claude Code's are the assistant's text turns (naming no tool).
+  Again written by a model, again by a fixed rule. The old set (``note`` and ``words``) is
+  still reported as ``all``; ``all_grown`` adds ``reply``.
+
 Words are FTS5's unicode61 tokens of at least three characters, not stop words and not all
 digits. Figures: recall@5 and @10 (one evidence turn: the same as hit@k) and MRR@10, per
 family and over both.
@@ -32,6 +41,7 @@ family and over both.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -48,7 +58,9 @@ from scroll_core.ingest import ingest
 __all__ = ["WORDS", "HeldoutItem", "build_items", "heldout_log", "score"]
 
 WORDS = 3
-FAMILIES = ("note", "words")
+FAMILIES = ("note", "words", "reply")
+# The families of the first held-out set, reported as "all" so it stays comparable.
+FIRST_SET = ("note", "words")
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,7 @@ def build_items(log_path: Path) -> list[HeldoutItem]:
             if answered is not None and _words(text):
                 items.append(HeldoutItem("note", text, answered, seq))
             last_user[session] = None  # a later note answers nothing new
+    items.extend(_replies(events))
     # words: the rarest shared words of a turn no other turn repeats.
     df: Counter[str] = Counter()
     for _, _, _, _, text in events:
@@ -124,15 +137,61 @@ def build_items(log_path: Path) -> list[HeldoutItem]:
     return items
 
 
+def _reply_text(session: str, kind: str, name: str | None, text: str) -> str | None:
+    """The text of a reply the agent sent, or None for any other event."""
+    if kind != "model_turn":
+        return None
+    if session.startswith("letta:"):
+        if name != "send_message":
+            return None
+        try:
+            arguments = json.loads(text.split(" ", 1)[1])
+        except (IndexError, ValueError):
+            return None
+        message = arguments.get("message") if isinstance(arguments, dict) else None
+        return message if isinstance(message, str) else None
+    return text if session.startswith("claude-code:") and name is None else None
+
+
+def _is_user_message(session: str, kind: str, name: str | None, text: str) -> bool:
+    if kind != "context_msg":
+        return False
+    if session.startswith("letta:"):
+        return '"type": "user_message"' in text
+    # Claude Code: a user's prompt (its summary lines are context too, named "summary").
+    return session.startswith("claude-code:") and name is None
+
+
+def _replies(events: list[tuple[int, str, str, str | None, str]]) -> list[HeldoutItem]:
+    items = []
+    last_user: dict[str, int | None] = {}
+    for seq, session, kind, name, text in events:
+        if _is_user_message(session, kind, name, text):
+            last_user[session] = seq
+            continue
+        reply = _reply_text(session, kind, name, text)
+        if reply is None:
+            continue
+        answered = last_user.get(session)
+        if answered is not None and _words(reply):
+            items.append(HeldoutItem("reply", reply, answered, seq))
+        last_user[session] = None
+    return items
+
+
 def score(log: EventLog, items: list[HeldoutItem], tuning: SearchTuning) -> dict[str, Any]:
     """recall@5, recall@10 and MRR@10 per family and over all items, under ``tuning``."""
     log.search_tuning = tuning
-    per: dict[str, list[tuple[float, float, float]]] = {f: [] for f in ("all", *FAMILIES)}
+    per: dict[str, list[tuple[float, float, float]]] = {
+        f: [] for f in ("all", "all_grown", *FAMILIES)
+    }
     for item in items:
         top = [h.seq for h in log.search(item.question, 10, before_seq=item.before_seq)]
         rank = top.index(item.evidence) + 1 if item.evidence in top else 0
         row = (float(0 < rank <= 5), float(rank > 0), 1.0 / rank if rank else 0.0)
-        per["all"].append(row)
+        if item.family in FIRST_SET:
+            per["all"].append(row)
+        per["all_grown"].append(row)
         per[item.family].append(row)
     out: dict[str, Any] = {}
     for family, rows in per.items():

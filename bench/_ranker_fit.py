@@ -23,13 +23,13 @@ from typing import Any
 from bench._locomo_split import split_of
 from scroll_core.search import RANK_FEATURES, SearchFilters, SearchTuning, search_features
 
-__all__ = ["LADDER", "Fit", "Question", "collect", "fit_weights", "objective"]
+__all__ = ["LADDER", "Fit", "Question", "ceiling", "collect", "fit_weights", "objective"]
 
 # The values each weight may take (the first, "own", is the unit and never moves).
 LADDER: tuple[float, ...] = (
     -1.0, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0,
 )  # fmt: skip
-START: tuple[float, ...] = (1.0, 0.4, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0)
+START: tuple[float, ...] = (1.0, 0.4, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 MAX_PASSES = 6
 
 
@@ -57,15 +57,22 @@ def collect(
     seq_of: Callable[[Any], frozenset[int]],
     tuning: SearchTuning,
     session_of: Callable[[Any], str],
+    split: str = "dev",
 ) -> list[Question]:
-    """Dev items only, searched once each under ``tuning`` (its pool size and reach)."""
+    """Dev items only, searched once each under ``tuning`` (its pool size and reach).
+    ``split="test"`` is for ``ceiling`` alone, a diagnostic: nothing is fitted on it."""
     db = log._reader()
     out = []
     for item in items:
-        if split_of(item.conversation) != "dev":
+        if split_of(item.conversation) != split:
             continue
         features = search_features(
-            db, item.question, 10, SearchFilters(session_id=session_of(item)), tuning
+            db,
+            item.question,
+            10,
+            SearchFilters(session_id=session_of(item)),
+            tuning,
+            stats=log.term_stats,
         )
         out.append(
             Question(
@@ -75,7 +82,7 @@ def collect(
             )
         )
     if not out:
-        raise ValueError("no dev-split items to fit on")
+        raise ValueError(f"no {split}-split items to fit on")
     return out
 
 
@@ -95,13 +102,33 @@ def _recalls(questions: Sequence[Question], weights: Sequence[float]) -> dict[st
     return {"recall_at_5": r5 / n, "recall_at_10": r10 / n}
 
 
+def ceiling(questions: Sequence[Question], k: int = 10) -> float:
+    """Mean evidence recall@k of an oracle that re-ranks the turns read perfectly: what no
+    re-ranking of this pool can pass."""
+    total = 0.0
+    for q in questions:
+        read = q.evidence.intersection(seq for seq, _ in q.turns)
+        total += min(len(read), k) / q.evidence_count
+    return total / len(questions)
+
+
 def objective(scores: dict[str, float]) -> float:
     return (scores["recall_at_5"] + scores["recall_at_10"]) / 2
 
 
-def fit_weights(questions: Sequence[Question], start: Sequence[float] = START) -> Fit:
+def fit_weights(
+    questions: Sequence[Question],
+    start: Sequence[float] = START,
+    fixed: Sequence[str] = (),
+) -> Fit:
+    """Coordinate ascent from ``start``; the features named in ``fixed`` keep their starting
+    weight (0 in ``START``: the ranker without them)."""
     if len(start) != len(RANK_FEATURES):
         raise ValueError(f"{len(RANK_FEATURES)} starting weights needed, got {len(start)}")
+    unknown = set(fixed) - set(RANK_FEATURES)
+    if unknown:
+        raise ValueError(f"no such ranker feature: {', '.join(sorted(unknown))}")
+    free = [i for i in range(1, len(start)) if RANK_FEATURES[i] not in fixed]
     weights = list(start)
     first = _recalls(questions, weights)
     best = objective(first)
@@ -109,7 +136,7 @@ def fit_weights(questions: Sequence[Question], start: Sequence[float] = START) -
     while passes < MAX_PASSES:
         passes += 1
         moved = False
-        for i in range(1, len(weights)):
+        for i in free:
             for value in LADDER:
                 if value == weights[i]:
                     continue

@@ -60,7 +60,7 @@ from .payloads import ArtifactRef, PayloadStore, ToolResultRef
 from .profile import Profile
 from .prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, system_prompt, tool_definitions
 from .scoped import ScopedReader
-from .search import SearchTuning
+from .search import SearchTuning, TermStats
 from .tokens import CharRatioCounter, TiktokenCounter, TokenCounter
 from .view import ContextState, Prefix, ViewReport, WorkingView, build_view
 
@@ -123,6 +123,7 @@ __all__ = [
     "Session",
     "SessionSummary",
     "StepRecord",
+    "TermStats",
     "TiktokenCounter",
     "TokenCounter",
     "ToolCall",

@@ -45,7 +45,7 @@ from .payloads import (
     encode_payload,
     ref_of,
 )
-from .search import Hit, SearchFilters, SearchTuning, run_search
+from .search import Hit, SearchFilters, SearchTuning, TermStats, run_search
 from .telemetry import SESSION, span
 from .timeutil import format_ts, now_ts
 from .tokens import TokenCounter, default_counter
@@ -232,6 +232,8 @@ class _EventLogBase(ABC):
     payload_threshold: int
     tokens: TokenCounter
     search_tuning: SearchTuning
+    # Whole-log term statistics, cached for searches that weigh terms by them.
+    term_stats: TermStats
     _pool: ThreadPoolExecutor | None
     # Set by each backend: its writing connection, its readers' connections (one per thread),
     # and the lock that serialises writes; ``close`` releases them all.
@@ -254,6 +256,7 @@ class _EventLogBase(ABC):
         self.payload_threshold = payload_threshold
         self.tokens = token_counter or default_counter()
         self.search_tuning = search_tuning or SearchTuning()
+        self.term_stats = TermStats()
         self._pool = None
 
     @abstractmethod
@@ -763,6 +766,7 @@ class EventLog(_EventLogBase):
                         session_id, agent_id, kind, since, until, before_seq, speaker=speaker
                     ),
                     self.search_tuning,
+                    stats=self.term_stats,
                 )
             if traced.recording:
                 traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])

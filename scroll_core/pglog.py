@@ -343,7 +343,9 @@ class PgEventLog(_EventLogBase):
                 session_id, agent_id, kind, since, until, before_seq, speaker=speaker
             )
             with self._limited(time_limit_s) as db:
-                hits = run_search(db, query, k, filters, self.search_tuning, PG_DIALECT)
+                hits = run_search(
+                    db, query, k, filters, self.search_tuning, PG_DIALECT, self.term_stats
+                )
             if traced.recording:
                 traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
             return hits
@@ -533,4 +535,32 @@ def _pg_list_range(db: Any, k: int, filters: SearchFilters) -> list[Hit]:
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k)).fetchall()]
 
 
-PG_DIALECT = SearchDialect("%s", _pg_candidates, _pg_list_range, arrays=True)
+def _pg_doc_count(db: Any) -> int:
+    """Documents in the full-text index (the count BM25's idf uses)."""
+    row = db.execute("SELECT docs FROM fts_totals WHERE id = 1").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _pg_doc_freq(db: Any, terms: list[str]) -> list[int]:
+    """Documents holding each term: its lexeme under the index's configuration, looked up in
+    ``fts_terms`` (0 for a term that stems to no lexeme or that no document holds)."""
+    rows = db.execute(
+        f"""
+        SELECT t.i, coalesce(max(f.docs), 0) FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, i)
+        LEFT JOIN LATERAL unnest(to_tsvector('{TS_CONFIG}', t.term)) AS u ON true
+        LEFT JOIN fts_terms AS f ON f.lexeme = u.lexeme
+        GROUP BY t.i ORDER BY t.i
+        """,
+        (list(terms),),
+    ).fetchall()
+    return [int(docs) for _, docs in rows]
+
+
+PG_DIALECT = SearchDialect(
+    "%s",
+    _pg_candidates,
+    _pg_list_range,
+    arrays=True,
+    doc_count=_pg_doc_count,
+    doc_freq=_pg_doc_freq,
+)

@@ -141,7 +141,9 @@ class PgScopedReader(ScopedReads):
     def _ranked(
         self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
     ) -> list[Hit]:
-        hits = run_search(self._db, query, k, filters, self.log.search_tuning, PG_DIALECT)
+        hits = run_search(
+            self._db, query, k, filters, self.log.search_tuning, PG_DIALECT, self.log.term_stats
+        )
         return self._with_neighbours(hits, neighbours, before_seq)
 
     def _with_neighbours(self, hits: list[Hit], reach: int, before_seq: int | None) -> list[Hit]:

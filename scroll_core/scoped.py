@@ -415,7 +415,9 @@ class ScopedReader(ScopedReads):
     def _ranked(
         self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
     ) -> list[Hit]:
-        hits = run_search(self._db, query, k, filters, self.log.search_tuning)
+        hits = run_search(
+            self._db, query, k, filters, self.log.search_tuning, stats=self.log.term_stats
+        )
         return neighbour_seqs(self._db, hits, neighbours, before_seq) if neighbours else hits
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:

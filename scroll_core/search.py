@@ -21,13 +21,14 @@ import itertools
 import math
 import re
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Any
 
 from . import ftsquery
-from .errors import InvalidEvent
+from .errors import ConfigError, InvalidEvent
 from .logschema import sqlite_int
 from .timeutil import format_ts
 
@@ -37,6 +38,7 @@ __all__ = [
     "SearchDialect",
     "SearchFilters",
     "SearchTuning",
+    "TermStats",
     "neighbour_seqs",
     "run_search",
     "search_features",
@@ -132,6 +134,23 @@ class SearchTuning:
     # then only set how far its features reach: none when empty, at most two turns for the
     # ``near`` sums, the whole reach for window coverage). Empty: off.
     ranker_weights: tuple[float, ...] = (1.0, 0.6, 0.4, 0.0, 0.1, 0.4, 1.0, 1.5)
+    # Where the rarity that weighs the query's terms in the ``rare_*`` shares comes from:
+    # ``"read"``, among the turns the search read (``log((n+1)/(holding+0.5))``), or
+    # ``"log"``, each term's document frequency over the whole log (BM25's idf,
+    # ``log((N - df + 0.5)/(df + 0.5))``; ``SearchDialect.doc_freq``, cached per log with
+    # bounded staleness, see ``TermStats``).
+    term_rarity: str = "read"
+
+    def __post_init__(self) -> None:
+        if self.term_rarity not in TERM_RARITY:
+            raise ConfigError(
+                f"term_rarity must be one of {', '.join(TERM_RARITY)}, got {self.term_rarity!r}"
+            )
+        if len(self.ranker_weights) > len(RANK_FEATURES):
+            raise ConfigError(
+                f"ranker_weights has {len(self.ranker_weights)} weights; the ranker has "
+                f"{len(RANK_FEATURES)} features ({', '.join(RANK_FEATURES)})"
+            )
 
 
 @dataclass(frozen=True)
@@ -203,6 +222,11 @@ class SearchDialect:
     # statement's text then stays the same from search to search, so the server plans it
     # once and keeps it prepared instead of parsing a new ``IN (...)`` every time.
     arrays: bool = False
+    # Whole-log term statistics for ``SearchTuning.term_rarity == "log"``: how many documents
+    # the full-text index holds, and how many hold each term (matched as a search matches
+    # it, stemmed by the index's own rules).
+    doc_count: Callable[[Any], int] | None = None
+    doc_freq: Callable[[Any, list[str]], list[int]] | None = None
 
     def sql(self, text: str) -> str:
         """Filter SQL written for SQLite (``?`` marks, ``0`` for false) in this dialect."""
@@ -225,10 +249,59 @@ class SearchDialect:
 # two shares again with each term weighted by its rarity among the turns read
 # (``log((n + 1) / (holding + 0.5))`` of the ``n`` turns read, ``holding`` of them holding
 # it: a term every candidate holds tells them apart no better than none).
+#
+# ``day`` is the passage-with-document score of hierarchical retrieval: the bm25 mass (after
+# the term features) of the candidates in the turn's session and day, over the largest such
+# mass among the candidates. Evidence that a question gathers from one day of a long
+# conversation lifts every turn of that day, the turns that hold no query term included.
+# A weights tuple shorter than ``RANK_FEATURES`` leaves the features past its end out.
 RANK_FEATURES = (
     "own", "near_1", "near_2", "coverage", "window_coverage", "speaker",
-    "rare_coverage", "rare_window_coverage",
+    "rare_coverage", "rare_window_coverage", "day",
 )  # fmt: skip
+
+TERM_RARITY = ("read", "log")
+_DAY = RANK_FEATURES.index("day")
+
+
+class TermStats:
+    """Whole-log document frequencies per term, cached for one Event Log.
+
+    Counting a common term's documents reads its whole posting list, so each count is kept
+    and reused. Staleness is bounded: the cache is emptied whenever the index holds more than
+    ``slack`` (a share) more documents than when it was last emptied, so a count is never
+    older than that much growth of the log. Only terms are kept (at most ``max_terms``,
+    emptied when full), never text."""
+
+    def __init__(self, slack: float = 1 / 32, max_terms: int = 65_536) -> None:
+        if not slack >= 0 or max_terms < 1:
+            raise ConfigError("TermStats needs slack >= 0 and max_terms >= 1")
+        self.slack = slack
+        self.max_terms = max_terms
+        self._docs = -1
+        self._df: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, db: Any, terms: list[str], dialect: SearchDialect) -> tuple[int, list[int]]:
+        """(documents in the index, documents holding each of ``terms``)."""
+        if dialect.doc_count is None or dialect.doc_freq is None:
+            raise ConfigError("this backend keeps no whole-log term statistics")
+        docs = dialect.doc_count(db)
+        with self._lock:
+            if docs < self._docs or docs > self._docs * (1 + self.slack):
+                self._df.clear()
+                self._docs = docs
+            missing = [t for t in terms if t not in self._df]
+        if missing:
+            counted = dict(zip(missing, dialect.doc_freq(db, missing), strict=True))
+            with self._lock:
+                if len(self._df) + len(counted) > self.max_terms:
+                    self._df.clear()
+                self._df.update(counted)
+        else:
+            counted = {}
+        with self._lock:
+            return docs, [self._df.get(t, counted.get(t, 0)) for t in terms]
 
 
 def run_search(
@@ -238,7 +311,10 @@ def run_search(
     filters: SearchFilters,
     tuning: SearchTuning,
     dialect: SearchDialect | None = None,
+    stats: TermStats | None = None,
 ) -> list[Hit]:
+    """The top ``k`` hits for ``query``; ``stats`` caches whole-log term statistics when
+    ``tuning.term_rarity`` asks for them (a fresh count each search without it)."""
     dialect = dialect or SQLITE
     k = max(0, sqlite_int(k))
     if k == 0:
@@ -253,8 +329,10 @@ def run_search(
     matched = set(base)
     if tuning.ranker_weights:
         weights = tuning.ranker_weights
+        rarity = _term_rarity(db, terms, tuning, dialect, stats)
         scores = {}
-        for seq, values in _rank_features(rows, base, text, terms, tuning).items():
+        features = _rank_features(rows, base, text, terms, tuning, rarity, days=len(weights) > _DAY)
+        for seq, values in features.items():
             total = sum(w * x for w, x in zip(weights, values, strict=False))
             if total > 0:
                 scores[seq] = total
@@ -281,14 +359,34 @@ def search_features(
     filters: SearchFilters,
     tuning: SearchTuning,
     dialect: SearchDialect | None = None,
+    stats: TermStats | None = None,
 ) -> dict[int, tuple[float, ...]]:
     """``RANK_FEATURES`` of every turn a search for ``query`` reads (what a ranker is fitted
     on; ``bench/_ranker_fit.py``); empty when nothing matches."""
+    dialect = dialect or SQLITE
     terms = ftsquery.query_terms(query)
     if not terms or k <= 0:
         return {}
-    rows, base = _read_pool(db, terms, k, filters, tuning, dialect or SQLITE)
-    return _rank_features(rows, base, query, terms, tuning) if base else {}
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
+    if not base:
+        return {}
+    rarity = _term_rarity(db, terms, tuning, dialect, stats)
+    return _rank_features(rows, base, query, terms, tuning, rarity)
+
+
+def _term_rarity(
+    db: Any,
+    terms: list[str],
+    tuning: SearchTuning,
+    dialect: SearchDialect,
+    stats: TermStats | None,
+) -> list[float] | None:
+    """BM25's idf of each term over the whole log when ``term_rarity`` is ``"log"``; None
+    (rarity among the turns read) otherwise."""
+    if tuning.term_rarity != "log":
+        return None
+    docs, freqs = (stats or TermStats()).lookup(db, terms, dialect)
+    return [max(math.log((docs - df + 0.5) / (df + 0.5)), 1e-6) for df in freqs]
 
 
 def _read_pool(
@@ -390,12 +488,16 @@ def _held_terms(
 
 
 def _window_shares(
-    rows: dict[int, tuple[Any, ...]], terms: list[str], reach: int
+    rows: dict[int, tuple[Any, ...]],
+    terms: list[str],
+    reach: int,
+    rarity: list[float] | None = None,
 ) -> dict[int, tuple[float, float, float, float]]:
     """Per turn read: the share of the query's distinct terms it holds, and the share held
     by it and the turns up to ``reach`` places away in its session together (the turn seen
     as a passage: a question and its answer rarely repeat each other's words); then both
-    again with each term weighted by its rarity among the turns read (``RANK_FEATURES``)."""
+    again with each term weighted by its rarity: among the turns read (``RANK_FEATURES``),
+    or as given (``_term_rarity``)."""
     prefixes = [ftsquery.stem_prefix(t) for t in terms]
     # The snippet's pattern (compiled once per query) finds the words in C: splitting every
     # turn read into tokens in Python cost more than the rest of the search.
@@ -405,11 +507,12 @@ def _window_shares(
         seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", pattern, prefixes, seen)
         for seq, row in rows.items()
     }
-    holding = [0] * len(terms)
-    for found in held.values():
-        for which in found:
-            holding[which] += 1
-    rarity = [math.log((len(rows) + 1) / (h + 0.5)) for h in holding]
+    if rarity is None:
+        holding = [0] * len(terms)
+        for found in held.values():
+            for which in found:
+                holding[which] += 1
+        rarity = [math.log((len(rows) + 1) / (h + 0.5)) for h in holding]
     total = sum(rarity) or 1.0
     n = len(terms)
     out: dict[int, tuple[float, float, float, float]] = {}
@@ -436,13 +539,23 @@ def _rank_features(
     text: str,
     terms: list[str],
     tuning: SearchTuning,
+    rarity: list[float] | None = None,
+    days: bool = True,
 ) -> dict[int, tuple[float, ...]]:
-    """``RANK_FEATURES`` for every turn read; ``own`` and the ``near`` sums after the same
-    rescoring switches as the hand formula."""
+    """``RANK_FEATURES`` for every turn read; ``own``, the ``near`` sums and ``day`` after
+    the same rescoring switches as the hand formula (``day`` 0 unless ``days``: a ranker
+    whose weights stop short of it need not add the days up)."""
     base = _rescored(rows, base, text, terms, tuning)
     top = max(base.values(), default=0.0) or 1.0
     reach = _reach(tuning)
-    shares = _window_shares(rows, terms, reach)
+    shares = _window_shares(rows, terms, reach, rarity)
+    day_mass: dict[tuple[str, str], float] = {}
+    for seq, score in base.items() if days else ():
+        row = rows.get(seq)
+        if row is not None:
+            key = (row[1], row[6][:10])
+            day_mass[key] = day_mass.get(key, 0.0) + score
+    busiest = max(day_mass.values(), default=0.0) or 1.0
     wanted = set(terms)
     speakers: dict[str | None, float] = {}
     out: dict[int, tuple[float, ...]] = {}
@@ -459,7 +572,7 @@ def _rank_features(
         own, window, rare_own, rare_window = shares[seq]
         out[seq] = (
             base.get(seq, 0.0) / top, near[0], near[1], own, window, speaker,
-            rare_own, rare_window,
+            rare_own, rare_window, day_mass.get((row[1], row[6][:10]), 0.0) / busiest,
         )  # fmt: skip
     return out
 
@@ -642,7 +755,35 @@ def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
 
 
-SQLITE = SearchDialect("?", _candidates, _list_range)
+def _doc_count(db: sqlite3.Connection) -> int:
+    """Documents in the FTS5 index: the first varint of its averages record (row 1 of
+    ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
+    row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return 0
+    return _varint(bytes(row[0]))
+
+
+def _varint(block: bytes) -> int:
+    """SQLite's varint at the start of ``block``: big-endian 7-bit groups while the high bit
+    is set, a ninth byte giving all its 8 bits."""
+    value = 0
+    for i, byte in enumerate(block[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return value
+
+
+def _doc_freq(db: sqlite3.Connection, terms: list[str]) -> list[int]:
+    """Documents holding each term, matched by FTS5 itself (so stemmed as a search is)."""
+    sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
+    return [int(db.execute(sql, (ftsquery.quote_term(t),)).fetchone()[0]) for t in terms]
+
+
+SQLITE = SearchDialect("?", _candidates, _list_range, doc_count=_doc_count, doc_freq=_doc_freq)
 
 
 def neighbour_seqs(

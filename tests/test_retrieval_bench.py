@@ -203,10 +203,13 @@ def test_each_ablation_row_switches_one_technique_against_the_shipped_search(ret
     knobs.update({"feedback": 3, "no_feedback": 3})
     # Window coverage is measured on the hand formula; the pool's own ranker is fitted there.
     knobs.update({"window": 2, "ranker_pool_100": 2})
+    # Whole-log rarity changes what the rare features mean: its ranker is refitted with it.
+    knobs.update({"term_rarity_log": 2})
     for name, (_, tuning) in rows.items():
         changed = [f for f in fields if getattr(tuning, f) != getattr(shipped, f)]
         assert len(changed) == knobs.get(name, 1), name
     techniques = {"speaker", "feedback", "diversity", "exact", "window", "ranker", "pool_100"}
+    techniques |= {"term_rarity_log", "day", "refit"}
     assert techniques <= {n.removeprefix("no_") for n in rows}
     assert rows["no_ranker"][1].ranker_weights == () and shipped.ranker_weights
 
@@ -229,7 +232,7 @@ def test_the_held_out_questions_follow_their_rules_and_ask_nothing_of_locomo(tmp
             e.seq: e for s in log.sessions() for e in log.session_events(s.session_id, limit=None)
         }
     families = {item.family for item in items}
-    assert families == {"note", "words"}
+    assert families == {"note", "words", "reply"}
     for item in items:
         evidence = events[item.evidence]
         assert not evidence.session_id.startswith("locomo:")
@@ -238,6 +241,16 @@ def test_the_held_out_questions_follow_their_rules_and_ask_nothing_of_locomo(tmp
             assert '"type": "user_message"' in (evidence.content or "")
             assert item.before_seq is not None and item.before_seq > item.evidence
             assert events[item.before_seq].kind == "model_turn"
+        elif item.family == "reply":
+            # A reply the agent sent, asked before itself; the evidence a user's message.
+            reply = events[item.before_seq]
+            assert reply.kind == "model_turn" and item.before_seq > item.evidence
+            if reply.name == "send_message":  # Letta: the message the call sent
+                sent = json.loads((reply.content or "").split(" ", 1)[1])["message"]
+                assert item.question == sent
+            else:  # Claude Code: the assistant's own text
+                assert reply.name is None and item.question == reply.content
+            assert evidence.kind == "context_msg" and evidence.role == "user"
         else:
             words = item.question.split()
             assert len(words) == WORDS

@@ -14,7 +14,7 @@ from scroll_core.search import RANK_FEATURES, SearchFilters, search_features
 
 HAND = replace(SearchTuning(), ranker_weights=())
 # The hand formula's own weights written as a ranker: own 1, neighbours ±1 and ±2.
-HAND_AS_RANKER = (1.0, *HAND.neighbour_weights, 0.0, 0.0, 0.0, 0.0, 0.0)
+HAND_AS_RANKER = (1.0, *HAND.neighbour_weights, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @pytest.fixture
@@ -93,13 +93,13 @@ def test_fitting_moves_a_weight_only_when_dev_recall_rises(ranker_fit):
     q = ranker_fit.Question
     # Evidence 2 wins only with window coverage weighed; the hand formula puts 1 first.
     # Ten more turns per question push the evidence out of the top 10 at the start.
-    noise = tuple((100 + i, (0.6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)) for i in range(10))
+    noise = tuple((100 + i, (0.6, *[0.0] * 8)) for i in range(10))
     questions = [
-        q(turns=((1, (0.9, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)),
-                 (2, (0.3, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)), *noise),
+        q(turns=((1, (0.9, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0)),
+                 (2, (0.3, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0)), *noise),
           evidence=frozenset({2}), evidence_count=1),
-        q(turns=((3, (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)), *noise), evidence=frozenset({3}),
-          evidence_count=1),
+        q(turns=((3, (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0)), *noise),
+          evidence=frozenset({3}), evidence_count=1),
     ]  # fmt: skip
     fit = ranker_fit.fit_weights(questions)
     assert fit.start_dev["recall_at_10"] == 0.5
@@ -111,6 +111,11 @@ def test_fitting_moves_a_weight_only_when_dev_recall_rises(ranker_fit):
     assert ranker_fit.fit_weights(solved).weights == ranker_fit.START
     with pytest.raises(ValueError, match="starting weights"):
         ranker_fit.fit_weights(questions, start=(1.0, 0.4))
+    # A feature held fixed keeps its weight, even where moving it would gain.
+    held = ranker_fit.fit_weights(questions, fixed=("window_coverage", "rare_window_coverage"))
+    assert held.weights[RANK_FEATURES.index("window_coverage")] == 0.0
+    with pytest.raises(ValueError, match="no such ranker feature: colour"):
+        ranker_fit.fit_weights(questions, fixed=("colour",))
 
 
 def test_fitting_reads_dev_questions_only(ranker_fit, tmp_path):
@@ -134,3 +139,16 @@ def test_a_term_most_turns_read_hold_weighs_less_in_the_rare_shares(tmp_path):
         assert only_common[at["coverage"]] == 0.5
         assert only_common[at["rare_coverage"]] < 0.5 < features[rare][at["rare_coverage"]]
         assert features[rare][at["rare_coverage"]] == 1.0  # it holds both
+
+
+def test_the_oracle_ceiling_counts_the_evidence_read_at_most_k(ranker_fit):
+    q = ranker_fit.Question
+    turn = (0.0,) * len(RANK_FEATURES)
+    questions = [
+        # Two of three evidence turns were read: no re-ranking reaches more than 2/3.
+        q(turns=((1, turn), (2, turn), (9, turn)), evidence=frozenset({1, 2, 3}), evidence_count=3),
+        # Evidence never read.
+        q(turns=((5, turn),), evidence=frozenset({6}), evidence_count=1),
+    ]
+    assert ranker_fit.ceiling(questions) == pytest.approx((2 / 3 + 0) / 2)
+    assert ranker_fit.ceiling(questions, k=1) == pytest.approx((1 / 3) / 2)

@@ -109,11 +109,12 @@ def test_a_session_idle_past_its_time_is_trimmed_with_its_kernel_and_comes_back_
     service.heartbeat()
     assert KernelState.objects.get(session_id=session).alive
     assert service.trim() == []  # not idle yet
+    assert service.limits.owns(session)  # its lease is this process's until trimmed
     with service._holding(session):  # a request holds it: never trimmed under it
         assert service.trim(now=time.monotonic() + 10 * service.session_idle_s) == []
     assert service.trim(now=time.monotonic() + 10 * service.session_idle_s) == [session]
     assert session not in service.held_sessions()
-    assert session not in service.limits.held()
+    assert not service.limits.owns(session)
     assert session not in service.kernels.status()["sessions"]
     service.heartbeat()
     row = KernelState.objects.get(session_id=session)

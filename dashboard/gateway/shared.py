@@ -109,6 +109,10 @@ class Limits(Protocol):
 
     def release(self, session_id: str) -> None: ...
 
+    def owns(self, session_id: str) -> bool:
+        """Whether this process holds ``session_id``'s lease now."""
+        ...
+
     def forget_key(self, key_id: int) -> None: ...
 
     def close(self) -> None: ...
@@ -172,9 +176,9 @@ class LocalLimits:
     def unhold(self, hold: Any) -> None:
         pass
 
-    def held(self) -> set[str]:
+    def owns(self, session_id: str) -> bool:
         with self._lock:
-            return set(self._held)
+            return session_id in self._held
 
     def spend(self, key_id: int, tokens: int) -> None:
         with self._lock:
@@ -331,6 +335,9 @@ class RedisLimits:
 
     def release(self, session_id: str) -> None:
         self._release(keys=[self._lease(session_id)], args=[self.owner])
+
+    def owns(self, session_id: str) -> bool:
+        return bool(self._redis.get(self._lease(session_id)) == self.owner)
 
     def forget_key(self, key_id: int) -> None:
         """The key was saved in admin: seed its count from the console again (an operator

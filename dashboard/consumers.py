@@ -221,7 +221,9 @@ class FeedConsumer(_LiveConsumer):
     ``errors=1``, ``slow_ms``) so only matching spans are sent; the sessions page passes
     ``spans=0``: it wants session changes only. Its first page also passes ``sessions=1``: a
     changed session's row, new or not, then moves to the top of the table (which is ordered
-    by the newest event), so a brand-new session appears without a reload.
+    by the newest event), so a brand-new session appears without a reload. Rows go out
+    ``REFRESH_DELAY_S`` after a change, one per session however often it changed meanwhile;
+    a page that takes spans (the traces page) has no sessions table and is sent no rows.
 
     The Kernels page passes ``kernels=1`` (its table is re-sent whenever a session changes,
     and when a web process says its gateway kernels changed: group ``KERNELS``)
@@ -232,6 +234,7 @@ class FeedConsumer(_LiveConsumer):
     kernel_rows = False
     run_rows = False
     session_table = False
+    _row_sender: asyncio.Future[None] | None = None
     can_stop = False
 
     def _groups(self) -> list[str]:
@@ -245,6 +248,7 @@ class FeedConsumer(_LiveConsumer):
         # traces page is sent none: each row is a query and a render, and under load the
         # queries queued the span frames behind them (bench/scale.py's two-worker arm).
         self.session_table = not (self.spans or self.kernel_rows or self.run_rows)
+        self._rows_due: OrderedDict[str, None] = OrderedDict()
         return [SPANS, ALERTS, KERNELS] if self.kernel_rows else [SPANS, ALERTS]
 
     async def kernels_changed(self, event: dict[str, Any]) -> None:
@@ -259,7 +263,37 @@ class FeedConsumer(_LiveConsumer):
             for frame in await self._run_frames(event["session_id"]):
                 await self.send(text_data=frame)
         if self.session_table:
-            await super().session_changed(event)
+            self._row_soon(event["session_id"])
+
+    def _row_soon(self, session_id: str) -> None:
+        """Send ``session_id``'s row REFRESH_DELAY_S from now, with every other session that
+        changes meanwhile: a run changes its session at every step, and a row is a query, so
+        a burst of changes costs each session one row, sent in the order they last changed
+        (on the first page each goes to the top, so the newest change ends up highest)."""
+        self._rows_due.pop(session_id, None)
+        self._rows_due[session_id] = None
+        if self._row_sender is None or self._row_sender.done():
+            self._row_sender = asyncio.ensure_future(self._send_rows_due())
+
+    async def _send_rows_due(self) -> None:
+        while self._rows_due:
+            await asyncio.sleep(REFRESH_DELAY_S)
+            due, self._rows_due = list(self._rows_due), OrderedDict()
+            for row in await self._session_rows(due):
+                await self._send_session_row(row)
+
+    @database_sync_to_async
+    def _session_rows(self, session_ids: list[str]) -> list[Any]:
+        from dashboard.eventlog import get_event_log
+        from dashboard.views import session_row
+
+        log = get_event_log()
+        return [session_row(log, session_id) for session_id in session_ids]
+
+    async def disconnect(self, code: int) -> None:
+        if self._row_sender is not None:
+            self._row_sender.cancel()
+        await super().disconnect(code)
 
     @database_sync_to_async
     def _kernel_frame(self) -> str:

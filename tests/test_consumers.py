@@ -204,6 +204,26 @@ async def test_session_change_replaces_the_sessions_row(user, console_log):
         await communicator.disconnect()
 
 
+async def test_a_burst_of_session_changes_costs_the_sessions_page_one_row_per_session(
+    user, console_log
+):
+    for sid in ("run:a", "run:b"):
+        await sync_to_async(console_log.append)(session_id=sid, kind="context_msg", content="x")
+    communicator, _ = await _connect("/ws/feed/?spans=0", user)
+    try:
+        for sid in ("run:a", "run:b", "run:a", "run:a", "run:b", "run:a"):
+            await get_channel_layer().group_send(
+                SPANS, {"type": "session.changed", "session_id": sid, "summary": {}}
+            )
+        frames = await _drain(communicator)
+        rows = [f for f in frames if 'class="session"' in f]
+        assert len(rows) == 2, frames
+        # In the order they last changed: b, then a.
+        assert session_safe_id("run:b") in rows[0] and session_safe_id("run:a") in rows[1]
+    finally:
+        await communicator.disconnect()
+
+
 async def test_a_traces_page_socket_is_sent_no_session_rows(user, console_log):
     # The traces page has no sessions table: a session change must cost it no query and no
     # frame (under load those queries held its span frames back), while spans still arrive.

@@ -67,11 +67,13 @@ from bench._locomo_baseline import (
     per_conversation_indexes,
 )
 from bench._locomo_split import DEV, TEST, split_of
-from bench._ranker_fit import LADDER, START, ceiling, collect, fit_weights
+from bench._ranker_fit import LADDER, START, ceiling, collect, fit_weights, recalls
 from bench._retrieval_tune import GRID, TECHNIQUE_GRID, tune_on_dev, tune_techniques
+from bench._tree_fit import fit_trees, linear_cross_validate
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
 from scroll_core.ingest import ingest
+from scroll_core.rank_trees import SHIPPED_TREES
 from scroll_core.search import RANK_FEATURES
 
 # ../shared/data/README.md, measured on the whole data set.
@@ -187,6 +189,7 @@ def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
         "window_weight": tuning.window_weight,
         "ranker_weights": list(tuning.ranker_weights),
         "term_rarity": tuning.term_rarity,
+        "ranker_trees": tuning.ranker_trees,
     }
 
 
@@ -237,6 +240,9 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
         "+ term rarity over the whole log, refitted on dev from the shipped weights",
         {"term_rarity": "log", "ranker_weights": RANKER_WEIGHTS_LOG},
     ),
+    # LambdaMART over ``TREE_FEATURES``, fitted on dev alone (``--fit-ranker --fit trees``,
+    # ``bench/_tree_fit.py``): it replaces the linear ranker's score.
+    "trees": ("+ LambdaMART tree ranker (fitted on dev)", {"ranker_trees": "shipped"}),
     "pool_100": ("+ 100 candidates, same weights", {"candidates": 100}),
     "ranker_pool_100": (
         "+ 100 candidates, ranker fitted there",
@@ -685,10 +691,69 @@ FITS: dict[str, tuple[dict[str, Any], tuple[str, ...], str]] = {
 }
 
 
+# Fits that are not linear weights: the tree ranker (written to ``scroll_core/ranker_trees.json``)
+# and the linear ranker's leave-one-conversation-out figure it is compared with.
+TREE_FITS = ("trees", "linear_cv")
+
+
+def run_fit_trees(bench: Bench, only: Sequence[str]) -> dict[str, Any]:
+    """``TREE_FITS``: the features of every dev question under the shipped switches (the tree
+    ranker itself off), then LambdaMART chosen by leave-one-conversation-out CV."""
+    seq_of_key = {key: seq for seq, key in bench.keys.items()}
+    began = time.perf_counter()
+    questions = collect(
+        bench.log,
+        bench.items,
+        lambda item: frozenset(seq_of_key[k] for k in item.evidence if k in seq_of_key),
+        replace(SearchTuning(), ranker_trees=""),
+        lambda item: f"locomo:{item.conversation}",
+        trees=True,
+    )
+    out: dict[str, Any] = {"collect_seconds": round(time.perf_counter() - began, 1)}
+    if "linear_cv" in only:
+        began = time.perf_counter()
+        out["linear_cv"] = {
+            **linear_cross_validate(questions),
+            "dev": recalls(
+                [
+                    replace(q, turns=tuple((s, v[: len(RANK_FEATURES)]) for s, v in q.turns))
+                    for q in questions
+                ],
+                (*SearchTuning().ranker_weights, 0.0),
+            ),
+            "seconds": round(time.perf_counter() - began, 1),
+        }
+    if "trees" in only:
+        fit = fit_trees(questions, SHIPPED_TREES)
+        out["trees"] = {
+            "written": str(SHIPPED_TREES),
+            "setting": fit.setting,
+            "cv": fit.cv["best"]["cv"],
+            "cv_objective": fit.cv["best"]["objective"],
+            "cv_grid": fit.cv["results"],
+            "dev": fit.dev,
+            "fit_seconds": round(fit.seconds, 1),
+            "trees": len(fit.model["trees"]),
+            "leaves": sum(len(t["leaf"]) for t in fit.model["trees"]),
+        }
+    return out
+
+
 def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = ()) -> None:
     """The ranker's weights fitted on the dev split for each of ``FITS`` (or ``only``)."""
     seq_of_key = {key: seq for seq, key in bench.keys.items()}
     fits: dict[str, Any] = {}
+    wanted_trees = [name for name in only if name in TREE_FITS]
+    if wanted_trees:
+        result = run_fit_trees(bench, wanted_trees)
+        if as_json:
+            emit(result, True)
+        else:
+            for name in wanted_trees:
+                row = {k: v for k, v in result[name].items() if k != "cv_grid"}
+                print(f"{name}: {row}", flush=True)
+        if set(only) <= set(TREE_FITS):
+            return
     shipped = SearchTuning().ranker_weights
     warm_start = (*shipped, *START[len(shipped) :])
     for name, (setting, fixed, start) in FITS.items():
@@ -751,7 +816,7 @@ def main(argv: list[str] | None = None) -> None:
         "--fit",
         action="append",
         default=[],
-        choices=sorted(FITS),
+        choices=sorted([*FITS, *TREE_FITS]),
         help="with --fit-ranker: fit only these (repeatable; default all)",
     )
     parser.add_argument(

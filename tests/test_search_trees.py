@@ -5,6 +5,7 @@ model file named when the tuning is built."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -138,15 +139,15 @@ def test_a_missing_model_file_is_named_and_the_log_keeps_searching(tmp_path):
 
 
 def test_a_model_file_given_by_path_ranks_the_search(log, tmp_path):
-    # One tree: a turn whose speaker the query names scores 1, any other 0; the BM25 order
-    # would put the turn that repeats "lake" first.
-    speaker = TREE_FEATURES.index("speaker")
-    (spoken,) = add(log, "we swam in a lake", session="a", name="ana")
-    (repeats,) = add(log, "lake lake lake by the lake", session="b", name="bo")
+    # One tree: a turn longer than five words scores 1, a shorter one 0; BM25 puts the short
+    # turn first (the same term in fewer words).
+    length = TREE_FEATURES.index("length")
+    (short,) = add(log, "the lake", session="a")
+    (long,) = add(log, "we swam across the cold lake all afternoon with friends", session="b")
     add(log, *(f"filler turn {i}" for i in range(6)), session="c")
-    assert ranked(log, "ana lake", replace(SearchTuning(), speaker_weight=0.0))[0] == repeats
-    by_speaker = SearchTuning(ranker_trees=_write(tmp_path, _one_split(speaker)))
-    assert ranked(log, "ana lake", by_speaker)[0] == spoken
+    assert ranked(log, "lake", SearchTuning())[0] == short
+    by_length = SearchTuning(ranker_trees=_write(tmp_path, _one_split(length, math.log1p(5))))
+    assert ranked(log, "lake", by_length)[0] == long
 
 
 def test_the_shipped_trees_prefer_the_answer_next_to_its_question(log):

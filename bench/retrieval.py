@@ -150,7 +150,7 @@ def scroll_variants() -> dict[str, tuple[str, SearchTuning]]:
     hand = replace(default, ranker_weights=(), speaker_weight=0.0)
     content, headline, _ = default.rank_weights
     first = default.neighbour_weights[:1]
-    return {
+    out = {
         "name_indexed": (
             "speaker name indexed, weight 0, no neighbours",
             replace(hand, rank_weights=(content, headline, 0.0), neighbour_weights=()),
@@ -169,6 +169,14 @@ def scroll_variants() -> dict[str, tuple[str, SearchTuning]]:
         ),
         HEADLINE_ROW: ("Scroll's search as shipped (learned ranker)", default),
     }
+    if not default.ranker_trees:
+        # The tree ranker, while it ships off: a row here puts it on both backends
+        # (``bench/retrieval_postgres.py``) beside the shipped search.
+        out["tree_ranker"] = (
+            "the shipped search with the LambdaMART tree ranker (fitted on dev)",
+            replace(default, ranker_trees="shipped"),
+        )
+    return out
 
 
 def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:

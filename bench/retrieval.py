@@ -4,6 +4,8 @@
     python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
     python bench/retrieval.py --tune-techniques   # each issue-15 technique's setting, dev only
     python bench/retrieval.py --fit-ranker   # the learned ranker's weights, dev only
+    python bench/retrieval.py --fit-ranker --fit trees   # refit scroll_core/ranker_trees.json
+    python bench/retrieval.py --fit-ranker --fit linear_cv   # the linear ranker's LOCO CV
     python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
     python bench/retrieval.py --json --quick   # ablation timed at 50,000 events, not 1M
 

@@ -148,6 +148,9 @@ class SearchTuning:
     # split alone, ``python bench/retrieval.py --fit-ranker --fit trees``); anything else is
     # the path of such a file. The model is loaded and checked here, so a bad file is a
     # ``ConfigError`` when the tuning is built, never a search that quietly ranks otherwise.
+    # Off: it gains on dev under leave-one-conversation-out cross-validation (recall@10
+    # 0.778 against the linear ranker's 0.756) but loses recall@5 and MRR on both held-out
+    # sets (see the README).
     ranker_trees: str = ""
     trees: TreeRanker | None = field(init=False, default=None, repr=False, compare=False)
 

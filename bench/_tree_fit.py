@@ -41,6 +41,7 @@ __all__ = [
     "fit_trees",
     "linear_cross_validate",
     "model_json",
+    "rank_features_only",
     "tree_recalls",
 ]
 
@@ -195,6 +196,23 @@ def linear_cross_validate(questions: Sequence[Question]) -> dict[str, float]:
         scores.append(recalls([q for q in cut if q.conversation == held], fit.weights))
     mean = {m: sum(s[m] for s in scores) / len(scores) for m in scores[0]}
     return {**mean, "objective": objective(mean)}
+
+
+def rank_features_only(questions: Sequence[Question]) -> list[Question]:
+    """The questions with every feature past ``RANK_FEATURES`` set to 0: LightGBM never
+    splits on a constant, so a model fitted on them is the tree ranker over the linear
+    ranker's own features (a diagnostic: is it the non-linearity or the added features)."""
+    width = len(RANK_FEATURES)
+    pad = (0.0,) * (len(TREE_FEATURES) - width)
+    return [
+        Question(
+            tuple((s, (*v[:width], *pad)) for s, v in q.turns),
+            q.evidence,
+            q.evidence_count,
+            q.conversation,
+        )
+        for q in questions
+    ]
 
 
 def model_json(ranker: Any, meta: dict[str, Any]) -> dict[str, Any]:

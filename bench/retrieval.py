@@ -71,7 +71,7 @@ from bench._locomo_baseline import (
 from bench._locomo_split import DEV, TEST, split_of
 from bench._ranker_fit import LADDER, START, ceiling, collect, fit_weights, recalls
 from bench._retrieval_tune import GRID, TECHNIQUE_GRID, tune_on_dev, tune_techniques
-from bench._tree_fit import fit_trees, linear_cross_validate
+from bench._tree_fit import fit_trees, linear_cross_validate, rank_features_only
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
 from scroll_core.ingest import ingest
@@ -253,6 +253,12 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
     # LambdaMART over ``TREE_FEATURES``, fitted on dev alone (``--fit-ranker --fit trees``,
     # ``bench/_tree_fit.py``): it replaces the linear ranker's score.
     "trees": ("+ LambdaMART tree ranker (fitted on dev)", {"ranker_trees": "shipped"}),
+    # A diagnostic fitted after the row above was read held out (so it cannot go on): the
+    # same fit over ``RANK_FEATURES`` alone, without the four features trees add.
+    "trees_rank_features": (
+        "+ LambdaMART over the linear ranker's features only (diagnostic)",
+        {"ranker_trees": str(Path(__file__).with_name("ranker_trees_rank_features.json"))},
+    ),
     "pool_100": ("+ 100 candidates, same weights", {"candidates": 100}),
     "ranker_pool_100": (
         "+ 100 candidates, ranker fitted there",
@@ -703,7 +709,9 @@ FITS: dict[str, tuple[dict[str, Any], tuple[str, ...], str]] = {
 
 # Fits that are not linear weights: the tree ranker (written to ``scroll_core/ranker_trees.json``)
 # and the linear ranker's leave-one-conversation-out figure it is compared with.
-TREE_FITS = ("trees", "linear_cv")
+TREE_FITS = ("trees", "linear_cv", "trees_rank_features")
+# The diagnostic fit over ``RANK_FEATURES`` alone (``TECHNIQUES["trees_rank_features"]``).
+RANK_ONLY_TREES = Path(__file__).with_name("ranker_trees_rank_features.json")
 
 
 def run_fit_trees(bench: Bench, only: Sequence[str]) -> dict[str, Any]:
@@ -733,10 +741,15 @@ def run_fit_trees(bench: Bench, only: Sequence[str]) -> dict[str, Any]:
             ),
             "seconds": round(time.perf_counter() - began, 1),
         }
-    if "trees" in only:
-        fit = fit_trees(questions, SHIPPED_TREES)
-        out["trees"] = {
-            "written": str(SHIPPED_TREES),
+    for name, path, rows in (
+        ("trees", SHIPPED_TREES, questions),
+        ("trees_rank_features", RANK_ONLY_TREES, rank_features_only(questions)),
+    ):
+        if name not in only:
+            continue
+        fit = fit_trees(rows, path)
+        out[name] = {
+            "written": str(path),
             "setting": fit.setting,
             "cv": fit.cv["best"]["cv"],
             "cv_objective": fit.cv["best"]["objective"],

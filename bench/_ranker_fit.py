@@ -23,7 +23,16 @@ from typing import Any
 from bench._locomo_split import split_of
 from scroll_core.search import RANK_FEATURES, SearchFilters, SearchTuning, search_features
 
-__all__ = ["LADDER", "Fit", "Question", "ceiling", "collect", "fit_weights", "objective"]
+__all__ = [
+    "LADDER",
+    "Fit",
+    "Question",
+    "ceiling",
+    "collect",
+    "fit_weights",
+    "objective",
+    "recalls",
+]
 
 # The values each weight may take (the first, "own", is the unit and never moves).
 LADDER: tuple[float, ...] = (
@@ -41,6 +50,8 @@ class Question:
     turns: tuple[tuple[int, tuple[float, ...]], ...]
     evidence: frozenset[int]
     evidence_count: int
+    # The LoCoMo conversation it is about (the tree fit's cross-validation folds).
+    conversation: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,9 +69,11 @@ def collect(
     tuning: SearchTuning,
     session_of: Callable[[Any], str],
     split: str = "dev",
+    trees: bool = False,
 ) -> list[Question]:
-    """Dev items only, searched once each under ``tuning`` (its pool size and reach).
-    ``split="test"`` is for ``ceiling`` alone, a diagnostic: nothing is fitted on it."""
+    """Dev items only, searched once each under ``tuning`` (its pool size and reach), with
+    ``RANK_FEATURES`` (``TREE_FEATURES`` when ``trees``). ``split="test"`` is for ``ceiling``
+    alone, a diagnostic: nothing is fitted on it."""
     db = log._reader()
     out = []
     for item in items:
@@ -73,17 +86,24 @@ def collect(
             SearchFilters(session_id=session_of(item)),
             tuning,
             stats=log.term_stats,
+            trees=trees,
         )
         out.append(
             Question(
                 turns=tuple(sorted(features.items())),
                 evidence=seq_of(item),
                 evidence_count=len(item.evidence),
+                conversation=item.conversation,
             )
         )
     if not out:
         raise ValueError(f"no {split}-split items to fit on")
     return out
+
+
+def recalls(questions: Sequence[Question], weights: Sequence[float]) -> dict[str, float]:
+    """Dev evidence recall@5 and @10 of the linear ranker at ``weights``."""
+    return _recalls(questions, weights)
 
 
 def _recalls(questions: Sequence[Question], weights: Sequence[float]) -> dict[str, float]:

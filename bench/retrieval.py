@@ -4,6 +4,8 @@
     python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
     python bench/retrieval.py --tune-techniques   # each issue-15 technique's setting, dev only
     python bench/retrieval.py --fit-ranker   # the learned ranker's weights, dev only
+    python bench/retrieval.py --fit-ranker --fit trees   # refit scroll_core/ranker_trees.json
+    python bench/retrieval.py --fit-ranker --fit linear_cv   # the linear ranker's LOCO CV
     python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
     python bench/retrieval.py --json --quick   # ablation timed at 50,000 events, not 1M
 
@@ -67,11 +69,13 @@ from bench._locomo_baseline import (
     per_conversation_indexes,
 )
 from bench._locomo_split import DEV, TEST, split_of
-from bench._ranker_fit import LADDER, START, ceiling, collect, fit_weights
+from bench._ranker_fit import LADDER, START, ceiling, collect, fit_weights, recalls
 from bench._retrieval_tune import GRID, TECHNIQUE_GRID, tune_on_dev, tune_techniques
+from bench._tree_fit import fit_trees, linear_cross_validate, rank_features_only
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
 from scroll_core.ingest import ingest
+from scroll_core.rank_trees import SHIPPED_TREES
 from scroll_core.search import RANK_FEATURES
 
 # ../shared/data/README.md, measured on the whole data set.
@@ -148,7 +152,7 @@ def scroll_variants() -> dict[str, tuple[str, SearchTuning]]:
     hand = replace(default, ranker_weights=(), speaker_weight=0.0)
     content, headline, _ = default.rank_weights
     first = default.neighbour_weights[:1]
-    return {
+    out = {
         "name_indexed": (
             "speaker name indexed, weight 0, no neighbours",
             replace(hand, rank_weights=(content, headline, 0.0), neighbour_weights=()),
@@ -167,6 +171,14 @@ def scroll_variants() -> dict[str, tuple[str, SearchTuning]]:
         ),
         HEADLINE_ROW: ("Scroll's search as shipped (learned ranker)", default),
     }
+    if not default.ranker_trees:
+        # The tree ranker, while it ships off: a row here puts it on both backends
+        # (``bench/retrieval_postgres.py``) beside the shipped search.
+        out["tree_ranker"] = (
+            "the shipped search with the LambdaMART tree ranker (fitted on dev)",
+            replace(default, ranker_trees="shipped"),
+        )
+    return out
 
 
 def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
@@ -187,6 +199,7 @@ def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
         "window_weight": tuning.window_weight,
         "ranker_weights": list(tuning.ranker_weights),
         "term_rarity": tuning.term_rarity,
+        "ranker_trees": tuning.ranker_trees,
     }
 
 
@@ -236,6 +249,15 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
     "term_rarity_log": (
         "+ term rarity over the whole log, refitted on dev from the shipped weights",
         {"term_rarity": "log", "ranker_weights": RANKER_WEIGHTS_LOG},
+    ),
+    # LambdaMART over ``TREE_FEATURES``, fitted on dev alone (``--fit-ranker --fit trees``,
+    # ``bench/_tree_fit.py``): it replaces the linear ranker's score.
+    "trees": ("+ LambdaMART tree ranker (fitted on dev)", {"ranker_trees": "shipped"}),
+    # A diagnostic fitted after the row above was read held out (so it cannot go on): the
+    # same fit over ``RANK_FEATURES`` alone, without the four features trees add.
+    "trees_rank_features": (
+        "+ LambdaMART over the linear ranker's features only (diagnostic)",
+        {"ranker_trees": str(Path(__file__).with_name("ranker_trees_rank_features.json"))},
     ),
     "pool_100": ("+ 100 candidates, same weights", {"candidates": 100}),
     "ranker_pool_100": (
@@ -685,10 +707,76 @@ FITS: dict[str, tuple[dict[str, Any], tuple[str, ...], str]] = {
 }
 
 
+# Fits that are not linear weights: the tree ranker (written to ``scroll_core/ranker_trees.json``)
+# and the linear ranker's leave-one-conversation-out figure it is compared with.
+TREE_FITS = ("trees", "linear_cv", "trees_rank_features")
+# The diagnostic fit over ``RANK_FEATURES`` alone (``TECHNIQUES["trees_rank_features"]``).
+RANK_ONLY_TREES = Path(__file__).with_name("ranker_trees_rank_features.json")
+
+
+def run_fit_trees(bench: Bench, only: Sequence[str]) -> dict[str, Any]:
+    """``TREE_FITS``: the features of every dev question under the shipped switches (the tree
+    ranker itself off), then LambdaMART chosen by leave-one-conversation-out CV."""
+    seq_of_key = {key: seq for seq, key in bench.keys.items()}
+    began = time.perf_counter()
+    questions = collect(
+        bench.log,
+        bench.items,
+        lambda item: frozenset(seq_of_key[k] for k in item.evidence if k in seq_of_key),
+        replace(SearchTuning(), ranker_trees=""),
+        lambda item: f"locomo:{item.conversation}",
+        trees=True,
+    )
+    out: dict[str, Any] = {"collect_seconds": round(time.perf_counter() - began, 1)}
+    if "linear_cv" in only:
+        began = time.perf_counter()
+        out["linear_cv"] = {
+            **linear_cross_validate(questions),
+            "dev": recalls(
+                [
+                    replace(q, turns=tuple((s, v[: len(RANK_FEATURES)]) for s, v in q.turns))
+                    for q in questions
+                ],
+                (*SearchTuning().ranker_weights, 0.0),
+            ),
+            "seconds": round(time.perf_counter() - began, 1),
+        }
+    for name, path, rows in (
+        ("trees", SHIPPED_TREES, questions),
+        ("trees_rank_features", RANK_ONLY_TREES, rank_features_only(questions)),
+    ):
+        if name not in only:
+            continue
+        fit = fit_trees(rows, path)
+        out[name] = {
+            "written": str(path),
+            "setting": fit.setting,
+            "cv": fit.cv["best"]["cv"],
+            "cv_objective": fit.cv["best"]["objective"],
+            "cv_grid": fit.cv["results"],
+            "dev": fit.dev,
+            "fit_seconds": round(fit.seconds, 1),
+            "trees": len(fit.model["trees"]),
+            "leaves": sum(len(t["leaf"]) for t in fit.model["trees"]),
+        }
+    return out
+
+
 def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = ()) -> None:
     """The ranker's weights fitted on the dev split for each of ``FITS`` (or ``only``)."""
     seq_of_key = {key: seq for seq, key in bench.keys.items()}
     fits: dict[str, Any] = {}
+    wanted_trees = [name for name in only if name in TREE_FITS]
+    if wanted_trees:
+        result = run_fit_trees(bench, wanted_trees)
+        if as_json:
+            emit(result, True)
+        else:
+            for name in wanted_trees:
+                row = {k: v for k, v in result[name].items() if k != "cv_grid"}
+                print(f"{name}: {row}", flush=True)
+        if set(only) <= set(TREE_FITS):
+            return
     shipped = SearchTuning().ranker_weights
     warm_start = (*shipped, *START[len(shipped) :])
     for name, (setting, fixed, start) in FITS.items():
@@ -751,7 +839,7 @@ def main(argv: list[str] | None = None) -> None:
         "--fit",
         action="append",
         default=[],
-        choices=sorted(FITS),
+        choices=sorted([*FITS, *TREE_FITS]),
         help="with --fit-ranker: fit only these (repeatable; default all)",
     )
     parser.add_argument(

@@ -30,10 +30,12 @@ from typing import Any
 from . import ftsquery
 from .errors import ConfigError, InvalidEvent
 from .logschema import sqlite_int
+from .rank_trees import SHIPPED_TREES, TreeRanker, load_trees
 from .timeutil import format_ts
 
 __all__ = [
     "RANK_FEATURES",
+    "TREE_FEATURES",
     "Hit",
     "SearchDialect",
     "SearchFilters",
@@ -140,8 +142,22 @@ class SearchTuning:
     # ``log((N - df + 0.5)/(df + 0.5))``; ``SearchDialect.doc_freq``, cached per log with
     # bounded staleness, see ``TermStats``).
     term_rarity: str = "read"
+    # A gradient-boosted tree ranker (LambdaMART) over ``TREE_FEATURES``: when set, a turn's
+    # score is the model's and replaces both the linear ranker and the hand formula. ``""``
+    # is off; ``"shipped"`` is ``scroll_core/ranker_trees.json`` (fitted on LoCoMo's dev
+    # split alone, ``python bench/retrieval.py --fit-ranker --fit trees``); anything else is
+    # the path of such a file. The model is loaded and checked here, so a bad file is a
+    # ``ConfigError`` when the tuning is built, never a search that quietly ranks otherwise.
+    # Off: it gains on dev under leave-one-conversation-out cross-validation (recall@10
+    # 0.778 against the linear ranker's 0.756) but loses recall@5 and MRR on both held-out
+    # sets (see the README).
+    ranker_trees: str = ""
+    trees: TreeRanker | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.ranker_trees:
+            path = SHIPPED_TREES if self.ranker_trees == "shipped" else self.ranker_trees
+            object.__setattr__(self, "trees", load_trees(path, TREE_FEATURES))
         if self.term_rarity not in TERM_RARITY:
             raise ConfigError(
                 f"term_rarity must be one of {', '.join(TERM_RARITY)}, got {self.term_rarity!r}"
@@ -260,6 +276,14 @@ RANK_FEATURES = (
     "rare_coverage", "rare_window_coverage", "day",
 )  # fmt: skip
 
+# What the tree ranker (``SearchTuning.ranker_trees``) reads: ``RANK_FEATURES`` and four
+# cheap ones the search already has, each comparable from query to query: the turn's place
+# in the BM25 order over the number of candidates (1 for a turn read only as a neighbour),
+# its length (log of 1 + its words), how many distinct terms the query has, and how many
+# of them the turn holds. Trees can then weigh a signal differently by context (neighbour
+# mass where the turn's own match is weak, a short turn against a long one).
+TREE_FEATURES = (*RANK_FEATURES, "bm25_rank", "length", "query_terms", "terms_held")
+
 TERM_RARITY = ("read", "log")
 _DAY = RANK_FEATURES.index("day")
 
@@ -327,7 +351,14 @@ def run_search(
     if not base:
         return []
     matched = set(base)
-    if tuning.ranker_weights:
+    if tuning.trees is not None:
+        walk = tuning.trees.score
+        rarity = _term_rarity(db, terms, tuning, dialect, stats)
+        features = _rank_features(rows, base, text, terms, tuning, rarity)
+        scores = {
+            seq: walk(values) for seq, values in _tree_features(rows, base, terms, features).items()
+        }
+    elif tuning.ranker_weights:
         weights = tuning.ranker_weights
         rarity = _term_rarity(db, terms, tuning, dialect, stats)
         scores = {}
@@ -360,9 +391,11 @@ def search_features(
     tuning: SearchTuning,
     dialect: SearchDialect | None = None,
     stats: TermStats | None = None,
+    trees: bool = False,
 ) -> dict[int, tuple[float, ...]]:
-    """``RANK_FEATURES`` of every turn a search for ``query`` reads (what a ranker is fitted
-    on; ``bench/_ranker_fit.py``); empty when nothing matches."""
+    """``RANK_FEATURES`` (``TREE_FEATURES`` when ``trees``) of every turn a search for
+    ``query`` reads (what a ranker is fitted on; ``bench/_ranker_fit.py``,
+    ``bench/_tree_fit.py``); empty when nothing matches."""
     dialect = dialect or SQLITE
     terms = ftsquery.query_terms(query)
     if not terms or k <= 0:
@@ -371,7 +404,32 @@ def search_features(
     if not base:
         return {}
     rarity = _term_rarity(db, terms, tuning, dialect, stats)
-    return _rank_features(rows, base, query, terms, tuning, rarity)
+    features = _rank_features(rows, base, query, terms, tuning, rarity)
+    return _tree_features(rows, base, terms, features) if trees else features
+
+
+def _tree_features(
+    rows: dict[int, tuple[Any, ...]],
+    base: dict[int, float],
+    terms: list[str],
+    features: dict[int, tuple[float, ...]],
+) -> dict[int, tuple[float, ...]]:
+    """``TREE_FEATURES``: each turn's ``RANK_FEATURES`` and the four that follow them."""
+    order = sorted(base, key=lambda seq: (-base[seq], seq))
+    place = {seq: i / len(order) for i, seq in enumerate(order)}
+    n = len(terms)
+    out = {}
+    for seq, values in features.items():
+        row = rows[seq]
+        words = len(row[7].split()) if row[7] else 0
+        out[seq] = (
+            *values,
+            place.get(seq, 1.0),
+            math.log1p(words),
+            float(n),
+            float(round(values[3] * n)),
+        )
+    return out
 
 
 def _term_rarity(

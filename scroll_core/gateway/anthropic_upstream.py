@@ -19,9 +19,12 @@ kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
   response_format, ...). With ``cache`` (the default) the system block and the view's last
   block carry ``cache_control`` breakpoints, so successive calls of a session (recall steps,
   the client's next turns) read the unchanged front of the view from the upstream's prompt
-  cache. A tool result whose call is not in the turn before it
+  cache; the client's own breakpoints (on its tools, its system prompt, and messages the
+  view holds with the text the client sent) go with them, at most four in all
+  (``_fit_breakpoints``). A tool result whose call is not in the turn before it
   (or a call whose result never came) travels as text, so one odd history cannot make every
-  later request a 400;
+  later request a 400. The turns are kept per session between calls (``TurnFold``): a view
+  that only grew converts its new messages alone;
 - the reply: text blocks (joined), ``tool_use`` blocks as tool calls, the stop reason as a
   finish reason (``anthropic_api.FINISH``), usage with cached input counted as input;
 - the stream: ``message_start`` (model, input usage), ``content_block_start`` /
@@ -38,6 +41,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -65,6 +71,7 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "UPSTREAM_FORMATS",
     "AnthropicUpstream",
+    "TurnFold",
     "UpstreamFormat",
     "http_upstream",
     "messages_body",
@@ -73,6 +80,9 @@ __all__ = [
 
 ANTHROPIC_VERSION = "2023-06-01"
 MAX_BREAKPOINTS = 4
+# Sessions whose converted turns an upstream keeps (each about its view's size in small
+# dicts sharing the view's strings); a session past them converts its next view whole.
+FOLDS_KEPT = 64
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
 EPHEMERAL = {"type": "ephemeral"}
 # Anthropic requires max_tokens; OpenAI clients often send none. Every Claude model can
@@ -112,16 +122,82 @@ def _text_block(text: str) -> dict[str, Any] | None:
     return {"type": "text", "text": text} if text.strip() else None
 
 
-def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """The system text and the alternating turns for Chat Completions ``messages``."""
-    system: list[str] = []
-    turns: list[dict[str, Any]] = []
+class TurnFold:
+    """The Messages turns of a view's Chat Completions ``messages``, kept between calls.
 
-    def add(role: str, block: dict[str, Any] | None) -> None:
+    A session's views mostly grow: each call's messages are the last call's (the same dict
+    objects: ``WorkingView.messages(reuse=...)``) plus a few new ones. ``turns(messages,
+    marks)`` then converts only what changed: it finds how many leading messages are the
+    same objects with the same client breakpoint as last time, keeps the turns made of those
+    alone (their pairing too, but for the last kept turn and the one before it, whose
+    neighbours may change) and folds the rest again. Any other change (an eviction
+    rewrites the front of the view) converts it all, as a fresh fold does. The result always
+    equals a fresh conversion (``tests/test_gateway_anthropic_fold.py`` checks it on random
+    histories).
+
+    The turns and blocks it returns are shared with later calls: whoever sends them must
+    copy a block before changing it (``messages_body`` does). One fold serves one session
+    (``AnthropicUpstream`` keeps one per view it has seen last, a few dozen at most)."""
+
+    __slots__ = ("_marked", "_marks", "_paired", "_src", "_starts", "_system", "_turns", "marked")
+
+    def __init__(self) -> None:
+        self._src: list[dict[str, Any]] = []  # the messages folded (kept: their ids key reuse)
+        self._marks: list[Any] = []  # the client's breakpoint on each, or None
+        self._system: list[str] = []
+        self._turns: list[dict[str, Any]] = []  # before pairing
+        self._starts: list[int] = []  # the first message of each turn
+        self._paired: list[dict[str, Any]] = []
+        self._marked: list[int] = []  # the turns a client's breakpoint went on
+        # After ``turns``: the indices, in what it returned, of the turns that may hold one.
+        self.marked: list[int] = []
+
+    def turns(
+        self, messages: list[dict[str, Any]], marks: list[Any] | None = None
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The system text and the alternating turns for ``messages`` (``marks``: the
+        client's breakpoint on each message, or None); see the class docstring."""
+        marks = marks if marks is not None else [None] * len(messages)
+        src, old = self._src, self._marks
+        same = 0
+        limit = min(len(src), len(messages))
+        while same < limit and src[same] is messages[same] and old[same] == marks[same]:
+            same += 1
+        if same == len(src) == len(messages):
+            return self._result()
+        keep = bisect_right(self._starts, same) - 1  # turns made of unchanged messages only
+        if keep < 1:
+            self._system, self._turns, self._starts, self._paired = [], [], [], []
+            self._marked = []
+            at = 0
+        else:
+            at = self._starts[keep]
+            self._turns = self._turns[:keep]
+            self._starts = self._starts[:keep]
+            self._marked = [t for t in self._marked if t < keep]
+            # The last kept turn may take more blocks: a copy, so earlier results stand.
+            last = self._turns[-1]
+            self._turns[-1] = {"role": last["role"], "content": list(last["content"])}
+        self._src, self._marks = list(messages), list(marks)
+        for i in range(at, len(messages)):
+            self._fold(i, messages[i], marks[i])
+        redo = max(0, keep - 2)
+        self._paired = self._paired[:redo] + _paired(self._turns, redo)
+        return self._result()
+
+    def _result(self) -> tuple[str, list[dict[str, Any]]]:
+        turns = _led(self._paired)
+        shift = len(turns) - len(self._paired)
+        self.marked = sorted({t + shift for t in self._marked})
+        return "\n\n".join(s for s in self._system if s), turns
+
+    def _add(self, i: int, role: str, block: dict[str, Any] | None) -> None:
         if block is None:
             return
+        turns = self._turns
         if not turns or turns[-1]["role"] != role:
             turns.append({"role": role, "content": []})
+            self._starts.append(i)
         blocks = turns[-1]["content"]
         if block["type"] == "tool_result":  # results first in their turn
             at = sum(1 for b in blocks if b["type"] == "tool_result")
@@ -129,14 +205,15 @@ def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
         else:
             blocks.append(block)
 
-    for message in messages:
+    def _fold(self, i: int, message: dict[str, Any], mark: Any) -> None:
         role = message.get("role")
         text = _text(message.get("content"))
+        add = self._add
         if role in ("system", "developer"):
-            if not turns:
-                system.append(text)
+            if not self._turns:
+                self._system.append(text)
             else:
-                add("user", _text_block(f"[{role}] {text}"))
+                add(i, "user", _text_block(f"[{role}] {text}"))
         elif role == "tool":
             block: dict[str, Any] = {
                 "type": "tool_result",
@@ -144,31 +221,46 @@ def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
             }
             if text:
                 block["content"] = text
-            add("user", block)
+            add(i, "user", block)
         elif role == "assistant":
             for thought in message.get("thinking") or ():  # first in its turn, unchanged
-                add("assistant", dict(thought))
-            add("assistant", _text_block(text))
+                add(i, "assistant", dict(thought))
+            add(i, "assistant", _text_block(text))
             for call in message.get("tool_calls") or ():
                 name = str((call.get("function") or {}).get("name") or "tool")
                 use = {"type": "tool_use", "id": _tool_id(call.get("id")), "name": name}
-                add("assistant", {**use, "input": _call_input(call)})
+                add(i, "assistant", {**use, "input": _call_input(call)})
         else:
-            add("user", _text_block(text))
-        mark = message.get("cache_control")
-        if mark and turns and turns[-1]["content"]:
-            last = turns[-1]["content"][-1]
-            if last["type"] not in ("thinking", "redacted_thinking"):
-                last["cache_control"] = mark
-    return "\n\n".join(s for s in system if s), _paired(turns)
+            add(i, "user", _text_block(text))
+        if mark and self._turns and self._turns[-1]["content"]:
+            blocks = self._turns[-1]["content"]
+            if blocks[-1]["type"] not in THINKING_BLOCKS:  # a new dict: the old may be shared
+                blocks[-1] = {**blocks[-1], "cache_control": mark}
+                self._marked.append(len(self._turns) - 1)
 
 
-def _paired(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``turns`` with every ``tool_result`` answering a ``tool_use`` of the turn just before
-    and every ``tool_use`` answered in the turn just after (the API's rule; the last turn's
-    calls may be open); the others become text, nothing dropped. A user turn leads."""
+def _turns(
+    messages: list[dict[str, Any]], marks: list[Any] | None = None
+) -> tuple[str, list[dict[str, Any]]]:
+    """The system text and the alternating turns for Chat Completions ``messages``."""
+    return TurnFold().turns(messages, marks)
+
+
+def _led(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``turns`` led by a user turn, as the API requires."""
+    if turns and turns[0]["role"] == "user":
+        return list(turns)
+    return [{"role": "user", "content": [{"type": "text", "text": "(continued)"}]}, *turns]
+
+
+def _paired(turns: list[dict[str, Any]], start: int = 0) -> list[dict[str, Any]]:
+    """``turns[start:]`` with every ``tool_result`` answering a ``tool_use`` of the turn
+    just before and every ``tool_use`` answered in the turn just after (the API's rule; the
+    last turn's calls may be open); the others become text, nothing dropped. Each output
+    turn depends on its raw turn and the two beside it only."""
     out: list[dict[str, Any]] = []
-    for i, turn in enumerate(turns):
+    for i in range(start, len(turns)):
+        turn = turns[i]
         blocks = turn["content"]
         if turn["role"] == "user":
             before = turns[i - 1]["content"] if i and turns[i - 1]["role"] == "assistant" else []
@@ -195,9 +287,9 @@ def _paired(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
                 for b in blocks
             ]
+        else:
+            blocks = list(blocks)
         out.append({"role": turn["role"], "content": blocks})
-    if not out or out[0]["role"] != "user":
-        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continued)"}]})
     return out
 
 
@@ -210,10 +302,14 @@ def messages_body(
     stream: bool = False,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     cache: bool = True,
+    fold: TurnFold | None = None,
 ) -> dict[str, Any]:
     """The Messages request for a view (Chat Completions ``messages`` and function
-    ``tools``) and the client's ``params``; see the module docstring."""
-    system, turns = _turns(_marked(messages, params.get(CACHE_PARAM)) if cache else messages)
+    ``tools``) and the client's ``params``; see the module docstring. ``fold``: the
+    session's ``TurnFold``, so a view that only grew converts its new messages alone."""
+    marks = (params.get(CACHE_PARAM) or {}) if cache else {}
+    fold = fold or TurnFold()
+    system, turns = fold.turns(messages, _message_marks(messages, marks))
     max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
     body: dict[str, Any] = {
         "model": model,
@@ -222,57 +318,94 @@ def messages_body(
     }
     if system:
         body["system"] = [{"type": "text", "text": system}]
+    if tools:
+        tool_marks = marks.get("tools") or {}
+        body["tools"] = [anthropic_tool(t) for t in tools]
+        if tool_marks:  # the client's breakpoints on its own tools
+            for tool in body["tools"]:
+                mark = tool_marks.get(tool["name"])
+                if mark:
+                    tool["cache_control"] = dict(mark)
+        choice = anthropic_tool_choice(
+            params.get("tool_choice"), parallel=params.get("parallel_tool_calls")
+        )
+        if choice is not None:
+            body["tool_choice"] = choice
     if cache:
         # Breakpoints after the prefix (tools and system) and at the end of the view: the
         # next call (a recall step, the client's next turn) reads both back from the cache
         # until an eviction changes the view's front. The client's own breakpoints (on its
-        # system prompt: their time to live; on messages still in the view) are kept too.
-        marks = params.get(CACHE_PARAM) or {}
+        # tools, on its system prompt: their time to live; on messages still in the view
+        # with the text the client sent) are kept too.
+        turns, marked = _owned(turns, fold.marked)
+        body["messages"] = turns
         if system:
             body["system"][0]["cache_control"] = dict(marks.get("system") or EPHEMERAL)
-        last = body["messages"][-1]["content"][-1]
-        if last["type"] not in ("thinking", "redacted_thinking"):
+        last = turns[-1]["content"][-1]
+        if last["type"] not in THINKING_BLOCKS:
             last.setdefault("cache_control", dict(EPHEMERAL))
-        _fit_breakpoints(body)
+        _fit_breakpoints(body, [*marked, last] if "cache_control" in last else marked)
     thinking = params.get("thinking")
     if thinking:
         body["thinking"] = thinking  # the client's extended thinking, as it asked
     stop = params.get("stop")
     if stop:
         body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
-    if tools:
-        body["tools"] = [anthropic_tool(t) for t in tools]
-        choice = anthropic_tool_choice(
-            params.get("tool_choice"), parallel=params.get("parallel_tool_calls")
-        )
-        if choice is not None:
-            body["tool_choice"] = choice
     if stream:
         body["stream"] = True
     return body
 
 
-def _marked(messages: list[dict[str, Any]], marks: Any) -> list[dict[str, Any]]:
-    """``messages`` with the client's breakpoints: a view message equal (role and text) to
-    one the client marked carries its ``cache_control``."""
-    wanted = {(m[0], m[1].strip()): m[2] for m in (marks or {}).get("messages") or ()}
+def _owned(
+    turns: list[dict[str, Any]], marked: list[int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``turns`` with the last turn and the ``marked`` ones (those that may hold a
+    breakpoint) copied down to the blocks that change here (a fold's turns are shared with
+    its later calls), and the blocks holding a breakpoint, in order, the last turn's aside."""
+    out = list(turns)
+    last = len(out) - 1
+    found: list[dict[str, Any]] = []
+    for i in [*(t for t in marked if t < last), last]:
+        blocks = [dict(b) if "cache_control" in b else b for b in out[i]["content"]]
+        if i == last:
+            blocks[-1] = dict(blocks[-1])
+        else:
+            found += [b for b in blocks if "cache_control" in b]
+        out[i] = {"role": out[i]["role"], "content": blocks}
+    found += [b for b in out[last]["content"][:-1] if "cache_control" in b]
+    return out, found
+
+
+def _message_marks(messages: list[dict[str, Any]], marks: Mapping[str, Any]) -> list[Any] | None:
+    """The client's breakpoint for each view message: a message equal (role and text) to
+    one the client marked carries its ``cache_control``. A message whose text Scroll changed
+    on the way (a tool result cut to a preview, the archive joined to a user message) is not
+    equal to what the client marked, so its breakpoint is dropped: the upstream's cache
+    would never hold the client's version of it anyway."""
+    wanted = {(m[0], m[1].strip()): m[2] for m in marks.get("messages") or ()}
     if not wanted:
-        return messages
-    out = []
-    for message in messages:
-        mark = wanted.get((str(message.get("role")), _text(message.get("content")).strip()))
-        out.append({**message, "cache_control": mark} if mark else message)
-    return out
+        return None
+    return [
+        wanted.get((str(message.get("role")), _text(message.get("content")).strip()))
+        for message in messages
+    ]
 
 
-def _fit_breakpoints(body: dict[str, Any]) -> None:
-    """At most ``MAX_BREAKPOINTS`` (the API's limit): the system's and the view's last are
-    kept, the client's earliest dropped first; a longer time to live never follows a shorter
-    one (the API's rule), so an earlier breakpoint takes the longest of those after it."""
-    blocks = [b for b in body.get("system") or () if "cache_control" in b]
-    blocks += [b for t in body["messages"] for b in t["content"] if "cache_control" in b]
+def _fit_breakpoints(body: dict[str, Any], marked: list[dict[str, Any]]) -> None:
+    """At most ``MAX_BREAKPOINTS`` (the API's limit), counted in the order the API caches
+    the prefix: tools, system, messages (``marked``: the message blocks holding one, in
+    order). The system's and the view's last are kept, the client's earliest dropped first
+    (its tools' before its messages'); a longer time to live never follows a shorter one
+    (the API's rule), so an earlier breakpoint takes the longest of those after it."""
+    blocks = [t for t in body.get("tools") or () if "cache_control" in t]
+    kept = [b for b in body.get("system") or () if "cache_control" in b]
+    blocks += kept + marked
+    last = body["messages"][-1]["content"][-1]
+    if marked and marked[-1] is last:
+        kept.append(last)
     while len(blocks) > MAX_BREAKPOINTS:
-        drop = blocks.pop(1 if body.get("system") and len(blocks) > 2 else 0)
+        at = next(i for i, b in enumerate(blocks) if not any(b is k for k in kept))
+        drop = blocks.pop(at)
         del drop["cache_control"]
     longest = "5m"
     for block in reversed(blocks):
@@ -434,6 +567,11 @@ class AnthropicUpstream(HttpUpstream):
         self.version = version
         self.default_max_tokens = default_max_tokens
         self.cache = cache
+        # One TurnFold per view seen last, keyed by the id of its first message (the system
+        # message, which every later view of the session that only grew shares); the fold
+        # holds that message, so the id stays its own while the fold is kept.
+        self._folds: OrderedDict[int, TurnFold] = OrderedDict()
+        self._folds_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"AnthropicUpstream({self.base_url!r})"
@@ -460,7 +598,10 @@ class AnthropicUpstream(HttpUpstream):
         params: Mapping[str, Any],
         stream: bool,
     ) -> dict[str, Any]:
-        return messages_body(
+        key = id(messages[0]) if messages else 0
+        with self._folds_lock:  # taken out while in use: a session is served one at a time
+            fold = self._folds.pop(key, None) or TurnFold()
+        body = messages_body(
             messages,
             tools,
             model=model,
@@ -468,7 +609,14 @@ class AnthropicUpstream(HttpUpstream):
             stream=stream,
             default_max_tokens=self.default_max_tokens,
             cache=self.cache,
+            fold=fold,
         )
+        if messages:
+            with self._folds_lock:
+                self._folds[key] = fold
+                while len(self._folds) > FOLDS_KEPT:
+                    self._folds.popitem(last=False)
+        return body
 
     def decoded(self, data: Any, model: str) -> ModelReply:
         return parse_message(data, model)

@@ -160,17 +160,37 @@ def _anthropic_message(text: str) -> dict[str, Any]:
 
 
 def anthropic_latency(
-    gateway: str, key: str, upstream: str, history: int, requests: int
+    gateway: str, key: str, upstream: str, history: int, requests: int, rounds: int = 1
 ) -> dict[str, Any]:
     """The Anthropic arm, one client, nothing evicting: an Anthropic Messages client's
     request to an Anthropic-format upstream, straight to it (``{upstream}/messages``) and
     through the gateway (``/v1/messages``, the key's upstream in Anthropic format),
-    alternating step by step with the same body, as ``_steps`` does for Chat Completions."""
-    messages = [_message(i) for i in range(history if history % 2 else history - 1)]
+    alternating step by step with the same body, as ``_steps`` does for Chat Completions.
+    ``rounds`` sessions one after another, samples pooled (as the Chat Completions arm's)."""
     through: list[float] = []
     direct: list[float] = []
     served: list[dict[str, float]] = []
-    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "x-scroll-session": "ant"}
+    for round_ in range(rounds):
+        _anthropic_session(
+            gateway, key, upstream, history, requests, f"ant-{round_}", through, direct, served
+        )
+    return _figures(through, direct, served)
+
+
+def _anthropic_session(
+    gateway: str,
+    key: str,
+    upstream: str,
+    history: int,
+    requests: int,
+    session: str,
+    through: list[float],
+    direct: list[float],
+    served: list[dict[str, float]],
+) -> None:
+    """One session of ``anthropic_latency`` (its lists filled in place)."""
+    messages = [_message(i) for i in range(history if history % 2 else history - 1)]
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "x-scroll-session": session}
     with httpx.Client(timeout=120) as http:
         for step in range(requests + 1):
             body = {"model": "bench", "max_tokens": 256, "system": "You are a benchmark.",
@@ -191,7 +211,6 @@ def anthropic_latency(
             reply = response.json()["content"][0]["text"]
             messages.append({"role": "assistant", "content": reply})
             messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
-    return _figures(through, direct, served)
 
 
 def _message(i: int) -> dict[str, str]:
@@ -605,7 +624,12 @@ def main(argv: list[str] | None = None) -> int:
                     for name, value in figures.items():
                         result[f"{prefix}{label}_c{clients}_{name}"] = value
         ant = anthropic_latency(
-            running[0].base, keys[0]["anthropic"], upstream.url, args.history, args.requests
+            running[0].base,
+            keys[0]["anthropic"],
+            upstream.url,
+            args.history,
+            args.requests,
+            args.rounds,
         )
         result.update({f"anthropic_noevict_c1_{k}": v for k, v in ant.items()})
         long = long_conversation(running[0].base, upstream, keys[0]["evict"], args.questions)

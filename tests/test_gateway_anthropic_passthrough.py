@@ -126,6 +126,13 @@ def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
             reply = stream.get_final_message()
     else:
         reply = client.messages.create(messages=messages, **ask)
+    shown = [b.model_dump(exclude_none=True) for b in reply.content]  # all the client got
+    if streamed:  # the recall step's thinking streamed as it came, before the answer's
+        step_thought = reply.content.pop(0)
+        assert (step_thought.thinking, step_thought.signature) == (
+            "I should look it up.",
+            "sig-one",
+        )
     assert [b.type for b in reply.content] == ["thinking", "text"]
     assert (reply.content[0].thinking, reply.content[0].signature) == ("Found it: 41.", "sig-two")
     assert reply.content[1].text == "It is 41."
@@ -139,7 +146,8 @@ def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
     assert step["content"][0] == a_thinking("I should look it up.", "sig-one")
     assert [b["type"] for b in step["content"]] == ["thinking", "tool_use"]
 
-    # A retry (the client did not get the answer) is answered from the log, thinking included.
+    # A retry (the client did not get the answer) is answered from the log with the answer's
+    # thinking (a recall step's is the log's, kept with the step).
     retried = client.messages.create(messages=messages, **ask)
     assert [b.model_dump(exclude_none=True) for b in retried.content] == [
         b.model_dump(exclude_none=True, include={"type", "thinking", "signature", "text"})
@@ -149,7 +157,7 @@ def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
 
     # The client resends the turn with its thinking block: nothing of it is appended again.
     messages += [
-        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
+        {"role": "assistant", "content": shown},
         {"role": "user", "content": "thanks"},
     ]
     assert client.messages.create(messages=messages, **ask).content[1].text == "You are welcome."

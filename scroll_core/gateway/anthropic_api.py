@@ -31,7 +31,7 @@ from ..errors import GatewayRequestInvalid
 from ..models.base import ToolCall
 from ._types import ClientMessage, ClientReply, ClientRequest
 from .openai_api import pieces
-from .upstream import CACHE_PARAM
+from .upstream import CACHE_PARAM, whole_block_events
 
 __all__ = [
     "ERROR_STATUS",
@@ -402,24 +402,30 @@ def message_object(reply: ClientReply, *, message_id: str | None = None) -> dict
 
 class EventStream:
     """The (event, data) pairs of one streamed message, made as the reply is: ``start()``
-    (message_start), ``text(piece)`` as text arrives (a text block opened on the first),
-    ``end(reply)`` (the text block closed, one ``tool_use`` block per call with its input in
+    (message_start), ``thinking(kind, part)`` as a thinking block streams (see
+    ``upstream.OnThinking``), ``text(piece)`` as text arrives (a text block opened on the
+    first), ``end(reply, rest)`` (``rest``: text not sent yet, as a retry's replayed reply
+    has; the text block closed, one ``tool_use`` block per call with its input in
     ``input_json_delta`` pieces, message_delta with the stop reason, the usage and the
     extension field, message_stop).
 
-    With ``hold_text`` (the client asked for extended thinking) the text waits for ``end``:
-    the reply's thinking blocks must come first in the message, and they are known whole
-    only when the upstream is done, so they are sent then, followed by the text."""
+    Thinking blocks go out as they come, each before the text of its upstream call, with
+    this message's own block indices; a text block open when one starts (a recall step's
+    text) is closed first, and the text after it opens a new block. The gateway joins the
+    text of successive upstream calls with a blank line (``_relay``) and a client joins the
+    text blocks of a turn it sends back with a newline, so the new block drops one leading
+    newline: the text the client sends back is the text the log holds. A reply whose
+    thinking never streamed (a replayed one) sends its thinking blocks whole at ``end``,
+    before its text, when no text went before them."""
 
-    def __init__(
-        self, model: str, *, message_id: str | None = None, hold_text: bool = False
-    ) -> None:
+    def __init__(self, model: str, *, message_id: str | None = None) -> None:
         self.model = model
         self.message_id = message_id or new_id()
-        self.hold_text = hold_text
-        self._held: list[str] = []
         self._index = 0
         self._text_open = False
+        self._text_sent = False
+        self._split = False  # a thinking block closed a text block: the next one is a sequel
+        self._thought = False  # thinking blocks streamed
 
     def start(self) -> list[tuple[str, dict[str, Any]]]:
         message: dict[str, Any] = {
@@ -435,14 +441,34 @@ class EventStream:
         }
         return [("message_start", {"type": "message_start", "message": message})]
 
+    def thinking(self, kind: str, part: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+        """A thinking block's start (the block as it opened), delta or stop."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        if kind == "start":
+            if self._text_open:
+                out.append(self._stop_block())
+                self._text_open = False
+                self._split = True
+            self._thought = True
+            event = {"type": "content_block_start", "index": self._index, "content_block": part}
+            out.append(("content_block_start", event))
+        elif kind == "delta":
+            event = {"type": "content_block_delta", "index": self._index, "delta": part}
+            out.append(("content_block_delta", event))
+        else:
+            out.append(self._stop_block())
+        return out
+
     def text(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
         if not piece:
             return []
-        if self.hold_text:  # sent by ``end``, after the thinking blocks it must follow
-            self._held.append(piece)
-            return []
         out: list[tuple[str, dict[str, Any]]] = []
         if not self._text_open:
+            if self._split:  # see the class docstring
+                self._split = False
+                piece = piece[1:] if piece.startswith("\n") else piece
+                if not piece:
+                    return []
             self._text_open = True
             block = {"type": "text", "text": ""}
             out.append(
@@ -451,6 +477,7 @@ class EventStream:
                     {"type": "content_block_start", "index": self._index, "content_block": block},
                 )
             )
+        self._text_sent = True
         delta = {"type": "text_delta", "text": piece}
         out.append(
             (
@@ -465,40 +492,14 @@ class EventStream:
         self._index += 1
         return event
 
-    def _thinking(self, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """A thinking block as the API streams one: opened empty, its thinking and its
-        signature as deltas (a redacted one whole), closed."""
-        index = self._index
-        if block.get("type") != "thinking":
-            start = dict(block)
-            deltas = []
-        else:
-            start = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [
-                {"type": "thinking_delta", "thinking": str(block.get("thinking") or "")},
-                {"type": "signature_delta", "signature": str(block.get("signature") or "")},
-            ]
-        out: list[tuple[str, dict[str, Any]]] = [
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": start},
-            )
-        ]
-        out += [
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
-            for d in deltas
-        ]
-        out.append(self._stop_block())
-        return out
-
-    def end(self, reply: ClientReply) -> list[tuple[str, dict[str, Any]]]:
+    def end(self, reply: ClientReply, rest: str = "") -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []
-        if not self._text_open:
+        if not self._thought and not self._text_sent:
             for block in reply.thinking:
-                out += self._thinking(block)
-        if self._held:
-            held, self._held, self.hold_text = "".join(self._held), [], False
-            out += self.text(held)
+                for kind, part in whole_block_events(block):
+                    out += self.thinking(kind, part)
+        for piece in pieces(rest):
+            out += self.text(piece)
         if self._text_open:
             out.append(self._stop_block())
             self._text_open = False

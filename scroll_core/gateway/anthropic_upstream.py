@@ -29,8 +29,9 @@ kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
   finish reason (``anthropic_api.FINISH``), usage with cached input counted as input;
 - the stream: ``message_start`` (model, input usage), ``content_block_start`` /
   ``content_block_delta`` (``text_delta`` handed to ``on_text`` as it arrives,
-  ``input_json_delta`` put together per block), ``message_delta`` (stop reason, output
-  usage), ``message_stop``; ``ping`` and thinking deltas are skipped; an ``error`` event is a
+  ``input_json_delta`` put together per block; thinking blocks put together and, with
+  ``on_thinking``, handed over as they come), ``message_delta`` (stop reason, output
+  usage), ``message_stop``; ``ping`` is skipped; an ``error`` event is a
   ``ModelError`` with the status its type comes with (``overloaded_error``: 529); a stream
   that stops before ``message_stop`` is an error.
 
@@ -61,6 +62,7 @@ from .upstream import (
     DEFAULT_UPSTREAM_TIMEOUT_S,
     HttpUpstream,
     OnText,
+    OnThinking,
 )
 
 __all__ = [
@@ -465,9 +467,12 @@ def _stream_error(event: dict[str, Any], model: str) -> ModelError:
     return ModelError(message, model=model, status=ERROR_STATUS.get(kind, 502), code=kind)
 
 
-def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
+def assemble_stream(
+    lines: Iterator[str], model: str, on_text: OnText, on_thinking: OnThinking | None = None
+) -> ModelReply:
     """The reply a Messages event stream adds up to, its text handed to ``on_text`` piece
-    by piece."""
+    by piece and its thinking blocks to ``on_thinking`` as they come (``"start"`` with the
+    block as it opened, ``"delta"`` with each thinking or signature delta, ``"stop"``)."""
     text: list[str] = []
     blocks: dict[int, dict[str, str]] = {}  # tool_use blocks: id, name, the input's JSON
     thoughts: dict[int, dict[str, Any]] = {}  # thinking blocks, put together from deltas
@@ -506,6 +511,8 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
                 }
             elif block.get("type") in THINKING_BLOCKS:
                 thoughts[index] = dict(block)
+                if on_thinking is not None:
+                    on_thinking("start", dict(block))
             elif block.get("type") == "text" and block.get("text"):
                 text.append(block["text"])
                 on_text(block["text"])
@@ -523,6 +530,11 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
                 field = "thinking" if delta["type"] == "thinking_delta" else "signature"
                 if thought is not None:
                     thought[field] = str(thought.get(field) or "") + str(delta.get(field) or "")
+                    if on_thinking is not None:
+                        on_thinking("delta", dict(delta))
+        elif kind == "content_block_stop":
+            if on_thinking is not None and int(event.get("index") or 0) in thoughts:
+                on_thinking("stop", None)
         elif kind == "message_delta":
             stop = str((event.get("delta") or {}).get("stop_reason") or stop)
             usage = _usage(event.get("usage"), usage)
@@ -621,8 +633,14 @@ class AnthropicUpstream(HttpUpstream):
     def decoded(self, data: Any, model: str) -> ModelReply:
         return parse_message(data, model)
 
-    def assembled(self, lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
-        return assemble_stream(lines, model, on_text)
+    def assembled(
+        self,
+        lines: Iterator[str],
+        model: str,
+        on_text: OnText,
+        on_thinking: OnThinking | None = None,
+    ) -> ModelReply:
+        return assemble_stream(lines, model, on_text, on_thinking)
 
 
 def http_upstream(

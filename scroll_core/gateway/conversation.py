@@ -60,7 +60,7 @@ from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import align
 from .headline_fallback import extractive_headline
-from .upstream import OnText, Upstream
+from .upstream import OnText, OnThinking, Upstream
 
 __all__ = ["DEFAULT_RECALL_STEPS", "REQUEST_SPAN", "GatewayConversation"]
 
@@ -128,6 +128,7 @@ class GatewayConversation(HistoryLog):
         self._sent: tuple[WorkingView, list[dict[str, Any]]] | None = None
         self._stages = Stages()
         self._relay: TextRelay | None = None
+        self._on_thinking: OnThinking | None = None
         self._idle: Callable[[], AbstractContextManager[object]] = nullcontext
         self._load()
 
@@ -169,6 +170,7 @@ class GatewayConversation(HistoryLog):
         on_text: OnText | None = None,
         idle: Callable[[], AbstractContextManager[object]] | None = None,
         answered: Callable[[ClientReply], None] | None = None,
+        on_thinking: OnThinking | None = None,
     ) -> ClientReply:
         """Serve one request with ``upstream`` (asked for ``model``); see the module
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
@@ -184,6 +186,11 @@ class GatewayConversation(HistoryLog):
         it was sent before the call was known). Recall calls never do: tool calls are handed
         over in the reply, after the upstream is done. The reply's ``content`` is then all
         the text ``on_text`` got, and that is what the log records as the client's.
+        ``on_thinking`` (with ``on_text``: an Anthropic client that streams and asked for
+        extended thinking) gets every upstream call's thinking blocks as they come, before
+        that call's text, as the text goes: a recall step's thinking reaches the client too.
+        The log keeps each call's blocks with its own turn (sent back upstream with it); the
+        reply's ``thinking`` is the last call's.
 
         ``idle`` (a context manager factory) is entered around every wait that needs no
         interpreter: the session's turn, the upstream call and a recall cell's run in the
@@ -207,10 +214,12 @@ class GatewayConversation(HistoryLog):
             stages.lap("gate")
             self._stages = stages
             self._relay = TextRelay(on_text) if on_text is not None else None
+            self._on_thinking = on_thinking if on_text is not None else None
             self._idle = idle
             return self._handle_locked(request, upstream, model, answered)
         finally:
             self._relay = None
+            self._on_thinking = None
             self._idle = nullcontext
             self.lock.release()
 
@@ -552,6 +561,11 @@ class GatewayConversation(HistoryLog):
         with self._idle():
             if self._relay is None:  # a plain upstream need not know about streaming
                 reply = upstream.complete(messages, tools, model=model, params=request.params)
+            elif self._on_thinking is not None:
+                reply = upstream.complete(
+                    messages, tools, model=model, params=request.params,
+                    on_text=self._relay.feed, on_thinking=self._on_thinking,
+                )  # fmt: skip
             else:
                 reply = upstream.complete(
                     messages, tools, model=model, params=request.params, on_text=self._relay.feed

@@ -209,3 +209,101 @@ def test_a_malformed_thinking_request_is_a_400_naming_the_field(gateway, upstrea
     assert refused.status_code == 400
     assert "thinking" in refused.json()["error"]["message"]
     assert upstream.requests == []
+
+
+def _tool(name: str, mark: dict[str, Any] | None = None) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": name, "input_schema": {"type": "object", "properties": {}}}
+    return {**tool, "cache_control": mark} if mark else tool
+
+
+def test_breakpoints_on_the_clients_tools_reach_the_upstream_and_a_server_tools_go_with_it(
+    gateway, upstream
+):
+    client = an(gateway, _key(upstream))
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    client.messages.create(
+        model="claude-x",
+        max_tokens=100,
+        system="Be brief.",
+        # Claude Code marks its last tool; a web search tool the upstream is not offered.
+        tools=[
+            _tool("Read"),
+            _tool("Bash", one_hour),
+            {"type": "web_search_20250305", "name": "web_search", "cache_control": one_hour},
+        ],
+        messages=[{"role": "user", "content": "list the files"}],
+    )
+    sent = upstream.requests[0]
+    assert_valid_request(sent)
+    marked = {t["name"]: t.get("cache_control") for t in sent["tools"]}
+    assert marked["Bash"] == one_hour and marked["Read"] is None
+    assert RECALL_TOOL in marked and marked[RECALL_TOOL] is None and "web_search" not in marked
+    # The hour-long breakpoint comes first (tools lead the prefix), the five-minute ones of
+    # the system and the view's end after it: the order the API asks for, left as it is.
+    assert [m.get("ttl", "5m") for _, m in _marks(sent)] == ["5m", "5m"]
+
+
+def test_the_earliest_of_the_clients_breakpoints_go_first_when_over_four_tools_included():
+    tools = [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+        for n in ("A", "B", "C")
+    ]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    for i in range(3):
+        messages += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]
+    messages.append({"role": "user", "content": "last"})
+    marks = {
+        "system": None,
+        "tools": {"A": {"type": "ephemeral"}, "C": {"type": "ephemeral", "ttl": "1h"}},
+        "messages": [["user", "q1", {"type": "ephemeral"}], ["user", "q2", {"type": "ephemeral"}]],
+    }
+    body = messages_body(messages, tools, model="m", params={"anthropic_cache": marks})
+    assert_valid_request(body)
+    # Tools A and C, the system, q1, q2 and the view's last: six, so A and C (the earliest)
+    # are dropped; the system's and the view's last stay.
+    assert [t.get("cache_control") for t in body["tools"]] == [None, None, None]
+    assert [text for text, _ in _marks(body)] == ["sys", "q1", "q2", "last"]
+    # With room for one tool breakpoint (q1 unmarked), the later tool's (C) stays: the
+    # earliest breakpoint, its hour before every shorter one.
+    marks["messages"] = marks["messages"][1:]
+    body = messages_body(messages, tools, model="m", params={"anthropic_cache": marks})
+    assert_valid_request(body)
+    assert [t.get("cache_control") for t in body["tools"]] == [None, None, marks["tools"]["C"]]
+    assert [m.get("ttl", "5m") for _, m in _marks(body)] == ["5m", "5m", "5m"]
+
+
+def test_a_breakpoint_on_a_message_whose_text_scroll_changed_is_dropped(gateway, upstream):
+    """A tool result over the Event Log's payload threshold goes upstream as a preview with
+    a note; the upstream never cached the client's text of it, so its breakpoint is dropped.
+    A breakpoint on a message the view holds as the client sent it stays."""
+    client = an(gateway, _key(upstream))
+    huge = "line of output\n" * 3000  # 45,000 chars: over the 32,768 threshold
+    mark = {"type": "ephemeral"}
+    result_block = {"type": "tool_result", "tool_use_id": "toolu_1", "content": huge}
+    client.messages.create(
+        model="claude-x",
+        max_tokens=100,
+        tools=[_tool("Bash")],
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "run it", "cache_control": mark}],
+            },
+            {"role": "assistant", "content": [a_tool_use("Bash", {"cmd": "cat log"}, "toolu_1")]},
+            {
+                "role": "user",
+                "content": [
+                    {**result_block, "cache_control": mark},
+                    {"type": "text", "text": "what failed?"},
+                ],
+            },
+        ],
+    )
+    sent = upstream.requests[0]
+    assert_valid_request(sent)
+    result = next(b for t in sent["messages"] for b in t["content"] if b["type"] == "tool_result")
+    assert "[preview:" in result["content"] and len(result["content"]) < len(huge)
+    assert "cache_control" not in result
+    texts = [text for text, _ in _marks(sent)]
+    assert "run it" in texts  # the client's, on a message the view holds as it sent it
+    assert texts[-1] == "what failed?"  # the view's own last breakpoint

@@ -8,9 +8,10 @@ becomes one tool message (before the user's own text in that turn). ``thinking``
 client resends are left out of its history (they are the model's, and the log already holds
 them: an Anthropic upstream's reply is logged with its thinking blocks, sent back upstream
 with that turn, and returned to the client first in the reply, unchanged). The client's
-``thinking`` request, ``cache_control`` breakpoints (system blocks and message blocks) and
-``anthropic-beta`` header travel in the request's params (``upstream.ANTHROPIC_ONLY_PARAMS``)
-to an Anthropic-format upstream; an OpenAI-format one drops them. Images and documents become a
+``thinking`` request, ``cache_control`` breakpoints (on its tools, system blocks and message
+blocks) and ``anthropic-beta`` header travel in the request's params
+(``upstream.ANTHROPIC_ONLY_PARAMS``) to an Anthropic-format upstream; an OpenAI-format one
+drops them. A breakpoint on a server tool is dropped with the tool. Images and documents become a
 ``[image]``/``[document]`` placeholder. Client tools become function tools for the upstream;
 server tools (``web_search_...``) are left out of what the upstream is offered (Claude Code
 lists one when web search is on): an OpenAI-compatible upstream cannot run them, and the
@@ -257,11 +258,14 @@ def _system_mark(raw: Any) -> dict[str, Any] | None:
     return found
 
 
-def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
+def _tools(raw: Any, marks: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], ...]:
+    """The client's custom tools as function tools; the ``cache_control`` breakpoint of
+    each that has one goes into ``marks`` by the tool's name (a server tool's goes with it)."""
     if raw is None:
         return ()
     _need(isinstance(raw, list), "tools", "must be a list")
     tools = []
+    marks = {} if marks is None else marks
     for i, tool in enumerate(raw):
         where = f"tools.{i}"
         _need(isinstance(tool, dict), where, "must be an object")
@@ -269,6 +273,9 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
             continue  # a server tool (web search, ...): the upstream cannot run it
         name = tool.get("name")
         _need(isinstance(name, str) and bool(name), f"{where}.name", "is required")
+        mark = _mark(tool, where)
+        if mark:
+            marks[name] = mark
         schema = tool.get("input_schema")
         _need(isinstance(schema, dict), f"{where}.input_schema", "must be a JSON Schema object")
         function: dict[str, Any] = {"name": name, "parameters": schema}
@@ -342,8 +349,10 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
     params: dict[str, Any] = {"max_tokens": max_tokens}
     system = _system(body.get("system"))
     system_mark = _system_mark(body.get("system"))
-    if marks or system_mark:
-        params[CACHE_PARAM] = {"system": system_mark, "messages": marks}
+    tool_marks: dict[str, dict[str, Any]] = {}
+    tools = _tools(body.get("tools"), tool_marks)
+    if marks or system_mark or tool_marks:
+        params[CACHE_PARAM] = {"system": system_mark, "messages": marks, "tools": tool_marks}
     thinking = _thinking(body.get("thinking"))
     if thinking is not None:
         params["thinking"] = thinking
@@ -360,7 +369,7 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
         model=model.strip(),
         system=system,
         messages=tuple(messages),
-        tools=_tools(body.get("tools")),
+        tools=tools,
         stream=bool(stream),
         params=params,
     )

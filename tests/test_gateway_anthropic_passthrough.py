@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from anthropic_schema import assert_valid_request
+from anthropic_schema import assert_valid_request, blocks_of
 from gateway_clients import an, make_key
 from gateway_upstream import HEADLINE, a_message, a_thinking, a_tool_use
 
@@ -45,7 +45,7 @@ def _marks(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         (b["text"], b["cache_control"]) for b in body.get("system", ()) if "cache_control" in b
     ]
     for turn in body["messages"]:
-        for b in turn["content"]:
+        for b in blocks_of(turn):
             if "cache_control" in b:
                 found.append((b.get("text") or b.get("content") or b["type"], b["cache_control"]))
     return found
@@ -301,7 +301,7 @@ def test_a_breakpoint_on_a_message_whose_text_scroll_changed_is_dropped(gateway,
     )
     sent = upstream.requests[0]
     assert_valid_request(sent)
-    result = next(b for t in sent["messages"] for b in t["content"] if b["type"] == "tool_result")
+    result = next(b for t in sent["messages"] for b in blocks_of(t) if b["type"] == "tool_result")
     assert "[preview:" in result["content"] and len(result["content"]) < len(huge)
     assert "cache_control" not in result
     texts = [text for text, _ in _marks(sent)]

@@ -291,7 +291,12 @@ def _paired(turns: list[dict[str, Any]], start: int = 0) -> list[dict[str, Any]]
             ]
         else:
             blocks = list(blocks)
-        out.append({"role": turn["role"], "content": blocks})
+        if len(blocks) == 1 and blocks[0]["type"] == "text" and "cache_control" not in blocks[0]:
+            # One plain text block: sent as the string the API also takes for it (most turns:
+            # a smaller body, read faster by the upstream; the same prompt).
+            out.append({"role": turn["role"], "content": blocks[0]["text"]})
+        else:
+            out.append({"role": turn["role"], "content": blocks})
     return out
 
 
@@ -368,7 +373,10 @@ def _owned(
     last = len(out) - 1
     found: list[dict[str, Any]] = []
     for i in [*(t for t in marked if t < last), last]:
-        blocks = [dict(b) if "cache_control" in b else b for b in out[i]["content"]]
+        content = out[i]["content"]
+        if isinstance(content, str):  # see ``_paired``: the last turn takes a breakpoint
+            content = [{"type": "text", "text": content}]
+        blocks = [dict(b) if "cache_control" in b else b for b in content]
         if i == last:
             blocks[-1] = dict(blocks[-1])
         else:

@@ -22,7 +22,8 @@ temporary data folder in a subprocess:
   A Claude Code transcript goes through ``/v1/messages`` the same way.
 * the Anthropic arm (``anthropic_noevict_c1_*``): one Anthropic Messages client, nothing
   evicting, to the same upstream answering Messages, directly and through a key whose
-  upstream is in Anthropic format, alternating as above.
+  upstream is in Anthropic format, alternating as above; ``--rounds`` sessions pooled, as
+  the Chat Completions arm at 1 client (120 samples by default).
 
 With ``--json`` the envelope (``figures``: flat numbers) is printed and written to
 ``bench/results/gateway.json`` (``--out`` to change). Timings taken on a loaded machine are

@@ -82,6 +82,12 @@ def test_thinking_reaches_the_client_while_the_upstream_still_writes(gateway, up
     assert final.content[1].text == "Yes."  # the headline held back, never sent
     assert upstream.requests[0]["stream"] is True and upstream.requests[0]["thinking"] == THINK
     assert_valid_request(upstream.requests[0])
+    # The reply is committed once the answer has left, the session still held: a retry
+    # waits for that, and is answered from the log.
+    retried = client.messages.create(
+        messages=[{"role": "user", "content": "well?"}], **_ask("live")
+    )
+    assert [b.type for b in retried.content] == ["thinking", "text"] and len(upstream.requests) == 1
     logged = [
         e
         for e in get_event_log().session_events("gw:alice:live", limit=None)

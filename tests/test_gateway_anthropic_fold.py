@@ -19,7 +19,8 @@ from anthropic_schema import assert_valid_request
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from scroll_core.gateway.anthropic_upstream import AnthropicUpstream, TurnFold, messages_body
+from scroll_core.gateway.anthropic_request import TurnFold, messages_body
+from scroll_core.gateway.anthropic_upstream import AnthropicUpstream
 
 TOOLS = [{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object"}}}]
 MARK = {"type": "ephemeral"}

@@ -173,19 +173,25 @@ def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
     assert said.count(("user", "thanks")) == 1
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_an_openai_format_upstream_gets_the_request_without_what_only_anthropic_knows(
-    gateway, upstream
+    gateway, upstream, streamed
 ):
     key = make_key(upstream, model_map={"*": "upstream-model"})
     client = an(gateway, key)
-    reply = client.messages.create(
-        model="claude-x",
-        max_tokens=2048,
-        thinking=THINK,
-        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-        messages=[{"role": "user", "content": "hi"}],
-        extra_headers={"anthropic-beta": BETA},
-    )
+    ask: dict[str, Any] = {
+        "model": "claude-x",
+        "max_tokens": 2048,
+        "thinking": THINK,
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "hi"}],
+        "extra_headers": {"anthropic-beta": BETA},
+    }
+    if streamed:  # the thinking the client asked for is not there to stream: text alone
+        with client.messages.stream(**ask) as stream:
+            reply = stream.get_final_message()
+    else:
+        reply = client.messages.create(**ask)
     assert [b.type for b in reply.content] == ["text"] and reply.content[0].text == "ok 1"
     sent = upstream.requests[0]
     assert not {"thinking", "anthropic_beta", "anthropic_cache"} & set(sent)

@@ -167,3 +167,53 @@ def test_a_recall_steps_thinking_and_text_stream_and_the_resent_turn_appends_not
     # The answer went back upstream with its own thinking blocks first, as they came.
     answer = third["messages"][-2]
     assert [b["type"] for b in answer["content"]][:2] == ["thinking", "redacted_thinking"]
+
+
+def test_a_client_tool_call_streams_its_input_as_the_upstream_writes_it(gateway, upstream):
+    content = "line\n" * 40
+    reply = a_message(
+        [
+            {"type": "text", "text": f"Writing the file.\n{HEADLINE}"},
+            a_tool_use("Write", {"path": "notes.txt", "content": content}, "toolu_w1"),
+        ]
+    )
+    # The upstream parks after the first half of the call's input.
+    reply.hold, reply.hold_on, reply.hold_after = threading.Event(), "input_json_delta", 1
+    upstream.then(reply, a_message([{"type": "text", "text": f"Done.\n{HEADLINE}"}]))
+    client = an(gateway, _key(upstream))
+    write = {"name": "Write", "input_schema": {"type": "object"}}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "save my notes"}]
+    ask = {**_ask("write"), "tools": [write]}
+    events = []
+    with client.messages.stream(messages=messages, **ask) as stream:
+        for event in stream:
+            events.append(event)
+            if event.type == "input_json" and not reply.hold.is_set():
+                assert not reply.done.is_set()  # the upstream is parked mid-call
+                assert "notes.txt" in event.partial_json
+                reply.hold.set()
+        final = stream.get_final_message()
+    assert reply.hold.is_set()  # part of the input arrived before the end
+    assert _blocks(events) == [(0, "text"), (1, "tool_use")]
+    text, call = final.content
+    assert text.text == "Writing the file."  # the headline held back, never sent
+    assert (call.id, call.name, call.input) == (
+        "toolu_w1",
+        "Write",
+        {"path": "notes.txt", "content": content},
+    )
+    assert final.stop_reason == "tool_use"
+    # The client's result comes back on its next request: paired with its call, nothing
+    # appended twice, nothing rewritten.
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_w1",
+                                      "content": "written"}]},
+    ]  # fmt: skip
+    assert client.messages.create(messages=messages, **ask).content[-1].text == "Done."
+    second = upstream.requests[1]
+    assert_valid_request(second)
+    assert second["messages"][-1]["content"][0]["tool_use_id"] == "toolu_w1"
+    log = get_event_log().session_events("gw:alice:write", limit=None)
+    assert not any(e.metadata.get("gw") == "rewrite" for e in log)
+    assert [e.content for e in log if e.role == "user" and e.content] == ["save my notes"]

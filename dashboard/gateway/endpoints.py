@@ -38,7 +38,7 @@ from scroll_core.errors import (
 )
 from scroll_core.gateway import ClientReply, ClientRequest, Stages, anthropic_api, openai_api
 from scroll_core.gateway import _json as gateway_json
-from scroll_core.gateway.upstream import BETA_PARAM, OnText, OnThinking
+from scroll_core.gateway.upstream import BETA_PARAM, OnBlock, OnText
 
 T = TypeVar("T")
 log = logging.getLogger("dashboard.gateway")
@@ -160,14 +160,14 @@ def _serve_sync(
     stages: Stages,
     on_text: OnText | None,
     answered: Callable[[ClientReply], None],
-    on_thinking: OnThinking | None = None,
+    on_block: OnBlock | None = None,
 ) -> ClientReply:
     stages.lap("hop")
     service = get_service()
     try:
         return service.serve(
             key, parsed, session, stages=stages, on_text=on_text, answered=answered,
-            on_thinking=on_thinking,
+            on_block=on_block,
         )  # fmt: skip
     finally:
         close_old_connections()  # this pool's threads outlive requests; their connections not
@@ -203,7 +203,7 @@ async def _serve(
     stages: Stages,
     sent: threading.Event,
     on_text: OnText | None = None,
-    on_thinking: OnThinking | None = None,
+    on_block: OnBlock | None = None,
 ) -> ClientReply:
     """The reply, as soon as it is final: the serving thread hands it over, then waits for
     ``sent`` (set once the answer has left) and commits the reply, the session still locked,
@@ -227,7 +227,7 @@ async def _serve(
         reply: ClientReply | None = None
         failure: BaseException | None = None
         try:
-            reply = _serve_sync(key, parsed, session, stages, on_text, answered, on_thinking)
+            reply = _serve_sync(key, parsed, session, stages, on_text, answered, on_block)
         except BaseException as exc:
             failure = exc
         try:
@@ -319,7 +319,7 @@ async def _streamed(
     sent: threading.Event,
 ) -> Response:
     """Serve a streaming client: its text goes out as the upstream writes it, and so do the
-    thinking blocks of an Anthropic client that asked for extended thinking (see
+    thinking blocks and its own tool calls' ``tool_use`` blocks, for an Anthropic client (see
     ``GatewayConversation.handle``). The response starts with the first piece of either or
     when the reply is done, so a request that fails before then still gets its error
     status; a failure after that ends the stream with an error event."""
@@ -329,15 +329,15 @@ async def _streamed(
     def on_text(piece: str) -> None:  # in the serving thread
         loop.call_soon_threadsafe(queue.put_nowait, ("text", piece))
 
-    def on_thinking(kind: str, part: dict[str, Any] | None) -> None:  # in the serving thread
-        loop.call_soon_threadsafe(queue.put_nowait, ("thinking", (kind, part)))
+    def on_block(kind: str, part: dict[str, Any] | None) -> None:  # in the serving thread
+        loop.call_soon_threadsafe(queue.put_nowait, ("block", (kind, part)))
 
-    thinks = api == "anthropic" and _asks_thinking(parsed)
+    blocks = api == "anthropic"  # thinking and tool_use blocks stream to Anthropic clients
 
     async def run() -> None:
         try:
             reply = await _serve(
-                key, parsed, session, stages, sent, on_text, on_thinking if thinks else None
+                key, parsed, session, stages, sent, on_text, on_block if blocks else None
             )
         except Exception as exc:
             queue.put_nowait(("error", exc))
@@ -363,8 +363,8 @@ async def _streamed(
             if kind == "text":
                 sent += value
                 yield encoder.text(value)
-            elif kind == "thinking":
-                yield encoder.thinking(*value)
+            elif kind == "block":
+                yield encoder.block(*value)
             elif kind == "done":
                 # A replayed reply (a retry) was never streamed: its text goes out here.
                 rest = value.content[len(sent) :] if value.content.startswith(sent) else ""
@@ -380,11 +380,6 @@ async def _streamed(
     response.keep = task  # the serving task lives as long as its stream
     response.after = sent.set
     return response
-
-
-def _asks_thinking(parsed: ClientRequest) -> bool:
-    asked = parsed.params.get("thinking") or {}
-    return bool(asked) and asked.get("type", "disabled") != "disabled"
 
 
 def _mid_stream_failure(api: str, exc: BaseException) -> Response:
@@ -430,8 +425,8 @@ class SseEncoder:
             return self._anthropic(self.events.text(piece))
         return self._openai(self.chunks.text(piece))
 
-    def thinking(self, kind: str, part: dict[str, Any] | None) -> bytes:
-        return self._anthropic(self.events.thinking(kind, part))
+    def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
+        return self._anthropic(self.events.block(kind, part))
 
     def end(self, reply: ClientReply, rest: str = "") -> bytes:
         """The end of the stream; ``rest``: text of the reply not sent yet."""

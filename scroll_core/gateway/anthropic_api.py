@@ -411,15 +411,16 @@ def message_object(reply: ClientReply, *, message_id: str | None = None) -> dict
 
 class EventStream:
     """The (event, data) pairs of one streamed message, made as the reply is: ``start()``
-    (message_start), ``thinking(kind, part)`` as a thinking block streams (see
-    ``upstream.OnThinking``), ``text(piece)`` as text arrives (a text block opened on the
+    (message_start), ``block(kind, part)`` as a thinking or tool_use block streams (see
+    ``upstream.OnBlock``), ``text(piece)`` as text arrives (a text block opened on the
     first), ``end(reply, rest)`` (``rest``: text not sent yet, as a retry's replayed reply
     has; the text block closed, one ``tool_use`` block per call with its input in
     ``input_json_delta`` pieces, message_delta with the stop reason, the usage and the
     extension field, message_stop).
 
-    Thinking blocks go out as they come, each before the text of its upstream call, with
-    this message's own block indices; a text block open when one starts (a recall step's
+    Thinking blocks (and ``tool_use`` blocks of the client's tools) go out as they come
+    (``block``), a thinking block before the text of its upstream call, with this message's
+    own block indices; a text block open when one starts (a recall step's
     text) is closed first, and the text after it opens a new block. The gateway joins the
     text of successive upstream calls with a blank line (``_relay``) and a client joins the
     text blocks of a turn it sends back with a newline, so the new block drops one leading
@@ -435,6 +436,7 @@ class EventStream:
         self._text_sent = False
         self._split = False  # a thinking block closed a text block: the next one is a sequel
         self._thought = False  # thinking blocks streamed
+        self._calls: set[str] = set()  # ids of the tool_use blocks streamed
 
     def start(self) -> list[tuple[str, dict[str, Any]]]:
         message: dict[str, Any] = {
@@ -450,15 +452,19 @@ class EventStream:
         }
         return [("message_start", {"type": "message_start", "message": message})]
 
-    def thinking(self, kind: str, part: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
-        """A thinking block's start (the block as it opened), delta or stop."""
+    def block(self, kind: str, part: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+        """A thinking or ``tool_use`` block's start (the block as it opened), delta or stop
+        (see ``upstream.OnBlock``)."""
         out: list[tuple[str, dict[str, Any]]] = []
-        if kind == "start":
+        if kind == "start" and part is not None:
             if self._text_open:
                 out.append(self._stop_block())
                 self._text_open = False
-                self._split = True
-            self._thought = True
+                self._split = part.get("type") != "tool_use"
+            if part.get("type") == "tool_use":
+                self._calls.add(str(part.get("id")))
+            else:
+                self._thought = True
             event = {"type": "content_block_start", "index": self._index, "content_block": part}
             out.append(("content_block_start", event))
         elif kind == "delta":
@@ -506,13 +512,15 @@ class EventStream:
         if not self._thought and not self._text_sent:
             for block in reply.thinking:
                 for kind, part in whole_block_events(block):
-                    out += self.thinking(kind, part)
+                    out += self.block(kind, part)
         for piece in pieces(rest):
             out += self.text(piece)
         if self._text_open:
             out.append(self._stop_block())
             self._text_open = False
         for call in reply.tool_calls:
+            if call.id in self._calls:
+                continue  # streamed as it came
             block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
             out.append(
                 (

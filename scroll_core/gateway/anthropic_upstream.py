@@ -31,7 +31,7 @@ kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
 - the stream: ``message_start`` (model, input usage), ``content_block_start`` /
   ``content_block_delta`` (``text_delta`` handed to ``on_text`` as it arrives,
   ``input_json_delta`` put together per block; thinking blocks put together and, with
-  ``on_thinking``, handed over as they come), ``message_delta`` (stop reason, output
+  ``on_block``, handed over as they come), ``message_delta`` (stop reason, output
   usage), ``message_stop``; ``ping`` is skipped; an ``error`` event is a
   ``ModelError`` with the status its type comes with (``overloaded_error``: 529); a stream
   that stops before ``message_stop`` is an error.
@@ -61,8 +61,8 @@ from .upstream import (
     CACHE_PARAM,
     DEFAULT_UPSTREAM_TIMEOUT_S,
     HttpUpstream,
+    OnBlock,
     OnText,
-    OnThinking,
 )
 
 __all__ = [
@@ -138,11 +138,12 @@ def _stream_error(event: dict[str, Any], model: str) -> ModelError:
 
 
 def assemble_stream(
-    lines: Iterator[str], model: str, on_text: OnText, on_thinking: OnThinking | None = None
+    lines: Iterator[str], model: str, on_text: OnText, on_block: OnBlock | None = None
 ) -> ModelReply:
     """The reply a Messages event stream adds up to, its text handed to ``on_text`` piece
-    by piece and its thinking blocks to ``on_thinking`` as they come (``"start"`` with the
-    block as it opened, ``"delta"`` with each thinking or signature delta, ``"stop"``)."""
+    by piece and its thinking and ``tool_use`` blocks to ``on_block`` as they come
+    (``"start"`` with the block as it opened, ``"delta"`` with each thinking, signature or
+    ``input_json_delta``, ``"stop"``)."""
     text: list[str] = []
     blocks: dict[int, dict[str, str]] = {}  # tool_use blocks: id, name, the input's JSON
     thoughts: dict[int, dict[str, Any]] = {}  # thinking blocks, put together from deltas
@@ -173,16 +174,25 @@ def assemble_stream(
             index = int(event.get("index") or 0)
             if block.get("type") == "tool_use":
                 given = block.get("input")
+                call_id = str(block.get("id") or "") or f"toolu_{len(blocks)}"
                 blocks[index] = {
-                    "id": str(block.get("id") or ""),
+                    "id": call_id,
                     "name": str(block.get("name") or ""),
                     "json": "",
                     "given": json.dumps(given) if given else "",
                 }
+                if on_block is not None:
+                    use = {"type": "tool_use", "id": call_id, "name": blocks[index]["name"]}
+                    on_block("start", {**use, "input": {}})
+                    if given:
+                        on_block(
+                            "delta",
+                            {"type": "input_json_delta", "partial_json": blocks[index]["given"]},
+                        )
             elif block.get("type") in THINKING_BLOCKS:
                 thoughts[index] = dict(block)
-                if on_thinking is not None:
-                    on_thinking("start", dict(block))
+                if on_block is not None:
+                    on_block("start", dict(block))
             elif block.get("type") == "text" and block.get("text"):
                 text.append(block["text"])
                 on_text(block["text"])
@@ -195,16 +205,19 @@ def assemble_stream(
                 call = blocks.get(int(event.get("index") or 0))
                 if call is not None:
                     call["json"] += str(delta.get("partial_json") or "")
+                    if on_block is not None:
+                        on_block("delta", dict(delta))
             elif delta.get("type") in ("thinking_delta", "signature_delta"):
                 thought = thoughts.get(int(event.get("index") or 0))
                 field = "thinking" if delta["type"] == "thinking_delta" else "signature"
                 if thought is not None:
                     thought[field] = str(thought.get(field) or "") + str(delta.get(field) or "")
-                    if on_thinking is not None:
-                        on_thinking("delta", dict(delta))
+                    if on_block is not None:
+                        on_block("delta", dict(delta))
         elif kind == "content_block_stop":
-            if on_thinking is not None and int(event.get("index") or 0) in thoughts:
-                on_thinking("stop", None)
+            index = int(event.get("index") or 0)
+            if on_block is not None and (index in thoughts or index in blocks):
+                on_block("stop", None)
         elif kind == "message_delta":
             stop = str((event.get("delta") or {}).get("stop_reason") or stop)
             usage = _usage(event.get("usage"), usage)
@@ -216,8 +229,8 @@ def assemble_stream(
             "the upstream's stream ended before the reply did", model=model, status=502
         )
     calls: tuple[ToolCall, ...] = tuple(
-        decode_call(c["id"] or f"toolu_{i}", c["name"], c["json"] or c["given"] or "{}")
-        for i, c in sorted(blocks.items())
+        decode_call(c["id"], c["name"], c["json"] or c["given"] or "{}")
+        for _, c in sorted(blocks.items())
     )
     return ModelReply(
         content="".join(text),
@@ -308,9 +321,9 @@ class AnthropicUpstream(HttpUpstream):
         lines: Iterator[str],
         model: str,
         on_text: OnText,
-        on_thinking: OnThinking | None = None,
+        on_block: OnBlock | None = None,
     ) -> ModelReply:
-        return assemble_stream(lines, model, on_text, on_thinking)
+        return assemble_stream(lines, model, on_text, on_block)
 
 
 def http_upstream(

@@ -40,8 +40,8 @@ __all__ = [
     "CACHE_PARAM",
     "DEFAULT_UPSTREAM_TIMEOUT_S",
     "HttpUpstream",
+    "OnBlock",
     "OnText",
-    "OnThinking",
     "Upstream",
 ]
 
@@ -55,15 +55,16 @@ KEEPALIVE = 256
 
 
 OnText = Callable[[str], None]
-# A thinking block of the reply as it streams: ("start", the block as it opened),
-# ("delta", a thinking_delta or signature_delta), ("stop", None). Anthropic upstreams only.
-OnThinking = Callable[[str, "dict[str, Any] | None"], None]
+# A thinking or tool_use block of the reply as it streams: ("start", the block as it
+# opened), ("delta", a thinking_delta, signature_delta or input_json_delta), ("stop", None).
+# Anthropic upstreams only.
+OnBlock = Callable[[str, "dict[str, Any] | None"], None]
 
 
 class Upstream(Protocol):
     """One chat completion against the upstream model; with ``on_text``, streamed (each
     piece of text handed over as it arrives), the whole reply returned either way. The
-    gateway passes ``on_thinking`` only to serve an Anthropic client that streams and asked
+    gateway passes ``on_block`` only to serve an Anthropic client that streams and asked
     for extended thinking (an upstream that never writes thinking may leave it out)."""
 
     def complete(
@@ -74,7 +75,7 @@ class Upstream(Protocol):
         model: str,
         params: Mapping[str, Any],
         on_text: OnText | None = None,
-        on_thinking: OnThinking | None = None,
+        on_block: OnBlock | None = None,
     ) -> ModelReply: ...
 
 
@@ -111,9 +112,9 @@ class HttpUpstream:
         model: str,
         params: Mapping[str, Any],
         on_text: OnText | None = None,
-        on_thinking: OnThinking | None = None,
+        on_block: OnBlock | None = None,
     ) -> ModelReply:
-        """See ``Upstream.complete``; ``on_thinking`` (with ``on_text``) gets the reply's
+        """See ``Upstream.complete``; ``on_block`` (with ``on_text``) gets the reply's
         thinking blocks as they come, before its text (an upstream that did not stream
         hands them over whole, then the text)."""
         body = self.request_body(
@@ -132,14 +133,14 @@ class HttpUpstream:
                     raise _status_error(response, model)
                 if "text/event-stream" in response.headers.get("content-type", ""):
                     lines = response.iter_lines()
-                    return self.assembled(lines, model, on_text or _ignore, on_thinking)
+                    return self.assembled(lines, model, on_text or _ignore, on_block)
                 # Not streamed (not asked to, or an upstream that ignores ``stream``).
                 response.read()
                 reply = self.decoded(_json_of(response, model), model)
-                if on_thinking is not None:
+                if on_block is not None:
                     for block in reply.thinking:
                         for kind, part in whole_block_events(block):
-                            on_thinking(kind, part)
+                            on_block(kind, part)
                 if on_text is not None and reply.content:
                     on_text(reply.content)
                 return reply
@@ -202,7 +203,7 @@ class HttpUpstream:
         lines: Iterator[str],
         model: str,
         on_text: OnText,
-        on_thinking: OnThinking | None = None,
+        on_block: OnBlock | None = None,
     ) -> ModelReply:
         return _assembled(lines, model, on_text)  # Chat Completions streams no thinking
 
@@ -212,7 +213,7 @@ def _ignore(_: str) -> None:
 
 
 def whole_block_events(block: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
-    """A whole thinking block as the ``OnThinking`` calls a stream of it makes: opened empty,
+    """A whole thinking block as the ``OnBlock`` calls a stream of it makes: opened empty,
     its thinking and signature as deltas, closed (a redacted block opens whole)."""
     if block.get("type") != "thinking":
         return [("start", dict(block)), ("stop", None)]

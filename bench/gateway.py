@@ -22,7 +22,9 @@ temporary data folder in a subprocess:
   A Claude Code transcript goes through ``/v1/messages`` the same way.
 * the Anthropic arm (``anthropic_noevict_c1_*``): one Anthropic Messages client, nothing
   evicting, to the same upstream answering Messages, directly and through a key whose
-  upstream is in Anthropic format, alternating as above.
+  upstream is in Anthropic format, alternating as above; ``--rounds`` sessions pooled, as
+  the Chat Completions arm at 1 client (120 samples by default), and timed right after it,
+  before the concurrent arms.
 
 With ``--json`` the envelope (``figures``: flat numbers) is printed and written to
 ``bench/results/gateway.json`` (``--out`` to change). Timings taken on a loaded machine are
@@ -160,17 +162,37 @@ def _anthropic_message(text: str) -> dict[str, Any]:
 
 
 def anthropic_latency(
-    gateway: str, key: str, upstream: str, history: int, requests: int
+    gateway: str, key: str, upstream: str, history: int, requests: int, rounds: int = 1
 ) -> dict[str, Any]:
     """The Anthropic arm, one client, nothing evicting: an Anthropic Messages client's
     request to an Anthropic-format upstream, straight to it (``{upstream}/messages``) and
     through the gateway (``/v1/messages``, the key's upstream in Anthropic format),
-    alternating step by step with the same body, as ``_steps`` does for Chat Completions."""
-    messages = [_message(i) for i in range(history if history % 2 else history - 1)]
+    alternating step by step with the same body, as ``_steps`` does for Chat Completions.
+    ``rounds`` sessions one after another, samples pooled (as the Chat Completions arm's)."""
     through: list[float] = []
     direct: list[float] = []
     served: list[dict[str, float]] = []
-    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "x-scroll-session": "ant"}
+    for round_ in range(rounds):
+        _anthropic_session(
+            gateway, key, upstream, history, requests, f"ant-{round_}", through, direct, served
+        )
+    return _figures(through, direct, served)
+
+
+def _anthropic_session(
+    gateway: str,
+    key: str,
+    upstream: str,
+    history: int,
+    requests: int,
+    session: str,
+    through: list[float],
+    direct: list[float],
+    served: list[dict[str, float]],
+) -> None:
+    """One session of ``anthropic_latency`` (its lists filled in place)."""
+    messages = [_message(i) for i in range(history if history % 2 else history - 1)]
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "x-scroll-session": session}
     with httpx.Client(timeout=120) as http:
         for step in range(requests + 1):
             body = {"model": "bench", "max_tokens": 256, "system": "You are a benchmark.",
@@ -191,7 +213,6 @@ def anthropic_latency(
             reply = response.json()["content"][0]["text"]
             messages.append({"role": "assistant", "content": reply})
             messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
-    return _figures(through, direct, served)
 
 
 def _message(i: int) -> dict[str, str]:
@@ -604,10 +625,20 @@ def main(argv: list[str] | None = None) -> int:
                     prefix = "" if i == 0 else f"{servers[i]}_"
                     for name, value in figures.items():
                         result[f"{prefix}{label}_c{clients}_{name}"] = value
-        ant = anthropic_latency(
-            running[0].base, keys[0]["anthropic"], upstream.url, args.history, args.requests
-        )
-        result.update({f"anthropic_noevict_c1_{k}": v for k, v in ant.items()})
+                if arm == "wide" and clients == concurrencies[0]:
+                    # Timed right after the Chat Completions arm it is set beside, before the
+                    # concurrent arms: timed after them, every one of its stages took about
+                    # twice as long as the same stage of the Chat Completions arm (the 32
+                    # sessions leave the server work to do), which says nothing of the format.
+                    ant = anthropic_latency(
+                        running[0].base,
+                        keys[0]["anthropic"],
+                        upstream.url,
+                        args.history,
+                        args.requests,
+                        args.rounds,
+                    )
+                    result.update({f"anthropic_noevict_c1_{k}": v for k, v in ant.items()})
         long = long_conversation(running[0].base, upstream, keys[0]["evict"], args.questions)
         result.update({f"locomo_{k}": v for k, v in long.items()})
         result["upstream_tokens_ratio"] = long["upstream_tokens_ratio"]

@@ -22,6 +22,12 @@ def _drained(value: Any) -> Any:
     return [_drained(v) for v in value]
 
 
+def blocks_of(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """A turn's content blocks (a string is one text block, as the API reads it)."""
+    content = turn["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
 def assert_valid_request(body: dict[str, Any]) -> None:
     """A Messages request as the API's published types define it, roles alternating, no
     empty text block, every tool_result answering a tool_use of the turn just before."""
@@ -31,11 +37,11 @@ def assert_valid_request(body: dict[str, Any]) -> None:
     assert turns[0]["role"] == "user"
     assert all(a["role"] != b["role"] for a, b in itertools.pairwise(turns))
     for i, turn in enumerate(turns):
-        blocks = turn["content"]
+        blocks = blocks_of(turn)
         assert all(b["text"].strip() for b in blocks if b["type"] == "text")
         results = [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
         kinds = [b["type"] for b in blocks]
         assert kinds[: len(results)] == ["tool_result"] * len(results)  # results lead
         if results:
-            before = {b["id"] for b in turns[i - 1]["content"] if b["type"] == "tool_use"}
+            before = {b["id"] for b in blocks_of(turns[i - 1]) if b["type"] == "tool_use"}
             assert set(results) == before

@@ -8,9 +8,10 @@ message_stop), or, with ``stream_error`` set, as message_start then that error e
 A request with ``stream: true`` gets its scripted completion as ``chat.completion.chunk``
 events: the text in ``STREAM_PIECE``-character pieces, then each tool call (id and name,
 then its arguments in two pieces), the finish reason, a usage chunk and ``[DONE]``. A reply
-with ``hold`` set sends its first ``hold_after`` text pieces and waits for ``hold`` before
-the rest, and sets ``done`` once it sent everything: a test sees what reached the client while
-the upstream was still writing, with explicit markers rather than timing."""
+with ``hold`` set sends its first ``hold_after`` text pieces (Anthropic deltas of type
+``hold_on``) and waits for ``hold`` before the rest, and sets ``done`` once it sent
+everything: a test sees what reached the client while the upstream was still writing, with
+explicit markers rather than timing."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class Reply:
     done: threading.Event = field(default_factory=threading.Event)  # the whole reply was sent
     cut_after: int | None = None  # a stream that dies after this many text pieces
     stream_error: dict[str, Any] | None = None  # an Anthropic error event after message_start
+    hold_on: str = "text_delta"  # the Anthropic deltas ``hold_after`` counts
 
 
 def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -284,15 +286,18 @@ class ScriptedUpstream:
                 events = message_events(reply.body)
                 if reply.stream_error is not None:
                     events = [events[0], ("error", {"type": "error", "error": reply.stream_error})]
-                texts = 0
+                texts = held = 0
                 try:
                     for name, data in events:
-                        if data.get("delta", {}).get("type") == "text_delta":
+                        kind = data.get("delta", {}).get("type")
+                        if kind == "text_delta":
                             if texts == reply.cut_after:
                                 return
-                            if reply.hold is not None and texts == reply.hold_after:
-                                reply.hold.wait(30)
                             texts += 1
+                        if kind == reply.hold_on:
+                            if reply.hold is not None and held == reply.hold_after:
+                                reply.hold.wait(30)
+                            held += 1
                         self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                         self.wfile.flush()
                     reply.done.set()

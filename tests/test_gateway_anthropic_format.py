@@ -8,7 +8,7 @@ import json
 
 import pydantic
 import pytest
-from anthropic_schema import assert_valid_request
+from anthropic_schema import assert_valid_request, blocks_of
 from gateway_upstream import message_events
 
 from bench._gateway_data import claude_code_messages, completion_for, locomo_exchanges
@@ -307,7 +307,7 @@ def test_every_view_of_a_claude_code_transcript_makes_a_valid_messages_request(
         b["tool_use_id"]
         for body in upstream.bodies
         for m in body["messages"]
-        for b in m["content"]
+        for b in blocks_of(m)
         if b["type"] == "tool_result"
     ]
     assert sent  # tool results went up as tool_result blocks

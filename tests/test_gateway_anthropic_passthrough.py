@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from anthropic_schema import assert_valid_request
+from anthropic_schema import assert_valid_request, blocks_of
 from gateway_clients import an, make_key
 from gateway_upstream import HEADLINE, a_message, a_thinking, a_tool_use
 
@@ -45,7 +45,7 @@ def _marks(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         (b["text"], b["cache_control"]) for b in body.get("system", ()) if "cache_control" in b
     ]
     for turn in body["messages"]:
-        for b in turn["content"]:
+        for b in blocks_of(turn):
             if "cache_control" in b:
                 found.append((b.get("text") or b.get("content") or b["type"], b["cache_control"]))
     return found
@@ -126,6 +126,13 @@ def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
             reply = stream.get_final_message()
     else:
         reply = client.messages.create(messages=messages, **ask)
+    shown = [b.model_dump(exclude_none=True) for b in reply.content]  # all the client got
+    if streamed:  # the recall step's thinking streamed as it came, before the answer's
+        step_thought = reply.content.pop(0)
+        assert (step_thought.thinking, step_thought.signature) == (
+            "I should look it up.",
+            "sig-one",
+        )
     assert [b.type for b in reply.content] == ["thinking", "text"]
     assert (reply.content[0].thinking, reply.content[0].signature) == ("Found it: 41.", "sig-two")
     assert reply.content[1].text == "It is 41."
@@ -139,7 +146,8 @@ def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
     assert step["content"][0] == a_thinking("I should look it up.", "sig-one")
     assert [b["type"] for b in step["content"]] == ["thinking", "tool_use"]
 
-    # A retry (the client did not get the answer) is answered from the log, thinking included.
+    # A retry (the client did not get the answer) is answered from the log with the answer's
+    # thinking (a recall step's is the log's, kept with the step).
     retried = client.messages.create(messages=messages, **ask)
     assert [b.model_dump(exclude_none=True) for b in retried.content] == [
         b.model_dump(exclude_none=True, include={"type", "thinking", "signature", "text"})
@@ -149,7 +157,7 @@ def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
 
     # The client resends the turn with its thinking block: nothing of it is appended again.
     messages += [
-        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
+        {"role": "assistant", "content": shown},
         {"role": "user", "content": "thanks"},
     ]
     assert client.messages.create(messages=messages, **ask).content[1].text == "You are welcome."
@@ -165,19 +173,25 @@ def test_thinking_is_forwarded_and_its_blocks_come_back_unchanged_and_logged(
     assert said.count(("user", "thanks")) == 1
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_an_openai_format_upstream_gets_the_request_without_what_only_anthropic_knows(
-    gateway, upstream
+    gateway, upstream, streamed
 ):
     key = make_key(upstream, model_map={"*": "upstream-model"})
     client = an(gateway, key)
-    reply = client.messages.create(
-        model="claude-x",
-        max_tokens=2048,
-        thinking=THINK,
-        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-        messages=[{"role": "user", "content": "hi"}],
-        extra_headers={"anthropic-beta": BETA},
-    )
+    ask: dict[str, Any] = {
+        "model": "claude-x",
+        "max_tokens": 2048,
+        "thinking": THINK,
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "hi"}],
+        "extra_headers": {"anthropic-beta": BETA},
+    }
+    if streamed:  # the thinking the client asked for is not there to stream: text alone
+        with client.messages.stream(**ask) as stream:
+            reply = stream.get_final_message()
+    else:
+        reply = client.messages.create(**ask)
     assert [b.type for b in reply.content] == ["text"] and reply.content[0].text == "ok 1"
     sent = upstream.requests[0]
     assert not {"thinking", "anthropic_beta", "anthropic_cache"} & set(sent)
@@ -201,3 +215,101 @@ def test_a_malformed_thinking_request_is_a_400_naming_the_field(gateway, upstrea
     assert refused.status_code == 400
     assert "thinking" in refused.json()["error"]["message"]
     assert upstream.requests == []
+
+
+def _tool(name: str, mark: dict[str, Any] | None = None) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": name, "input_schema": {"type": "object", "properties": {}}}
+    return {**tool, "cache_control": mark} if mark else tool
+
+
+def test_breakpoints_on_the_clients_tools_reach_the_upstream_and_a_server_tools_go_with_it(
+    gateway, upstream
+):
+    client = an(gateway, _key(upstream))
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    client.messages.create(
+        model="claude-x",
+        max_tokens=100,
+        system="Be brief.",
+        # Claude Code marks its last tool; a web search tool the upstream is not offered.
+        tools=[
+            _tool("Read"),
+            _tool("Bash", one_hour),
+            {"type": "web_search_20250305", "name": "web_search", "cache_control": one_hour},
+        ],
+        messages=[{"role": "user", "content": "list the files"}],
+    )
+    sent = upstream.requests[0]
+    assert_valid_request(sent)
+    marked = {t["name"]: t.get("cache_control") for t in sent["tools"]}
+    assert marked["Bash"] == one_hour and marked["Read"] is None
+    assert RECALL_TOOL in marked and marked[RECALL_TOOL] is None and "web_search" not in marked
+    # The hour-long breakpoint comes first (tools lead the prefix), the five-minute ones of
+    # the system and the view's end after it: the order the API asks for, left as it is.
+    assert [m.get("ttl", "5m") for _, m in _marks(sent)] == ["5m", "5m"]
+
+
+def test_the_earliest_of_the_clients_breakpoints_go_first_when_over_four_tools_included():
+    tools = [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+        for n in ("A", "B", "C")
+    ]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    for i in range(3):
+        messages += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]
+    messages.append({"role": "user", "content": "last"})
+    marks = {
+        "system": None,
+        "tools": {"A": {"type": "ephemeral"}, "C": {"type": "ephemeral", "ttl": "1h"}},
+        "messages": [["user", "q1", {"type": "ephemeral"}], ["user", "q2", {"type": "ephemeral"}]],
+    }
+    body = messages_body(messages, tools, model="m", params={"anthropic_cache": marks})
+    assert_valid_request(body)
+    # Tools A and C, the system, q1, q2 and the view's last: six, so A and C (the earliest)
+    # are dropped; the system's and the view's last stay.
+    assert [t.get("cache_control") for t in body["tools"]] == [None, None, None]
+    assert [text for text, _ in _marks(body)] == ["sys", "q1", "q2", "last"]
+    # With room for one tool breakpoint (q1 unmarked), the later tool's (C) stays: the
+    # earliest breakpoint, its hour before every shorter one.
+    marks["messages"] = marks["messages"][1:]
+    body = messages_body(messages, tools, model="m", params={"anthropic_cache": marks})
+    assert_valid_request(body)
+    assert [t.get("cache_control") for t in body["tools"]] == [None, None, marks["tools"]["C"]]
+    assert [m.get("ttl", "5m") for _, m in _marks(body)] == ["5m", "5m", "5m"]
+
+
+def test_a_breakpoint_on_a_message_whose_text_scroll_changed_is_dropped(gateway, upstream):
+    """A tool result over the Event Log's payload threshold goes upstream as a preview with
+    a note; the upstream never cached the client's text of it, so its breakpoint is dropped.
+    A breakpoint on a message the view holds as the client sent it stays."""
+    client = an(gateway, _key(upstream))
+    huge = "line of output\n" * 3000  # 45,000 chars: over the 32,768 threshold
+    mark = {"type": "ephemeral"}
+    result_block = {"type": "tool_result", "tool_use_id": "toolu_1", "content": huge}
+    client.messages.create(
+        model="claude-x",
+        max_tokens=100,
+        tools=[_tool("Bash")],
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "run it", "cache_control": mark}],
+            },
+            {"role": "assistant", "content": [a_tool_use("Bash", {"cmd": "cat log"}, "toolu_1")]},
+            {
+                "role": "user",
+                "content": [
+                    {**result_block, "cache_control": mark},
+                    {"type": "text", "text": "what failed?"},
+                ],
+            },
+        ],
+    )
+    sent = upstream.requests[0]
+    assert_valid_request(sent)
+    result = next(b for t in sent["messages"] for b in blocks_of(t) if b["type"] == "tool_result")
+    assert "[preview:" in result["content"] and len(result["content"]) < len(huge)
+    assert "cache_control" not in result
+    texts = [text for text, _ in _marks(sent)]
+    assert "run it" in texts  # the client's, on a message the view holds as it sent it
+    assert texts[-1] == "what failed?"  # the view's own last breakpoint

@@ -59,3 +59,22 @@ def test_replies_of_successive_steps_are_joined_by_a_blank_line():
     relay.feed("Found it.")
     relay.settle("Found it.")
     assert relay.shown == "Let me look.\n\nFound it." == "".join(sent)
+
+
+@given(texts, st.lists(st.integers(min_value=0, max_value=60), max_size=8), st.booleans())
+def test_a_reply_settled_early_still_gives_the_client_the_stripped_text_once(text, cuts, more):
+    """Settled as a client's tool call opens (its text complete), then at the reply's end:
+    the client has the stripped text once; text arriving after the call waits for the end."""
+    sent: list[str] = []
+    relay = TextRelay(sent.append)
+    for piece in _cut(text, cuts):
+        relay.feed(piece)
+    relay.settle_early()
+    assert "".join(sent) == parse_headline(text).text
+    late = " and more" if more else ""
+    relay.feed(late)
+    assert "".join(sent) == parse_headline(text).text  # held until the end
+    visible = parse_headline(text + late).text
+    relay.settle(visible)
+    assert relay.shown == "".join(sent)
+    assert relay.shown == visible or not visible.startswith(parse_headline(text).text)

@@ -38,7 +38,7 @@ from scroll_core.errors import (
 )
 from scroll_core.gateway import ClientReply, ClientRequest, Stages, anthropic_api, openai_api
 from scroll_core.gateway import _json as gateway_json
-from scroll_core.gateway.upstream import BETA_PARAM, OnText
+from scroll_core.gateway.upstream import BETA_PARAM, OnBlock, OnText
 
 T = TypeVar("T")
 log = logging.getLogger("dashboard.gateway")
@@ -160,13 +160,15 @@ def _serve_sync(
     stages: Stages,
     on_text: OnText | None,
     answered: Callable[[ClientReply], None],
+    on_block: OnBlock | None = None,
 ) -> ClientReply:
     stages.lap("hop")
     service = get_service()
     try:
         return service.serve(
-            key, parsed, session, stages=stages, on_text=on_text, answered=answered
-        )
+            key, parsed, session, stages=stages, on_text=on_text, answered=answered,
+            on_block=on_block,
+        )  # fmt: skip
     finally:
         close_old_connections()  # this pool's threads outlive requests; their connections not
 
@@ -201,6 +203,7 @@ async def _serve(
     stages: Stages,
     sent: threading.Event,
     on_text: OnText | None = None,
+    on_block: OnBlock | None = None,
 ) -> ClientReply:
     """The reply, as soon as it is final: the serving thread hands it over, then waits for
     ``sent`` (set once the answer has left) and commits the reply, the session still locked,
@@ -224,7 +227,7 @@ async def _serve(
         reply: ClientReply | None = None
         failure: BaseException | None = None
         try:
-            reply = _serve_sync(key, parsed, session, stages, on_text, answered)
+            reply = _serve_sync(key, parsed, session, stages, on_text, answered, on_block)
         except BaseException as exc:
             failure = exc
         try:
@@ -315,9 +318,10 @@ async def _streamed(
     stages: Stages,
     sent: threading.Event,
 ) -> Response:
-    """Serve a streaming client: its text goes out as the upstream writes it (see
-    ``GatewayConversation.handle``). The response starts with the first piece of text or
-    when the reply is done, so a request that fails before either still gets its error
+    """Serve a streaming client: its text goes out as the upstream writes it, and so do the
+    thinking blocks and its own tool calls' ``tool_use`` blocks, for an Anthropic client (see
+    ``GatewayConversation.handle``). The response starts with the first piece of either or
+    when the reply is done, so a request that fails before then still gets its error
     status; a failure after that ends the stream with an error event."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -325,9 +329,16 @@ async def _streamed(
     def on_text(piece: str) -> None:  # in the serving thread
         loop.call_soon_threadsafe(queue.put_nowait, ("text", piece))
 
+    def on_block(kind: str, part: dict[str, Any] | None) -> None:  # in the serving thread
+        loop.call_soon_threadsafe(queue.put_nowait, ("block", (kind, part)))
+
+    blocks = api == "anthropic"  # thinking and tool_use blocks stream to Anthropic clients
+
     async def run() -> None:
         try:
-            reply = await _serve(key, parsed, session, stages, sent, on_text)
+            reply = await _serve(
+                key, parsed, session, stages, sent, on_text, on_block if blocks else None
+            )
         except Exception as exc:
             queue.put_nowait(("error", exc))
         else:
@@ -352,12 +363,12 @@ async def _streamed(
             if kind == "text":
                 sent += value
                 yield encoder.text(value)
+            elif kind == "block":
+                yield encoder.block(*value)
             elif kind == "done":
                 # A replayed reply (a retry) was never streamed: its text goes out here.
                 rest = value.content[len(sent) :] if value.content.startswith(sent) else ""
-                for piece in openai_api.pieces(rest):
-                    yield encoder.text(piece)
-                yield encoder.end(value)
+                yield encoder.end(value, rest)
                 return
             else:
                 yield encoder.error(_mid_stream_failure(api, value))
@@ -388,19 +399,15 @@ class SseEncoder:
     """One streamed reply as server-sent events in the client's API (each method returns
     the bytes to send)."""
 
-    def __init__(
-        self, api: str, model: str, include_usage: bool, *, thinking: bool = False
-    ) -> None:
+    def __init__(self, api: str, model: str, include_usage: bool) -> None:
         self.api = api
         self.include_usage = include_usage
         self.chunks = openai_api.ChunkStream(model)
-        self.events = anthropic_api.EventStream(model, hold_text=thinking)
+        self.events = anthropic_api.EventStream(model)
 
     @classmethod
     def for_api(cls, api: str, parsed: ClientRequest) -> SseEncoder:
-        asked = parsed.params.get("thinking") or {}
-        thinking = asked.get("type", "disabled") != "disabled"
-        return cls(api, parsed.model, parsed.include_usage, thinking=thinking)
+        return cls(api, parsed.model, parsed.include_usage)
 
     def _openai(self, chunks: list[dict[str, Any]]) -> bytes:
         return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in chunks)
@@ -418,11 +425,18 @@ class SseEncoder:
             return self._anthropic(self.events.text(piece))
         return self._openai(self.chunks.text(piece))
 
-    def end(self, reply: ClientReply) -> bytes:
+    def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
+        return self._anthropic(self.events.block(kind, part))
+
+    def end(self, reply: ClientReply, rest: str = "") -> bytes:
+        """The end of the stream; ``rest``: text of the reply not sent yet."""
         if self.api == "anthropic":
-            return self._anthropic(self.events.end(reply))
-        return self._openai(self.chunks.end(reply, include_usage=self.include_usage)) + (
-            b"data: [DONE]\n\n"
+            return self._anthropic(self.events.end(reply, rest))
+        head = b"".join(self.text(piece) for piece in openai_api.pieces(rest))
+        return (
+            head
+            + self._openai(self.chunks.end(reply, include_usage=self.include_usage))
+            + (b"data: [DONE]\n\n")
         )
 
     def error(self, failure: Response) -> bytes:

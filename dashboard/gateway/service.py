@@ -72,7 +72,7 @@ from scroll_core.gateway import (
     http_upstream,
 )
 from scroll_core.gateway.naming import session_id_for
-from scroll_core.gateway.upstream import OnText
+from scroll_core.gateway.upstream import OnBlock, OnText
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.profile import Profile
 
@@ -482,17 +482,21 @@ class GatewayService:
         stages: Stages | None = None,
         on_text: OnText | None = None,
         answered: Callable[[ClientReply], None] | None = None,
+        on_block: OnBlock | None = None,
     ) -> ClientReply:
-        """Serve ``request`` for ``key`` (see ``GatewayConversation.handle``, ``on_text`` and
-        ``answered`` included) and hand its record to the console. Runs holding a slot of
-        ``gate`` (given up while ``answered`` waits for the answer to leave)."""
+        """Serve ``request`` for ``key`` (see ``GatewayConversation.handle``, ``on_text``,
+        ``on_block`` and ``answered`` included) and hand its record to the console. Runs
+        holding a slot of ``gate`` (given up while ``answered`` waits for the answer to
+        leave)."""
         with self._serving:
             self._in_flight += 1
         try:
             with self.gate:
                 if stages is not None:
                     stages.lap("gate")
-                return self._serve(key, request, session_header, stages, on_text, answered)
+                return self._serve(
+                    key, request, session_header, stages, on_text, answered, on_block
+                )
         finally:
             with self._serving:
                 self._in_flight -= 1
@@ -551,10 +555,11 @@ class GatewayService:
         stages: Stages | None,
         on_text: OnText | None,
         answered: Callable[[ClientReply], None] | None,
+        on_block: OnBlock | None = None,
     ) -> ClientReply:
         session_id = session_id_for_request(key, request, session_header)
         with self._holding(session_id):
-            return self._serve_held(key, request, session_id, stages, on_text, answered)
+            return self._serve_held(key, request, session_id, stages, on_text, answered, on_block)
 
     def _serve_held(
         self,
@@ -564,6 +569,7 @@ class GatewayService:
         stages: Stages | None,
         on_text: OnText | None,
         answered: Callable[[ClientReply], None] | None,
+        on_block: OnBlock | None = None,
     ) -> ClientReply:
         self.admit(key, session_id)
         conversation = self.conversation(key, session_id)
@@ -591,6 +597,7 @@ class GatewayService:
             reply = conversation.handle(
                 request, upstream, model=model, stages=stages, on_text=on_text,
                 idle=self.gate.released, answered=answer if answered is not None else None,
+                on_block=on_block,
             )  # fmt: skip
             if answered is None:
                 spend(reply)

@@ -3,7 +3,8 @@
 Format translation (``openai_api``, ``anthropic_api``), session naming (``naming``), history
 alignment (``align``), the extractive headline (``headline_fallback``), the upstream
 protocol and its HTTP clients (``upstream`` for OpenAI-compatible upstreams,
-``anthropic_upstream`` for Anthropic Messages ones), and the recall loop over one session's log,
+``anthropic_upstream`` for Anthropic Messages ones, its requests built by
+``anthropic_request``), and the recall loop over one session's log,
 view and kernel (``conversation``). The Django/ASGI glue is ``dashboard.gateway``.
 """
 

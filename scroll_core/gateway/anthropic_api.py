@@ -8,9 +8,10 @@ becomes one tool message (before the user's own text in that turn). ``thinking``
 client resends are left out of its history (they are the model's, and the log already holds
 them: an Anthropic upstream's reply is logged with its thinking blocks, sent back upstream
 with that turn, and returned to the client first in the reply, unchanged). The client's
-``thinking`` request, ``cache_control`` breakpoints (system blocks and message blocks) and
-``anthropic-beta`` header travel in the request's params (``upstream.ANTHROPIC_ONLY_PARAMS``)
-to an Anthropic-format upstream; an OpenAI-format one drops them. Images and documents become a
+``thinking`` request, ``cache_control`` breakpoints (on its tools, system blocks and message
+blocks) and ``anthropic-beta`` header travel in the request's params
+(``upstream.ANTHROPIC_ONLY_PARAMS``) to an Anthropic-format upstream; an OpenAI-format one
+drops them. A breakpoint on a server tool is dropped with the tool. Images and documents become a
 ``[image]``/``[document]`` placeholder. Client tools become function tools for the upstream;
 server tools (``web_search_...``) are left out of what the upstream is offered (Claude Code
 lists one when web search is on): an OpenAI-compatible upstream cannot run them, and the
@@ -31,7 +32,7 @@ from ..errors import GatewayRequestInvalid
 from ..models.base import ToolCall
 from ._types import ClientMessage, ClientReply, ClientRequest
 from .openai_api import pieces
-from .upstream import CACHE_PARAM
+from .upstream import CACHE_PARAM, whole_block_events
 
 __all__ = [
     "ERROR_STATUS",
@@ -257,11 +258,14 @@ def _system_mark(raw: Any) -> dict[str, Any] | None:
     return found
 
 
-def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
+def _tools(raw: Any, marks: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], ...]:
+    """The client's custom tools as function tools; the ``cache_control`` breakpoint of
+    each that has one goes into ``marks`` by the tool's name (a server tool's goes with it)."""
     if raw is None:
         return ()
     _need(isinstance(raw, list), "tools", "must be a list")
     tools = []
+    marks = {} if marks is None else marks
     for i, tool in enumerate(raw):
         where = f"tools.{i}"
         _need(isinstance(tool, dict), where, "must be an object")
@@ -269,6 +273,9 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
             continue  # a server tool (web search, ...): the upstream cannot run it
         name = tool.get("name")
         _need(isinstance(name, str) and bool(name), f"{where}.name", "is required")
+        mark = _mark(tool, where)
+        if mark:
+            marks[name] = mark
         schema = tool.get("input_schema")
         _need(isinstance(schema, dict), f"{where}.input_schema", "must be a JSON Schema object")
         function: dict[str, Any] = {"name": name, "parameters": schema}
@@ -342,8 +349,10 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
     params: dict[str, Any] = {"max_tokens": max_tokens}
     system = _system(body.get("system"))
     system_mark = _system_mark(body.get("system"))
-    if marks or system_mark:
-        params[CACHE_PARAM] = {"system": system_mark, "messages": marks}
+    tool_marks: dict[str, dict[str, Any]] = {}
+    tools = _tools(body.get("tools"), tool_marks)
+    if marks or system_mark or tool_marks:
+        params[CACHE_PARAM] = {"system": system_mark, "messages": marks, "tools": tool_marks}
     thinking = _thinking(body.get("thinking"))
     if thinking is not None:
         params["thinking"] = thinking
@@ -360,7 +369,7 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
         model=model.strip(),
         system=system,
         messages=tuple(messages),
-        tools=_tools(body.get("tools")),
+        tools=tools,
         stream=bool(stream),
         params=params,
     )
@@ -402,24 +411,32 @@ def message_object(reply: ClientReply, *, message_id: str | None = None) -> dict
 
 class EventStream:
     """The (event, data) pairs of one streamed message, made as the reply is: ``start()``
-    (message_start), ``text(piece)`` as text arrives (a text block opened on the first),
-    ``end(reply)`` (the text block closed, one ``tool_use`` block per call with its input in
+    (message_start), ``block(kind, part)`` as a thinking or tool_use block streams (see
+    ``upstream.OnBlock``), ``text(piece)`` as text arrives (a text block opened on the
+    first), ``end(reply, rest)`` (``rest``: text not sent yet, as a retry's replayed reply
+    has; the text block closed, one ``tool_use`` block per call with its input in
     ``input_json_delta`` pieces, message_delta with the stop reason, the usage and the
     extension field, message_stop).
 
-    With ``hold_text`` (the client asked for extended thinking) the text waits for ``end``:
-    the reply's thinking blocks must come first in the message, and they are known whole
-    only when the upstream is done, so they are sent then, followed by the text."""
+    Thinking blocks (and ``tool_use`` blocks of the client's tools) go out as they come
+    (``block``), a thinking block before the text of its upstream call, with this message's
+    own block indices; a text block open when one starts (a recall step's
+    text) is closed first, and the text after it opens a new block. The gateway joins the
+    text of successive upstream calls with a blank line (``_relay``) and a client joins the
+    text blocks of a turn it sends back with a newline, so the new block drops one leading
+    newline: the text the client sends back is the text the log holds. A reply whose
+    thinking never streamed (a replayed one) sends its thinking blocks whole at ``end``,
+    before its text, when no text went before them."""
 
-    def __init__(
-        self, model: str, *, message_id: str | None = None, hold_text: bool = False
-    ) -> None:
+    def __init__(self, model: str, *, message_id: str | None = None) -> None:
         self.model = model
         self.message_id = message_id or new_id()
-        self.hold_text = hold_text
-        self._held: list[str] = []
         self._index = 0
         self._text_open = False
+        self._text_sent = False
+        self._split = False  # a thinking block closed a text block: the next one is a sequel
+        self._thought = False  # thinking blocks streamed
+        self._calls: set[str] = set()  # ids of the tool_use blocks streamed
 
     def start(self) -> list[tuple[str, dict[str, Any]]]:
         message: dict[str, Any] = {
@@ -435,14 +452,38 @@ class EventStream:
         }
         return [("message_start", {"type": "message_start", "message": message})]
 
+    def block(self, kind: str, part: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+        """A thinking or ``tool_use`` block's start (the block as it opened), delta or stop
+        (see ``upstream.OnBlock``)."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        if kind == "start" and part is not None:
+            if self._text_open:
+                out.append(self._stop_block())
+                self._text_open = False
+                self._split = part.get("type") != "tool_use"
+            if part.get("type") == "tool_use":
+                self._calls.add(str(part.get("id")))
+            else:
+                self._thought = True
+            event = {"type": "content_block_start", "index": self._index, "content_block": part}
+            out.append(("content_block_start", event))
+        elif kind == "delta":
+            event = {"type": "content_block_delta", "index": self._index, "delta": part}
+            out.append(("content_block_delta", event))
+        else:
+            out.append(self._stop_block())
+        return out
+
     def text(self, piece: str) -> list[tuple[str, dict[str, Any]]]:
         if not piece:
             return []
-        if self.hold_text:  # sent by ``end``, after the thinking blocks it must follow
-            self._held.append(piece)
-            return []
         out: list[tuple[str, dict[str, Any]]] = []
         if not self._text_open:
+            if self._split:  # see the class docstring
+                self._split = False
+                piece = piece[1:] if piece.startswith("\n") else piece
+                if not piece:
+                    return []
             self._text_open = True
             block = {"type": "text", "text": ""}
             out.append(
@@ -451,6 +492,7 @@ class EventStream:
                     {"type": "content_block_start", "index": self._index, "content_block": block},
                 )
             )
+        self._text_sent = True
         delta = {"type": "text_delta", "text": piece}
         out.append(
             (
@@ -465,44 +507,20 @@ class EventStream:
         self._index += 1
         return event
 
-    def _thinking(self, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """A thinking block as the API streams one: opened empty, its thinking and its
-        signature as deltas (a redacted one whole), closed."""
-        index = self._index
-        if block.get("type") != "thinking":
-            start = dict(block)
-            deltas = []
-        else:
-            start = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [
-                {"type": "thinking_delta", "thinking": str(block.get("thinking") or "")},
-                {"type": "signature_delta", "signature": str(block.get("signature") or "")},
-            ]
-        out: list[tuple[str, dict[str, Any]]] = [
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": start},
-            )
-        ]
-        out += [
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
-            for d in deltas
-        ]
-        out.append(self._stop_block())
-        return out
-
-    def end(self, reply: ClientReply) -> list[tuple[str, dict[str, Any]]]:
+    def end(self, reply: ClientReply, rest: str = "") -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []
-        if not self._text_open:
+        if not self._thought and not self._text_sent:
             for block in reply.thinking:
-                out += self._thinking(block)
-        if self._held:
-            held, self._held, self.hold_text = "".join(self._held), [], False
-            out += self.text(held)
+                for kind, part in whole_block_events(block):
+                    out += self.block(kind, part)
+        for piece in pieces(rest):
+            out += self.text(piece)
         if self._text_open:
             out.append(self._stop_block())
             self._text_open = False
         for call in reply.tool_calls:
+            if call.id in self._calls:
+                continue  # streamed as it came
             block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
             out.append(
                 (

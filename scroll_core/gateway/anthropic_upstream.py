@@ -19,15 +19,20 @@ kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
   response_format, ...). With ``cache`` (the default) the system block and the view's last
   block carry ``cache_control`` breakpoints, so successive calls of a session (recall steps,
   the client's next turns) read the unchanged front of the view from the upstream's prompt
-  cache. A tool result whose call is not in the turn before it
+  cache; the client's own breakpoints (on its tools, its system prompt, and messages the
+  view holds with the text the client sent) go with them, at most four in all
+  (``anthropic_request._fit_breakpoints``). A tool result whose call is not in the turn before it
   (or a call whose result never came) travels as text, so one odd history cannot make every
-  later request a 400;
+  later request a 400. The request is built in ``anthropic_request``, which keeps the turns
+  per session between calls (``TurnFold``): a view that only grew converts its new
+  messages alone;
 - the reply: text blocks (joined), ``tool_use`` blocks as tool calls, the stop reason as a
   finish reason (``anthropic_api.FINISH``), usage with cached input counted as input;
 - the stream: ``message_start`` (model, input usage), ``content_block_start`` /
   ``content_block_delta`` (``text_delta`` handed to ``on_text`` as it arrives,
-  ``input_json_delta`` put together per block), ``message_delta`` (stop reason, output
-  usage), ``message_stop``; ``ping`` and thinking deltas are skipped; an ``error`` event is a
+  ``input_json_delta`` put together per block; thinking blocks put together and, with
+  ``on_block``, handed over as they come), ``message_delta`` (stop reason, output
+  usage), ``message_stop``; ``ping`` is skipped; an ``error`` event is a
   ``ModelError`` with the status its type comes with (``overloaded_error``: 529); a stream
   that stops before ``message_stop`` is an error.
 
@@ -37,7 +42,8 @@ kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
 from __future__ import annotations
 
 import json
-import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -45,8 +51,9 @@ import httpx
 
 from ..errors import ConfigError, GatewayRequestInvalid, ModelError
 from ..models.base import ModelReply, ToolCall, Usage
-from .anthropic_api import ERROR_STATUS, FINISH, anthropic_tool, anthropic_tool_choice
+from .anthropic_api import ERROR_STATUS, FINISH
 from .anthropic_api import reply_blocks as _reply_blocks
+from .anthropic_request import DEFAULT_MAX_TOKENS, THINKING_BLOCKS, TurnFold, messages_body
 from .openai_api import decode_call
 from .upstream import (
     ANTHROPIC_ONLY_PARAMS,
@@ -54,6 +61,7 @@ from .upstream import (
     CACHE_PARAM,
     DEFAULT_UPSTREAM_TIMEOUT_S,
     HttpUpstream,
+    OnBlock,
     OnText,
 )
 
@@ -65,6 +73,7 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "UPSTREAM_FORMATS",
     "AnthropicUpstream",
+    "TurnFold",
     "UpstreamFormat",
     "http_upstream",
     "messages_body",
@@ -72,215 +81,11 @@ __all__ = [
 ]
 
 ANTHROPIC_VERSION = "2023-06-01"
-MAX_BREAKPOINTS = 4
-THINKING_BLOCKS = ("thinking", "redacted_thinking")
-EPHEMERAL = {"type": "ephemeral"}
-# Anthropic requires max_tokens; OpenAI clients often send none. Every Claude model can
-# write at least this many tokens in one reply.
-DEFAULT_MAX_TOKENS = 4096
+# Sessions whose converted turns an upstream keeps (each about its view's size in small
+# dicts sharing the view's strings); a session past them converts its next view whole.
+FOLDS_KEPT = 64
 UpstreamFormat = Literal["openai", "anthropic"]
 UPSTREAM_FORMATS: tuple[UpstreamFormat, ...] = ("openai", "anthropic")
-_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def _tool_id(raw: Any) -> str:
-    """A call id as Anthropic accepts it (``^[A-Za-z0-9_-]+$``); the same on both sides."""
-    return _ID_UNSAFE.sub("_", str(raw or "")) or "call"
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
-
-
-def _call_input(call: Mapping[str, Any]) -> dict[str, Any]:
-    raw = (call.get("function") or {}).get("arguments")
-    if isinstance(raw, dict):
-        return raw
-    try:
-        decoded = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-    except json.JSONDecodeError:
-        return {"arguments": raw}  # kept as the model wrote it
-    return decoded if isinstance(decoded, dict) else {"arguments": decoded}
-
-
-def _text_block(text: str) -> dict[str, Any] | None:
-    # The API refuses empty and whitespace-only text blocks.
-    return {"type": "text", "text": text} if text.strip() else None
-
-
-def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """The system text and the alternating turns for Chat Completions ``messages``."""
-    system: list[str] = []
-    turns: list[dict[str, Any]] = []
-
-    def add(role: str, block: dict[str, Any] | None) -> None:
-        if block is None:
-            return
-        if not turns or turns[-1]["role"] != role:
-            turns.append({"role": role, "content": []})
-        blocks = turns[-1]["content"]
-        if block["type"] == "tool_result":  # results first in their turn
-            at = sum(1 for b in blocks if b["type"] == "tool_result")
-            blocks.insert(at, block)
-        else:
-            blocks.append(block)
-
-    for message in messages:
-        role = message.get("role")
-        text = _text(message.get("content"))
-        if role in ("system", "developer"):
-            if not turns:
-                system.append(text)
-            else:
-                add("user", _text_block(f"[{role}] {text}"))
-        elif role == "tool":
-            block: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": _tool_id(message.get("tool_call_id")),
-            }
-            if text:
-                block["content"] = text
-            add("user", block)
-        elif role == "assistant":
-            for thought in message.get("thinking") or ():  # first in its turn, unchanged
-                add("assistant", dict(thought))
-            add("assistant", _text_block(text))
-            for call in message.get("tool_calls") or ():
-                name = str((call.get("function") or {}).get("name") or "tool")
-                use = {"type": "tool_use", "id": _tool_id(call.get("id")), "name": name}
-                add("assistant", {**use, "input": _call_input(call)})
-        else:
-            add("user", _text_block(text))
-        mark = message.get("cache_control")
-        if mark and turns and turns[-1]["content"]:
-            last = turns[-1]["content"][-1]
-            if last["type"] not in ("thinking", "redacted_thinking"):
-                last["cache_control"] = mark
-    return "\n\n".join(s for s in system if s), _paired(turns)
-
-
-def _paired(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``turns`` with every ``tool_result`` answering a ``tool_use`` of the turn just before
-    and every ``tool_use`` answered in the turn just after (the API's rule; the last turn's
-    calls may be open); the others become text, nothing dropped. A user turn leads."""
-    out: list[dict[str, Any]] = []
-    for i, turn in enumerate(turns):
-        blocks = turn["content"]
-        if turn["role"] == "user":
-            before = turns[i - 1]["content"] if i and turns[i - 1]["role"] == "assistant" else []
-            called = {b["id"] for b in before if b["type"] == "tool_use"}
-            blocks = [
-                b
-                if b["type"] != "tool_result" or b["tool_use_id"] in called
-                else {
-                    "type": "text",
-                    "text": f"[tool result {b['tool_use_id']}] {b.get('content', '')}",
-                }
-                for b in blocks
-            ]
-            blocks = sorted(blocks, key=lambda b: b["type"] != "tool_result")  # results lead
-        elif i + 1 < len(turns):
-            after = turns[i + 1]["content"]
-            answered = {b["tool_use_id"] for b in after if b["type"] == "tool_result"}
-            blocks = [
-                b
-                if b["type"] != "tool_use" or b["id"] in answered
-                else {
-                    "type": "text",
-                    "text": f"[called {b['name']} {json.dumps(b['input'], ensure_ascii=False)}]",
-                }
-                for b in blocks
-            ]
-        out.append({"role": turn["role"], "content": blocks})
-    if not out or out[0]["role"] != "user":
-        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continued)"}]})
-    return out
-
-
-def messages_body(
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
-    *,
-    model: str,
-    params: Mapping[str, Any],
-    stream: bool = False,
-    default_max_tokens: int = DEFAULT_MAX_TOKENS,
-    cache: bool = True,
-) -> dict[str, Any]:
-    """The Messages request for a view (Chat Completions ``messages`` and function
-    ``tools``) and the client's ``params``; see the module docstring."""
-    system, turns = _turns(_marked(messages, params.get(CACHE_PARAM)) if cache else messages)
-    max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": int(max_tokens or default_max_tokens),
-        "messages": turns,
-    }
-    if system:
-        body["system"] = [{"type": "text", "text": system}]
-    if cache:
-        # Breakpoints after the prefix (tools and system) and at the end of the view: the
-        # next call (a recall step, the client's next turn) reads both back from the cache
-        # until an eviction changes the view's front. The client's own breakpoints (on its
-        # system prompt: their time to live; on messages still in the view) are kept too.
-        marks = params.get(CACHE_PARAM) or {}
-        if system:
-            body["system"][0]["cache_control"] = dict(marks.get("system") or EPHEMERAL)
-        last = body["messages"][-1]["content"][-1]
-        if last["type"] not in ("thinking", "redacted_thinking"):
-            last.setdefault("cache_control", dict(EPHEMERAL))
-        _fit_breakpoints(body)
-    thinking = params.get("thinking")
-    if thinking:
-        body["thinking"] = thinking  # the client's extended thinking, as it asked
-    stop = params.get("stop")
-    if stop:
-        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
-    if tools:
-        body["tools"] = [anthropic_tool(t) for t in tools]
-        choice = anthropic_tool_choice(
-            params.get("tool_choice"), parallel=params.get("parallel_tool_calls")
-        )
-        if choice is not None:
-            body["tool_choice"] = choice
-    if stream:
-        body["stream"] = True
-    return body
-
-
-def _marked(messages: list[dict[str, Any]], marks: Any) -> list[dict[str, Any]]:
-    """``messages`` with the client's breakpoints: a view message equal (role and text) to
-    one the client marked carries its ``cache_control``."""
-    wanted = {(m[0], m[1].strip()): m[2] for m in (marks or {}).get("messages") or ()}
-    if not wanted:
-        return messages
-    out = []
-    for message in messages:
-        mark = wanted.get((str(message.get("role")), _text(message.get("content")).strip()))
-        out.append({**message, "cache_control": mark} if mark else message)
-    return out
-
-
-def _fit_breakpoints(body: dict[str, Any]) -> None:
-    """At most ``MAX_BREAKPOINTS`` (the API's limit): the system's and the view's last are
-    kept, the client's earliest dropped first; a longer time to live never follows a shorter
-    one (the API's rule), so an earlier breakpoint takes the longest of those after it."""
-    blocks = [b for b in body.get("system") or () if "cache_control" in b]
-    blocks += [b for t in body["messages"] for b in t["content"] if "cache_control" in b]
-    while len(blocks) > MAX_BREAKPOINTS:
-        drop = blocks.pop(1 if body.get("system") and len(blocks) > 2 else 0)
-        del drop["cache_control"]
-    longest = "5m"
-    for block in reversed(blocks):
-        ttl = block["cache_control"].get("ttl", "5m")
-        if ttl == "1h":
-            longest = "1h"
-        elif longest == "1h":
-            block["cache_control"] = {**block["cache_control"], "ttl": "1h"}
 
 
 def _usage(raw: Any, into: Usage | None = None) -> Usage:
@@ -332,9 +137,13 @@ def _stream_error(event: dict[str, Any], model: str) -> ModelError:
     return ModelError(message, model=model, status=ERROR_STATUS.get(kind, 502), code=kind)
 
 
-def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
+def assemble_stream(
+    lines: Iterator[str], model: str, on_text: OnText, on_block: OnBlock | None = None
+) -> ModelReply:
     """The reply a Messages event stream adds up to, its text handed to ``on_text`` piece
-    by piece."""
+    by piece and its thinking and ``tool_use`` blocks to ``on_block`` as they come
+    (``"start"`` with the block as it opened, ``"delta"`` with each thinking, signature or
+    ``input_json_delta``, ``"stop"``)."""
     text: list[str] = []
     blocks: dict[int, dict[str, str]] = {}  # tool_use blocks: id, name, the input's JSON
     thoughts: dict[int, dict[str, Any]] = {}  # thinking blocks, put together from deltas
@@ -365,14 +174,25 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
             index = int(event.get("index") or 0)
             if block.get("type") == "tool_use":
                 given = block.get("input")
+                call_id = str(block.get("id") or "") or f"toolu_{len(blocks)}"
                 blocks[index] = {
-                    "id": str(block.get("id") or ""),
+                    "id": call_id,
                     "name": str(block.get("name") or ""),
                     "json": "",
                     "given": json.dumps(given) if given else "",
                 }
+                if on_block is not None:
+                    use = {"type": "tool_use", "id": call_id, "name": blocks[index]["name"]}
+                    on_block("start", {**use, "input": {}})
+                    if given:
+                        on_block(
+                            "delta",
+                            {"type": "input_json_delta", "partial_json": blocks[index]["given"]},
+                        )
             elif block.get("type") in THINKING_BLOCKS:
                 thoughts[index] = dict(block)
+                if on_block is not None:
+                    on_block("start", dict(block))
             elif block.get("type") == "text" and block.get("text"):
                 text.append(block["text"])
                 on_text(block["text"])
@@ -385,11 +205,19 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
                 call = blocks.get(int(event.get("index") or 0))
                 if call is not None:
                     call["json"] += str(delta.get("partial_json") or "")
+                    if on_block is not None:
+                        on_block("delta", dict(delta))
             elif delta.get("type") in ("thinking_delta", "signature_delta"):
                 thought = thoughts.get(int(event.get("index") or 0))
                 field = "thinking" if delta["type"] == "thinking_delta" else "signature"
                 if thought is not None:
                     thought[field] = str(thought.get(field) or "") + str(delta.get(field) or "")
+                    if on_block is not None:
+                        on_block("delta", dict(delta))
+        elif kind == "content_block_stop":
+            index = int(event.get("index") or 0)
+            if on_block is not None and (index in thoughts or index in blocks):
+                on_block("stop", None)
         elif kind == "message_delta":
             stop = str((event.get("delta") or {}).get("stop_reason") or stop)
             usage = _usage(event.get("usage"), usage)
@@ -401,8 +229,8 @@ def assemble_stream(lines: Iterator[str], model: str, on_text: OnText) -> ModelR
             "the upstream's stream ended before the reply did", model=model, status=502
         )
     calls: tuple[ToolCall, ...] = tuple(
-        decode_call(c["id"] or f"toolu_{i}", c["name"], c["json"] or c["given"] or "{}")
-        for i, c in sorted(blocks.items())
+        decode_call(c["id"], c["name"], c["json"] or c["given"] or "{}")
+        for _, c in sorted(blocks.items())
     )
     return ModelReply(
         content="".join(text),
@@ -434,6 +262,11 @@ class AnthropicUpstream(HttpUpstream):
         self.version = version
         self.default_max_tokens = default_max_tokens
         self.cache = cache
+        # One TurnFold per view seen last, keyed by the id of its first message (the system
+        # message, which every later view of the session that only grew shares); the fold
+        # holds that message, so the id stays its own while the fold is kept.
+        self._folds: OrderedDict[int, TurnFold] = OrderedDict()
+        self._folds_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"AnthropicUpstream({self.base_url!r})"
@@ -460,7 +293,10 @@ class AnthropicUpstream(HttpUpstream):
         params: Mapping[str, Any],
         stream: bool,
     ) -> dict[str, Any]:
-        return messages_body(
+        key = id(messages[0]) if messages else 0
+        with self._folds_lock:  # taken out while in use: a session is served one at a time
+            fold = self._folds.pop(key, None) or TurnFold()
+        body = messages_body(
             messages,
             tools,
             model=model,
@@ -468,13 +304,26 @@ class AnthropicUpstream(HttpUpstream):
             stream=stream,
             default_max_tokens=self.default_max_tokens,
             cache=self.cache,
+            fold=fold,
         )
+        if messages:
+            with self._folds_lock:
+                self._folds[key] = fold
+                while len(self._folds) > FOLDS_KEPT:
+                    self._folds.popitem(last=False)
+        return body
 
     def decoded(self, data: Any, model: str) -> ModelReply:
         return parse_message(data, model)
 
-    def assembled(self, lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
-        return assemble_stream(lines, model, on_text)
+    def assembled(
+        self,
+        lines: Iterator[str],
+        model: str,
+        on_text: OnText,
+        on_block: OnBlock | None = None,
+    ) -> ModelReply:
+        return assemble_stream(lines, model, on_text, on_block)
 
 
 def http_upstream(

@@ -60,7 +60,7 @@ from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import align
 from .headline_fallback import extractive_headline
-from .upstream import OnText, Upstream
+from .upstream import OnBlock, OnText, Upstream
 
 __all__ = ["DEFAULT_RECALL_STEPS", "REQUEST_SPAN", "GatewayConversation"]
 
@@ -128,6 +128,8 @@ class GatewayConversation(HistoryLog):
         self._sent: tuple[WorkingView, list[dict[str, Any]]] | None = None
         self._stages = Stages()
         self._relay: TextRelay | None = None
+        self._on_block: OnBlock | None = None
+        self._nonce = ""
         self._idle: Callable[[], AbstractContextManager[object]] = nullcontext
         self._load()
 
@@ -169,6 +171,7 @@ class GatewayConversation(HistoryLog):
         on_text: OnText | None = None,
         idle: Callable[[], AbstractContextManager[object]] | None = None,
         answered: Callable[[ClientReply], None] | None = None,
+        on_block: OnBlock | None = None,
     ) -> ClientReply:
         """Serve one request with ``upstream`` (asked for ``model``); see the module
         docstring. Upstream failures propagate as ``ModelError`` after the client's messages
@@ -184,6 +187,13 @@ class GatewayConversation(HistoryLog):
         it was sent before the call was known). Recall calls never do: tool calls are handed
         over in the reply, after the upstream is done. The reply's ``content`` is then all
         the text ``on_text`` got, and that is what the log records as the client's.
+        ``on_block`` (with ``on_text``: an Anthropic client that streams) gets every upstream
+        call's thinking blocks as they come, before that call's text, as the text goes: a
+        recall step's thinking reaches the client too. The log keeps each call's blocks with
+        its own turn (sent back upstream with it); the reply's ``thinking`` is the last
+        call's. It gets the client's own ``tool_use`` blocks as they come too (under the id
+        the reply gives them, the text before them sent first: see ``_block_sink``); recall
+        calls never.
 
         ``idle`` (a context manager factory) is entered around every wait that needs no
         interpreter: the session's turn, the upstream call and a recall cell's run in the
@@ -207,10 +217,12 @@ class GatewayConversation(HistoryLog):
             stages.lap("gate")
             self._stages = stages
             self._relay = TextRelay(on_text) if on_text is not None else None
+            self._on_block = on_block if on_text is not None else None
             self._idle = idle
             return self._handle_locked(request, upstream, model, answered)
         finally:
             self._relay = None
+            self._on_block = None
             self._idle = nullcontext
             self.lock.release()
 
@@ -359,7 +371,7 @@ class GatewayConversation(HistoryLog):
         prepared: Prepared,
         loop: _Loop,
     ) -> tuple[ClientReply, Callable[[], None] | None]:
-        nonce = uuid.uuid4().hex[:10]
+        nonce = self._nonce = uuid.uuid4().hex[:10]
         pos = len(request.messages)
         view = self._compress(loop, prepared.prefix, "turn_start")
         reply: ModelReply | None = None
@@ -517,7 +529,7 @@ class GatewayConversation(HistoryLog):
             try:
                 reply = traced_call(
                     model,
-                    partial(self._complete, upstream, messages, prefix, model, request),
+                    partial(self._complete, upstream, messages, prefix, model, request, step),
                     session=self.session_id,
                     compacted=bool(self.state.index.blocks),
                     step=step,
@@ -546,12 +558,18 @@ class GatewayConversation(HistoryLog):
         prefix: Prefix,
         model: str,
         request: ClientRequest,
+        step: int,
     ) -> ModelReply:
         tools = prefix.tool_list()
         self._stages.lap("trace")
         with self._idle():
             if self._relay is None:  # a plain upstream need not know about streaming
                 reply = upstream.complete(messages, tools, model=model, params=request.params)
+            elif self._on_block is not None:
+                reply = upstream.complete(
+                    messages, tools, model=model, params=request.params,
+                    on_text=self._relay.feed, on_block=self._block_sink(self._on_block, step),
+                )  # fmt: skip
             else:
                 reply = upstream.complete(
                     messages, tools, model=model, params=request.params, on_text=self._relay.feed
@@ -559,6 +577,32 @@ class GatewayConversation(HistoryLog):
             self._stages.lap("upstream")
         self._stages.lap("gate")  # waiting to run again after the upstream answered
         return reply
+
+    def _block_sink(self, on_block: OnBlock, step: int) -> OnBlock:
+        """``on_block`` for one upstream call: thinking blocks pass as they come; a
+        ``tool_use`` block of the client's passes too, under the id the reply will give it
+        (``_unique``), after the text the call wrote before it (``TextRelay.settle_early``:
+        a call to the client's tools makes this reply the final one, and its text is complete
+        when the block opens); a ``recall_history_python`` block never does."""
+        seen = {"client": 0, "passing": True}
+
+        def sink(kind: str, part: dict[str, Any] | None) -> None:
+            if kind == "start" and part is not None and part.get("type") == "tool_use":
+                seen["passing"] = part.get("name") != RECALL_TOOL
+                if not seen["passing"]:
+                    return
+                fresh = f"call_{self._nonce}_{step}_{seen['client']}"
+                seen["client"] += 1
+                call = ToolCall(str(part.get("id") or ""), str(part.get("name") or ""))
+                part = {**part, "id": unique_call(call, self.log, fresh).id}
+                if self._relay is not None:
+                    self._relay.settle_early()
+            elif kind == "start":
+                seen["passing"] = True
+            if seen["passing"]:
+                on_block(kind, part)
+
+        return sink
 
     def _run_recall(self, call: ToolCall, key: str, step: int) -> None:
         with self._idle():

@@ -40,6 +40,7 @@ __all__ = [
     "CACHE_PARAM",
     "DEFAULT_UPSTREAM_TIMEOUT_S",
     "HttpUpstream",
+    "OnBlock",
     "OnText",
     "Upstream",
 ]
@@ -54,11 +55,17 @@ KEEPALIVE = 256
 
 
 OnText = Callable[[str], None]
+# A thinking or tool_use block of the reply as it streams: ("start", the block as it
+# opened), ("delta", a thinking_delta, signature_delta or input_json_delta), ("stop", None).
+# Anthropic upstreams only.
+OnBlock = Callable[[str, "dict[str, Any] | None"], None]
 
 
 class Upstream(Protocol):
     """One chat completion against the upstream model; with ``on_text``, streamed (each
-    piece of text handed over as it arrives), the whole reply returned either way."""
+    piece of text handed over as it arrives), the whole reply returned either way. The
+    gateway passes ``on_block`` only to serve an Anthropic client that streams and asked
+    for extended thinking (an upstream that never writes thinking may leave it out)."""
 
     def complete(
         self,
@@ -68,6 +75,7 @@ class Upstream(Protocol):
         model: str,
         params: Mapping[str, Any],
         on_text: OnText | None = None,
+        on_block: OnBlock | None = None,
     ) -> ModelReply: ...
 
 
@@ -104,7 +112,11 @@ class HttpUpstream:
         model: str,
         params: Mapping[str, Any],
         on_text: OnText | None = None,
+        on_block: OnBlock | None = None,
     ) -> ModelReply:
+        """See ``Upstream.complete``; ``on_block`` (with ``on_text``) gets the reply's
+        thinking blocks as they come, before its text (an upstream that did not stream
+        hands them over whole, then the text)."""
         body = self.request_body(
             messages, tools, model=model, params=params, stream=on_text is not None
         )
@@ -120,10 +132,15 @@ class HttpUpstream:
                     response.read()
                     raise _status_error(response, model)
                 if "text/event-stream" in response.headers.get("content-type", ""):
-                    return self.assembled(response.iter_lines(), model, on_text or (lambda _: None))
+                    lines = response.iter_lines()
+                    return self.assembled(lines, model, on_text or _ignore, on_block)
                 # Not streamed (not asked to, or an upstream that ignores ``stream``).
                 response.read()
                 reply = self.decoded(_json_of(response, model), model)
+                if on_block is not None:
+                    for block in reply.thinking:
+                        for kind, part in whole_block_events(block):
+                            on_block(kind, part)
                 if on_text is not None and reply.content:
                     on_text(reply.content)
                 return reply
@@ -181,8 +198,31 @@ class HttpUpstream:
     def decoded(self, data: Any, model: str) -> ModelReply:
         return parse_completion(data, model)
 
-    def assembled(self, lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
-        return _assembled(lines, model, on_text)
+    def assembled(
+        self,
+        lines: Iterator[str],
+        model: str,
+        on_text: OnText,
+        on_block: OnBlock | None = None,
+    ) -> ModelReply:
+        return _assembled(lines, model, on_text)  # Chat Completions streams no thinking
+
+
+def _ignore(_: str) -> None:
+    pass
+
+
+def whole_block_events(block: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """A whole thinking block as the ``OnBlock`` calls a stream of it makes: opened empty,
+    its thinking and signature as deltas, closed (a redacted block opens whole)."""
+    if block.get("type") != "thinking":
+        return [("start", dict(block)), ("stop", None)]
+    return [
+        ("start", {"type": "thinking", "thinking": "", "signature": ""}),
+        ("delta", {"type": "thinking_delta", "thinking": str(block.get("thinking") or "")}),
+        ("delta", {"type": "signature_delta", "signature": str(block.get("signature") or "")}),
+        ("stop", None),
+    ]
 
 
 def _json_of(response: httpx.Response, model: str) -> Any:

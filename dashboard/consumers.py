@@ -155,9 +155,6 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         if rows:
             await self.send(text_data="".join(rows))
 
-    async def session_changed(self, event: dict[str, Any]) -> None:
-        await self._send_session_row(await self._session_row(event["session_id"]))
-
     async def _send_session_row(self, row: Any) -> None:
         parts = ("remove", "insert") if getattr(self, "session_rows", False) else ("replace",)
         for part in parts:
@@ -192,13 +189,6 @@ class _LiveConsumer(AsyncWebsocketConsumer):
     @database_sync_to_async
     def _spans_after(self, span_id: int, **where: Any) -> list[dict[str, Any]]:
         return live.spans_after(span_id, **where)
-
-    @database_sync_to_async
-    def _session_row(self, session_id: str) -> Any:
-        from dashboard.eventlog import get_event_log
-        from dashboard.views import session_row
-
-        return session_row(get_event_log(), session_id)
 
 
 class AlertsConsumer(_LiveConsumer):

@@ -32,7 +32,7 @@ from typing import Any
 
 from bench._ranker_fit import Question, fit_weights, objective, recalls
 from scroll_core.rank_trees import FORMAT
-from scroll_core.search import RANK_FEATURES, TREE_FEATURES
+from scroll_core.search import RANK_FEATURES, TREE_FEATURES, TREE_RANK_FEATURES
 
 __all__ = [
     "GRID",
@@ -181,28 +181,31 @@ def cross_validate(questions: Sequence[Question]) -> dict[str, Any]:
 def linear_cross_validate(questions: Sequence[Question]) -> dict[str, float]:
     """The linear ranker under the same leave-one-conversation-out folds (coordinate ascent
     from the hand formula on four conversations, scored on the fifth, the day feature held
-    at 0 as it ships): the figure the trees' cross-validation is compared with."""
-    width = len(RANK_FEATURES)
+    at 0 as it ships, the features the trees do not read held at 0 too): the figure the
+    trees' cross-validation is compared with."""
+    width = len(TREE_RANK_FEATURES)
+    pad = (0.0,) * (len(RANK_FEATURES) - width)
+    unread = ("day", *RANK_FEATURES[width:])
     folds = _folds(questions)
     scores = []
     for held in folds:
         cut = [
-            Question(tuple((s, v[:width]) for s, v in q.turns), q.evidence, q.evidence_count,
-                     q.conversation)
+            Question(tuple((s, (*v[:width], *pad)) for s, v in q.turns), q.evidence,
+                     q.evidence_count, q.conversation)
             for q in questions
         ]  # fmt: skip
         train = [q for q in cut if q.conversation != held]
-        fit = fit_weights(train, fixed=("day",))
+        fit = fit_weights(train, fixed=unread)
         scores.append(recalls([q for q in cut if q.conversation == held], fit.weights))
     mean = {m: sum(s[m] for s in scores) / len(scores) for m in scores[0]}
     return {**mean, "objective": objective(mean)}
 
 
 def rank_features_only(questions: Sequence[Question]) -> list[Question]:
-    """The questions with every feature past ``RANK_FEATURES`` set to 0: LightGBM never
+    """The questions with every feature past ``TREE_RANK_FEATURES`` set to 0: LightGBM never
     splits on a constant, so a model fitted on them is the tree ranker over the linear
     ranker's own features (a diagnostic: is it the non-linearity or the added features)."""
-    width = len(RANK_FEATURES)
+    width = len(TREE_RANK_FEATURES)
     pad = (0.0,) * (len(TREE_FEATURES) - width)
     return [
         Question(

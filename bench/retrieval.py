@@ -4,6 +4,7 @@
     python bench/retrieval.py --tune      # choose SearchTuning's constants on dev only
     python bench/retrieval.py --tune-techniques   # each issue-15 technique's setting, dev only
     python bench/retrieval.py --fit-ranker   # the learned ranker's weights, dev only
+    python bench/retrieval.py --fit-ranker --cv --fit warm   # ... and cross-validated on dev
     python bench/retrieval.py --fit-ranker --fit trees   # refit scroll_core/ranker_trees.json
     python bench/retrieval.py --fit-ranker --fit linear_cv   # the linear ranker's LOCO CV
     python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
@@ -69,14 +70,22 @@ from bench._locomo_baseline import (
     per_conversation_indexes,
 )
 from bench._locomo_split import DEV, TEST, split_of
-from bench._ranker_fit import LADDER, START, ceiling, collect, fit_weights, recalls
+from bench._ranker_fit import (
+    LADDER,
+    START,
+    ceiling,
+    collect,
+    cross_validate,
+    fit_weights,
+    recalls,
+)
 from bench._retrieval_tune import GRID, TECHNIQUE_GRID, tune_on_dev, tune_techniques
 from bench._tree_fit import fit_trees, linear_cross_validate, rank_features_only
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
 from scroll_core.ingest import ingest
 from scroll_core.rank_trees import SHIPPED_TREES
-from scroll_core.search import RANK_FEATURES
+from scroll_core.search import RANK_FEATURES, TREE_RANK_FEATURES
 
 # ../shared/data/README.md, measured on the whole data set.
 PUBLISHED_PLAIN = {"recall_at_5": 0.547, "recall_at_10": 0.631, "hit_at_10": 0.683}
@@ -203,6 +212,11 @@ def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
     }
 
 
+def _padded(values: Sequence[float]) -> tuple[float, ...]:
+    """``values`` with 0 for every ``RANK_FEATURES`` past their end."""
+    return (*values, *(0.0,) * (len(RANK_FEATURES) - len(values)))
+
+
 # One weight per technique, fixed up front (no grid): 1.0 lets a turn holding every query
 # term, or two of them side by side, count up to double.
 TECHNIQUE_WEIGHT = 1.0
@@ -210,6 +224,9 @@ TECHNIQUE_WEIGHT = 1.0
 # ``python bench/retrieval.py --fit-ranker`` (``bench/_ranker_fit.py``, dev split only), at
 # the shipped pool of 30 candidates and at 100; weights in ``RANK_FEATURES`` order.
 RANKER_WEIGHTS: tuple[float, ...] = SearchTuning().ranker_weights
+# The linear ranker shipped before the fifth round's features (what the trees were fitted
+# against, and the figure their cross-validation is compared with).
+RANKER_WEIGHTS_8: tuple[float, ...] = (1.0, 0.6, 0.4, 0.0, 0.1, 0.4, 1.0, 1.5)
 RANKER_WEIGHTS_100: tuple[float, ...] = (1.0, 0.5, 0.3, 0.2, -0.25, 0.3, 0.3, 1.5)
 # The issue-15 techniques that add or change a ranker feature, each refitted on dev from the
 # shipped weights under the shipped switches (``FITS``' warm fits): "warm" alone (the control:
@@ -219,6 +236,18 @@ RANKER_WEIGHTS_100: tuple[float, ...] = (1.0, 0.5, 0.3, 0.2, -0.25, 0.3, 0.3, 1.
 RANKER_WEIGHTS_WARM: tuple[float, ...] = (1.0, 0.6, 0.4, 0.0, 0.0, 0.4, 1.0, 1.5)
 RANKER_WEIGHTS_DAY: tuple[float, ...] = (1.0, 0.6, 0.4, 0.1, 0.0, 0.4, 1.0, 1.5, 0.1)
 RANKER_WEIGHTS_LOG: tuple[float, ...] = (1.0, 0.6, 0.3, -0.25, 0.0, 0.4, 0.8, 1.5)
+# The fifth round's features, refitted the same way (``--fit-ranker --cv --fit
+# warm_dialogue --fit warm_dates --fit warm_dialogue_dates``): the dialogue pair ("asks",
+# "answers"), the date pair ("on_day", "in_month"), then both with the day feature free.
+RANKER_WEIGHTS_DIALOGUE: tuple[float, ...] = _padded(
+    (1.0, 0.6, 0.4, 0.1, 0.1, 0.4, 0.8, 1.5, 0.0, -0.25, 0.6)
+)
+RANKER_WEIGHTS_DATES: tuple[float, ...] = (
+    1.0, 0.6, 0.4, 0.0, 0.0, 0.4, 1.0, 1.5, 0.0, 0.0, 0.0, 1.5, 1.0,
+)  # fmt: skip
+RANKER_WEIGHTS_DIALOGUE_DATES: tuple[float, ...] = (
+    1.0, 0.6, 0.3, 0.0, 0.0, 0.5, 1.0, 1.5, 0.4, -0.5, 1.0, 1.0, 1.5,
+)  # fmt: skip
 
 # The setting each issue-15 technique is measured at: its best on the dev split alone, from
 # ``python bench/retrieval.py --tune-techniques`` (grids in ``bench/_retrieval_tune.py``).
@@ -239,7 +268,7 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "ranker": ("+ learned linear ranker (fitted on dev)", {"ranker_weights": RANKER_WEIGHTS}),
     "refit": (
-        "refitted on dev from the shipped weights (control for the two below)",
+        "refitted on dev from the 8 weights shipped before (the control for the refits below)",
         {"ranker_weights": RANKER_WEIGHTS_WARM},
     ),
     "day": (
@@ -249,6 +278,18 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
     "term_rarity_log": (
         "+ term rarity over the whole log, refitted on dev from the shipped weights",
         {"term_rarity": "log", "ranker_weights": RANKER_WEIGHTS_LOG},
+    ),
+    "dialogue": (
+        "+ a turn that asks, the reply that answers, refitted on dev from the shipped weights",
+        {"ranker_weights": RANKER_WEIGHTS_DIALOGUE},
+    ),
+    "dates": (
+        "+ turns on the day or in the month the query names, refitted likewise",
+        {"ranker_weights": RANKER_WEIGHTS_DATES},
+    ),
+    "dialogue_dates": (
+        "+ both pairs and the day feature, refitted likewise",
+        {"ranker_weights": RANKER_WEIGHTS_DIALOGUE_DATES},
     ),
     # LambdaMART over ``TREE_FEATURES``, fitted on dev alone (``--fit-ranker --fit trees``,
     # ``bench/_tree_fit.py``): it replaces the linear ranker's score.
@@ -265,6 +306,11 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
         {"candidates": 100, "ranker_weights": RANKER_WEIGHTS_100},
     ),
 }
+
+
+# A technique that is a refit of the ranker's weights has no "off" switch of its own: the
+# search without it is its control fit, another row.
+OFF_ROWS = {"dates": "refit"}
 
 
 def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
@@ -294,6 +340,8 @@ def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
     )
     for name, (label, setting) in TECHNIQUES.items():
         on = all(getattr(default, k) == v for k, v in setting.items())
+        if on and name in OFF_ROWS:
+            continue  # "shipped" is the row with it, OFF_ROWS[name] the row without
         if on:
             off = {k: type(v)() for k, v in setting.items()}  # 0, 0.0 or ()
             rows[f"no_{name}"] = ("-" + label[1:], replace(default, **off))
@@ -693,17 +741,24 @@ def run_tune_techniques(bench: Bench, as_json: bool) -> None:
 # finds a local optimum that depends on where it starts, so each technique is also fitted
 # warm: from the shipped weights under the shipped switches (speaker match on), beside a
 # warm fit without it, so a dev gain is the technique's and not the new start's.
-COLD, WARM = "hand formula", "shipped weights"
+COLD, WARM = "hand formula", "the 8 weights shipped before the date features"
+# The features issue 15's fifth round added (dialogue moves, dates the query names): held at
+# 0 in every fit from before them, so each refit still measures what it measured then.
+NEW_FEATURES = ("asks", "answers", "on_day", "in_month")
 FITS: dict[str, tuple[dict[str, Any], tuple[str, ...], str]] = {
-    "30": ({"speaker_weight": 0.0}, ("day",), COLD),
-    "30_day": ({"speaker_weight": 0.0}, (), COLD),
-    "30_log": ({"speaker_weight": 0.0, "term_rarity": "log"}, ("day",), COLD),
-    "30_log_day": ({"speaker_weight": 0.0, "term_rarity": "log"}, (), COLD),
-    "100": ({"speaker_weight": 0.0, "candidates": 100}, ("day",), COLD),
-    "warm": ({}, ("day",), WARM),
-    "warm_day": ({}, (), WARM),
-    "warm_log": ({"term_rarity": "log"}, ("day",), WARM),
-    "warm_log_day": ({"term_rarity": "log"}, (), WARM),
+    "30": ({"speaker_weight": 0.0}, ("day", *NEW_FEATURES), COLD),
+    "30_day": ({"speaker_weight": 0.0}, NEW_FEATURES, COLD),
+    "30_log": ({"speaker_weight": 0.0, "term_rarity": "log"}, ("day", *NEW_FEATURES), COLD),
+    "30_log_day": ({"speaker_weight": 0.0, "term_rarity": "log"}, NEW_FEATURES, COLD),
+    "100": ({"speaker_weight": 0.0, "candidates": 100}, ("day", *NEW_FEATURES), COLD),
+    "warm": ({}, ("day", *NEW_FEATURES), WARM),
+    "warm_day": ({}, NEW_FEATURES, WARM),
+    "warm_log": ({"term_rarity": "log"}, ("day", *NEW_FEATURES), WARM),
+    "warm_log_day": ({"term_rarity": "log"}, NEW_FEATURES, WARM),
+    # Each new pair alone, then both with the day feature free.
+    "warm_dialogue": ({}, ("day", "on_day", "in_month"), WARM),
+    "warm_dates": ({}, ("day", "asks", "answers"), WARM),
+    "warm_dialogue_dates": ({}, (), WARM),
 }
 
 
@@ -730,14 +785,16 @@ def run_fit_trees(bench: Bench, only: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"collect_seconds": round(time.perf_counter() - began, 1)}
     if "linear_cv" in only:
         began = time.perf_counter()
+        width = len(TREE_RANK_FEATURES)
         out["linear_cv"] = {
             **linear_cross_validate(questions),
+            # The 8-weight linear ranker the trees were compared with (their first stop).
             "dev": recalls(
                 [
-                    replace(q, turns=tuple((s, v[: len(RANK_FEATURES)]) for s, v in q.turns))
+                    replace(q, turns=tuple((s, _padded(v[:width])) for s, v in q.turns))
                     for q in questions
                 ],
-                (*SearchTuning().ranker_weights, 0.0),
+                _padded(RANKER_WEIGHTS_8),
             ),
             "seconds": round(time.perf_counter() - began, 1),
         }
@@ -762,8 +819,9 @@ def run_fit_trees(bench: Bench, only: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = ()) -> None:
-    """The ranker's weights fitted on the dev split for each of ``FITS`` (or ``only``)."""
+def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = (), cv: bool = False) -> None:
+    """The ranker's weights fitted on the dev split for each of ``FITS`` (or ``only``); with
+    ``cv``, each fit's leave-one-conversation-out recall on dev beside its in-sample one."""
     seq_of_key = {key: seq for seq, key in bench.keys.items()}
     fits: dict[str, Any] = {}
     wanted_trees = [name for name in only if name in TREE_FITS]
@@ -777,8 +835,8 @@ def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = ()) -> Non
                 print(f"{name}: {row}", flush=True)
         if set(only) <= set(TREE_FITS):
             return
-    shipped = SearchTuning().ranker_weights
-    warm_start = (*shipped, *START[len(shipped) :])
+    # Warm fits start where the fifth round's did: the eight weights shipped before it.
+    warm_start = _padded(RANKER_WEIGHTS_8)
     for name, (setting, fixed, start) in FITS.items():
         if only and name not in only:
             continue
@@ -790,7 +848,8 @@ def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = ()) -> Non
             tuning,
             lambda item: f"locomo:{item.conversation}",
         )
-        fit = fit_weights(questions, START if start == COLD else warm_start, fixed=fixed)
+        begin = START if start == COLD else warm_start
+        fit = fit_weights(questions, begin, fixed=fixed)
         fits[name] = {
             "setting": setting,
             "start": start,
@@ -803,8 +862,12 @@ def run_fit_ranker(bench: Bench, as_json: bool, only: Sequence[str] = ()) -> Non
             "questions": len(questions),
             "dev_oracle_recall_at_10": round(ceiling(questions), 4),
         }
+        if cv:
+            fits[name]["cv"] = cross_validate(questions, begin, fixed)
         if not as_json:
             print(f"{name}: weights {tuple(fit.weights)}  dev {fit.dev}", flush=True)
+            if cv:
+                print(f"{name}: leave-one-conversation-out {fits[name]['cv']}", flush=True)
     out = {
         "objective": "mean of evidence recall@5 and @10 on the dev split",
         "ladder": list(LADDER),
@@ -834,6 +897,11 @@ def main(argv: list[str] | None = None) -> None:
         "--fit-ranker",
         action="store_true",
         help="fit the learned ranker's weights on dev (RANKER_WEIGHTS, bench/_ranker_fit.py)",
+    )
+    parser.add_argument(
+        "--cv",
+        action="store_true",
+        help="with --fit-ranker: each fit's leave-one-conversation-out recall on dev too",
     )
     parser.add_argument(
         "--fit",
@@ -871,7 +939,7 @@ def main(argv: list[str] | None = None) -> None:
                 run_tune(bench, args.json)
                 return
             if args.fit_ranker:
-                run_fit_ranker(bench, args.json, args.fit)
+                run_fit_ranker(bench, args.json, args.fit, args.cv)
                 return
             if args.tune_techniques:
                 run_tune_techniques(bench, args.json)

@@ -91,14 +91,18 @@ def ranker_fit(monkeypatch):
 
 def test_fitting_moves_a_weight_only_when_dev_recall_rises(ranker_fit):
     q = ranker_fit.Question
+
     # Evidence 2 wins only with window coverage weighed; the hand formula puts 1 first.
     # Ten more turns per question push the evidence out of the top 10 at the start.
-    noise = tuple((100 + i, (0.6, *[0.0] * 8)) for i in range(10))
+    def v(*values: float) -> tuple[float, ...]:
+        return (*values, *[0.0] * (len(RANK_FEATURES) - len(values)))
+
+    noise = tuple((100 + i, v(0.6)) for i in range(10))
     questions = [
-        q(turns=((1, (0.9, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0)),
-                 (2, (0.3, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0)), *noise),
+        q(turns=((1, v(0.9, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)),
+                 (2, v(0.3, 0.0, 0.0, 0.0, 1.0)), *noise),
           evidence=frozenset({2}), evidence_count=1),
-        q(turns=((3, (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0)), *noise),
+        q(turns=((3, v(1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)), *noise),
           evidence=frozenset({3}), evidence_count=1),
     ]  # fmt: skip
     fit = ranker_fit.fit_weights(questions)
@@ -152,3 +156,45 @@ def test_the_oracle_ceiling_counts_the_evidence_read_at_most_k(ranker_fit):
     ]
     assert ranker_fit.ceiling(questions) == pytest.approx((2 / 3 + 0) / 2)
     assert ranker_fit.ceiling(questions, k=1) == pytest.approx((1 / 3) / 2)
+
+
+def test_the_array_scorer_ranks_exactly_as_the_plain_loop(ranker_fit):
+    # Random features with repeated values (ties broken by the lower seq), turns scoring 0 or
+    # less (never ranked), evidence counted beyond what was read: the fit's scorer must give
+    # the plain loop's figures for any weights.
+    import random
+
+    rng = random.Random(7)
+    width = len(RANK_FEATURES)
+    questions = []
+    for i in range(40):
+        turns = tuple(
+            (seq, tuple(rng.choice((0.0, 0.0, 0.5, 1.0, rng.random())) for _ in range(width)))
+            for seq in rng.sample(range(1000), rng.randint(1, 30))
+        )
+        evidence = frozenset(rng.sample([s for s, _ in turns], min(3, len(turns))))
+        questions.append(
+            ranker_fit.Question(turns, evidence, len(evidence) + i % 2, f"conv-{i % 4}")
+        )
+    scorer = ranker_fit._Scorer(questions)
+    for _ in range(25):
+        weights = [rng.choice((-1.0, 0.0, 0.3, 1.0)) for _ in range(width)]
+        assert scorer(weights) == pytest.approx(ranker_fit.recalls(questions, weights), abs=1e-12)
+    with pytest.raises(ValueError, match=f"{width} weights needed"):
+        scorer([1.0])
+    # Leave-one-conversation-out: each conversation scored by weights fitted on the other
+    # three, averaged over questions (not over conversations: these hold 10 each, so the
+    # uneven split below tells the two apart).
+    uneven = questions + [
+        ranker_fit.Question(q.turns, q.evidence, q.evidence_count, "conv-0") for q in questions[:8]
+    ]
+    expected = {"recall_at_5": 0.0, "recall_at_10": 0.0}
+    for held in ("conv-0", "conv-1", "conv-2", "conv-3"):
+        train = [q for q in uneven if q.conversation != held]
+        test = [q for q in uneven if q.conversation == held]
+        got = ranker_fit.recalls(test, ranker_fit.fit_weights(train).weights)
+        for metric in expected:
+            expected[metric] += got[metric] * len(test) / len(uneven)
+    assert ranker_fit.cross_validate(uneven) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="two conversations"):
+        ranker_fit.cross_validate([q for q in questions if q.conversation == "conv-0"])

@@ -276,3 +276,48 @@ def test_technique_tuning_reads_dev_items_only_and_says_whether_each_gains():
     assert set(seen) <= set(DEV) and seen
     assert out["speaker"]["chosen"] == {"speaker_weight": 1.0} and out["speaker"]["gains_on_dev"]
     assert not out["exact"]["gains_on_dev"]
+
+
+def test_the_dated_held_out_questions_name_the_evidences_day_or_another(retrieval, tmp_path):
+    import importlib
+
+    from bench._heldout import HeldoutItem
+    from scroll_core import EventLog
+
+    dates = importlib.import_module("bench.heldout_dates")
+    with EventLog(tmp_path / "log.sqlite3") as log:
+        seqs = [
+            log.append(session_id=session, kind="chat_turn", role="user", content=text,
+                       created_at=f"{day}T10:00:0{i}Z")
+            for i, (session, day, text) in enumerate([
+                ("cc:a", "2025-04-01", "the parser drops trailing commas"),
+                ("cc:a", "2025-04-01", "fixed in the tokenizer"),
+                ("cc:b", "2025-06-14", "release notes drafted"),
+            ])
+        ]  # fmt: skip
+        items = [
+            HeldoutItem("words", "parser trailing commas", seqs[0], None),
+            HeldoutItem("note", "ignored: not a words item", seqs[1], None),
+            HeldoutItem("words", "release notes drafted", seqs[2], None),
+        ]
+        asked = dates.variants(log, items)
+        assert [i.question for i in asked["plain"]] == [
+            "parser trailing commas",
+            "release notes drafted",
+        ]
+        assert [i.question for i in asked["right_day"]] == [
+            "parser trailing commas on 01 April 2025",
+            "release notes drafted on 14 June 2025",
+        ]
+        # Another day: the busiest one that is not the evidence's.
+        assert [i.question for i in asked["other_day"]] == [
+            "parser trailing commas on 14 June 2025",
+            "release notes drafted on 01 April 2025",
+        ]
+        log.search_tuning = dates.SearchTuning()
+        assert dates.score(log, asked["plain"])["recall_at_10"] == 1.0
+    with EventLog(tmp_path / "one_day.sqlite3") as log:
+        seq = log.append(session_id="cc:a", kind="chat_turn", role="user", content="one day",
+                         created_at="2025-04-01T10:00:00Z")  # fmt: skip
+        with pytest.raises(ValueError, match="one day: no other day to name"):
+            dates.variants(log, [HeldoutItem("words", "one day", seq, None)])

@@ -83,10 +83,8 @@ SEARCH_DOC: dict[str, Any] = {
     "ranking": (
         "BM25 over content, headline and name (terms OR-ed, stop words dropped), raised for a "
         "turn holding more of the query's terms and holding two of them close together; a "
-        "turn also gains from matches in the turns beside it in its session, and from being "
-        "logged on a day or in a month the query writes out in full ('13 October 2023', "
-        "'2023-10-13', 'October 2023': a soft preference, unlike the on/since/until "
-        "filters). Deterministic, no model."
+        "turn also gains from matches in the turns beside it in its session. Deterministic, "
+        "no model."
     ),
     "filters": {
         "session": "one session id (ms.sessions() lists them); '*' or None for all",

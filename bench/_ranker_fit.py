@@ -31,6 +31,7 @@ __all__ = [
     "collect",
     "cross_validate",
     "fit_weights",
+    "folds",
     "objective",
     "recalls",
 ]
@@ -163,6 +164,14 @@ class _Scorer:
         return out
 
 
+def folds(questions: Sequence[Question]) -> list[str]:
+    """The conversations the questions come from: one fold each, held out in turn."""
+    conversations = sorted({q.conversation for q in questions})
+    if len(conversations) < 2:
+        raise ValueError("cross-validation needs questions from two conversations or more")
+    return conversations
+
+
 def cross_validate(
     questions: Sequence[Question],
     start: Sequence[float] = START,
@@ -171,11 +180,8 @@ def cross_validate(
     """Leave-one-conversation-out recall of ``fit_weights(start, fixed)``: fitted on all
     conversations but one, scored on that one, averaged over questions. The figure a fit's
     in-sample dev recall overstates."""
-    conversations = sorted({q.conversation for q in questions})
-    if len(conversations) < 2:
-        raise ValueError("cross-validation needs questions from two conversations or more")
     totals = {"recall_at_5": 0.0, "recall_at_10": 0.0}
-    for held in conversations:
+    for held in folds(questions):
         train = [q for q in questions if q.conversation != held]
         test = [q for q in questions if q.conversation == held]
         got = _recalls(test, fit_weights(train, start, fixed).weights)

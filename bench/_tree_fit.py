@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._ranker_fit import Question, fit_weights, objective, recalls
+from bench._ranker_fit import Question, fit_weights, folds, objective, recalls
 from scroll_core.rank_trees import FORMAT
 from scroll_core.search import RANK_FEATURES, TREE_FEATURES, TREE_RANK_FEATURES
 
@@ -147,22 +147,15 @@ def _predictor(ranker: Any) -> Any:
     )
 
 
-def _folds(questions: Sequence[Question]) -> list[str]:
-    conversations = sorted({q.conversation for q in questions})
-    if len(conversations) < 2:
-        raise ValueError("cross-validation needs questions from two conversations or more")
-    return conversations
-
-
 def cross_validate(questions: Sequence[Question]) -> dict[str, Any]:
     """Leave-one-conversation-out objective of every ``GRID`` setting at every
     ``TREE_COUNTS`` size, and the best (ties to fewer leaves, then fewer trees)."""
-    folds = _folds(questions)
+    held_out = folds(questions)
     results = []
     for values in itertools.product(*GRID.values()):
         setting = dict(zip(GRID, values, strict=True))
         per_size: dict[int, list[dict[str, float]]] = {n: [] for n in TREE_COUNTS}
-        for held in folds:
+        for held in held_out:
             train = [q for q in questions if q.conversation != held]
             test = [q for q in questions if q.conversation == held]
             ranker = _fit(train, setting, MAX_TREES)
@@ -175,7 +168,7 @@ def cross_validate(questions: Sequence[Question]) -> dict[str, Any]:
         results,
         key=lambda r: (round(r["objective"], 9), -r["num_leaves"], -r["trees"]),
     )
-    return {"folds": folds, "results": results, "best": best}
+    return {"folds": held_out, "results": results, "best": best}
 
 
 def linear_cross_validate(questions: Sequence[Question]) -> dict[str, float]:
@@ -186,9 +179,9 @@ def linear_cross_validate(questions: Sequence[Question]) -> dict[str, float]:
     width = len(TREE_RANK_FEATURES)
     pad = (0.0,) * (len(RANK_FEATURES) - width)
     unread = ("day", *RANK_FEATURES[width:])
-    folds = _folds(questions)
+    held_out = folds(questions)
     scores = []
-    for held in folds:
+    for held in held_out:
         cut = [
             Question(tuple((s, (*v[:width], *pad)) for s, v in q.turns), q.evidence,
                      q.evidence_count, q.conversation)

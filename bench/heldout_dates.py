@@ -82,18 +82,34 @@ def score(log: EventLog, items: list[HeldoutItem]) -> dict[str, float]:
     }
 
 
+METRICS = ("recall_at_5", "recall_at_10", "mrr_at_10")
+
+
 def run(data: Path) -> dict[str, Any]:
+    """Figures ``<tuning>.<variant>.<metric>`` and the README's tables over them."""
     tunings = {
         "shipped": SearchTuning(),
         "dates": replace(SearchTuning(), ranker_weights=RANKER_WEIGHTS_DATES),
     }
+    figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp, heldout_log(data, Path(tmp)) as log:
         asked = variants(log, build_items(Path(tmp) / "heldout.sqlite3"))
-        figures: dict[str, Any] = {"items": len(asked["plain"])}
+        figures["items"] = len(asked["plain"])
         for name, tuning in tunings.items():
             log.search_tuning = tuning
-            figures[name] = {variant: score(log, asked[variant]) for variant in VARIANTS}
-    return figures
+            for variant in VARIANTS:
+                for metric, value in score(log, asked[variant]).items():
+                    figures[f"{name}.{variant}.{metric}"] = value
+    tables = [
+        {
+            "title": f"{metric} of the held-out `words` questions: shipped, date pair on",
+            "rows": list(VARIANTS),
+            "columns": list(tunings),
+            "key": f"{{column}}.{{row}}.{metric}",
+        }
+        for metric in METRICS
+    ]
+    return {"figures": figures, "readme_tables": tables}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,16 +119,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = run(args.data)
     if args.json:
-        emit({"figures": result}, True)
+        emit(result, True)
         return
-    print(f"{result['items']} held-out `words` questions")
+    figures = result["figures"]
+    print(f"{figures['items']} held-out `words` questions")
     for name in ("shipped", "dates"):
         for variant in VARIANTS:
-            row = result[name][variant]
-            print(
-                f"{name:<8} {variant:<10} r@5 {row['recall_at_5']:.3f}  "
-                f"r@10 {row['recall_at_10']:.3f}  MRR@10 {row['mrr_at_10']:.3f}"
-            )
+            row = "  ".join(f"{m} {figures[f'{name}.{variant}.{m}']:.3f}" for m in METRICS)
+            print(f"{name:<8} {variant:<10} {row}")
 
 
 if __name__ == "__main__":

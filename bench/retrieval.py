@@ -308,11 +308,6 @@ TECHNIQUES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-# A technique that is a refit of the ranker's weights has no "off" switch of its own: the
-# search without it is its control fit, another row.
-OFF_ROWS = {"dates": "refit"}
-
-
 def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
     """The shipped search, each signal it has taken out in turn, each candidate added."""
     default = SearchTuning()
@@ -340,8 +335,6 @@ def ablation_tunings() -> dict[str, tuple[str, SearchTuning]]:
     )
     for name, (label, setting) in TECHNIQUES.items():
         on = all(getattr(default, k) == v for k, v in setting.items())
-        if on and name in OFF_ROWS:
-            continue  # "shipped" is the row with it, OFF_ROWS[name] the row without
         if on:
             off = {k: type(v)() for k, v in setting.items()}  # 0, 0.0 or ()
             rows[f"no_{name}"] = ("-" + label[1:], replace(default, **off))

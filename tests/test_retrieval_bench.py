@@ -321,3 +321,21 @@ def test_the_dated_held_out_questions_name_the_evidences_day_or_another(retrieva
                          created_at="2025-04-01T10:00:00Z")  # fmt: skip
         with pytest.raises(ValueError, match="one day: no other day to name"):
             dates.variants(log, [HeldoutItem("words", "one day", seq, None)])
+
+
+def test_the_dated_check_publishes_each_tuning_variant_and_metric(retrieval):
+    import importlib
+
+    dates = importlib.import_module("bench.heldout_dates")
+    result = dates.run(LOCOMO.parents[1])
+    figures = result["figures"]
+    for table in result["readme_tables"]:
+        for row in table["rows"]:
+            for column in table["columns"]:
+                assert table["key"].format(row=row, column=column) in figures
+    assert figures["items"] > 0
+    # As asked, no question names a date: the date pair changes nothing.
+    for metric in dates.METRICS:
+        assert figures[f"dates.plain.{metric}"] == figures[f"shipped.plain.{metric}"]
+    # Naming another day than the evidence's costs the date pair, not the shipped search.
+    assert figures["dates.other_day.recall_at_5"] < figures["shipped.other_day.recall_at_5"]

@@ -54,6 +54,9 @@ class Question:
     evidence_count: int
     # The LoCoMo conversation it is about (the tree fit's cross-validation folds).
     conversation: str = ""
+    # Its share in the fit's mean recall: 1 for a question as asked; less for a variant
+    # standing for one of several ways it might be asked (``bench/wrong_dates.py``).
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,8 @@ def recalls(questions: Sequence[Question], weights: Sequence[float]) -> dict[str
 def _recalls(questions: Sequence[Question], weights: Sequence[float]) -> dict[str, float]:
     r5 = r10 = 0.0
     for q in questions:
+        if q.weight <= 0:
+            raise ValueError(f"a question's weight must be positive, got {q.weight}")
         scored = []
         for seq, values in q.turns:
             total = sum(w * x for w, x in zip(weights, values, strict=True))
@@ -118,9 +123,9 @@ def _recalls(questions: Sequence[Question], weights: Sequence[float]) -> dict[st
                 scored.append((-total, seq))
         scored.sort()
         top = [seq for _, seq in scored[:10]]
-        r5 += len(q.evidence.intersection(top[:5])) / q.evidence_count
-        r10 += len(q.evidence.intersection(top)) / q.evidence_count
-    n = len(questions)
+        r5 += q.weight * len(q.evidence.intersection(top[:5])) / q.evidence_count
+        r10 += q.weight * len(q.evidence.intersection(top)) / q.evidence_count
+    n = sum(q.weight for q in questions)
     return {"recall_at_5": r5 / n, "recall_at_10": r10 / n}
 
 
@@ -143,6 +148,10 @@ class _Scorer:
         self.seq = np.array([seq for _, seq, _ in rows], dtype=np.int64)
         self.evidence = np.array([seq in questions[i].evidence for i, seq, _ in rows], dtype=float)
         self.counts = np.array([q.evidence_count for q in questions], dtype=float)
+        self.weights = np.array([q.weight for q in questions], dtype=float)
+        if (self.weights <= 0).any():
+            raise ValueError("a question's weight must be positive")
+        self.weights /= self.weights.sum() or 1.0
 
     def __call__(self, weights: Sequence[float]) -> dict[str, float]:
         np = self.np
@@ -160,7 +169,7 @@ class _Scorer:
         out = {}
         for k in (5, 10):
             held = np.bincount(question, weights=found * (place < k), minlength=n)
-            out[f"recall_at_{k}"] = float((held / self.counts).mean())
+            out[f"recall_at_{k}"] = float((held / self.counts * self.weights).sum())
         return out
 
 
@@ -178,16 +187,16 @@ def cross_validate(
     fixed: Sequence[str] = (),
 ) -> dict[str, float]:
     """Leave-one-conversation-out recall of ``fit_weights(start, fixed)``: fitted on all
-    conversations but one, scored on that one, averaged over questions. The figure a fit's
-    in-sample dev recall overstates."""
+    conversations but one, scored on that one, averaged over questions (by their weight).
+    The figure a fit's in-sample dev recall overstates."""
     totals = {"recall_at_5": 0.0, "recall_at_10": 0.0}
     for held in folds(questions):
         train = [q for q in questions if q.conversation != held]
         test = [q for q in questions if q.conversation == held]
         got = _recalls(test, fit_weights(train, start, fixed).weights)
         for metric in totals:
-            totals[metric] += got[metric] * len(test)
-    return {metric: total / len(questions) for metric, total in totals.items()}
+            totals[metric] += got[metric] * sum(q.weight for q in test)
+    return {metric: total / sum(q.weight for q in questions) for metric, total in totals.items()}
 
 
 def ceiling(questions: Sequence[Question], k: int = 10) -> float:

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
-__all__ = ["NamedDates", "named_dates"]
+__all__ = ["DateMention", "NamedDates", "date_mentions", "named_dates"]
 
 _MONTHS = {
     name: number
@@ -83,12 +83,21 @@ class NamedDates:
         return bool(self.months)
 
 
-@functools.lru_cache(maxsize=1024)
-def named_dates(text: str) -> NamedDates:
-    """Every calendar day and month written out in full in ``text`` (see the module's
-    docstring for the forms); empty when there is none."""
-    days: set[str] = set()
-    months: set[str] = set()
+@dataclass(frozen=True)
+class DateMention:
+    """One date written out in ``text[start:end]``: a day (``YYYY-MM-DD``) or, when
+    ``day`` is None, a month (``YYYY-MM``)."""
+
+    start: int
+    end: int
+    month: str
+    day: str | None
+
+
+def date_mentions(text: str) -> list[DateMention]:
+    """Every date ``named_dates`` reads in ``text``, where it is written, in text order. A
+    day's month is not a mention of its own; an impossible day is not a mention at all."""
+    found_at: list[DateMention] = []
     taken: list[tuple[int, int]] = []
     for pattern in _PATTERNS:
         for found in pattern.finditer(text):
@@ -100,13 +109,24 @@ def named_dates(text: str) -> NamedDates:
             month = int(parts["nmonth"]) if parts.get("nmonth") else _MONTHS[parts["month"].lower()]
             if not 1 <= month <= 12:
                 continue
+            day = None
             if parts.get("day"):
                 try:
-                    day = date(year, month, int(parts["day"]))
+                    day = date(year, month, int(parts["day"])).isoformat()
                 except ValueError:
                     taken.append((start, end))  # not a day, and its month not meant either
                     continue
-                days.add(day.isoformat())
             taken.append((start, end))
-            months.add(f"{year:04d}-{month:02d}")
-    return NamedDates(frozenset(days), frozenset(months))
+            found_at.append(DateMention(start, end, f"{year:04d}-{month:02d}", day))
+    return sorted(found_at, key=lambda m: m.start)
+
+
+@functools.lru_cache(maxsize=1024)
+def named_dates(text: str) -> NamedDates:
+    """Every calendar day and month written out in full in ``text`` (see the module's
+    docstring for the forms); empty when there is none."""
+    mentions = date_mentions(text)
+    return NamedDates(
+        frozenset(m.day for m in mentions if m.day),
+        frozenset(m.month for m in mentions),
+    )

@@ -10,7 +10,7 @@ import pytest
 from search_corpus import add, ranked
 
 from scroll_core import ConfigError, SearchTuning
-from scroll_core.query_dates import named_dates
+from scroll_core.query_dates import date_mentions, named_dates
 from scroll_core.search import RANK_FEATURES, SQLITE, SearchFilters, search_features
 
 AT = {name: i for i, name in enumerate(RANK_FEATURES)}
@@ -77,6 +77,17 @@ def test_days_and_months_written_out_in_full_are_read(text, days, months):
 def test_vague_impossible_or_versioned_dates_name_nothing(text):
     found = named_dates(text)
     assert not found and not found.days and not found.months
+
+
+def test_each_mention_says_where_the_date_is_written_in_text_order():
+    text = "moved in May 2023, signed on 13 October 2023 and 2023-02-31, shipped 2023-11-02"
+    found = date_mentions(text)
+    assert [(text[m.start : m.end], m.month, m.day) for m in found] == [
+        ("May 2023", "2023-05", None),
+        ("13 October 2023", "2023-10", "2023-10-13"),
+        ("2023-11-02", "2023-11", "2023-11-02"),
+    ]  # the impossible 2023-02-31 is no mention, nor is its month
+    assert date_mentions("nothing dated here") == []
 
 
 def test_a_question_turn_asks_and_the_reply_after_it_answers(log):

@@ -198,3 +198,26 @@ def test_the_array_scorer_ranks_exactly_as_the_plain_loop(ranker_fit):
     assert ranker_fit.cross_validate(uneven) == pytest.approx(expected)
     with pytest.raises(ValueError, match="two conversations"):
         ranker_fit.cross_validate([q for q in questions if q.conversation == "conv-0"])
+
+
+def test_a_questions_weight_is_its_share_of_the_mean_recall(ranker_fit):
+    # Two questions, one found at rank 1 and one not read: weighted 3 to 1, the mean is 3/4
+    # in both scorers; a weight of 0 or less is refused rather than dividing by it.
+    width = len(RANK_FEATURES)
+    one = (1.0,) + (0.0,) * (width - 1)
+    found = ranker_fit.Question(((1, one),), frozenset({1}), 1, "a", weight=3.0)
+    missed = ranker_fit.Question(((2, one),), frozenset({9}), 1, "b")
+    weights = [1.0] + [0.0] * (width - 1)
+    for score in (
+        ranker_fit._Scorer([found, missed]),
+        lambda w: ranker_fit.recalls([found, missed], w),
+    ):
+        assert score(weights) == {"recall_at_5": 0.75, "recall_at_10": 0.75}
+    assert ranker_fit.recalls([found, replace(missed, weight=1.0 / 3)], weights)[
+        "recall_at_10"
+    ] == pytest.approx(0.9)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="weight must be positive"):
+            ranker_fit._Scorer([replace(found, weight=bad)])
+        with pytest.raises(ValueError, match="weight must be positive"):
+            ranker_fit.recalls([replace(found, weight=bad)], weights)

@@ -339,3 +339,78 @@ def test_the_dated_check_publishes_each_tuning_variant_and_metric(retrieval):
         assert figures[f"dates.plain.{metric}"] == figures[f"shipped.plain.{metric}"]
     # Naming another day than the evidence's costs the date pair, not the shipped search.
     assert figures["dates.other_day.recall_at_5"] < figures["shipped.other_day.recall_at_5"]
+
+
+def _dated_sample(sample_id: str, days: list[str], turns: list[tuple[int, str]], qa: list) -> dict:
+    conversation: dict[str, Any] = {"speaker_a": "Ann", "speaker_b": "Bob"}
+    for number, day in enumerate(days, start=1):
+        conversation[f"session_{number}_date_time"] = f"1:00 pm on {day}"
+        texts = [text for session, text in turns if session == number]
+        conversation[f"session_{number}"] = [
+            {"speaker": "Ann", "dia_id": f"D{number}:{i}", "text": text}
+            for i, text in enumerate(texts, start=1)
+        ]
+    return {"sample_id": sample_id, "conversation": conversation, "qa": qa}
+
+
+def test_a_day_naming_question_is_asked_again_on_the_nearest_and_furthest_other_day(
+    retrieval, tmp_path
+):
+    import importlib
+
+    wrong = importlib.import_module("bench.wrong_dates")
+    # The helpers: every written day replaced, a month left alone; no other day, no copies.
+    assert wrong.ask_on("on 3 May, 2023 and 2023-05-01, in June 2023?", "2023-06-20") == (
+        "on 20 June 2023 and 20 June 2023, in June 2023?"
+    )
+    assert wrong.other_days("2023-05-03", {"2023-05-03"}, {"2023-05-03"}) == {}
+    days = ["1 May, 2023", "3 May, 2023", "20 June, 2023"]
+    turns = [(1, "I adopted a puppy."), (2, "We went kayaking at the lake."), (3, "New job!")]
+    qa = [
+        {"question": "Where did Ann go kayaking on 3 May, 2023?", "evidence": ["D2:1"],
+         "category": 2},
+        {"question": "What did Ann adopt?", "evidence": ["D1:1"], "category": 4},
+        # Its evidence spans the only days it does not name: no wrong day is left to ask on.
+        {"question": "What happened on 3 May, 2023?", "evidence": ["D1:1", "D3:1"],
+         "category": 1},
+    ]  # fmt: skip
+    root = tmp_path / "data" / "locomo"
+    root.mkdir(parents=True)
+    (root / "locomo10.json").write_text(
+        json.dumps(
+            [_dated_sample("conv-30", days, turns, qa), _dated_sample("conv-26", days, turns, qa)]
+        )
+    )
+    check = wrong.WrongDates(tmp_path / "data", tmp_path / "work")
+    try:
+        asked = check.variants("test")
+        assert [i.question for i in asked["all"]] == [q["question"] for q in qa]
+        assert [i.question for i in asked["as_asked"]] == [qa[0]["question"]]
+        assert [i.question for i in asked["near"]] == ["Where did Ann go kayaking on 01 May 2023?"]
+        assert [i.question for i in asked["far"]] == ["Where did Ann go kayaking on 20 June 2023?"]
+        assert asked["near"][0].evidence == asked["as_asked"][0].evidence
+        assert {i.conversation for v in asked.values() for i in v} == {"conv-30"}
+        # The hedged fit weighs the date pair only: what it holds at 0 stays 0.
+        weights = check.hedged_weights()
+        assert len(weights) == len(retrieval.RANK_FEATURES)
+        for name in wrong.HELD_AT_ZERO:
+            assert weights[retrieval.RANK_FEATURES.index(name)] == 0.0
+    finally:
+        check.close()
+
+
+def test_the_wrong_day_check_publishes_each_tuning_variant_and_metric(retrieval):
+    import importlib
+
+    wrong = importlib.import_module("bench.wrong_dates")
+    result = wrong.run(LOCOMO.parents[1])
+    figures = result["figures"]
+    for table in result["readme_tables"]:
+        for row in table["rows"]:
+            for column in table["columns"]:
+                assert table["key"].format(row=row, column=column) in figures
+    assert figures["items.as_asked"] == figures["items.far"] > 0
+    # The fit on LoCoMo as asked gains where the named day is right and loses where it is
+    # far off; the shipped search reads no date at all.
+    assert figures["dates.as_asked.recall_at_10"] > figures["shipped.as_asked.recall_at_10"]
+    assert figures["dates.far.recall_at_5"] < figures["shipped.far.recall_at_5"]

@@ -156,10 +156,9 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             await self.send(text_data="".join(rows))
 
     async def _send_session_row(self, row: Any) -> None:
-        parts = ("remove", "insert") if getattr(self, "session_rows", False) else ("replace",)
-        for part in parts:
-            html = render_to_string("dashboard/_session_oob.html", {"r": row, "part": part})
-            await self.send(text_data=html.strip())
+        part = "move" if getattr(self, "session_rows", False) else "replace"
+        html = render_to_string("dashboard/_session_oob.html", {"r": row, "part": part})
+        await self.send(text_data=html.strip())
 
     def _wants(self, span: dict[str, Any]) -> bool:
         return self._unseen(span)

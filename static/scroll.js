@@ -51,6 +51,26 @@
     });
   }
 
+  // A moved row (an insertion marked data-move) replaces the one the page shows wherever it
+  // is, in the same swap, so no frame shows the row twice or not at all; the ids named in
+  // data-removes (an empty-table note) go with it.
+  function moveShown(evt) {
+    var detail = evt.detail || {};
+    var fragment = detail.fragment, target = detail.target;
+    if (!fragment || !target || !fragment.dataset || fragment.dataset.move === undefined) {
+      dropShown(evt);
+      return;
+    }
+    Array.from(fragment.children).forEach(function (el) {
+      var shown = el.id ? document.getElementById(el.id) : null;
+      if (shown && shown !== target) shown.remove();
+    });
+    (fragment.dataset.removes || "").split(/\s+/).forEach(function (id) {
+      var el = id ? document.getElementById(id) : null;
+      if (el) el.remove();
+    });
+  }
+
   // An empty table (or list) shows a "none" row, hidden while other rows share its body.
   function markEmpty() {
     document.querySelectorAll("tbody > tr.none, ul > li.none").forEach(function (row) {
@@ -59,7 +79,7 @@
   }
 
   document.addEventListener("htmx:afterSwap", function (evt) { drawCharts(evt.target.parentNode || document); });
-  document.addEventListener("htmx:oobBeforeSwap", dropShown);
+  document.addEventListener("htmx:oobBeforeSwap", moveShown);
   document.addEventListener("htmx:oobAfterSwap", function (evt) {
     markEmpty();
     trim("span-rows");

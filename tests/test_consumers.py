@@ -276,17 +276,16 @@ async def test_a_brand_new_session_is_inserted_at_the_top_of_the_first_page(user
         await get_channel_layer().group_send(
             SPANS, {"type": "session.changed", "session_id": sid, "summary": {}}
         )
-        remove = await communicator.receive_from(timeout=2)
-        insert = await communicator.receive_from(timeout=2)
+        move = await communicator.receive_from(timeout=2)
         safe = session_safe_id(sid)
-        # Any row it already had goes (no duplicate), the empty-table note too, ...
-        assert f'<div id="session-{safe}" hx-swap-oob="delete"></div>' in remove
-        assert '<div id="sessions-empty" hx-swap-oob="delete"></div>' in remove
-        # ... and the row lands first in the table body, counting the new event.
-        assert insert.startswith('<tbody hx-swap-oob="afterbegin:#session-rows">')
-        assert f'<tr id="session-{safe}" class="session">' in insert
-        assert f'href="/sessions/{sid}/"' in insert
-        assert '<td class="num">1</td>' in insert
+        # One frame: the row lands first in the table body, counting the new event; the page
+        # (static/scroll.js) drops the row it had, and the empty-log note, in the same swap.
+        assert move.startswith(
+            '<tbody hx-swap-oob="afterbegin:#session-rows" data-move data-removes="sessions-empty">'
+        )
+        assert f'<tr id="session-{safe}" class="session">' in move
+        assert f'href="/sessions/{sid}/"' in move
+        assert '<td class="num">1</td>' in move
         assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()
@@ -600,11 +599,10 @@ async def test_a_session_written_after_the_sessions_page_rendered_is_inserted(us
     )
     communicator, _ = await _connect(f"/ws/feed/?spans=0&sessions=1&seq_after={seq}", user)
     try:
-        remove = await communicator.receive_from(timeout=2)
-        insert = await communicator.receive_from(timeout=2)
+        move = await communicator.receive_from(timeout=2)
         safe = session_safe_id("run:late")
-        assert f'<div id="session-{safe}" hx-swap-oob="delete"></div>' in remove
-        assert f'<tr id="session-{safe}" class="session">' in insert
+        assert 'hx-swap-oob="afterbegin:#session-rows" data-move' in move
+        assert f'<tr id="session-{safe}" class="session">' in move
         assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()

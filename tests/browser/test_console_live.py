@@ -159,6 +159,37 @@ def test_main_pages_render(page, console_log):
     assert session_safe_id(SID)
 
 
+def test_a_changed_session_moves_to_the_top_and_is_never_missing_on_the_way(page, console_log):
+    # Two sessions; the older one (second row) gets a new event. A MutationObserver records
+    # how many rows carry its id after every batch of changes the page makes: moved in one
+    # swap, it is never seen missing (nor twice) between removal and insertion.
+    console_log.append(session_id="run:older", kind="context_msg", role="user", content="a")
+    console_log.append(session_id="run:newer", kind="context_msg", role="user", content="b")
+    older = f"session-{session_safe_id('run:older')}"
+    page.goto(page.base + "/")
+    _wait_live(page)
+    rows = "#session-rows > tr.session"
+    assert page.locator(rows).nth(1).get_attribute("id") == older
+    page.evaluate(
+        """(id) => {
+            window.__seen = [];
+            new MutationObserver(() => {
+                window.__seen.push(document.querySelectorAll("#" + CSS.escape(id)).length);
+            }).observe(document.getElementById("session-rows"), {childList: true});
+        }""",
+        older,
+    )
+    console_log.append(session_id="run:older", kind="context_msg", role="user", content="c")
+    _send("scroll.spans", {"type": "session.changed", "session_id": "run:older", "summary": {}})
+    page.wait_for_function(
+        "(id) => document.querySelector('#session-rows > tr.session').id === id", arg=older
+    )
+    assert page.locator(f"#{older}").count() == 1
+    assert page.locator(rows).count() == 2
+    seen = page.evaluate("window.__seen")
+    assert seen and set(seen) == {1}
+
+
 def test_a_brand_new_session_appears_in_the_sessions_table_without_reloading(page, console_log):
     page.goto(page.base + "/")
     _wait_live(page)

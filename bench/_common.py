@@ -12,6 +12,7 @@ tables:
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -123,3 +124,27 @@ def emit(result: dict[str, Any], as_json: bool, *, quick: bool | None = None) ->
     width = max(len(k) for k in result)
     for key, value in result.items():
         print(f"{key:<{width}}  {value}")
+
+
+def metric_tables(
+    title: str, rows: list[str], columns: list[str], metrics: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """One README pivot table per metric over figures ``<column>.<row>.<metric>``
+    (``bench/readme_tables.py``); ``title`` is formatted with ``{metric}``."""
+    return [
+        {
+            "title": title.format(metric=metric),
+            "rows": list(rows),
+            "columns": list(columns),
+            "key": f"{{column}}.{{row}}.{metric}",
+        }
+        for metric in metrics
+    ]
+
+
+def data_and_json(doc: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """The two options of a bench over the shared data alone: ``--data`` and ``--json``."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    return parser.parse_args(argv)

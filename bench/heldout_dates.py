@@ -22,7 +22,6 @@ Each under the shipped search and under the date pair refitted on dev (row ``dat
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from collections import Counter
 from dataclasses import replace
@@ -30,7 +29,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from _common import SHARED_DATA, emit
+from _common import data_and_json, emit, metric_tables
 
 from bench._heldout import HeldoutItem, build_items, heldout_log
 from bench.retrieval import RANKER_WEIGHTS_DATES
@@ -39,7 +38,7 @@ from scroll_core import EventLog, SearchTuning
 VARIANTS = ("plain", "right_day", "other_day")
 
 
-def _spoken(day: str) -> str:
+def spoken(day: str) -> str:
     return date.fromisoformat(day).strftime("%d %B %Y")
 
 
@@ -60,8 +59,8 @@ def variants(log: EventLog, items: list[HeldoutItem]) -> dict[str, list[HeldoutI
         if other is None:
             raise ValueError("the transcripts span one day: no other day to name")
         out["plain"].append(item)
-        out["right_day"].append(replace(item, question=f"{item.question} on {_spoken(day)}"))
-        out["other_day"].append(replace(item, question=f"{item.question} on {_spoken(other)}"))
+        out["right_day"].append(replace(item, question=f"{item.question} on {spoken(day)}"))
+        out["other_day"].append(replace(item, question=f"{item.question} on {spoken(other)}"))
     return out
 
 
@@ -100,23 +99,17 @@ def run(data: Path) -> dict[str, Any]:
             for variant in VARIANTS:
                 for metric, value in score(log, asked[variant]).items():
                     figures[f"{name}.{variant}.{metric}"] = value
-    tables = [
-        {
-            "title": f"{metric} of the held-out `words` questions: shipped, date pair on",
-            "rows": list(VARIANTS),
-            "columns": list(tunings),
-            "key": f"{{column}}.{{row}}.{metric}",
-        }
-        for metric in METRICS
-    ]
+    tables = metric_tables(
+        "{metric} of the held-out `words` questions: shipped, date pair on",
+        list(VARIANTS),
+        list(tunings),
+        METRICS,
+    )
     return {"figures": figures, "readme_tables": tables}
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--data", type=Path, default=SHARED_DATA)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
+    args = data_and_json(__doc__, argv)
     result = run(args.data)
     if args.json:
         emit(result, True)

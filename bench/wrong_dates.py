@@ -25,18 +25,18 @@ Reported on the test split; deterministic, no timing.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-from _common import SHARED_DATA, emit
+from _common import data_and_json, emit, metric_tables
 
 from bench._locomo_baseline import Item
 from bench._locomo_split import split_of
 from bench._ranker_fit import collect, fit_weights
+from bench.heldout_dates import spoken
 from bench.retrieval import RANKER_WEIGHTS_8, RANKER_WEIGHTS_DATES, Bench, _padded
 from scroll_core import SearchTuning
 from scroll_core.query_dates import date_mentions
@@ -48,10 +48,6 @@ METRICS = ("recall_at_5", "recall_at_10")
 HELD_AT_ZERO = ("day", "asks", "answers")
 # Each wrong copy's weight in the hedged fit against 1 for the question as asked.
 WRONG_WEIGHT = 0.5
-
-
-def spoken(day: str) -> str:
-    return date.fromisoformat(day).strftime("%d %B %Y")
 
 
 def ask_on(question: str, day: str) -> str:
@@ -156,15 +152,12 @@ def run(data: Path) -> dict[str, Any]:
                         figures[f"{name}.{variant}.{metric}"] = measured[metric]
         finally:
             check.close()
-    tables = [
-        {
-            "title": f"test {metric}: LoCoMo questions as asked and on a wrong day",
-            "rows": list(VARIANTS),
-            "columns": list(tunings),
-            "key": f"{{column}}.{{row}}.{metric}",
-        }
-        for metric in METRICS
-    ]
+    tables = metric_tables(
+        "test {metric}: LoCoMo questions as asked and on a wrong day",
+        list(VARIANTS),
+        list(tunings),
+        METRICS,
+    )
     return {
         "figures": figures,
         "hedged_weights": list(hedged),
@@ -173,10 +166,7 @@ def run(data: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--data", type=Path, default=SHARED_DATA)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
+    args = data_and_json(__doc__, argv)
     result = run(args.data)
     if args.json:
         emit(result, True)

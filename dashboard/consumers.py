@@ -132,8 +132,9 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         await self._send_alerts(count, [event["alert"]])
 
     async def _send_alerts(self, count: int, alerts: list[dict[str, Any]]) -> None:
-        # "remove" then "row": the row is replaced by id, so a repeat never shows twice.
-        frames = [("count", None)] + [(part, a) for a in alerts for part in ("remove", "row")]
+        # Each row moves (data-move): the page drops the one it showed, so a repeat never
+        # shows twice and a change of state never shows none.
+        frames = [("count", None)] + [("row", a) for a in alerts]
         for part, alert in frames:
             ctx = {"alert": live.alert_row(alert or {}), "count": count, "part": part}
             html = render_to_string("dashboard/_alert_oob.html", ctx)

@@ -120,8 +120,23 @@ def test_an_alert_is_raised_live_and_acknowledged(page):
     page.wait_for_selector(f"#alerts-open #alert-{alert.pk}")
     assert not page.is_visible("#alerts-open tr.none")
     shoot(page, "alerts")
+    # Acknowledged, the row moves to the next table in one swap: a MutationObserver on both
+    # tables never sees it missing or twice.
+    page.evaluate(
+        """(id) => {
+            window.__seen = [];
+            const count = () => window.__seen.push(document.querySelectorAll("#" + id).length);
+            const watch = new MutationObserver(count);
+            for (const t of ["alerts-open", "alerts-acknowledged"]) {
+                watch.observe(document.getElementById(t), {childList: true});
+            }
+        }""",
+        f"alert-{alert.pk}",
+    )
     page.click(f"#alert-{alert.pk} button[name=acknowledge]")
     page.wait_for_selector(f"#alerts-acknowledged #alert-{alert.pk}")
+    seen = page.evaluate("window.__seen")
+    assert seen and set(seen) == {1}
     assert page.is_visible("#alerts-open tr.none")
     assert not page.is_visible("#alerts-acknowledged tr.none")
 

@@ -300,15 +300,38 @@ def upstream():
     server.close()
 
 
+def _forget_gateway_state_at_redis() -> None:
+    """Delete the gateway's keys at Redis (PostgreSQL + Redis runs). Sessions held, leases,
+    rate windows and token counts outlive a service there, unlike the embedded run's
+    in-memory limits: a request an earlier test left running (its client hung up) keeps its
+    session held until its lease ends, and key ids restart with each test's database."""
+    from django.conf import settings
+
+    url = getattr(settings, "SCROLL_REDIS_URL", "")
+    if not url:
+        return
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        stale = list(client.scan_iter(match="scroll:gateway:*"))
+        if stale:
+            client.delete(*stale)
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def gateway(asgi_server, console_log, upstream, monkeypatch):
-    """The gateway's server URL, with a fresh Event Log and no live conversations; the
-    clients made with tests/gateway_clients.py are closed after the test."""
+    """The gateway's server URL, with a fresh Event Log, no live conversations and nothing
+    held at Redis; the clients made with tests/gateway_clients.py are closed after the
+    test."""
     from gateway_clients import close_clients
 
     from dashboard.gateway.service import reset_service
 
     reset_service()
+    _forget_gateway_state_at_redis()
     monkeypatch.setenv("GW_TEST_UPSTREAM_KEY", "sk-upstream-secret")
     yield asgi_server
     close_clients()

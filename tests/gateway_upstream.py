@@ -9,7 +9,8 @@ A request with ``stream: true`` gets its scripted completion as ``chat.completio
 events: the text in ``STREAM_PIECE``-character pieces, then each tool call (id and name,
 then its arguments in two pieces), the finish reason, a usage chunk and ``[DONE]``. A reply
 with ``hold`` set sends its first ``hold_after`` text pieces (Anthropic deltas of type
-``hold_on``) and waits for ``hold`` before the rest, and sets ``done`` once it sent
+``hold_on``; tool call arguments pieces of a chunk stream when ``hold_on`` is
+``"arguments"``) and waits for ``hold`` before the rest, and sets ``done`` once it sent
 everything: a test sees what reached the client while the upstream was still writing, with
 explicit markers rather than timing."""
 
@@ -41,7 +42,7 @@ class Reply:
     done: threading.Event = field(default_factory=threading.Event)  # the whole reply was sent
     cut_after: int | None = None  # a stream that dies after this many text pieces
     stream_error: dict[str, Any] | None = None  # an Anthropic error event after message_start
-    hold_on: str = "text_delta"  # the Anthropic deltas ``hold_after`` counts
+    hold_on: str = "text_delta"  # the deltas ``hold_after`` counts (or "arguments")
 
 
 def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -259,16 +260,24 @@ class ScriptedUpstream:
                 self.send_header("connection", "close")
                 self.end_headers()
                 self.close_connection = True
-                texts = 0
+                texts = held = 0
                 try:
                     for chunk in stream_chunks(reply.body):
                         delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
                         if delta.get("content"):
                             if texts == reply.cut_after:
                                 return  # the connection closes mid-reply
-                            if reply.hold is not None and texts == reply.hold_after:
-                                reply.hold.wait(30)
+                            text_hold = reply.hold if reply.hold_on == "text_delta" else None
+                            if text_hold is not None and texts == reply.hold_after:
+                                text_hold.wait(30)
                             texts += 1
+                        calls = delta.get("tool_calls") or ()
+                        if reply.hold_on == "arguments" and any(
+                            c.get("function", {}).get("arguments") for c in calls
+                        ):
+                            if reply.hold is not None and held == reply.hold_after:
+                                reply.hold.wait(30)
+                            held += 1
                         self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                         self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")

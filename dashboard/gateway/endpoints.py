@@ -318,8 +318,8 @@ async def _streamed(
     stages: Stages,
     sent: threading.Event,
 ) -> Response:
-    """Serve a streaming client: its text goes out as the upstream writes it, and so do the
-    thinking blocks and its own tool calls' ``tool_use`` blocks, for an Anthropic client (see
+    """Serve a streaming client: its text goes out as the upstream writes it, and so do its
+    own tool calls and, for an Anthropic client, the thinking blocks (see
     ``GatewayConversation.handle``). The response starts with the first piece of either or
     when the reply is done, so a request that fails before then still gets its error
     status; a failure after that ends the stream with an error event."""
@@ -332,13 +332,9 @@ async def _streamed(
     def on_block(kind: str, part: dict[str, Any] | None) -> None:  # in the serving thread
         loop.call_soon_threadsafe(queue.put_nowait, ("block", (kind, part)))
 
-    blocks = api == "anthropic"  # thinking and tool_use blocks stream to Anthropic clients
-
     async def run() -> None:
         try:
-            reply = await _serve(
-                key, parsed, session, stages, sent, on_text, on_block if blocks else None
-            )
+            reply = await _serve(key, parsed, session, stages, sent, on_text, on_block)
         except Exception as exc:
             queue.put_nowait(("error", exc))
         else:
@@ -426,7 +422,11 @@ class SseEncoder:
         return self._openai(self.chunks.text(piece))
 
     def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
-        return self._anthropic(self.events.block(kind, part))
+        """A thinking or tool call block as it streams (thinking reaches Anthropic clients
+        only: a chat completion chunk has no place for it)."""
+        if self.api == "anthropic":
+            return self._anthropic(self.events.block(kind, part))
+        return self._openai(self.chunks.block(kind, part))
 
     def end(self, reply: ClientReply, rest: str = "") -> bytes:
         """The end of the stream; ``rest``: text of the reply not sent yet."""

@@ -187,7 +187,7 @@ class GatewayConversation(HistoryLog):
         it was sent before the call was known). Recall calls never do: tool calls are handed
         over in the reply, after the upstream is done. The reply's ``content`` is then all
         the text ``on_text`` got, and that is what the log records as the client's.
-        ``on_block`` (with ``on_text``: an Anthropic client that streams) gets every upstream
+        ``on_block`` (with ``on_text``: a client that streams) gets every upstream
         call's thinking blocks as they come, before that call's text, as the text goes: a
         recall step's thinking reaches the client too. The log keeps each call's blocks with
         its own turn (sent back upstream with it); the reply's ``thinking`` is the last

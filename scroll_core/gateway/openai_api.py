@@ -235,9 +235,11 @@ def pieces(text: str, size: int = _CHUNK_CHARS) -> list[str]:
 
 class ChunkStream:
     """The ``chat.completion.chunk`` objects of one streamed completion, made as the reply
-    is: ``start()`` (the role), ``text(piece)`` as text arrives, ``end(reply)`` (each tool
-    call - id and name, then its arguments - the finish reason with the extension field, and
-    a usage chunk when the client asked for one)."""
+    is: ``start()`` (the role), ``text(piece)`` as text arrives, ``block(kind, part)`` as a
+    client tool call streams (its id and name, then each piece of its arguments; thinking
+    has no place in a chunk and is left out), ``end(reply)`` (each tool call not streamed,
+    whole, the finish reason with the extension field, and a usage chunk when the client
+    asked for one)."""
 
     def __init__(
         self, model: str, *, completion_id: str | None = None, created: int | None = None
@@ -248,6 +250,8 @@ class ChunkStream:
             "created": created or int(time.time()),
             "model": model,
         }
+        self._calls: dict[str, int] = {}  # the id of each tool call streamed: its index
+        self._open: int | None = None  # the index of the tool call streaming now
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
@@ -261,23 +265,40 @@ class ChunkStream:
     def text(self, piece: str) -> list[dict[str, Any]]:
         return [self._chunk({"content": piece})] if piece else []
 
+    def block(self, kind: str, part: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """A block of the reply as it streams (see ``upstream.OnBlock``): a ``tool_use``
+        block's start opens a tool call, its ``input_json_delta`` pieces are the call's
+        arguments; anything else (thinking) sends nothing."""
+        if kind == "start" and part is not None and part.get("type") == "tool_use":
+            index = self._open = len(self._calls)
+            self._calls[str(part.get("id"))] = index
+            return [self._call_head(index, str(part.get("id")), str(part.get("name")))]
+        if kind == "delta" and part is not None and self._open is not None:
+            piece = part.get("partial_json") if part.get("type") == "input_json_delta" else None
+            return [self._arguments(self._open, piece)] if piece else []
+        self._open = None  # a block's stop, or another kind of block
+        return []
+
+    def _call_head(self, index: int, call_id: str, name: str) -> dict[str, Any]:
+        head = {"index": index, "id": call_id, "type": "function",
+                "function": {"name": name, "arguments": ""}}  # fmt: skip
+        return self._chunk({"tool_calls": [head]})
+
+    def _arguments(self, index: int, piece: str) -> dict[str, Any]:
+        return self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+
     def end(self, reply: ClientReply, *, include_usage: bool = False) -> list[dict[str, Any]]:
         out = []
-        for index, call in enumerate(reply.tool_calls):
-            wire = call.to_message()
-            head = {
-                "index": index,
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": ""},
-            }
-            out.append(self._chunk({"tool_calls": [head]}))
-            for piece in pieces(wire["function"]["arguments"]):
-                out.append(
-                    self._chunk(
-                        {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
-                    )
-                )
+        index = len(self._calls)
+        for call in reply.tool_calls:
+            if call.id in self._calls:
+                continue  # streamed as it came
+            out.append(self._call_head(index, call.id, call.name))
+            out += [
+                self._arguments(index, p)
+                for p in pieces(call.to_message()["function"]["arguments"])
+            ]
+            index += 1
         last = self._chunk({}, reply.finish_reason)
         last["scroll"] = reply.stats.to_dict()
         out.append(last)

@@ -57,15 +57,17 @@ KEEPALIVE = 256
 OnText = Callable[[str], None]
 # A thinking or tool_use block of the reply as it streams: ("start", the block as it
 # opened), ("delta", a thinking_delta, signature_delta or input_json_delta), ("stop", None).
-# Anthropic upstreams only.
+# Chat Completions upstreams hand over their tool calls this way (``CallBlocks``); thinking
+# comes from Anthropic upstreams only.
 OnBlock = Callable[[str, "dict[str, Any] | None"], None]
 
 
 class Upstream(Protocol):
     """One chat completion against the upstream model; with ``on_text``, streamed (each
     piece of text handed over as it arrives), the whole reply returned either way. The
-    gateway passes ``on_block`` only to serve an Anthropic client that streams and asked
-    for extended thinking (an upstream that never writes thinking may leave it out)."""
+    gateway passes ``on_block`` to serve a client that streams: the reply's thinking and
+    tool calls are handed over as they come (an upstream that streams neither may leave it
+    out; the reply carries them whole either way)."""
 
     def complete(
         self,
@@ -205,7 +207,7 @@ class HttpUpstream:
         on_text: OnText,
         on_block: OnBlock | None = None,
     ) -> ModelReply:
-        return _assembled(lines, model, on_text)  # Chat Completions streams no thinking
+        return _assembled(lines, model, on_text, on_block)
 
 
 def _ignore(_: str) -> None:
@@ -234,9 +236,67 @@ def _json_of(response: httpx.Response, model: str) -> Any:
         ) from None
 
 
-def _assembled(lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
+class CallBlocks:
+    """The tool calls of a ``chat.completion.chunk`` stream as ``OnBlock`` calls, the shape
+    an Anthropic upstream streams its ``tool_use`` blocks in: a call opens when its arguments
+    begin (its id and name are whole by then), each piece of its arguments is an
+    ``input_json_delta``, and it closes when the next call opens or the reply ends.
+
+    Chat Completions addresses each piece by the call's index, so a stream could go back to
+    a call after the next one began; a client was then handed part of a call that is closed,
+    and the upstream's reply is refused (``ModelError``) rather than passed on cut."""
+
+    def __init__(self, on_block: OnBlock, model: str) -> None:
+        self.on_block = on_block
+        self.model = model
+        self.open: int | None = None
+        self.closed: set[int] = set()
+
+    def arguments(self, index: int, call: dict[str, str], piece: str) -> None:
+        """``piece`` of call ``index``'s arguments arrived (``call``: all of it so far)."""
+        if index == self.open:
+            if piece:
+                self.on_block("delta", {"type": "input_json_delta", "partial_json": piece})
+        elif index in self.closed:
+            raise ModelError(
+                f"the upstream streamed more of tool call {index} after the next call began",
+                model=self.model,
+                status=502,
+            )
+        elif call["args"]:
+            self._open(index, call)
+
+    def finish(self, calls: dict[int, dict[str, str]]) -> None:
+        """The reply is complete: the calls still unopened (no arguments) open, then all close."""
+        for index in sorted(calls):
+            if index != self.open and index not in self.closed:
+                self._open(index, calls[index])
+        self._close()
+
+    def _open(self, index: int, call: dict[str, str]) -> None:
+        self._close()
+        call_id = call["id"] or f"call_{index}"  # as ``_assembled`` names it in the reply
+        self.on_block(
+            "start", {"type": "tool_use", "id": call_id, "name": call["name"], "input": {}}
+        )
+        if call["args"]:
+            self.on_block("delta", {"type": "input_json_delta", "partial_json": call["args"]})
+        self.open = index
+
+    def _close(self) -> None:
+        if self.open is not None:
+            self.on_block("stop", None)
+            self.closed.add(self.open)
+            self.open = None
+
+
+def _assembled(
+    lines: Iterator[str], model: str, on_text: OnText, on_block: OnBlock | None = None
+) -> ModelReply:
     """The reply a ``chat.completion.chunk`` stream adds up to, its text handed to
-    ``on_text`` piece by piece."""
+    ``on_text`` piece by piece and, with ``on_block``, its tool calls as they come
+    (``CallBlocks``)."""
+    blocks = CallBlocks(on_block, model) if on_block is not None else None
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     finish = ""
@@ -273,18 +333,22 @@ def _assembled(lines: Iterator[str], model: str, on_text: OnText) -> ModelReply:
                 text.append(piece)
                 on_text(piece)
             for item in delta.get("tool_calls") or ():
-                call = calls.setdefault(
-                    int(item.get("index") or 0), {"id": "", "name": "", "args": ""}
-                )
+                index = int(item.get("index") or 0)
+                call = calls.setdefault(index, {"id": "", "name": "", "args": ""})
                 function = item.get("function") or {}
                 call["id"] = call["id"] or str(item.get("id") or "")
                 call["name"] += str(function.get("name") or "")
-                call["args"] += str(function.get("arguments") or "")
+                piece = str(function.get("arguments") or "")
+                call["args"] += piece
+                if blocks is not None:
+                    blocks.arguments(index, call, piece)
             finish = str(choice.get("finish_reason") or finish)
     if not (ended or finish):
         raise ModelError(
             "the upstream's stream ended before the reply did", model=model, status=502
         )
+    if blocks is not None:
+        blocks.finish(calls)
     tool_calls = tuple(
         decode_call(c["id"] or f"call_{i}", c["name"], c["args"]) for i, c in sorted(calls.items())
     )

@@ -387,6 +387,7 @@ class _EventLogBase(ABC):
         dedup_key = _optional_text(event, "dedup_key", where)
         if not isinstance(agent_id, str):
             raise InvalidEvent(f"{where}: agent_id must be a string")
+        _refuse_nul(agent_id, "agent_id", where)
 
         raw_created = event.get("created_at")
         try:
@@ -941,7 +942,16 @@ def _optional_text(event: Mapping[str, Any], key: str, where: str) -> str | None
         raise InvalidEvent(f"{where}: {key} must be a string, not {type(value).__name__}")
     if _has_surrogates(value):
         raise InvalidEvent(f"{where}: {key} is not valid UTF-8")
+    _refuse_nul(value, key, where)
     return value
+
+
+def _refuse_nul(value: str, key: str, where: str) -> None:
+    # The short fields are names and ids, not content: PostgreSQL text cannot hold NUL, and
+    # an agent id with one could never be read back (``scoped.scope_agents``). Both backends
+    # refuse it alike rather than one storing what the other cannot.
+    if "\x00" in value:
+        raise InvalidEvent(f"{where}: {key} contains NUL (0x00), which the log cannot store")
 
 
 def _to_json(value: Any, where: str, key: str) -> str:

@@ -36,6 +36,23 @@ def test_nul_characters_round_trip_and_stay_searchable(log):
     assert seq in [h.seq for h in log.search("marker")]
 
 
+@pytest.mark.parametrize(
+    "field", ["agent_id", "role", "name", "tool_call_id", "headline", "dedup_key"]
+)
+def test_nul_in_a_short_field_is_refused_by_name_on_both_backends_and_writes_nothing(log, field):
+    log.append(session_id="s", kind="tool_result", content="kept")
+    before = log.last_seq()
+    good = {"session_id": "s", "kind": "tool_result", "content": "good"}
+    bad = {**good, field: "a\x00b"}
+    with pytest.raises(InvalidEvent, match=f"event 1: {field} contains NUL"):
+        log.append_many([good, bad])
+    assert log.last_seq() == before  # the batch's good event is not written either
+    assert [h.seq for h in log.search("kept")] == [before]
+    # The same event without the NUL goes in.
+    seq = log.append(**{**good, field: "ab"})
+    assert getattr(log.get(seq), field) == "ab"
+
+
 def test_non_utf8_bytes_are_kept_losslessly(log):
     raw = b"caf\xe9 \xff\xfe binary tail"
     seq = log.append(session_id="s", kind="tool_result", content=raw)

@@ -1,8 +1,10 @@
-"""A Chat Completions upstream's tool calls as they stream: ``upstream._assembled`` hands
+"""Tool calls as they stream. A Chat Completions upstream's: ``upstream._assembled`` hands
 each call to ``on_block`` as a ``tool_use`` block (opened when its arguments begin, one
 ``input_json_delta`` per piece, closed when the next call opens or the reply ends), the
 reply it returns is the same as without ``on_block``, and a stream that goes back to a call
-after the next one began is refused with a clear error instead of passed on cut."""
+after the next one began is refused with a clear error instead of passed on cut. To an
+OpenAI client: ``ChunkStream.block`` turns those blocks into ``tool_calls`` deltas, and a
+call that closes without arguments gets ``{}``, as the whole call would."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from typing import Any
 import pytest
 
 from scroll_core.errors import ModelError
+from scroll_core.gateway._types import ClientReply, GatewayStats
+from scroll_core.gateway.openai_api import ChunkStream
 from scroll_core.gateway.upstream import _assembled
+from scroll_core.models.base import ToolCall, Usage
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
@@ -112,3 +117,42 @@ def test_a_stream_that_goes_back_to_a_closed_call_is_refused_by_name():
     # Without on_block nothing was handed over cut, so the same stream still adds up.
     plain = _assembled(iter(lines), "up", lambda _: None)
     assert [c.arguments for c in plain.tool_calls] == [{"path": "a.txt"}, {"path": "b.txt"}]
+
+
+def _arguments_of(chunks: list[dict[str, Any]]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            for call in choice["delta"].get("tool_calls") or ():
+                out[call["index"]] = out.get(call["index"], "") + call["function"]["arguments"]
+    return out
+
+
+def test_an_openai_client_gets_each_streamed_calls_arguments_and_an_empty_object_for_none():
+    chunks = ChunkStream("m")
+    sent: list[dict[str, Any]] = []
+    for kind, part in [
+        ("start", {"type": "tool_use", "id": "a", "name": "now", "input": {}}),
+        ("stop", None),  # a call without arguments: the whole-call form is "{}"
+        ("start", {"type": "tool_use", "id": "b", "name": "look", "input": {}}),
+        _delta('{"q": '),
+        _delta("1}"),
+        ("stop", None),
+        ("start", {"type": "thinking", "thinking": "", "signature": ""}),  # no place in a chunk
+        ("delta", {"type": "thinking_delta", "thinking": "hm"}),
+        ("stop", None),
+    ]:
+        sent += chunks.block(kind, part)
+    reply = ClientReply(
+        content="",
+        tool_calls=(ToolCall("a", "now"), ToolCall("b", "look", {"q": 1}), ToolCall("c", "x")),
+        usage=Usage(),
+        finish_reason="tool_calls",
+        model="m",
+        stats=GatewayStats(),
+    )
+    sent += chunks.end(reply)
+    assert _arguments_of(sent) == {0: "{}", 1: '{"q": 1}', 2: "{}"}  # "c" whole, at the end
+    heads = [c for chunk in sent for c in chunk["choices"][0]["delta"].get("tool_calls", ())
+             if chunk["choices"] and "id" in c]  # fmt: skip
+    assert [(h["index"], h["id"]) for h in heads] == [(0, "a"), (1, "b"), (2, "c")]

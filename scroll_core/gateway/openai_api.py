@@ -252,6 +252,7 @@ class ChunkStream:
         }
         self._calls: dict[str, int] = {}  # the id of each tool call streamed: its index
         self._open: int | None = None  # the index of the tool call streaming now
+        self._written = ""  # its arguments so far
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
@@ -268,16 +269,27 @@ class ChunkStream:
     def block(self, kind: str, part: dict[str, Any] | None) -> list[dict[str, Any]]:
         """A block of the reply as it streams (see ``upstream.OnBlock``): a ``tool_use``
         block's start opens a tool call, its ``input_json_delta`` pieces are the call's
-        arguments; anything else (thinking) sends nothing."""
+        arguments (``{}`` when it closes with none, as a whole call without arguments is
+        sent); anything else (thinking) sends nothing."""
+        if kind == "delta" and part is not None and self._open is not None:
+            piece = part.get("partial_json") if part.get("type") == "input_json_delta" else None
+            if not piece:
+                return []
+            self._written += piece
+            return [self._arguments(self._open, piece)]
+        out = self._close_call()  # a block's stop, or the start of another
         if kind == "start" and part is not None and part.get("type") == "tool_use":
             index = self._open = len(self._calls)
             self._calls[str(part.get("id"))] = index
-            return [self._call_head(index, str(part.get("id")), str(part.get("name")))]
-        if kind == "delta" and part is not None and self._open is not None:
-            piece = part.get("partial_json") if part.get("type") == "input_json_delta" else None
-            return [self._arguments(self._open, piece)] if piece else []
-        self._open = None  # a block's stop, or another kind of block
-        return []
+            out.append(self._call_head(index, str(part.get("id")), str(part.get("name"))))
+        return out
+
+    def _close_call(self) -> list[dict[str, Any]]:
+        index, written = self._open, self._written
+        self._open, self._written = None, ""
+        if index is None or written.strip():
+            return []
+        return [self._arguments(index, "{}")]
 
     def _call_head(self, index: int, call_id: str, name: str) -> dict[str, Any]:
         head = {"index": index, "id": call_id, "type": "function",
@@ -288,7 +300,7 @@ class ChunkStream:
         return self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
 
     def end(self, reply: ClientReply, *, include_usage: bool = False) -> list[dict[str, Any]]:
-        out = []
+        out = self._close_call()
         index = len(self._calls)
         for call in reply.tool_calls:
             if call.id in self._calls:

@@ -32,7 +32,7 @@ from .errors import QueryRefused
 from .eventlog import SessionSummary
 from .pglog import PG_DIALECT
 from .pgschema import HOST_READER_ROLE
-from .scoped import FTS_REFUSED, ScopedEvent, ScopedReads, scope_agents
+from .scoped import FTS_REFUSED, ScopedEvent, ScopedReads, refuse_unless_reading, scope_agents
 from .search import Hit, SearchFilters, run_search
 
 if TYPE_CHECKING:
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PgModelSql", "PgScopedReader", "to_pg_params"]
 
-# Statements a model may run: reads only (the transaction is read-only as well).
-_READ_WORDS = frozenset({"select", "with", "values", "table"})
 _FETCH = 50
 _EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, substr(content, 1, %s), tool_call_id, "
@@ -192,11 +190,7 @@ class PgModelSql:
         time_limit_s: float,
         leading_word: str,
     ) -> tuple[list[str], list[tuple[Any, ...]], str | None]:
-        if leading_word not in _READ_WORDS:
-            raise QueryRefused(
-                f"read-only: only SELECT (or WITH/VALUES/TABLE) statements run here, not "
-                f"{leading_word.upper() or 'an empty statement'}"
-            )
+        refuse_unless_reading(leading_word)  # the transaction is read-only as well
         text, bound = to_pg_params(sql, params)
         rows: list[tuple[Any, ...]] = []
         truncated_by: str | None = None

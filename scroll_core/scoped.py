@@ -47,6 +47,7 @@ __all__ = [
     "ScopedReader",
     "ScopedReads",
     "open_scoped",
+    "refuse_unless_reading",
     "scope_agents",
 ]
 
@@ -82,6 +83,22 @@ _SUMMARY_SELECT = (
     "SELECT session_id, min(agent_id), count(*), coalesce(sum(tokens), 0), min(seq), "
     "max(seq), min(created_at), max(created_at)"
 )
+
+
+# Statements a model may run: reads only. Either backend enforces it again where the rows
+# are read (the authorizer and its views on SQLite, a read-only transaction and role on
+# PostgreSQL); checked first, a statement is refused with the same words on both.
+READ_WORDS = frozenset({"select", "with", "values", "table"})
+
+
+def refuse_unless_reading(leading_word: str) -> None:
+    """``QueryRefused`` unless a statement's first keyword (``leading_word``, lower-cased;
+    empty for a statement of only whitespace and comments) starts a read."""
+    if leading_word not in READ_WORDS:
+        raise QueryRefused(
+            "read-only: only SELECT (or WITH/VALUES/TABLE) statements run here, not "
+            f"{leading_word.upper() or 'an empty statement'}"
+        )
 
 
 def scope_agents(own: str, others: Iterable[str] = ()) -> tuple[str, ...]:

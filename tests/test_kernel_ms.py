@@ -232,3 +232,32 @@ def test_before_seq_bounds_the_log_search(store):
     for text in ("kiwi one", "kiwi two", "kiwi three"):
         log.append(session_id="s", kind="context_msg", content=text)
     assert sorted(h.seq for h in log.search("kiwi", before_seq=3)) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "call, says",
+    [
+        ("ms.search('zebra', k='5')", "k must be an int, not str"),
+        ("ms.search('zebra', k=2.5)", "k must be an int, not float"),
+        ("ms.search('zebra', session=5)", "session must be a session id (a str)"),
+        ("ms.expand('1')", "a seq must be an int, not str"),
+        ("ms.expand(1.5)", "a seq must be an int, not float"),
+        ("ms.expand(1, True)", "a seq must be an int, not a bool"),
+        ("ms.days_between('2024-01-01', '2024-02-01', inclusive='yes')", "inclusive must be"),
+        ("ms.sql_query('')", "not an empty statement"),
+        ("ms.sql_query('  -- only a comment')", "not an empty statement"),
+        ("ms.sql_query('DELETE FROM events')", "only SELECT (or WITH/VALUES/TABLE) statements"),
+    ],
+)
+def test_a_wrong_argument_is_refused_in_the_same_words_on_both_backends(kernel, call, says):
+    # Before, int() turned 1.5 into seq 1 and "1" into 1; a session id that is no string
+    # matched nothing on SQLite and failed inside PostgreSQL's planner; an empty statement
+    # ran on SQLite and was refused on PostgreSQL.
+    result = kernel.execute(call)
+    assert result.status == "error"
+    assert says in result.error.message
+
+
+def test_ints_of_any_kind_still_address_events(kernel):
+    out = run(kernel, "print(ms.expand(1).seq, len(ms.search('zebra', k=True + 1)))")
+    assert out.split() == ["1", "2"]

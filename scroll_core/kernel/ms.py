@@ -13,6 +13,7 @@ one, and search leaves out the active turn. Every call is recorded in ``calls``.
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 import threading
 import time
@@ -30,6 +31,7 @@ from ..scoped import (
     ScopedEvent,
     ScopedReader,
     open_scoped,
+    refuse_unless_reading,
     scope_agents,
 )
 from ..sqldialect import dialect_notes
@@ -332,6 +334,9 @@ class MsCapability:
     ) -> tuple[list[dict[str, Any]], list[int]]:
         if not isinstance(query, str):
             raise TypeError("query must be a str")
+        k = _whole(k, "k")
+        if session is not None and not isinstance(session, str):
+            raise TypeError("session must be a session id (a str)")
         for label, value in (("kind", kind), ("speaker", speaker)):
             if value is not None and not (
                 isinstance(value, str)
@@ -355,7 +360,7 @@ class MsCapability:
                     "agent's sessions pass session=... with scope='agent'"
                 )
             session = self.session_id
-        k = max(0, min(int(k), 200))
+        k = max(0, min(k, 200))
         if on is not None:
             day = parse_ts(on).date()
             since, until = day.isoformat(), (day + timedelta(days=1)).isoformat()
@@ -381,11 +386,11 @@ class MsCapability:
         return wire, [h.seq for h in hits]
 
     def expand(self, lo: int, hi: int | None = None) -> tuple[Any, list[int]]:
-        lo = int(lo)
+        lo = _whole(lo, "a seq")
         if hi is None:
             found = self._reader().get(lo, self.byte_budget)
             return _event(found), [found.event.seq]
-        hi = int(hi)
+        hi = _whole(hi, "a seq")
         if hi < lo:
             raise ValueError(f"expand({lo}, {hi}): hi is below lo")
         if hi - lo + 1 > MAX_EXPAND:
@@ -429,6 +434,8 @@ class MsCapability:
         return body, [e.event.seq for e in events]
 
     def days_between(self, d1: str, d2: str, inclusive: bool = False) -> tuple[int, list[int]]:
+        if not isinstance(inclusive, bool):
+            raise TypeError("inclusive must be True or False")
         first, second = _day(d1), _day(d2)
         days = (second - first).days
         if inclusive:
@@ -464,6 +471,7 @@ class MsCapability:
             raise QueryRefused("params must be a list or a dict")
         if _leading_word(sql) == "explain":
             raise QueryRefused("EXPLAIN is not allowed in sql_query")
+        refuse_unless_reading(_leading_word(sql))
         columns, rows, truncated_by = self._query(sql, params, cap=self.row_cap)
         seqs: list[int] = []
         if "seq" in columns:
@@ -573,6 +581,17 @@ class MsCapability:
                 time_limit_s=self.sql_time_limit_s,
                 leading_word=_leading_word(sql),
             )
+
+
+def _whole(value: Any, what: str) -> int:
+    """``value`` as an int: an int or anything that is one (``operator.index``: a numpy
+    integer), never a float, a str or a bool, which ``int()`` would quietly turn into one."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}") from None
 
 
 def _row_size(row: tuple[Any, ...]) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import channel_layers, get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
@@ -13,6 +13,18 @@ from dashboard.groups import ALERTS, SPANS, session_group, session_safe_id
 from dashboard.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _a_channel_layer_per_test():
+    """Each test runs in an event loop of its own, and a channel layer is not meant to
+    outlive its loop: Redis's layer keeps one receive lock for all its readers, and a reader
+    an earlier test's loop left waiting leaves it held, bound to that loop, so the next
+    test's consumer fails on disconnect ("bound to a different event loop"). Every test here
+    gets the configured layer new; the in-memory one loses nothing it needs."""
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
 
 
 def _span(name="scroll.evict", session_id="locomo:conv-26", span_id="a" * 16, **extra):

@@ -264,17 +264,17 @@ class ScriptedUpstream:
                 try:
                     for chunk in stream_chunks(reply.body):
                         delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
-                        if delta.get("content"):
+                        calls = delta.get("tool_calls") or ()
+                        kind = (
+                            "text_delta" if delta.get("content")
+                            else "arguments" if any(c["function"].get("arguments") for c in calls)
+                            else None
+                        )  # fmt: skip
+                        if kind == "text_delta":
                             if texts == reply.cut_after:
                                 return  # the connection closes mid-reply
-                            text_hold = reply.hold if reply.hold_on == "text_delta" else None
-                            if text_hold is not None and texts == reply.hold_after:
-                                text_hold.wait(30)
                             texts += 1
-                        calls = delta.get("tool_calls") or ()
-                        if reply.hold_on == "arguments" and any(
-                            c.get("function", {}).get("arguments") for c in calls
-                        ):
+                        if kind == reply.hold_on:
                             if reply.hold is not None and held == reply.hold_after:
                                 reply.hold.wait(30)
                             held += 1

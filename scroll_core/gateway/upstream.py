@@ -275,10 +275,8 @@ class CallBlocks:
 
     def _open(self, index: int, call: dict[str, str]) -> None:
         self._close()
-        call_id = call["id"] or f"call_{index}"  # as ``_assembled`` names it in the reply
-        self.on_block(
-            "start", {"type": "tool_use", "id": call_id, "name": call["name"], "input": {}}
-        )
+        use = {"type": "tool_use", "id": _call_id(index, call), "name": call["name"], "input": {}}
+        self.on_block("start", use)
         if call["args"]:
             self.on_block("delta", {"type": "input_json_delta", "partial_json": call["args"]})
         self.open = index
@@ -288,6 +286,12 @@ class CallBlocks:
             self.on_block("stop", None)
             self.closed.add(self.open)
             self.open = None
+
+
+def _call_id(index: int, call: dict[str, str]) -> str:
+    """A streamed call's id: the upstream's, else one made from its index (the same in the
+    reply and in the block that streamed it)."""
+    return call["id"] or f"call_{index}"
 
 
 def _assembled(
@@ -350,7 +354,7 @@ def _assembled(
     if blocks is not None:
         blocks.finish(calls)
     tool_calls = tuple(
-        decode_call(c["id"] or f"call_{i}", c["name"], c["args"]) for i, c in sorted(calls.items())
+        decode_call(_call_id(i, c), c["name"], c["args"]) for i, c in sorted(calls.items())
     )
     return ModelReply(
         content="".join(text),

@@ -469,9 +469,10 @@ class MsCapability:
             params = ()
         if not isinstance(params, (list, tuple, dict)):
             raise QueryRefused("params must be a list or a dict")
-        if _leading_word(sql) == "explain":
+        leading = _leading_word(sql)
+        if leading == "explain":
             raise QueryRefused("EXPLAIN is not allowed in sql_query")
-        refuse_unless_reading(_leading_word(sql))
+        refuse_unless_reading(leading)
         columns, rows, truncated_by = self._query(sql, params, cap=self.row_cap)
         seqs: list[int] = []
         if "seq" in columns:

@@ -1,12 +1,13 @@
-"""The gateway's endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``,
-``POST /v1/messages`` and ``POST /v1/messages/count_tokens``, served by ``GatewayRouter``
-(``dashboard.gateway.asgi``) in front of the console's Django app.
+"""The gateway's endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses``,
+``GET /v1/models``, ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``, served by
+``GatewayRouter`` (``dashboard.gateway.asgi``) in front of the console's Django app.
 
 Each endpoint authenticates the key (``Authorization: Bearer`` or ``x-api-key``), parses the
 body into the provider-neutral request, and serves it in a thread of the gateway's pool (the
 recall loop, the kernel and the Event Log are synchronous). Errors use the provider's shape:
-OpenAI's ``{"error": {...}}`` on the OpenAI routes, Anthropic's ``{"type": "error", ...}`` on
-``/v1/messages``. A streamed reply is sent once the internal recall steps are done, as SSE.
+OpenAI's ``{"error": {...}}`` on the OpenAI routes (Chat Completions and Responses),
+Anthropic's ``{"type": "error", ...}`` on ``/v1/messages``. A streamed reply goes out as SSE
+in the client's API as the upstream writes it (``SseEncoder``).
 Every answer to a served request carries ``Server-Timing``: the laps of ``Stages``.
 The serving thread hands the final reply back before it is committed and commits it once
 the router has sent the answer (``Response.after``), the session still locked (see
@@ -36,8 +37,16 @@ from scroll_core.errors import (
     GatewayRequestInvalid,
     ModelError,
 )
-from scroll_core.gateway import ClientReply, ClientRequest, Stages, anthropic_api, openai_api
+from scroll_core.gateway import (
+    ClientReply,
+    ClientRequest,
+    Stages,
+    anthropic_api,
+    openai_api,
+    responses_api,
+)
 from scroll_core.gateway import _json as gateway_json
+from scroll_core.gateway.responses_stream import ResponseEvents
 from scroll_core.gateway.upstream import BETA_PARAM, OnBlock, OnText
 
 T = TypeVar("T")
@@ -282,11 +291,7 @@ async def _handle(request: Request, api: str, parse: Callable[[Any], ClientReque
             return await _streamed(api, key, parsed, session, stages, sent)
         reply = await _serve(key, parsed, session, stages, sent)
         headers = {SESSION_HEADER: reply.stats.session_id}
-        data = (
-            anthropic_api.message_object(reply)
-            if api == "anthropic"
-            else openai_api.chat_completion(reply)
-        )
+        data = _whole_reply(api, parsed, reply)
         response = _json(data, headers=headers)
     except (GatewayRequestInvalid, GatewayRefused, ModelError, ContextWindowUnfit) as exc:
         sent.set()
@@ -298,6 +303,15 @@ async def _handle(request: Request, api: str, parse: Callable[[Any], ClientReque
     response.headers["Server-Timing"] = _server_timing(stages)
     response.after = sent.set
     return response
+
+
+def _whole_reply(api: str, parsed: ClientRequest, reply: ClientReply) -> dict[str, Any]:
+    """A reply that was not streamed, in the client's API."""
+    if api == "anthropic":
+        return anthropic_api.message_object(reply)
+    if api == "responses":
+        return responses_api.whole_response(parsed, reply)
+    return openai_api.chat_completion(reply)
 
 
 def _server_timing(stages: Stages) -> str:
@@ -393,57 +407,121 @@ def _sse(events: AsyncIterator[bytes], headers: dict[str, str]) -> Response:
 
 class SseEncoder:
     """One streamed reply as server-sent events in the client's API (each method returns
-    the bytes to send)."""
-
-    def __init__(self, api: str, model: str, include_usage: bool) -> None:
-        self.api = api
-        self.include_usage = include_usage
-        self.chunks = openai_api.ChunkStream(model)
-        self.events = anthropic_api.EventStream(model)
-
-    @classmethod
-    def for_api(cls, api: str, parsed: ClientRequest) -> SseEncoder:
-        return cls(api, parsed.model, parsed.include_usage)
-
-    def _openai(self, chunks: list[dict[str, Any]]) -> bytes:
-        return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in chunks)
-
-    def _anthropic(self, events: list[tuple[str, dict[str, Any]]]) -> bytes:
-        return b"".join(f"event: {e}\ndata: ".encode() + _dumps(d) + b"\n\n" for e, d in events)
+    the bytes to send). ``for_api`` picks the API's encoder."""
 
     def start(self) -> bytes:
-        if self.api == "anthropic":
-            return self._anthropic(self.events.start())
-        return self._openai(self.chunks.start())
+        raise NotImplementedError
 
     def text(self, piece: str) -> bytes:
-        if self.api == "anthropic":
-            return self._anthropic(self.events.text(piece))
-        return self._openai(self.chunks.text(piece))
+        raise NotImplementedError
 
     def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
-        """A thinking or tool call block as it streams (thinking reaches Anthropic clients
-        only: a chat completion chunk has no place for it)."""
-        if self.api == "anthropic":
-            return self._anthropic(self.events.block(kind, part))
-        return self._openai(self.chunks.block(kind, part))
+        """A thinking or tool call block as it streams."""
+        raise NotImplementedError
 
     def end(self, reply: ClientReply, rest: str = "") -> bytes:
         """The end of the stream; ``rest``: text of the reply not sent yet."""
-        if self.api == "anthropic":
-            return self._anthropic(self.events.end(reply, rest))
-        head = b"".join(self.text(piece) for piece in openai_api.pieces(rest))
-        return (
-            head
-            + self._openai(self.chunks.end(reply, include_usage=self.include_usage))
-            + (b"data: [DONE]\n\n")
-        )
+        raise NotImplementedError
 
     def error(self, failure: Response) -> bytes:
-        body = failure.body if isinstance(failure.body, bytes) else b"{}"
-        if self.api == "anthropic":
-            return b"event: error\ndata: " + body + b"\n\n"
-        return b"data: " + body + b"\n\n"
+        raise NotImplementedError
+
+    @staticmethod
+    def for_api(api: str, parsed: ClientRequest) -> SseEncoder:
+        if api == "anthropic":
+            return MessagesSse(parsed)
+        if api == "responses":
+            return ResponsesSse(parsed)
+        return ChatSse(parsed)
+
+
+class ChatSse(SseEncoder):
+    """Chat Completions chunks, ``data:`` lines ending in ``data: [DONE]`` (thinking has no
+    place in a chunk and is left out)."""
+
+    def __init__(self, parsed: ClientRequest) -> None:
+        self.include_usage = parsed.include_usage
+        self.chunks = openai_api.ChunkStream(parsed.model)
+
+    def _encode(self, chunks: list[dict[str, Any]]) -> bytes:
+        return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in chunks)
+
+    def start(self) -> bytes:
+        return self._encode(self.chunks.start())
+
+    def text(self, piece: str) -> bytes:
+        return self._encode(self.chunks.text(piece))
+
+    def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
+        return self._encode(self.chunks.block(kind, part))
+
+    def end(self, reply: ClientReply, rest: str = "") -> bytes:
+        head = b"".join(self.text(piece) for piece in openai_api.pieces(rest))
+        tail = self._encode(self.chunks.end(reply, include_usage=self.include_usage))
+        return head + tail + b"data: [DONE]\n\n"
+
+    def error(self, failure: Response) -> bytes:
+        return b"data: " + _failure_body(failure) + b"\n\n"
+
+
+class MessagesSse(SseEncoder):
+    """Anthropic Messages events, each named in its ``event:`` line."""
+
+    def __init__(self, parsed: ClientRequest) -> None:
+        self.events = anthropic_api.EventStream(parsed.model)
+
+    def _encode(self, events: list[tuple[str, dict[str, Any]]]) -> bytes:
+        return b"".join(f"event: {e}\ndata: ".encode() + _dumps(d) + b"\n\n" for e, d in events)
+
+    def start(self) -> bytes:
+        return self._encode(self.events.start())
+
+    def text(self, piece: str) -> bytes:
+        return self._encode(self.events.text(piece))
+
+    def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
+        return self._encode(self.events.block(kind, part))
+
+    def end(self, reply: ClientReply, rest: str = "") -> bytes:
+        return self._encode(self.events.end(reply, rest))
+
+    def error(self, failure: Response) -> bytes:
+        return b"event: error\ndata: " + _failure_body(failure) + b"\n\n"
+
+
+class ResponsesSse(SseEncoder):
+    """Responses API events, each named in its ``event:`` line by its type; a failure after
+    the stream began is ``response.failed`` with the error's code and message."""
+
+    def __init__(self, parsed: ClientRequest) -> None:
+        self.events = ResponseEvents(parsed)
+
+    def _encode(self, events: list[dict[str, Any]]) -> bytes:
+        return b"".join(
+            f"event: {e['type']}\ndata: ".encode() + _dumps(e) + b"\n\n" for e in events
+        )
+
+    def start(self) -> bytes:
+        return self._encode(self.events.start())
+
+    def text(self, piece: str) -> bytes:
+        return self._encode(self.events.text(piece))
+
+    def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
+        return self._encode(self.events.block(kind, part))
+
+    def end(self, reply: ClientReply, rest: str = "") -> bytes:
+        return self._encode(self.events.end(reply, rest))
+
+    def error(self, failure: Response) -> bytes:
+        said = json.loads(_failure_body(failure)).get("error") or {}
+        error = {"code": said.get("code") or said.get("type") or "api_error",
+                 "message": said.get("message") or "the request failed"}  # fmt: skip
+        return self._encode(self.events.failed(error))
+
+
+def _failure_body(failure: Response) -> bytes:
+    return failure.body if isinstance(failure.body, bytes) else b"{}"
 
 
 def _dumps(data: Any) -> bytes:
@@ -453,6 +531,10 @@ def _dumps(data: Any) -> bytes:
 # -- the endpoints -------------------------------------------------------------------------
 async def chat_completions(request: Request) -> Response:
     return await _handle(request, "openai", openai_api.parse_chat_request)
+
+
+async def responses(request: Request) -> Response:
+    return await _handle(request, "responses", responses_api.parse_responses_request)
 
 
 async def messages(request: Request) -> Response:
@@ -500,6 +582,7 @@ async def models(request: Request) -> Response:
 ROUTES = {
     "/v1/chat/completions": chat_completions,
     "/v1/models": models,
+    "/v1/responses": responses,
     "/v1/messages": messages,
     "/v1/messages/count_tokens": count_tokens,
 }

@@ -1,6 +1,7 @@
 """The gateway's framework-free core: an OpenAI- and Anthropic-compatible front for any agent.
 
-Format translation (``openai_api``, ``anthropic_api``), session naming (``naming``), history
+Format translation (``openai_api``, ``responses_api`` and ``responses_stream``,
+``anthropic_api``), session naming (``naming``), history
 alignment (``align``), the extractive headline (``headline_fallback``), the upstream
 protocol and its HTTP clients (``upstream`` for OpenAI-compatible upstreams,
 ``anthropic_upstream`` for Anthropic Messages ones, its requests built by
@@ -10,7 +11,7 @@ view and kernel (``conversation``). The Django/ASGI glue is ``dashboard.gateway`
 
 from __future__ import annotations
 
-from . import anthropic_api, openai_api
+from . import anthropic_api, openai_api, responses_api
 from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
 from .align import Alignment, align
@@ -42,5 +43,6 @@ __all__ = [
     "openai_api",
     "parse_chat_request",
     "parse_messages_request",
+    "responses_api",
     "session_id_for",
 ]

@@ -12,7 +12,7 @@ from ..models.base import ToolCall, Usage
 
 __all__ = ["ClientMessage", "ClientReply", "ClientRequest", "GatewayStats", "canonical_args"]
 
-Api = Literal["openai", "anthropic"]
+Api = Literal["openai", "responses", "anthropic"]
 
 
 def canonical_args(call: ToolCall) -> str:

@@ -21,6 +21,7 @@ from ._types import ClientMessage, ClientReply, ClientRequest
 __all__ = [
     "ChunkStream",
     "chat_completion",
+    "content_text",
     "error_body",
     "models_list",
     "parse_chat_request",
@@ -50,7 +51,9 @@ def _need(condition: bool, param: str, message: str) -> None:
         raise GatewayRequestInvalid(param, message)
 
 
-def _text(content: Any, param: str, *, allow_none: bool = False) -> str:
+def content_text(content: Any, param: str, *, allow_none: bool = False) -> str:
+    """A message's content as one text: a string, or content parts joined by lines (an
+    image, audio or file part stands as ``[its type]``; an unknown type is refused)."""
     if content is None:
         _need(allow_none, param, "is required")
         return ""
@@ -65,7 +68,7 @@ def _text(content: Any, param: str, *, allow_none: bool = False) -> str:
         if kind in ("text", "input_text", "output_text"):
             _need(isinstance(part.get("text"), str), f"{where}.text", "must be a string")
             parts.append(part["text"])
-        elif kind in ("image_url", "input_image", "input_audio", "file", "refusal"):
+        elif kind in ("image_url", "input_image", "input_audio", "input_file", "file", "refusal"):
             parts.append(part.get("refusal") or f"[{kind}]")
         else:
             raise GatewayRequestInvalid(f"{where}.type", f"unknown content part type {kind!r}")
@@ -155,7 +158,7 @@ def parse_chat_request(body: Any) -> ClientRequest:
             raise GatewayRequestInvalid(f"messages.{i}.role", f"must be one of {', '.join(_ROLES)}")
         content = message.get("content")
         if not isinstance(content, str):
-            content = _text(content, f"messages.{i}.content", allow_none=role == "assistant")
+            content = content_text(content, f"messages.{i}.content", allow_none=role == "assistant")
         if role == "user":
             messages.append(ClientMessage("user", content))
         elif role == "assistant":

@@ -1,0 +1,340 @@
+"""OpenAI Responses API <-> the gateway's shapes: a ``POST /v1/responses`` body parsed into the
+provider-neutral request (a malformed or unservable body is a ``GatewayRequestInvalid``
+naming the field) and the ``response`` object of a reply. The stream's events are
+``responses_stream``.
+
+The gateway serves the stateless form of the API, the one agents that keep their own
+history use (``store: false``, the whole conversation in ``input``): a request that points at
+a stored response or conversation (``previous_response_id``, ``conversation``, an
+``item_reference``) is refused by name, as are hosted tools the upstream would have to run.
+
+How items map:
+
+- ``instructions`` and the leading system or developer messages form the system text; a
+  later one is a system message of the history.
+- an assistant ``message`` and the ``function_call`` items that follow it are one assistant
+  message with tool calls (what the gateway's reply was); a ``function_call`` with no
+  assistant text before it is an assistant message of its own.
+- a ``function_call_output`` is a tool result; ``reasoning`` items are left out (the gateway
+  relays no reasoning, so none of its own replies carries one).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from ..errors import GatewayRequestInvalid
+from ._types import ClientMessage, ClientReply, ClientRequest
+from .openai_api import content_text, decode_call
+
+__all__ = ["new_item_id", "parse_responses_request", "response_object", "response_tools"]
+
+_MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+# Options passed upstream under their Chat Completions names (anything else is dropped).
+_SAME_NAME = ("temperature", "top_p", "parallel_tool_calls")
+_STATELESS = "this gateway keeps no stored responses; send the whole conversation as input"
+# Why a finish reason leaves a response incomplete, in the API's words.
+INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def _need(condition: bool, param: str, message: str) -> None:
+    if not condition:
+        raise GatewayRequestInvalid(param, message)
+
+
+def _function_tools(raw: Any) -> tuple[dict[str, Any], ...]:
+    """The client's function tools as OpenAI function-tool schemas (the request's shape)."""
+    if raw is None:
+        return ()
+    _need(isinstance(raw, list), "tools", "must be a list")
+    tools = []
+    for i, tool in enumerate(raw):
+        where = f"tools.{i}"
+        _need(isinstance(tool, dict), where, "must be an object")
+        kind = tool.get("type")
+        _need(
+            kind == "function",
+            f"{where}.type",
+            f"only function tools are served, not {kind!r} (a hosted tool runs at OpenAI)",
+        )
+        name = tool.get("name")
+        _need(isinstance(name, str) and bool(name), f"{where}.name", "is required")
+        params = tool.get("parameters")
+        _need(
+            params is None or isinstance(params, dict),
+            f"{where}.parameters",
+            "must be a JSON Schema object",
+        )
+        function: dict[str, Any] = {"name": name}
+        for field in ("description", "parameters", "strict"):
+            if tool.get(field) is not None:
+                function[field] = tool[field]
+        tools.append({"type": "function", "function": function})
+    return tuple(tools)
+
+
+def response_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    """The request's tools as a response echoes them (the Responses API's flat shape)."""
+    return [{"type": "function", **t["function"]} for t in tools]
+
+
+def _tool_choice(raw: Any) -> Any:
+    if raw is None or raw in ("auto", "none", "required"):
+        return raw
+    _need(isinstance(raw, dict), "tool_choice", "must be 'auto', 'none', 'required' or an object")
+    _need(
+        raw.get("type") == "function" and isinstance(raw.get("name"), str) and bool(raw["name"]),
+        "tool_choice",
+        "only {'type': 'function', 'name': ...} is served among forced choices",
+    )
+    return {"type": "function", "function": {"name": raw["name"]}}
+
+
+def _echoed_choice(choice: Any) -> Any:
+    """A tool choice as the request gave it (the params hold it in Chat Completions' shape)."""
+    if isinstance(choice, dict):
+        return {"type": "function", "name": choice["function"]["name"]}
+    return choice
+
+
+def _response_format(raw: Any) -> dict[str, Any] | None:
+    """``text.format`` as a Chat Completions ``response_format`` (None for plain text)."""
+    if raw is None:
+        return None
+    _need(isinstance(raw, dict), "text", "must be an object")
+    fmt = raw.get("format")
+    if fmt is None:
+        return None
+    _need(isinstance(fmt, dict), "text.format", "must be an object")
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    _need(kind == "json_schema", "text.format.type", "must be text, json_object or json_schema")
+    _need(isinstance(fmt.get("name"), str), "text.format.name", "is required")
+    _need(isinstance(fmt.get("schema"), dict), "text.format.schema", "must be an object")
+    schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _params(body: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    params = {k: body[k] for k in _SAME_NAME if body.get(k) is not None}
+    limit = body.get("max_output_tokens")
+    if limit is not None:
+        _need(
+            isinstance(limit, int) and not isinstance(limit, bool) and limit > 0,
+            "max_output_tokens",
+            "must be a positive integer",
+        )
+        params["max_tokens"] = limit
+    choice = _tool_choice(body.get("tool_choice"))
+    if choice is not None:
+        params["tool_choice"] = choice
+    reasoning = body.get("reasoning")
+    if reasoning is not None:
+        _need(isinstance(reasoning, dict), "reasoning", "must be an object")
+        if reasoning.get("effort") is not None:
+            params["reasoning_effort"] = reasoning["effort"]
+    response_format = _response_format(body.get("text"))
+    if response_format is not None:
+        params["response_format"] = response_format
+    return params
+
+
+class _History:
+    """The input items made into the gateway's messages (see the module docstring)."""
+
+    def __init__(self, instructions: str) -> None:
+        self.system = [instructions] if instructions else []
+        self.messages: list[ClientMessage] = []
+        self._open_reply = False  # the last message is an assistant's that calls may join
+
+    def add(self, item: Any, where: str) -> None:
+        _need(isinstance(item, dict), where, "must be an object")
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            self._message(item, where)
+        elif kind == "function_call":
+            self._call(item, where)
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            _need(isinstance(call_id, str) and bool(call_id), f"{where}.call_id", "is required")
+            output = item.get("output")
+            text = content_text(output, f"{where}.output")
+            self.messages.append(ClientMessage("tool", text, tool_call_id=call_id))
+            self._open_reply = False
+        elif kind == "reasoning":
+            return  # the gateway relays no reasoning (see the module docstring)
+        elif kind == "item_reference":
+            raise GatewayRequestInvalid(f"{where}.type", f"an item_reference: {_STATELESS}")
+        else:
+            raise GatewayRequestInvalid(
+                f"{where}.type",
+                f"unknown or unserved input item type {kind!r} (message, function_call, "
+                "function_call_output and reasoning are served)",
+            )
+
+    def _message(self, item: dict[str, Any], where: str) -> None:
+        role = item.get("role")
+        _need(
+            role in _MESSAGE_ROLES, f"{where}.role", f"must be one of {', '.join(_MESSAGE_ROLES)}"
+        )
+        text = content_text(item.get("content"), f"{where}.content")
+        self._open_reply = role == "assistant"
+        if role in ("system", "developer"):
+            if self.messages:
+                self.messages.append(ClientMessage("system", text))
+            else:
+                self.system.append(text)
+        else:
+            self.messages.append(ClientMessage(str(role), text))
+
+    def _call(self, item: dict[str, Any], where: str) -> None:
+        call_id, name = item.get("call_id"), item.get("name")
+        _need(isinstance(call_id, str) and bool(call_id), f"{where}.call_id", "is required")
+        _need(isinstance(name, str) and bool(name), f"{where}.name", "is required")
+        call = decode_call(str(call_id), str(name), item.get("arguments"))
+        if self._open_reply:
+            last = self.messages[-1]
+            self.messages[-1] = ClientMessage("assistant", last.content, (*last.tool_calls, call))
+        else:
+            self.messages.append(ClientMessage("assistant", "", (call,)))
+            self._open_reply = True
+
+
+def parse_responses_request(body: Any) -> ClientRequest:
+    """The gateway request for a ``POST /v1/responses`` body (decoded JSON)."""
+    _need(isinstance(body, dict), "body", "must be a JSON object")
+    model = body.get("model")
+    _need(isinstance(model, str) and bool(model.strip()), "model", "is required (a string)")
+    for field in ("previous_response_id", "conversation"):
+        _need(body.get(field) is None, field, f"is not served: {_STATELESS}")
+    _need(not body.get("background"), "background", f"is not served: {_STATELESS}")
+    stream = body.get("stream", False)
+    _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
+    instructions = body.get("instructions")
+    _need(
+        instructions is None or isinstance(instructions, str),
+        "instructions",
+        "must be a string",
+    )
+    history = _History(instructions or "")
+    raw = body.get("input")
+    if isinstance(raw, str):
+        history.add({"role": "user", "content": raw}, "input")
+    else:
+        _need(isinstance(raw, list) and bool(raw), "input", "must be a string or a non-empty list")
+        for i, item in enumerate(raw):
+            history.add(item, f"input.{i}")
+    _need(bool(history.messages), "input", "must hold at least one non-system item")
+    tools = _function_tools(body.get("tools"))
+    return ClientRequest(
+        api="responses",
+        model=model.strip(),
+        system="\n\n".join(history.system),
+        messages=tuple(history.messages),
+        tools=tools,
+        stream=bool(stream),
+        params=_params(body, tools),
+    )
+
+
+def new_response_id() -> str:
+    return f"resp_{uuid.uuid4().hex[:24]}"
+
+
+def new_item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [part] if status == "completed" else [],
+    }
+
+
+def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def reply_items(reply: ClientReply) -> list[dict[str, Any]]:
+    """The output items of a whole reply: its text, then each tool call."""
+    items = []
+    if reply.content or not reply.tool_calls:
+        items.append(message_item(new_item_id("msg"), reply.content))
+    for call in reply.tool_calls:
+        arguments = call.to_message()["function"]["arguments"]
+        items.append(call_item(new_item_id("fc"), call.id, call.name, arguments, "completed"))
+    return items
+
+
+def usage(reply: ClientReply) -> dict[str, Any]:
+    return {
+        "input_tokens": reply.usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": reply.usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": reply.usage.input_tokens + reply.usage.output_tokens,
+    }
+
+
+def response_object(
+    request: ClientRequest,
+    *,
+    response_id: str,
+    created_at: int,
+    status: str,
+    output: list[dict[str, Any]],
+    reply: ClientReply | None = None,
+    model: str | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A ``response`` object; ``reply`` is None while it is in progress or when it failed.
+    A finished reply carries its usage and the extension field ``scroll``."""
+    reason = INCOMPLETE.get(reply.finish_reason) if reply is not None else None
+    body: dict[str, Any] = {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "incomplete" if reason else status,
+        "error": error,
+        "incomplete_details": {"reason": reason} if reason else None,
+        "instructions": None,
+        "model": reply.model if reply is not None else model or request.model,
+        "output": output,
+        "parallel_tool_calls": request.params.get("parallel_tool_calls", True),
+        "tool_choice": _echoed_choice(request.params.get("tool_choice", "auto")),
+        "tools": response_tools(request.tools),
+        "store": False,
+        "usage": usage(reply) if reply is not None else None,
+    }
+    if reply is not None:
+        body["scroll"] = reply.stats.to_dict()
+    return body
+
+
+def whole_response(request: ClientRequest, reply: ClientReply) -> dict[str, Any]:
+    """The ``response`` object of a reply that was not streamed."""
+    return response_object(
+        request,
+        response_id=new_response_id(),
+        created_at=int(time.time()),
+        status="completed",
+        output=reply_items(reply),
+        reply=reply,
+    )

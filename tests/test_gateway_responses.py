@@ -234,13 +234,67 @@ def test_options_reach_the_upstream_under_chat_completions_names(gateway, upstre
     assert "store" not in sent
 
 
+PATCH = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files with a patch.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: patch"},
+}
+PATCH_TEXT = "*** Begin Patch\n*** Add File: a.txt\n+hello\n*** End Patch"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_custom_tools_call_reaches_the_client_as_free_text_and_round_trips(
+    gateway, upstream, stream
+):
+    call = tool_call("apply_patch", {"input": PATCH_TEXT}, "call_p1")
+    upstream.then(completion(f"Patching.\n{HEADLINE}", [call]), text("Patched."))
+    client = oa(gateway, make_key(upstream))
+    tools = [PATCH, WEATHER, {"type": "web_search"}]
+    history: list[Any] = [{"role": "user", "content": "add a.txt"}]
+    if stream:
+        with client.responses.stream(model="gpt-test", input=history, tools=tools) as events:
+            kinds = [event.type for event in events]
+            first = events.get_final_response()
+        assert "response.custom_tool_call_input.done" in kinds
+    else:
+        first = client.responses.create(model="gpt-test", input=history, tools=tools)
+    _, called = first.output
+    assert first.output_text == "Patching."
+    assert (called.type, called.call_id, called.name) == (
+        "custom_tool_call",
+        "call_p1",
+        "apply_patch",
+    )
+    assert called.input == PATCH_TEXT  # the text itself, not JSON around it
+    offered = {t["function"]["name"]: t["function"] for t in upstream.requests[0]["tools"]}
+    assert set(offered) == {"apply_patch", "get_weather", "recall_history_python"}
+    patch = offered["apply_patch"]["parameters"]
+    assert patch["required"] == ["input"]  # the hosted web_search was not offered upstream
+    assert "start: patch" in patch["properties"]["input"]["description"]
+    history += _items(first)
+    history.append({"type": "custom_tool_call_output", "call_id": "call_p1", "output": "done"})
+    again = client.responses.create(model="gpt-test", input=history, tools=tools)
+    assert again.output_text == "Patched."
+    scroll = again.to_dict()["scroll"]
+    assert scroll["rewritten"] is False and scroll["appended"] == 1
+
+
 @pytest.mark.parametrize(
     ("body", "param", "said"),
     [
         ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id", "whole"),
         ({"input": "hi", "conversation": "conv_1"}, "conversation", "whole conversation"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0.type", "stored"),
-        ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools.0.type", "'web_search'"),
+        (
+            {
+                "input": "hi",
+                "tools": [{"type": "web_search"}],
+                "tool_choice": {"type": "web_search"},
+            },
+            "tool_choice",
+            "hosted tool",
+        ),
         ({"input": [{"type": "computer_call_output"}]}, "input.0.type", "computer_call"),
         ({"input": [{"type": "function_call", "name": "f"}]}, "input.0.call_id", "required"),
         ({"input": []}, "input", "non-empty"),

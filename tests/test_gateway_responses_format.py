@@ -116,6 +116,61 @@ def test_a_whole_reply_holds_its_text_then_its_calls():
     assert empty["incomplete_details"] == {"reason": "max_output_tokens"}
 
 
+def test_a_custom_tool_is_a_function_of_one_text_argument_and_hosted_tools_stay_out():
+    parsed = _parse(
+        [
+            {"role": "user", "content": "patch it"},
+            {"type": "custom_tool_call", "call_id": "p1", "name": "apply_patch", "input": "+x"},
+            {"type": "custom_tool_call_output", "call_id": "p1", "output": "ok"},
+        ],
+        tools=[{"type": "custom", "name": "apply_patch"}, {"type": "file_search"}],
+        tool_choice={"type": "custom", "name": "apply_patch"},
+    )
+    assert parsed.free_text_tools == {"apply_patch"}
+    [tool] = parsed.tools
+    assert tool["function"]["parameters"]["properties"]["input"]["type"] == "string"
+    assert parsed.params["tool_choice"] == {"type": "function", "function": {"name": "apply_patch"}}
+    _, called, result = parsed.messages
+    assert called.tool_calls[0].arguments == {"input": "+x"} and result.tool_call_id == "p1"
+    # A reply that calls it gives the client the text; anything else the model wrote, as is.
+    wrote = [ToolCall("c1", "apply_patch", {"input": "+y"}, '{"input": "+y"}'),
+             ToolCall("c2", "apply_patch", {"patch": "+z"}, '{"patch": "+z"}')]  # fmt: skip
+    items = whole_response(parsed, _reply("", wrote, "tool_calls"))["output"]
+    assert [(i["type"], i["input"]) for i in items] == [
+        ("custom_tool_call", "+y"),
+        ("custom_tool_call", '{"patch": "+z"}'),
+    ]
+    with pytest.raises(GatewayRequestInvalid) as refused:
+        _parse([{"type": "custom_tool_call", "call_id": "p", "name": "apply_patch"}])
+    assert refused.value.param == "input.0.input"
+
+
+def test_a_custom_call_and_the_calls_after_it_go_out_whole_at_the_end_in_order():
+    parsed = _parse("hi", tools=[{"type": "custom", "name": "apply_patch"}])
+    stream = ResponseEvents(parsed)
+    events = stream.start() + stream.text("Ok.")
+    events += stream.block("start", {"type": "tool_use", "id": "c1", "name": "apply_patch"})
+    events += stream.block("delta", {"type": "input_json_delta", "partial_json": '{"input"'})
+    events += stream.block("start", {"type": "tool_use", "id": "c2", "name": "f"})
+    assert _kinds(events)[-3:] == [  # the text is done; no call has gone out yet
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    calls = [ToolCall("c1", "apply_patch", {"input": "+x"}, '{"input": "+x"}'),
+             ToolCall("c2", "f", {}, "{}")]  # fmt: skip
+    events += stream.end(_reply("Ok.", calls, "tool_calls"))
+    output = events[-1]["response"]["output"]
+    assert [(i["type"], i.get("call_id")) for i in output] == [
+        ("message", None),
+        ("custom_tool_call", "c1"),
+        ("function_call", "c2"),
+    ]
+    assert output[1]["input"] == "+x"
+    done = [e for e in events if e["type"] == "response.custom_tool_call_input.done"]
+    assert [e["input"] for e in done] == ["+x"]
+
+
 def _kinds(events):
     return [e["type"] for e in events]
 

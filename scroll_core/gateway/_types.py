@@ -69,6 +69,9 @@ class ClientRequest:
     stream: bool = False
     params: dict[str, Any] = field(default_factory=dict)
     include_usage: bool = False
+    # Tools whose calls the client takes as free text (the Responses API's custom tools):
+    # offered upstream as a function of one string argument (see ``responses_api``).
+    free_text_tools: frozenset[str] = frozenset()
 
     def first_user_text(self) -> str:
         return next((m.content for m in self.messages if m.role == "user"), "")

@@ -6,7 +6,7 @@ naming the field) and the ``response`` object of a reply. The stream's events ar
 The gateway serves the stateless form of the API, the one agents that keep their own
 history use (``store: false``, the whole conversation in ``input``): a request that points at
 a stored response or conversation (``previous_response_id``, ``conversation``, an
-``item_reference``) is refused by name, as are hosted tools the upstream would have to run.
+``item_reference``) is refused by name.
 
 How items map:
 
@@ -17,24 +17,40 @@ How items map:
   assistant text before it is an assistant message of its own.
 - a ``function_call_output`` is a tool result; ``reasoning`` items are left out (the gateway
   relays no reasoning, so none of its own replies carries one).
+- a custom tool (free-text input, as Codex's ``apply_patch``) is offered upstream as a
+  function with one string argument, ``input``, described by the tool's format; its calls
+  go to the client as ``custom_tool_call`` items and come back as calls with that argument.
+- hosted tools (web search, file search, ...) run at OpenAI and are not offered upstream, as
+  the Anthropic route leaves out server tools; forcing one is refused.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
 
 from ..errors import GatewayRequestInvalid
+from ..models.base import ToolCall
 from ._types import ClientMessage, ClientReply, ClientRequest
 from .openai_api import content_text, decode_call
 
-__all__ = ["new_item_id", "parse_responses_request", "response_object", "response_tools"]
+__all__ = [
+    "FREE_TEXT_FIELD",
+    "free_text_input",
+    "new_item_id",
+    "parse_responses_request",
+    "response_object",
+    "response_tools",
+]
 
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 # Options passed upstream under their Chat Completions names (anything else is dropped).
 _SAME_NAME = ("temperature", "top_p", "parallel_tool_calls")
 _STATELESS = "this gateway keeps no stored responses; send the whole conversation as input"
+# The one argument of the function a custom (free-text) tool is offered upstream as.
+FREE_TEXT_FIELD = "input"
 # Why a finish reason leaves a response incomplete, in the API's words.
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -44,23 +60,48 @@ def _need(condition: bool, param: str, message: str) -> None:
         raise GatewayRequestInvalid(param, message)
 
 
-def _function_tools(raw: Any) -> tuple[dict[str, Any], ...]:
-    """The client's function tools as OpenAI function-tool schemas (the request's shape)."""
+def _free_text_function(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    """A custom tool (its input free text, or text in a grammar) as the function tool the
+    upstream is offered: one string parameter, ``input``, described by the tool's format."""
+    fmt = tool.get("format") or {"type": "text"}
+    _need(isinstance(fmt, dict), f"{where}.format", "must be an object")
+    if fmt.get("type") == "grammar":
+        about = f"Text in this {fmt.get('syntax') or ''} grammar:\n{fmt.get('definition') or ''}"
+    else:
+        about = "Free text."
+    function: dict[str, Any] = {"name": tool["name"]}
+    if tool.get("description") is not None:
+        function["description"] = tool["description"]
+    function["parameters"] = {
+        "type": "object",
+        "properties": {FREE_TEXT_FIELD: {"type": "string", "description": about}},
+        "required": [FREE_TEXT_FIELD],
+        "additionalProperties": False,
+    }
+    return function
+
+
+def _tools(raw: Any) -> tuple[tuple[dict[str, Any], ...], frozenset[str]]:
+    """The client's function and custom tools as OpenAI function-tool schemas (the request's
+    shape), and the names of the custom ones. A hosted tool (web search, file search, ...)
+    runs at OpenAI: it is not offered upstream."""
     if raw is None:
-        return ()
+        return (), frozenset()
     _need(isinstance(raw, list), "tools", "must be a list")
-    tools = []
+    tools, free_text = [], set()
     for i, tool in enumerate(raw):
         where = f"tools.{i}"
         _need(isinstance(tool, dict), where, "must be an object")
         kind = tool.get("type")
-        _need(
-            kind == "function",
-            f"{where}.type",
-            f"only function tools are served, not {kind!r} (a hosted tool runs at OpenAI)",
-        )
+        _need(isinstance(kind, str) and bool(kind), f"{where}.type", "is required")
+        if kind not in ("function", "custom"):
+            continue  # hosted: see the docstring
         name = tool.get("name")
         _need(isinstance(name, str) and bool(name), f"{where}.name", "is required")
+        if kind == "custom":
+            free_text.add(name)
+            tools.append({"type": "function", "function": _free_text_function(tool, where)})
+            continue
         params = tool.get("parameters")
         _need(
             params is None or isinstance(params, dict),
@@ -72,12 +113,20 @@ def _function_tools(raw: Any) -> tuple[dict[str, Any], ...]:
             if tool.get(field) is not None:
                 function[field] = tool[field]
         tools.append({"type": "function", "function": function})
-    return tuple(tools)
+    return tuple(tools), frozenset(free_text)
 
 
-def response_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+def response_tools(request: ClientRequest) -> list[dict[str, Any]]:
     """The request's tools as a response echoes them (the Responses API's flat shape)."""
-    return [{"type": "function", **t["function"]} for t in tools]
+    echoed = []
+    for tool in request.tools:
+        function = tool["function"]
+        if function["name"] in request.free_text_tools:
+            echoed.append({"type": "custom", "name": function["name"],
+                           "description": function.get("description")})  # fmt: skip
+        else:
+            echoed.append({"type": "function", **function})
+    return echoed
 
 
 def _tool_choice(raw: Any) -> Any:
@@ -85,9 +134,11 @@ def _tool_choice(raw: Any) -> Any:
         return raw
     _need(isinstance(raw, dict), "tool_choice", "must be 'auto', 'none', 'required' or an object")
     _need(
-        raw.get("type") == "function" and isinstance(raw.get("name"), str) and bool(raw["name"]),
+        raw.get("type") in ("function", "custom")
+        and isinstance(raw.get("name"), str)
+        and bool(raw["name"]),
         "tool_choice",
-        "only {'type': 'function', 'name': ...} is served among forced choices",
+        "only a function or custom tool can be forced (a hosted tool is not offered upstream)",
     )
     return {"type": "function", "function": {"name": raw["name"]}}
 
@@ -120,7 +171,7 @@ def _response_format(raw: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def _params(body: dict[str, Any], tools: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+def _params(body: dict[str, Any]) -> dict[str, Any]:
     params = {k: body[k] for k in _SAME_NAME if body.get(k) is not None}
     limit = body.get("max_output_tokens")
     if limit is not None:
@@ -159,7 +210,9 @@ class _History:
             self._message(item, where)
         elif kind == "function_call":
             self._call(item, where)
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            self._call(item, where, free_text=True)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
             _need(isinstance(call_id, str) and bool(call_id), f"{where}.call_id", "is required")
             output = item.get("output")
@@ -192,11 +245,17 @@ class _History:
         else:
             self.messages.append(ClientMessage(str(role), text))
 
-    def _call(self, item: dict[str, Any], where: str) -> None:
+    def _call(self, item: dict[str, Any], where: str, *, free_text: bool = False) -> None:
         call_id, name = item.get("call_id"), item.get("name")
         _need(isinstance(call_id, str) and bool(call_id), f"{where}.call_id", "is required")
         _need(isinstance(name, str) and bool(name), f"{where}.name", "is required")
-        call = decode_call(str(call_id), str(name), item.get("arguments"))
+        if free_text:
+            text = item.get("input")
+            _need(isinstance(text, str), f"{where}.input", "must be a string")
+            arguments = {FREE_TEXT_FIELD: text}
+            call = ToolCall(str(call_id), str(name), arguments, json.dumps(arguments))
+        else:
+            call = decode_call(str(call_id), str(name), item.get("arguments"))
         if self._open_reply:
             last = self.messages[-1]
             self.messages[-1] = ClientMessage("assistant", last.content, (*last.tool_calls, call))
@@ -230,7 +289,7 @@ def parse_responses_request(body: Any) -> ClientRequest:
         for i, item in enumerate(raw):
             history.add(item, f"input.{i}")
     _need(bool(history.messages), "input", "must hold at least one non-system item")
-    tools = _function_tools(body.get("tools"))
+    tools, free_text = _tools(body.get("tools"))
     return ClientRequest(
         api="responses",
         model=model.strip(),
@@ -238,7 +297,8 @@ def parse_responses_request(body: Any) -> ClientRequest:
         messages=tuple(history.messages),
         tools=tools,
         stream=bool(stream),
-        params=_params(body, tools),
+        params=_params(body),
+        free_text_tools=free_text,
     )
 
 
@@ -272,12 +332,30 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str
     }
 
 
-def reply_items(reply: ClientReply) -> list[dict[str, Any]]:
-    """The output items of a whole reply: its text, then each tool call."""
+def free_text_input(call: ToolCall) -> str:
+    """What a call to a custom tool gives the client: its ``input`` argument, or, when the
+    model wrote something else, its arguments as written."""
+    text = call.arguments.get(FREE_TEXT_FIELD) if call.arguments_error is None else None
+    if isinstance(text, str) and len(call.arguments) == 1:
+        return text
+    return call.to_message()["function"]["arguments"]
+
+
+def custom_call_item(item_id: str, call: ToolCall, text: str) -> dict[str, Any]:
+    return {"type": "custom_tool_call", "id": item_id, "call_id": call.id,
+            "name": call.name, "input": text}  # fmt: skip
+
+
+def reply_items(request: ClientRequest, reply: ClientReply) -> list[dict[str, Any]]:
+    """The output items of a whole reply: its text, then each tool call (a custom tool's as
+    a ``custom_tool_call``)."""
     items = []
     if reply.content or not reply.tool_calls:
         items.append(message_item(new_item_id("msg"), reply.content))
     for call in reply.tool_calls:
+        if call.name in request.free_text_tools:
+            items.append(custom_call_item(new_item_id("ctc"), call, free_text_input(call)))
+            continue
         arguments = call.to_message()["function"]["arguments"]
         items.append(call_item(new_item_id("fc"), call.id, call.name, arguments, "completed"))
     return items
@@ -319,7 +397,7 @@ def response_object(
         "output": output,
         "parallel_tool_calls": request.params.get("parallel_tool_calls", True),
         "tool_choice": _echoed_choice(request.params.get("tool_choice", "auto")),
-        "tools": response_tools(request.tools),
+        "tools": response_tools(request),
         "store": False,
         "usage": usage(reply) if reply is not None else None,
     }
@@ -335,6 +413,6 @@ def whole_response(request: ClientRequest, reply: ClientReply) -> dict[str, Any]
         response_id=new_response_id(),
         created_at=int(time.time()),
         status="completed",
-        output=reply_items(reply),
+        output=reply_items(request, reply),
         reply=reply,
     )

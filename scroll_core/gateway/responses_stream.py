@@ -14,9 +14,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..models.base import ToolCall
 from ._types import ClientReply, ClientRequest
 from .openai_api import pieces
-from .responses_api import call_item, message_item, new_item_id, new_response_id, response_object
+from .responses_api import (
+    call_item,
+    custom_call_item,
+    free_text_input,
+    message_item,
+    new_item_id,
+    new_response_id,
+    response_object,
+)
 
 __all__ = ["ResponseEvents"]
 
@@ -37,6 +46,9 @@ class ResponseEvents:
         self._call_at: int | None = None  # the output index of the call streaming now
         self._arguments = ""
         self._streamed: set[str] = set()  # the call ids streamed as they came
+        # A call to a custom tool began: its input is free text, known only when the call
+        # is whole, so it and every call after it (their order kept) go out at the end.
+        self._holding = False
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self._seq, **fields}
@@ -107,14 +119,20 @@ class ResponseEvents:
         """A block of the reply as it streams: a ``tool_use`` block's start opens a
         ``function_call`` item (the message before it is done), its ``input_json_delta``
         pieces are the call's arguments (``{}`` when it closes with none); anything else
-        (thinking) sends nothing."""
+        (thinking) sends nothing. A call to a custom tool, and every call after it, goes
+        out whole at the end."""
+        if self._holding:
+            return []
         if kind == "delta" and part is not None and self._call_at is not None:
             piece = part.get("partial_json") if part.get("type") == "input_json_delta" else None
             return self._arguments_piece(piece) if piece else []
         out = self._close_call()  # a block's stop, or the start of another
         if kind == "start" and part is not None and part.get("type") == "tool_use":
             out += self._close_text()
-            out += self._open_call(str(part.get("id")), str(part.get("name")))
+            if str(part.get("name")) in self.request.free_text_tools:
+                self._holding = True  # see __init__
+            else:
+                out += self._open_call(str(part.get("id")), str(part.get("name")))
         return out
 
     def _open_call(self, call_id: str, name: str) -> list[dict[str, Any]]:
@@ -158,6 +176,19 @@ class ResponseEvents:
         ]
         return out
 
+    def _custom_call(self, call: ToolCall) -> list[dict[str, Any]]:
+        """A whole call to a custom tool: its item, its input in pieces, done."""
+        at, text = len(self.output), free_text_input(call)
+        item = custom_call_item(new_item_id("ctc"), call, "")
+        self.output.append({**item, "input": text})
+        place = {"item_id": item["id"], "output_index": at}
+        out = [self._event("response.output_item.added", output_index=at, item=item)]
+        for piece in pieces(text):
+            out.append(self._event("response.custom_tool_call_input.delta", **place, delta=piece))
+        out.append(self._event("response.custom_tool_call_input.done", **place, input=text))
+        out.append(self._event("response.output_item.done", output_index=at, item=self.output[at]))
+        return out
+
     # -- the end --------------------------------------------------------------------------
     def end(self, reply: ClientReply, rest: str = "") -> list[dict[str, Any]]:
         """The reply's text not streamed yet, each tool call not streamed (whole), and the
@@ -170,7 +201,11 @@ class ResponseEvents:
         for call in reply.tool_calls:
             if call.id in self._streamed:
                 continue
-            out += self._close_text() + self._open_call(call.id, call.name)
+            out += self._close_text()
+            if call.name in self.request.free_text_tools:
+                out += self._custom_call(call)
+                continue
+            out += self._open_call(call.id, call.name)
             for piece in pieces(call.to_message()["function"]["arguments"]):
                 out += self._arguments_piece(piece)
             out += self._close_call()

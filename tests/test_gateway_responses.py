@@ -12,6 +12,7 @@ from typing import Any
 
 import openai
 import pytest
+from gateway_clients import WEATHER as CHAT_WEATHER
 from gateway_clients import make_key, oa
 from gateway_upstream import HEADLINE, a_message, a_tool_use, completion, error, text, tool_call
 
@@ -19,16 +20,8 @@ from scroll_core.prompts import RECALL_TOOL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
+# The Responses API's tool shape is flat: the function's fields beside its type.
+WEATHER = {"type": "function", **CHAT_WEATHER["function"]}
 NOTES = "line\n" * 40  # a file's content: its call's arguments come in more than one piece
 WRITE = {
     "type": "function",

@@ -23,7 +23,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -405,19 +405,35 @@ def _sse(events: AsyncIterator[bytes], headers: dict[str, str]) -> Response:
     return Response(200, events, headers, content_type="text/event-stream")
 
 
+class _Events(Protocol):
+    """What an API's stream maker gives for each part of a reply (chunks or events)."""
+
+    def start(self) -> list[Any]: ...
+
+    def text(self, piece: str) -> list[Any]: ...
+
+    def block(self, kind: str, part: dict[str, Any] | None) -> list[Any]: ...
+
+
 class SseEncoder:
     """One streamed reply as server-sent events in the client's API (each method returns
-    the bytes to send). ``for_api`` picks the API's encoder."""
+    the bytes to send): ``events`` makes the API's chunks or events, ``_encode`` writes them.
+    ``for_api`` picks the API's encoder."""
+
+    events: _Events
+
+    def _encode(self, items: list[Any]) -> bytes:
+        raise NotImplementedError
 
     def start(self) -> bytes:
-        raise NotImplementedError
+        return self._encode(self.events.start())
 
     def text(self, piece: str) -> bytes:
-        raise NotImplementedError
+        return self._encode(self.events.text(piece))
 
     def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
         """A thinking or tool call block as it streams."""
-        raise NotImplementedError
+        return self._encode(self.events.block(kind, part))
 
     def end(self, reply: ClientReply, rest: str = "") -> bytes:
         """The end of the stream; ``rest``: text of the reply not sent yet."""
@@ -441,19 +457,10 @@ class ChatSse(SseEncoder):
 
     def __init__(self, parsed: ClientRequest) -> None:
         self.include_usage = parsed.include_usage
-        self.chunks = openai_api.ChunkStream(parsed.model)
+        self.events = self.chunks = openai_api.ChunkStream(parsed.model)
 
-    def _encode(self, chunks: list[dict[str, Any]]) -> bytes:
-        return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in chunks)
-
-    def start(self) -> bytes:
-        return self._encode(self.chunks.start())
-
-    def text(self, piece: str) -> bytes:
-        return self._encode(self.chunks.text(piece))
-
-    def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
-        return self._encode(self.chunks.block(kind, part))
+    def _encode(self, items: list[Any]) -> bytes:
+        return b"".join(b"data: " + _dumps(c) + b"\n\n" for c in items)
 
     def end(self, reply: ClientReply, rest: str = "") -> bytes:
         head = b"".join(self.text(piece) for piece in openai_api.pieces(rest))
@@ -468,22 +475,13 @@ class MessagesSse(SseEncoder):
     """Anthropic Messages events, each named in its ``event:`` line."""
 
     def __init__(self, parsed: ClientRequest) -> None:
-        self.events = anthropic_api.EventStream(parsed.model)
+        self.events = self.messages = anthropic_api.EventStream(parsed.model)
 
-    def _encode(self, events: list[tuple[str, dict[str, Any]]]) -> bytes:
-        return b"".join(f"event: {e}\ndata: ".encode() + _dumps(d) + b"\n\n" for e, d in events)
-
-    def start(self) -> bytes:
-        return self._encode(self.events.start())
-
-    def text(self, piece: str) -> bytes:
-        return self._encode(self.events.text(piece))
-
-    def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
-        return self._encode(self.events.block(kind, part))
+    def _encode(self, items: list[Any]) -> bytes:
+        return b"".join(f"event: {e}\ndata: ".encode() + _dumps(d) + b"\n\n" for e, d in items)
 
     def end(self, reply: ClientReply, rest: str = "") -> bytes:
-        return self._encode(self.events.end(reply, rest))
+        return self._encode(self.messages.end(reply, rest))
 
     def error(self, failure: Response) -> bytes:
         return b"event: error\ndata: " + _failure_body(failure) + b"\n\n"
@@ -494,30 +492,19 @@ class ResponsesSse(SseEncoder):
     the stream began is ``response.failed`` with the error's code and message."""
 
     def __init__(self, parsed: ClientRequest) -> None:
-        self.events = ResponseEvents(parsed)
+        self.events = self.responses = ResponseEvents(parsed)
 
-    def _encode(self, events: list[dict[str, Any]]) -> bytes:
-        return b"".join(
-            f"event: {e['type']}\ndata: ".encode() + _dumps(e) + b"\n\n" for e in events
-        )
-
-    def start(self) -> bytes:
-        return self._encode(self.events.start())
-
-    def text(self, piece: str) -> bytes:
-        return self._encode(self.events.text(piece))
-
-    def block(self, kind: str, part: dict[str, Any] | None) -> bytes:
-        return self._encode(self.events.block(kind, part))
+    def _encode(self, items: list[Any]) -> bytes:
+        return b"".join(f"event: {e['type']}\ndata: ".encode() + _dumps(e) + b"\n\n" for e in items)
 
     def end(self, reply: ClientReply, rest: str = "") -> bytes:
-        return self._encode(self.events.end(reply, rest))
+        return self._encode(self.responses.end(reply, rest))
 
     def error(self, failure: Response) -> bytes:
         said = json.loads(_failure_body(failure)).get("error") or {}
         error = {"code": said.get("code") or said.get("type") or "api_error",
                  "message": said.get("message") or "the request failed"}  # fmt: skip
-        return self._encode(self.events.failed(error))
+        return self._encode(self.responses.failed(error))
 
 
 def _failure_body(failure: Response) -> bytes:

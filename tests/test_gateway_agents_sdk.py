@@ -1,0 +1,97 @@
+"""A real agent framework through the gateway: the OpenAI Agents SDK, whose models speak the
+Responses API, runs an agent with a function tool against ``/v1/responses``. The SDK calls
+the tool itself, sends the result back and gets the answer; the next turn, built from the
+SDK's own input list, appends only what is new, so nothing in the log is rewritten. Tracing
+to OpenAI is switched off: nothing leaves loopback."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from gateway_clients import make_key
+from gateway_upstream import HEADLINE, completion, text, tool_call
+from openai import AsyncOpenAI
+
+from dashboard.gateway.service import get_service
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+set_tracing_disabled(True)
+asked: list[str] = []
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    asked.append(city)
+    return f"sunny in {city}"
+
+
+def _client(gateway: str, key: str, session: str) -> AsyncOpenAI:
+    return AsyncOpenAI(
+        base_url=f"{gateway}/v1",
+        api_key=key,
+        max_retries=0,
+        default_headers={"X-Scroll-Session": session},
+    )
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_agents_sdk_run_calls_its_tool_through_the_gateway_and_aligns(
+    gateway, upstream, console_log, streamed
+):
+    asked.clear()
+    upstream.then(
+        completion(f"Checking.\n{HEADLINE}", [tool_call("get_weather", {"city": "Oslo"}, "c1")]),
+        text("It is sunny in Oslo."),
+        text("You asked about Oslo."),
+    )
+    key = make_key(upstream)
+
+    async def run(agent, items):
+        if not streamed:
+            return await Runner.run(agent, items)
+        result = Runner.run_streamed(agent, items)
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    async def two_turns():
+        async with _client(gateway, key, f"sdk-{streamed}") as client:
+            model = OpenAIResponsesModel(model="gpt-test", openai_client=client)
+            agent = Agent(name="helper", instructions="Be brief.", tools=[get_weather], model=model)
+            first = await run(agent, "Weather in Oslo?")
+            # The next turn: the SDK's own input list plus the new question.
+            items = [*first.to_input_list(), {"role": "user", "content": "Which city was it?"}]
+            return first, await run(agent, items)
+
+    # One event loop for both turns: the SDK's client keeps its connections open between them.
+    first, second = asyncio.run(two_turns())
+    assert first.final_output == "It is sunny in Oslo." and asked == ["Oslo"]
+    result = upstream.requests[1]["messages"][-1]
+    assert (result["role"], result["tool_call_id"], result["content"]) == (
+        "tool",
+        "c1",
+        "sunny in Oslo",
+    )
+    assert "Be brief." in upstream.requests[0]["messages"][0]["content"]
+    assert second.final_output == "You asked about Oslo."
+    assert upstream.requests[2]["messages"][-1] == {"role": "user", "content": "Which city was it?"}
+    # Each message is in the log once: the second turn appended only the new question.
+    get_service().flush()
+    logged = [
+        (e.role, e.content)
+        for e in console_log.session_events(f"gw:alice:sdk-{streamed}", limit=None)
+        if e.metadata.get("gw") != "prefix"
+    ]
+    assert logged == [
+        ("user", "Weather in Oslo?"),
+        ("assistant", "Checking."),
+        ("assistant", '{"city": "Oslo"}'),  # the tool call, an event of its own
+        ("tool", "sunny in Oslo"),
+        ("assistant", "It is sunny in Oslo."),
+        ("user", "Which city was it?"),
+        ("assistant", "You asked about Oslo."),
+    ]

@@ -72,6 +72,11 @@ def test_system_and_developer_messages_lead_the_system_text_or_stay_in_place():
     )
 
 
+def test_an_assistant_message_may_have_no_content_as_in_chat_completions():
+    parsed = _parse([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}])
+    assert parsed.messages[-1] == ClientMessage("assistant", "")
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -85,6 +90,7 @@ def test_system_and_developer_messages_lead_the_system_text_or_stay_in_place():
         ({"model": "m", "input": [{"role": "user", "content": [{"type": "x"}]}]},
          "input.0.content.0.type"),
         ({"model": "m", "input": [{"role": "system", "content": "only"}]}, "input"),
+        ({"model": "m", "input": [{"role": "user"}]}, "input.0.content"),
         ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]},
          "input.0.call_id"),
         ({"model": "m", "input": "hi", "tools": [{"type": "function"}]}, "tools.0.name"),

@@ -235,7 +235,7 @@ class _History:
         _need(
             role in _MESSAGE_ROLES, f"{where}.role", f"must be one of {', '.join(_MESSAGE_ROLES)}"
         )
-        text = content_text(item.get("content"), f"{where}.content")
+        text = content_text(item.get("content"), f"{where}.content", allow_none=role == "assistant")
         self._open_reply = role == "assistant"
         if role in ("system", "developer"):
             if self.messages:

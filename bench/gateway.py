@@ -25,6 +25,9 @@ temporary data folder in a subprocess:
   upstream is in Anthropic format, alternating as above; ``--rounds`` sessions pooled, as
   the Chat Completions arm at 1 client (120 samples by default), and timed right after it,
   before the concurrent arms.
+* the Responses arm (``responses_noevict_c1_*``): the same for one OpenAI Responses client
+  through a Chat Completions upstream, against the same conversation sent to that upstream
+  directly, so its gap includes the translation between the two APIs.
 
 With ``--json`` the envelope (``figures``: flat numbers) is printed and written to
 ``bench/results/gateway.json`` (``--out`` to change). Timings taken on a loaded machine are
@@ -44,6 +47,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -161,25 +165,89 @@ def _anthropic_message(text: str) -> dict[str, Any]:
     }
 
 
-def anthropic_latency(
-    gateway: str, key: str, upstream: str, history: int, requests: int, rounds: int = 1
+@dataclass(frozen=True)
+class ClientApi:
+    """A client API's arm, one client, nothing evicting: the same conversation straight to the
+    upstream (``direct_path``, ``direct_body``) and through the gateway (``path``, ``body``),
+    alternating step by step as ``_steps`` does for Chat Completions."""
+
+    name: str
+    path: str
+    direct_path: str
+    headers: Callable[[str, str], dict[str, str]]
+    body: Callable[[list[dict[str, str]]], dict[str, Any]]
+    direct_body: Callable[[list[dict[str, str]]], dict[str, Any]]
+    reply_text: Callable[[dict[str, Any]], str]
+
+
+SYSTEM = "You are a benchmark."
+
+
+def _messages_body(messages: list[dict[str, str]]) -> dict[str, Any]:
+    return {"model": "bench", "max_tokens": 256, "system": SYSTEM, "messages": messages}
+
+
+def _chat_body(messages: list[dict[str, str]]) -> dict[str, Any]:
+    return {"model": "bench", "messages": [{"role": "system", "content": SYSTEM}, *messages]}
+
+
+# The Anthropic arm: an Anthropic Messages client, the key's upstream in Anthropic format.
+ANTHROPIC = ClientApi(
+    name="anthropic",
+    path="/v1/messages",
+    direct_path="/messages",
+    headers=lambda key, session: {
+        "x-api-key": key,
+        "anthropic-version": "2023-06-01",
+        "x-scroll-session": session,
+    },
+    body=_messages_body,
+    direct_body=_messages_body,
+    reply_text=lambda reply: str(reply["content"][0]["text"]),
+)
+# The Responses arm: an OpenAI Responses client through a Chat Completions upstream, against
+# the same conversation sent to that upstream directly (what the client would call without
+# Scroll, had it spoken Chat Completions): the gap includes the translation between the two.
+RESPONSES = ClientApi(
+    name="responses",
+    path="/v1/responses",
+    direct_path="/chat/completions",
+    headers=lambda key, session: {"authorization": f"Bearer {key}", "x-scroll-session": session},
+    body=lambda messages: {
+        "model": "bench",
+        "instructions": SYSTEM,
+        "input": messages,
+        "store": False,
+    },
+    direct_body=_chat_body,
+    reply_text=lambda reply: str(reply["output"][0]["content"][0]["text"]),
+)
+
+
+def api_latency(
+    api: ClientApi,
+    gateway: str,
+    key: str,
+    upstream: str,
+    history: int,
+    requests: int,
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """The Anthropic arm, one client, nothing evicting: an Anthropic Messages client's
-    request to an Anthropic-format upstream, straight to it (``{upstream}/messages``) and
-    through the gateway (``/v1/messages``, the key's upstream in Anthropic format),
-    alternating step by step with the same body, as ``_steps`` does for Chat Completions.
-    ``rounds`` sessions one after another, samples pooled (as the Chat Completions arm's)."""
+    """One client API's arm (see ``ClientApi``): ``rounds`` sessions one after another,
+    samples pooled (as the Chat Completions arm's at 1 client)."""
     through: list[float] = []
     direct: list[float] = []
     served: list[dict[str, float]] = []
     for round_ in range(rounds):
-        _anthropic_session(
-            gateway, key, upstream, history, requests, f"ant-{round_}", through, direct, served
+        session = f"{api.name}-{round_}"
+        _api_session(
+            api, gateway, key, upstream, history, requests, session, through, direct, served
         )
     return _figures(through, direct, served)
 
 
-def _anthropic_session(
+def _api_session(
+    api: ClientApi,
     gateway: str,
     key: str,
     upstream: str,
@@ -190,18 +258,19 @@ def _anthropic_session(
     direct: list[float],
     served: list[dict[str, float]],
 ) -> None:
-    """One session of ``anthropic_latency`` (its lists filled in place)."""
+    """One session of ``api_latency`` (its lists filled in place)."""
     messages = [_message(i) for i in range(history if history % 2 else history - 1)]
-    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "x-scroll-session": session}
+    headers = api.headers(key, session)
     with httpx.Client(timeout=120) as http:
         for step in range(requests + 1):
-            body = {"model": "bench", "max_tokens": 256, "system": "You are a benchmark.",
-                    "messages": messages}  # fmt: skip
             began = time.perf_counter()
-            http.post(f"{upstream}/messages", json=body).raise_for_status()
+            http.post(
+                f"{upstream}{api.direct_path}", json=api.direct_body(messages)
+            ).raise_for_status()
             direct_s = time.perf_counter() - began
+            body = api.body(messages)
             began = time.perf_counter()
-            response = http.post(f"{gateway}/v1/messages", json=body, headers=headers)
+            response = http.post(f"{gateway}{api.path}", json=body, headers=headers)
             through_s = time.perf_counter() - began
             response.raise_for_status()
             if step:  # the first request appends the whole history: a warm-up
@@ -210,8 +279,7 @@ def _anthropic_session(
                 timing = server_timing(response.headers.get("server-timing", ""))
                 timing["outside"] = through_s * 1000 - timing.get("scroll", float("nan"))
                 served.append(timing)
-            reply = response.json()["content"][0]["text"]
-            messages.append({"role": "assistant", "content": reply})
+            messages.append({"role": "assistant", "content": api.reply_text(response.json())})
             messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
 
 
@@ -411,8 +479,9 @@ def readme_tables(arms: list[str]) -> list[dict[str, Any]]:
             "key": "{row}_{column}",
         },
         {
-            "title": "Anthropic Messages through an Anthropic-format upstream, one client (ms)",
-            "rows": ["anthropic_noevict_c1"],
+            "title": "Anthropic Messages through an Anthropic-format upstream, and OpenAI "
+            "Responses through a Chat Completions upstream, one client (ms)",
+            "rows": ["anthropic_noevict_c1", "responses_noevict_c1"],
             "columns": [*LATENCY, "samples"],
             "key": "{row}_{column}",
         },
@@ -630,15 +699,18 @@ def main(argv: list[str] | None = None) -> int:
                     # concurrent arms: timed after them, every one of its stages took about
                     # twice as long as the same stage of the Chat Completions arm (the 32
                     # sessions leave the server work to do), which says nothing of the format.
-                    ant = anthropic_latency(
-                        running[0].base,
-                        keys[0]["anthropic"],
-                        upstream.url,
-                        args.history,
-                        args.requests,
-                        args.rounds,
-                    )
-                    result.update({f"anthropic_noevict_c1_{k}": v for k, v in ant.items()})
+                    for api in (ANTHROPIC, RESPONSES):
+                        key = keys[0]["anthropic" if api is ANTHROPIC else "wide"]
+                        figures = api_latency(
+                            api,
+                            running[0].base,
+                            key,
+                            upstream.url,
+                            args.history,
+                            args.requests,
+                            args.rounds,
+                        )
+                        result.update({f"{api.name}_noevict_c1_{k}": v for k, v in figures.items()})
         long = long_conversation(running[0].base, upstream, keys[0]["evict"], args.questions)
         result.update({f"locomo_{k}": v for k, v in long.items()})
         result["upstream_tokens_ratio"] = long["upstream_tokens_ratio"]

@@ -325,3 +325,15 @@ def test_a_failure_after_the_stream_began_ends_it_with_response_failed(gateway, 
     failed = events[-1].response
     assert failed.status == "failed" and failed.error.message.startswith("upstream:")
     assert "response.output_text.delta" in [e.type for e in events]
+
+
+def test_a_stored_response_is_not_found_in_the_openai_shape(gateway, upstream):
+    client = oa(gateway, make_key(upstream))
+    for ask in (client.responses.retrieve, client.responses.delete, client.responses.cancel):
+        with pytest.raises(openai.NotFoundError) as missing:
+            ask("resp_0123")
+        assert missing.value.body["code"] == "response_not_found"
+        assert "keeps no stored responses" in missing.value.body["message"]
+    with pytest.raises(openai.AuthenticationError):
+        oa(gateway, "sk-not-a-key").responses.retrieve("resp_0123")
+    assert upstream.requests == []

@@ -98,7 +98,8 @@ async def send_response(send: Send, response: Response) -> None:
 
 
 class GatewayRouter:
-    """An ASGI app: ``routes`` (path -> endpoint) answered here, the rest by ``app``.
+    """An ASGI app: ``routes`` (path -> endpoint; a path ending in ``/*`` covers every path
+    under it) answered here, the rest by ``app``.
     ``body_limit()`` is read per request (a test may change the setting)."""
 
     def __init__(
@@ -115,9 +116,17 @@ class GatewayRouter:
         self.body_limit = body_limit
         self.too_large = too_large
         self.host_check = host_check  # allows(host) and refusal(request, host), or None
+        # A route ending in "/*" answers every path under it.
+        self.prefixes = [(path[:-1], e) for path, e in routes.items() if path.endswith("/*")]
+
+    def _endpoint(self, path: str) -> Endpoint | None:
+        endpoint = self.routes.get(path)
+        if endpoint is None and self.prefixes:
+            endpoint = next((e for prefix, e in self.prefixes if path.startswith(prefix)), None)
+        return endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = self.routes.get(scope["path"]) if scope["type"] == "http" else None
+        endpoint = self._endpoint(scope["path"]) if scope["type"] == "http" else None
         if endpoint is None:
             await self.app(scope, receive, send)
             return

@@ -524,6 +524,20 @@ async def responses(request: Request) -> Response:
     return await _handle(request, "responses", responses_api.parse_responses_request)
 
 
+async def stored_response(request: Request) -> Response:
+    """``/v1/responses/{id}`` (retrieve, delete, cancel, input items): the gateway serves the
+    Responses API in its stateless form and keeps no responses, so there is none to find."""
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
+    message = (
+        f"{request.path}: this gateway keeps no stored responses (it serves the Responses API "
+        "in its stateless form: send the whole conversation as input); the session's history "
+        "is in the Scroll console"
+    )
+    return _error("openai", 404, message, code="response_not_found")
+
+
 async def messages(request: Request) -> Response:
     return await _handle(request, "anthropic", anthropic_api.parse_messages_request)
 
@@ -570,6 +584,7 @@ ROUTES = {
     "/v1/chat/completions": chat_completions,
     "/v1/models": models,
     "/v1/responses": responses,
+    "/v1/responses/*": stored_response,
     "/v1/messages": messages,
     "/v1/messages/count_tokens": count_tokens,
 }

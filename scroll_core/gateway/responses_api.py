@@ -203,7 +203,20 @@ class _History:
         self.messages: list[ClientMessage] = []
         self._open_reply = False  # the last message is an assistant's that calls may join
 
-    def add(self, item: Any, where: str) -> None:
+    def add(self, item: Any, index: int | None) -> None:
+        """Item ``index`` of ``input`` (None: ``input`` was the item itself). A client
+        resends its whole history on every call, so the common item (a user's or an
+        assistant's message with string content) takes a short path, and the field names an
+        error needs are only spelt out on the other."""
+        if type(item) is dict and item.get("type", "message") == "message":
+            role, content = item.get("role"), item.get("content")
+            if type(content) is str and (role == "user" or role == "assistant"):
+                self._open_reply = role == "assistant"
+                self.messages.append(ClientMessage(role, content))
+                return
+        self._add(item, "input" if index is None else f"input.{index}")
+
+    def _add(self, item: Any, where: str) -> None:
         _need(isinstance(item, dict), where, "must be an object")
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
@@ -283,11 +296,11 @@ def parse_responses_request(body: Any) -> ClientRequest:
     history = _History(instructions or "")
     raw = body.get("input")
     if isinstance(raw, str):
-        history.add({"role": "user", "content": raw}, "input")
+        history.add({"role": "user", "content": raw}, None)
     else:
         _need(isinstance(raw, list) and bool(raw), "input", "must be a string or a non-empty list")
         for i, item in enumerate(raw):
-            history.add(item, f"input.{i}")
+            history.add(item, i)
     _need(bool(history.messages), "input", "must hold at least one non-system item")
     tools, free_text = _tools(body.get("tools"))
     return ClientRequest(

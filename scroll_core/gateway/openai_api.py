@@ -68,8 +68,11 @@ def content_text(content: Any, param: str, *, allow_none: bool = False) -> str:
         if kind in ("text", "input_text", "output_text"):
             _need(isinstance(part.get("text"), str), f"{where}.text", "must be a string")
             parts.append(part["text"])
-        elif kind in ("image_url", "input_image", "input_audio", "input_file", "file", "refusal"):
-            parts.append(part.get("refusal") or f"[{kind}]")
+        elif kind == "refusal":
+            _need(isinstance(part.get("refusal"), str), f"{where}.refusal", "must be a string")
+            parts.append(part["refusal"] or "[refusal]")
+        elif kind in ("image_url", "input_image", "input_audio", "input_file", "file"):
+            parts.append(f"[{kind}]")
         else:
             raise GatewayRequestInvalid(f"{where}.type", f"unknown content part type {kind!r}")
     return "\n".join(parts)

@@ -21,6 +21,7 @@ import contextvars
 import json
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
@@ -415,15 +416,16 @@ class _Events(Protocol):
     def block(self, kind: str, part: dict[str, Any] | None) -> list[Any]: ...
 
 
-class SseEncoder:
+class SseEncoder(ABC):
     """One streamed reply as server-sent events in the client's API (each method returns
     the bytes to send): ``events`` makes the API's chunks or events, ``_encode`` writes them.
     ``for_api`` picks the API's encoder."""
 
     events: _Events
 
+    @abstractmethod
     def _encode(self, items: list[Any]) -> bytes:
-        raise NotImplementedError
+        """The bytes of these chunks or events, in the API's SSE framing."""
 
     def start(self) -> bytes:
         return self._encode(self.events.start())
@@ -435,12 +437,13 @@ class SseEncoder:
         """A thinking or tool call block as it streams."""
         return self._encode(self.events.block(kind, part))
 
+    @abstractmethod
     def end(self, reply: ClientReply, rest: str = "") -> bytes:
         """The end of the stream; ``rest``: text of the reply not sent yet."""
-        raise NotImplementedError
 
+    @abstractmethod
     def error(self, failure: Response) -> bytes:
-        raise NotImplementedError
+        """The stream's last event, for a request that failed after it began."""
 
     @staticmethod
     def for_api(api: str, parsed: ClientRequest) -> SseEncoder:

@@ -392,7 +392,6 @@ def response_object(
     status: str,
     output: list[dict[str, Any]],
     reply: ClientReply | None = None,
-    model: str | None = None,
     error: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A ``response`` object; ``reply`` is None while it is in progress or when it failed.
@@ -406,7 +405,7 @@ def response_object(
         "error": error,
         "incomplete_details": {"reason": reason} if reason else None,
         "instructions": None,
-        "model": reply.model if reply is not None else model or request.model,
+        "model": reply.model if reply is not None else request.model,
         "output": output,
         "parallel_tool_calls": request.params.get("parallel_tool_calls", True),
         "tool_choice": _echoed_choice(request.params.get("tool_choice", "auto")),

@@ -744,3 +744,33 @@ class GatewayKey(models.Model):
         mapping = self.model_map if isinstance(self.model_map, dict) else {}
         names = [k for k in mapping if k != "*"]
         return names or sorted(set(mapping.values())) or ["scroll"]
+
+
+class StoredResponse(models.Model):
+    """A gateway reply stored for the Responses API (``store`` true, the API's default): a
+    later request of the same agent names it as ``previous_response_id`` and sends only what
+    follows, and ``GET /v1/responses/{id}`` returns it.
+
+    The conversation itself is in the Event Log; this row only says where the reply sits
+    there: its session, its place in the chain of client messages and its fingerprint, and
+    ``logged_as``, the response id its event is tagged with (the first request's when this
+    reply was a retry served from the log). Written before the answer leaves, so the
+    client's next request finds it. Deleting the row (``DELETE /v1/responses/{id}``, or
+    ``SCROLL_GATEWAY_RESPONSE_DAYS`` passing) forgets the id, never the history.
+    """
+
+    response_id = models.CharField(max_length=64, unique=True)
+    agent_id = models.CharField(max_length=120, db_index=True)
+    session_id = models.CharField(max_length=300)
+    position = models.PositiveIntegerField()
+    reply_fp = models.CharField(max_length=64)
+    logged_as = models.CharField(max_length=64, blank=True)
+    response = models.JSONField(help_text="The response object as the client got it whole.")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "stored response"
+
+    def __str__(self) -> str:
+        return f"{self.response_id} ({self.session_id})"

@@ -46,6 +46,9 @@ SCROLL_GATEWAY_SESSION_WAIT_S  how long a request waits for another request of i
 SCROLL_GATEWAY_SESSION_IDLE_S  a gateway session idle this long is forgotten by its web
                        process: conversation, kernel and lease (default 900, the kernels'
                        own idle timeout; rebuilt from the log if it comes back)
+SCROLL_GATEWAY_RESPONSE_DAYS  how long a stored Responses API reply can be continued from
+                       or retrieved (default 30, as OpenAI keeps them; the log keeps the
+                       conversation itself for good)
 SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
@@ -344,6 +347,7 @@ SCROLL_GATEWAY_MAX_BODY_MB = _env_int("SCROLL_GATEWAY_MAX_BODY_MB", 64, minimum=
 SCROLL_GATEWAY_CPU_SLOTS = _env_int("SCROLL_GATEWAY_CPU_SLOTS", 4, minimum=1)
 SCROLL_GATEWAY_SESSION_WAIT_S = float(_env_int("SCROLL_GATEWAY_SESSION_WAIT_S", 30, minimum=0))
 SCROLL_GATEWAY_SESSION_IDLE_S = float(_env_int("SCROLL_GATEWAY_SESSION_IDLE_S", 900, minimum=1))
+SCROLL_GATEWAY_RESPONSE_DAYS = _env_int("SCROLL_GATEWAY_RESPONSE_DAYS", 30, minimum=1)
 
 # Behind TLS: see the module docstring. Off by default, for the embedded plain-HTTP `make run`.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("SCROLL_SECURE_COOKIES", False)

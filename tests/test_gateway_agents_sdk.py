@@ -1,8 +1,9 @@
 """A real agent framework through the gateway: the OpenAI Agents SDK, whose models speak the
 Responses API, runs an agent with a function tool against ``/v1/responses``. The SDK calls
 the tool itself, sends the result back and gets the answer; the next turn, built from the
-SDK's own input list, appends only what is new, so nothing in the log is rewritten. Tracing
-to OpenAI is switched off: nothing leaves loopback."""
+SDK's own input list, appends only what is new, so nothing in the log is rewritten; or the
+SDK sends only what is new, naming the previous response, and the gateway fills in the rest
+from the log. Tracing to OpenAI is switched off: nothing leaves loopback."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gateway_upstream import HEADLINE, completion, text, tool_call
 from openai import AsyncOpenAI
 
 from dashboard.gateway.service import get_service
+from dashboard.models import StoredResponse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -90,6 +92,59 @@ def test_an_agents_sdk_run_calls_its_tool_through_the_gateway_and_aligns(
         ("user", "Weather in Oslo?"),
         ("assistant", "Checking."),
         ("assistant", '{"city": "Oslo"}'),  # the tool call, an event of its own
+        ("tool", "sunny in Oslo"),
+        ("assistant", "It is sunny in Oslo."),
+        ("user", "Which city was it?"),
+        ("assistant", "You asked about Oslo."),
+    ]
+
+
+def test_an_agents_sdk_run_continues_from_its_previous_response(gateway, upstream, console_log):
+    """The SDK's server-managed form: within a run each call sends only what is new with the
+    last response's id (``auto_previous_response_id``), and the next run continues from the
+    first one's last response; the gateway puts the conversation back in front each time."""
+    asked.clear()
+    upstream.then(
+        completion(f"Checking.\n{HEADLINE}", [tool_call("get_weather", {"city": "Oslo"}, "c1")]),
+        text("It is sunny in Oslo."),
+        text("You asked about Oslo."),
+    )
+    key = make_key(upstream)
+
+    async def two_runs():
+        async with _client(gateway, key, "sdk-stored") as client:
+            model = OpenAIResponsesModel(model="gpt-test", openai_client=client)
+            agent = Agent(name="helper", instructions="Be brief.", tools=[get_weather], model=model)
+            first = await Runner.run(agent, "Weather in Oslo?", auto_previous_response_id=True)
+            second = await Runner.run(
+                agent, "Which city was it?", previous_response_id=first.last_response_id
+            )
+            return first, second
+
+    first, second = asyncio.run(two_runs())
+    assert first.final_output == "It is sunny in Oslo." and asked == ["Oslo"]
+    assert second.final_output == "You asked about Oslo."
+    # The last call sent one new message, yet the upstream saw the whole conversation.
+    assert [(m["role"], m.get("content")) for m in upstream.requests[2]["messages"][1:]] == [
+        ("user", "Weather in Oslo?"),
+        ("assistant", "Checking."),
+        ("tool", "sunny in Oslo"),
+        ("assistant", "It is sunny in Oslo."),
+        ("user", "Which city was it?"),
+    ]
+    # Each call after the first named the response before it, as its stored record shows.
+    made = [row.response for row in StoredResponse.objects.order_by("id")]
+    assert [r["previous_response_id"] for r in made] == [None, made[0]["id"], made[1]["id"]]
+    get_service().flush()
+    logged = [
+        (e.role, e.content)
+        for e in console_log.session_events("gw:alice:sdk-stored", limit=None)
+        if e.metadata.get("gw") != "prefix"
+    ]
+    assert logged == [
+        ("user", "Weather in Oslo?"),
+        ("assistant", "Checking."),
+        ("assistant", '{"city": "Oslo"}'),
         ("tool", "sunny in Oslo"),
         ("assistant", "It is sunny in Oslo."),
         ("user", "Which city was it?"),

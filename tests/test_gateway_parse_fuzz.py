@@ -101,8 +101,8 @@ ITEM = _object(
 )  # fmt: skip
 RESPONSES = st.fixed_dictionaries(
     {"model": st.just("m"), "input": (st.one_of(TEXT, st.lists(ITEM, max_size=5)))},
-    optional={"instructions": TEXT, "stream": st.booleans(), "store": st.booleans(),
-              "tools": st.lists(st.one_of(
+    optional={"instructions": TEXT, "stream": st.booleans(),
+              "store": st.one_of(st.booleans(), ANY_JSON), "tools": st.lists(st.one_of(
                   _object(type=_kind("function"), name=TEXT, parameters=st.just({}),
                           description=TEXT),
                   _object(type=_kind("custom", "web_search"), name=TEXT,
@@ -114,7 +114,7 @@ RESPONSES = st.fixed_dictionaries(
               "text": _object(format=_object(type=_kind("text", "json_object", "json_schema"),
                                              name=TEXT, schema=st.just({}))),
               "reasoning": _object(effort=_kind("low", "high")),
-              "max_output_tokens": st.integers(-1, 64), "previous_response_id": st.none()},
+              "max_output_tokens": st.integers(-1, 64), "previous_response_id": TEXT},
 )  # fmt: skip
 
 

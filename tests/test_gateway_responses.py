@@ -2,7 +2,8 @@
 OpenAI client on a real server: whole and streamed replies, a client's tool calls and their
 results round-tripping without a rewrite of the log, recall steps kept inside, the text and
 the calls reaching the client while the scripted upstream is parked mid-reply (explicit
-markers, no timing), and requests the stateless gateway cannot serve refused by name."""
+markers, no timing), and requests the gateway cannot serve refused by name. Stored responses
+(``previous_response_id``, retrieve, delete) are ``test_gateway_responses_stored``."""
 
 from __future__ import annotations
 
@@ -276,9 +277,9 @@ def test_a_custom_tools_call_reaches_the_client_as_free_text_and_round_trips(
 @pytest.mark.parametrize(
     ("body", "param", "said"),
     [
-        ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id", "whole"),
-        ({"input": "hi", "conversation": "conv_1"}, "conversation", "whole conversation"),
-        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0.type", "stored"),
+        ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id", "no stored"),
+        ({"input": "hi", "conversation": "conv_1"}, "conversation", "conversation objects"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0.type", "item_reference"),
         (
             {
                 "input": "hi",
@@ -327,13 +328,13 @@ def test_a_failure_after_the_stream_began_ends_it_with_response_failed(gateway, 
     assert "response.output_text.delta" in [e.type for e in events]
 
 
-def test_a_stored_response_is_not_found_in_the_openai_shape(gateway, upstream):
+def test_an_unknown_stored_response_is_not_found_in_the_openai_shape(gateway, upstream):
     client = oa(gateway, make_key(upstream))
     for ask in (client.responses.retrieve, client.responses.delete, client.responses.cancel):
         with pytest.raises(openai.NotFoundError) as missing:
             ask("resp_0123")
         assert missing.value.body["code"] == "response_not_found"
-        assert "keeps no stored responses" in missing.value.body["message"]
+        assert "no stored response 'resp_0123'" in missing.value.body["message"]
     with pytest.raises(openai.AuthenticationError):
         oa(gateway, "sk-not-a-key").responses.retrieve("resp_0123")
     assert upstream.requests == []

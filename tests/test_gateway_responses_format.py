@@ -97,6 +97,9 @@ def test_an_assistant_message_may_have_no_content_as_in_chat_completions():
         ({"model": "m", "input": "hi", "tool_choice": {"type": "file_search"}}, "tool_choice"),
         ({"model": "m", "input": "hi", "text": {"format": {"type": "xml"}}}, "text.format.type"),
         ({"model": "m", "input": "hi", "background": True}, "background"),
+        ({"model": "m", "input": "hi", "store": "yes"}, "store"),
+        ({"model": "m", "input": "hi", "previous_response_id": ""}, "previous_response_id"),
+        ({"model": "m", "input": "hi", "previous_response_id": 7}, "previous_response_id"),
     ],
 )  # fmt: skip
 def test_a_bad_body_is_refused_naming_its_field(body, param):

@@ -1,5 +1,6 @@
-"""The gateway's endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses``,
-``GET /v1/models``, ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``, served by
+"""The gateway's endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` (and
+``/v1/responses/{id}``), ``GET /v1/models``, ``POST /v1/messages`` and
+``POST /v1/messages/count_tokens``, served by
 ``GatewayRouter`` (``dashboard.gateway.asgi``) in front of the console's Django app.
 
 Each endpoint authenticates the key (``Authorization: Bearer`` or ``x-api-key``), parses the
@@ -29,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from django.conf import settings
 from django.db import close_old_connections
 
+from dashboard.gateway import stored_responses
 from dashboard.gateway.asgi import Request, Response
 from dashboard.gateway.service import GatewayRefused, get_service, session_id_for_request
 from dashboard.models import GatewayKey
@@ -527,18 +529,48 @@ async def responses(request: Request) -> Response:
     return await _handle(request, "responses", responses_api.parse_responses_request)
 
 
+def _stored_call(fn: Callable[..., T], *args: Any) -> T:
+    try:
+        return fn(*args)
+    finally:
+        close_old_connections()  # this pool's threads outlive requests; their connections not
+
+
 async def stored_response(request: Request) -> Response:
-    """``/v1/responses/{id}`` (retrieve, delete, cancel, input items): the gateway serves the
-    Responses API in its stateless form and keeps no responses, so there is none to find."""
+    """``/v1/responses/{id}``: ``GET`` retrieves a stored response (as the client got it
+    whole), ``DELETE`` forgets it (the conversation stays in the Event Log; the id stops
+    resolving), ``POST .../cancel`` is refused (the gateway runs no background responses)
+    and ``GET .../input_items`` is not served (the session's history is in the console).
+    A key finds only its own agent's responses."""
     key = await _get_key(_secret(request))
     if key is None:
         return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
-    message = (
-        f"{request.path}: this gateway keeps no stored responses (it serves the Responses API "
-        "in its stateless form: send the whole conversation as input); the session's history "
-        "is in the Scroll console"
-    )
-    return _error("openai", 404, message, code="response_not_found")
+    response_id, _, action = request.path.removeprefix("/v1/responses/").partition("/")
+    found = await _in_pool(_stored_call, stored_responses.find, key, response_id)
+    if found is None:
+        message = (
+            f"no stored response {response_id!r} for this key (it was made with store: false, "
+            f"deleted, or is older than {settings.SCROLL_GATEWAY_RESPONSE_DAYS} days)"
+        )
+        return _error("openai", 404, message, code="response_not_found")
+    allowed = {"": ("GET", "DELETE"), "cancel": ("POST",), "input_items": ("GET",)}.get(action)
+    if allowed is None:
+        return _error("openai", 404, f"{request.path}: no such endpoint", code="not_found")
+    if request.method not in allowed:
+        return _error("openai", 405, f"{request.path} takes {' or '.join(allowed)}")
+    if action == "cancel":
+        message = "only a background response can be cancelled; this gateway runs none"
+        return _error("openai", 400, message, param="response_id")
+    if action == "input_items":
+        message = (
+            f"{request.path} is not served: the gateway keeps a response's conversation in "
+            f"the Event Log (session {found.session_id!r}; see it in the Scroll console)"
+        )
+        return _error("openai", 404, message, code="not_found")
+    if request.method == "DELETE":
+        await _in_pool(_stored_call, stored_responses.forget, key, response_id)
+        return _json({"id": response_id, "object": "response.deleted", "deleted": True})
+    return _json(found.response)
 
 
 async def messages(request: Request) -> Response:

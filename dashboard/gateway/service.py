@@ -53,6 +53,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
+from dashboard.gateway import stored_responses
 from dashboard.gateway.recorder import GATEWAY_KIND, IndexSnapshot, Job, Recorder
 from dashboard.gateway.shared import LimitRefused, SessionBusy, limits_for
 from dashboard.grants import readable_by
@@ -90,6 +91,8 @@ MAX_CONVERSATIONS = 256
 GATEWAY_OWNER = GATEWAY_OWNER_PREFIX + PROCESS_TOKEN
 KEY_CACHE_S = 5.0
 PROFILE_CACHE_S = 2.0
+# How often a process deletes the stored Responses API replies past their days.
+PRUNE_EVERY_S = 3600.0
 
 log = logging.getLogger("dashboard.gateway")
 
@@ -172,6 +175,7 @@ class GatewayService:
         self.session_wait_s = float(getattr(settings, "SCROLL_GATEWAY_SESSION_WAIT_S", 30.0))
         self.session_idle_s = float(getattr(settings, "SCROLL_GATEWAY_SESSION_IDLE_S", 900.0))
         self._written: dict[str, tuple[Any, ...]] = {}  # KernelState rows as last written
+        self._prune_due = 0.0  # when the heartbeat next forgets expired stored responses
         self._halt = threading.Event()
         self._nudge = threading.Event()  # write the kernels now (a request ran a cell)
         self._beating = threading.Lock()  # one beat at a time (the thread's, or a test's)
@@ -314,8 +318,9 @@ class GatewayService:
 
     def heartbeat(self) -> list[str]:
         """Keep the holds of requests running here, renew the leases of the sessions served
-        here, trim the record (``trim``), and write this process's live kernels for the Kernels
-        page. Returns the sessions another process took."""
+        here, trim the record (``trim``), write this process's live kernels for the Kernels
+        page, and hourly forget expired stored responses. Returns the sessions another
+        process took."""
         with self._beating:
             with self._lock:
                 held = sorted({sid for _, sid in self._conversations})
@@ -326,6 +331,9 @@ class GatewayService:
                 log.info("gateway: session %s was taken over by another process", session_id)
             self.trim(lost)
             self._record_kernels(set(lost))
+            if time.monotonic() >= self._prune_due:
+                self._prune_due = time.monotonic() + PRUNE_EVERY_S
+                stored_responses.prune()
             return lost
 
     def trim(self, lost: list[str] | tuple[str, ...] = (), now: float | None = None) -> list[str]:
@@ -557,7 +565,10 @@ class GatewayService:
         answered: Callable[[ClientReply], None] | None,
         on_block: OnBlock | None = None,
     ) -> ClientReply:
-        session_id = session_id_for_request(key, request, session_header)
+        if request.previous_response_id:  # the Responses API: continue a stored reply
+            session_id, request = stored_responses.continuation(key, request, session_header)
+        else:
+            session_id = session_id_for_request(key, request, session_header)
         with self._holding(session_id):
             return self._serve_held(key, request, session_id, stages, on_text, answered, on_block)
 
@@ -589,6 +600,7 @@ class GatewayService:
 
         def answer(final: ClientReply) -> None:
             spend(final)  # before the answer leaves: the key's next request sees it
+            stored_responses.store_reply(key, request, session_id, final)  # (and finds it)
             assert answered is not None
             with self.gate.released():
                 answered(final)
@@ -601,6 +613,7 @@ class GatewayService:
             )  # fmt: skip
             if answered is None:
                 spend(reply)
+                stored_responses.store_reply(key, request, session_id, reply)
             error = reply.commit_error
             if reply.stats.recalls:
                 self._nudge.set()  # a kernel may have started: show it on the Kernels page

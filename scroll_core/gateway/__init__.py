@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from . import anthropic_api, openai_api, responses_api
 from ._timing import Stages
-from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
+from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats, StoredPlace
 from .align import Alignment, align
 from .anthropic_api import parse_messages_request
 from .anthropic_upstream import UPSTREAM_FORMATS, AnthropicUpstream, http_upstream
@@ -35,6 +35,7 @@ __all__ = [
     "GatewayStats",
     "HttpUpstream",
     "Stages",
+    "StoredPlace",
     "Upstream",
     "align",
     "anthropic_api",

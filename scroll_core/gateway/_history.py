@@ -17,10 +17,10 @@ import hashlib
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import ScrollError
+from ..errors import GatewayRequestInvalid, ScrollError
 from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
 from ..eventstore import EventStore
 from ..kernel.ms import MsCapability
@@ -30,7 +30,9 @@ from ..prompts import RECALL_TOOL, gateway_prompt, recall_tool_definition
 from ..telemetry import span
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix
-from ._types import ClientMessage, ClientRequest
+from ._types import ClientMessage, ClientRequest, StoredPlace
+from .stored import ChainLink as Link
+from .stored import chain_step, read_back, replay_chain
 
 __all__ = ["HistoryLog", "Link", "Prepared", "client_tokens"]
 
@@ -42,23 +44,6 @@ class Prepared:
 
     prefix: Prefix
     client_prefix_tokens: int
-
-
-@dataclass
-class Link:
-    """One message of the client's history as the log holds it.
-
-    ``plain``: the message is its first event alone (no tool calls) and ``fp`` is the
-    fingerprint of that event's role, content and call id as the client sent them, so a
-    resent message equal to the event has this fingerprint without hashing it again
-    (``HistoryLog._fingerprints``)."""
-
-    fp: str
-    role: str
-    first_seq: int
-    tokens: int = 0
-    reply: tuple[str, tuple[ToolCall, ...], str] | None = None  # content, calls, finish
-    plain: bool = False
 
 
 class HistoryLog:
@@ -89,7 +74,6 @@ class HistoryLog:
         for event in events:
             meta = event.metadata if isinstance(event.metadata, dict) else {}
             kind = meta.get("gw")
-            pos = meta.get("pos")
             if kind == "prefix":
                 hidden.add(event.seq)
                 self._prefix_hash = str(meta.get("hash"))
@@ -97,23 +81,8 @@ class HistoryLog:
                 lo, hi = meta.get("dropped", [0, -1])
                 hidden.update(e.seq for e in events if lo <= e.seq <= hi)
                 self._generation += 1
-            elif kind in ("msg", "reply") and isinstance(pos, int):
-                del self.chain[pos:]
-                link = Link(str(meta.get("fp")), event.role or "", event.seq, event.tokens)
-                link.plain = "shown" not in meta  # a streamed reply's event is not what was shown
-                if kind == "reply":
-                    finish = str(meta.get("client_finish") or "stop")
-                    link.reply = (str(meta.get("shown", event.content)), (), finish)
-                self.chain.append(link)
-            elif kind in ("part", "reply_call") and isinstance(pos, int) and pos < len(self.chain):
-                link = self.chain[pos]
-                link.tokens += event.tokens
-                link.plain = False
-                if kind == "reply_call" and link.reply is not None:
-                    content, calls, finish = link.reply
-                    args = event.tool_input if isinstance(event.tool_input, dict) else {}
-                    call = ToolCall(event.tool_call_id or "", event.name or "", args)
-                    link.reply = (content, (*calls, call), finish)
+            else:
+                chain_step(self.chain, event)
         self.state.add(events)
         self.state.drop(hidden & set(self.state.live))
 
@@ -201,15 +170,102 @@ class HistoryLog:
             del self.chain[common:]
             self._sync()
 
-    def _fingerprints(self, messages: Sequence[ClientMessage]) -> list[str]:
+    def _stored_chain(self, place: StoredPlace) -> tuple[list[Link], dict[int, Event]]:
+        """The chain up to and including the stored reply at ``place``, and the events read
+        to find it (by seq). The chain as it stands when it still holds that reply there;
+        otherwise (a later rewrite took it out) the chain as it stood when the reply was
+        made, replayed from the log. Refused, naming ``previous_response_id``, when the log
+        holds no such reply (its commit failed, or it was never tagged and is gone)."""
+        at = place.position
+        if at < len(self.chain) and self.chain[at].reply is not None:
+            link = self.chain[at]
+            if place.logged_as:
+                event = self.state.cached(link.first_seq) or self.log.get(link.first_seq)
+                meta = event.metadata if isinstance(event.metadata, dict) else {}
+                if meta.get("rid") == place.logged_as:
+                    return self.chain[: at + 1], {}
+            elif link.fp == place.reply_fp:
+                return self.chain[: at + 1], {}
+        if place.logged_as:
+            events = self.log.session_events(self.session_id, after_seq=0, limit=None)
+            made = next(
+                (
+                    e
+                    for e in events
+                    if isinstance(e.metadata, dict)
+                    and e.metadata.get("gw") == "reply"
+                    and e.metadata.get("rid") == place.logged_as
+                ),
+                None,
+            )
+            if made is not None:
+                links = replay_chain(events, made.seq)
+                if len(links) == at + 1 and links[at].first_seq == made.seq:
+                    return links, {e.seq: e for e in events}
+        raise GatewayRequestInvalid(
+            "previous_response_id",
+            f"response {place.response_id!r} is not in the log of its session "
+            f"{self.session_id!r} (its reply was never committed); send the whole "
+            "conversation as input instead",
+        )
+
+    def _events_of(self, links: Sequence[Link], read: dict[int, Event]) -> dict[int, Event]:
+        """The first event of each of ``links`` that is not a reply (a reply's text is in its
+        link), by seq: from ``read``, from memory when live, else in one read of the
+        session's events from the first one missing on."""
+        held = self.state.cached
+        events: dict[int, Event] = {}
+        missing: set[int] = set()
+        for link in links:
+            if link.reply is None:
+                event = read.get(link.first_seq) or held(link.first_seq)
+                if event is None:
+                    missing.add(link.first_seq)
+                else:
+                    events[event.seq] = event
+        if missing:
+            after = min(missing) - 1
+            events.update(
+                (e.seq, e)
+                for e in self.log.session_events(self.session_id, after_seq=after, limit=None)
+                if e.seq in missing
+            )
+        return events
+
+    def _continued(
+        self, request: ClientRequest, links: list[Link], read: dict[int, Event], common: int
+    ) -> ClientRequest:
+        """``request``, continuing from the stored reply ``links`` end in, as the rest of the
+        request's handling takes it: alignment kept the chain up to ``common``, so only the
+        stored messages from there on (those a fork appends again) are read back and put
+        before the request's own, ``prior`` counting those before them. When none of the
+        messages then holds a user's, the last stored one's text is read for the headline
+        (``ClientRequest.last_user_text``)."""
+        at = min(common, len(links))
+        again = links[at:]
+        stored = read_back(again, self._events_of(again, read))
+        last_user = ""
+        if not any(m.role == "user" for m in (*stored, *request.messages)):
+            asked = next((link for link in reversed(links[:at]) if link.role == "user"), None)
+            if asked is not None:
+                last_user = read_back([asked], self._events_of([asked], read))[0].content
+        return replace(
+            request,
+            messages=(*stored, *request.messages),
+            prior=at,
+            prior_user_text=last_user,
+        )
+
+    def _fingerprints(self, messages: Sequence[ClientMessage], start: int = 0) -> list[str]:
         """The fingerprint of each message. A client resends its whole history every time:
         a message that is exactly the event its chain link logged (same role, text and call
         id, no tool calls) takes the link's fingerprint instead of being hashed again; any
         other is hashed (so whitespace and JSON spelling still compare as the fingerprint
-        says). Only live events are held in memory, so an evicted message is hashed too."""
+        says). Only live events are held in memory, so an evicted message is hashed too.
+        ``messages`` stand at chain positions ``start`` on."""
         out: list[str] = []
         held = self.state.cached
-        for pos, message in enumerate(messages):
+        for pos, message in enumerate(messages, start):
             link = self.chain[pos] if pos < len(self.chain) else None
             if link is not None and link.plain and not message.tool_calls:
                 event = held(link.first_seq)
@@ -225,12 +281,14 @@ class HistoryLog:
         return out
 
     def _append_messages(
-        self, messages: Sequence[ClientMessage], start: int, fps: Sequence[str]
+        self, messages: Sequence[ClientMessage], start: int, fps: Sequence[str], prior: int = 0
     ) -> int:
+        """Append the messages from chain position ``start`` on; ``messages`` stand at
+        positions ``prior`` on (see ``ClientRequest.prior``)."""
         events: list[dict[str, Any]] = []
         owners: list[int] = []
-        for pos in range(start, len(messages)):
-            message = messages[pos]
+        for pos in range(start, prior + len(messages)):
+            message = messages[pos - prior]
             fp = fps[pos]
             key = f"r{self._generation}:p{pos}:{fp[:16]}"
             meta = {"gw": "msg", "pos": pos, "fp": fp}
@@ -277,8 +335,9 @@ class HistoryLog:
         for seq, pos, event in zip(seqs, owners, events, strict=True):
             tokens = client_tokens(fresh[seq]) if seq in fresh else 0
             if event["metadata"].get("gw") == "msg":
-                link = Link(event["metadata"]["fp"], messages[pos].role, seq, tokens)
-                link.plain = not messages[pos].tool_calls
+                message = messages[pos - prior]
+                link = Link(event["metadata"]["fp"], message.role, seq, tokens)
+                link.plain = not message.tool_calls
                 self.chain.append(link)
             else:
                 self.chain[pos].tokens += tokens

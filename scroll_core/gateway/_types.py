@@ -10,7 +10,14 @@ from typing import Any, Literal
 
 from ..models.base import ToolCall, Usage
 
-__all__ = ["ClientMessage", "ClientReply", "ClientRequest", "GatewayStats", "canonical_args"]
+__all__ = [
+    "ClientMessage",
+    "ClientReply",
+    "ClientRequest",
+    "GatewayStats",
+    "StoredPlace",
+    "canonical_args",
+]
 
 Api = Literal["openai", "responses", "anthropic"]
 
@@ -53,6 +60,21 @@ class ClientMessage:
 
 
 @dataclass(frozen=True)
+class StoredPlace:
+    """Where a stored reply sits in its session's chain of client messages: the request that
+    continues from it (the Responses API's ``previous_response_id``) sends only what follows.
+
+    ``position`` is the reply's place in the chain, ``reply_fp`` its fingerprint, and
+    ``logged_as`` the response id its event in the log is tagged with (``""`` when the log
+    holds it untagged: a reply first made unstored and replayed to a stored request)."""
+
+    response_id: str
+    position: int
+    reply_fp: str
+    logged_as: str
+
+
+@dataclass(frozen=True)
 class ClientRequest:
     """A chat request as the gateway serves it, whichever API it came through.
 
@@ -72,12 +94,29 @@ class ClientRequest:
     # Tools whose calls the client takes as free text (the Responses API's custom tools):
     # offered upstream as a function of one string argument (see ``responses_api``).
     free_text_tools: frozenset[str] = frozenset()
+    # The Responses API: the id the reply will have (decided before it is made: a stream
+    # names it first), when it was asked for, and whether the reply is stored (``store``),
+    # so that a later request can continue from it. ``continues`` is the stored reply a
+    # request continues from (``previous_response_id``, resolved by the server to its place);
+    # its ``messages`` are then only the new ones.
+    response_id: str = ""
+    created_at: int = 0
+    store: bool = False
+    previous_response_id: str = ""
+    continues: StoredPlace | None = None
+    # Set while a continuing request is handled: how many messages of the conversation come
+    # before ``messages`` (kept in the chain, not read back), and the last user message's
+    # text when none of ``messages`` is a user's.
+    prior: int = 0
+    prior_user_text: str = ""
 
     def first_user_text(self) -> str:
         return next((m.content for m in self.messages if m.role == "user"), "")
 
     def last_user_text(self) -> str:
-        return next((m.content for m in reversed(self.messages) if m.role == "user"), "")
+        return next(
+            (m.content for m in reversed(self.messages) if m.role == "user"), self.prior_user_text
+        )
 
     def tool_names(self) -> set[str]:
         return {str(t.get("function", {}).get("name", "")) for t in self.tools}
@@ -122,6 +161,9 @@ class ClientReply:
     # Set when the reply's commit failed after the answer had left (see
     # ``GatewayConversation.handle``'s ``answered``); never sent to the client.
     commit_error: str = ""
+    # The response id the reply's event in the log is tagged with: the request's when it is
+    # stored, the first request's when the reply is a replay (``""``: untagged).
+    logged_as: str = ""
 
     def message(self) -> ClientMessage:
         """This reply as the client will send it back in its next request."""

@@ -297,7 +297,12 @@ class GatewayConversation(HistoryLog):
         """The reply, and what is left to commit of it (None: nothing)."""
         self._refresh_profile()
         self._stages.lap("profile")
-        incoming = self._fingerprints(request.messages)
+        if request.continues is not None:
+            links, read = self._stored_chain(request.continues)
+            incoming = [link.fp for link in links]
+            incoming += self._fingerprints(request.messages, len(links))
+        else:
+            incoming = self._fingerprints(request.messages)
         found = align(
             [link.fp for link in self.chain],
             incoming,
@@ -309,12 +314,16 @@ class GatewayConversation(HistoryLog):
         self._stages.lap("prefix")
         if found.kind == "retry":
             return self._replayed(request, found.common, stats, prepared), None
+        if request.continues is not None:
+            request = self._continued(request, links, read, found.common)
         if found.kind == "rewrite":
-            self._record_rewrite(found.common, len(request.messages))
+            self._record_rewrite(found.common, len(incoming))
             stats.rewritten = True
-        stats.appended = self._append_messages(request.messages, found.common, incoming)
+        stats.appended = self._append_messages(
+            request.messages, found.common, incoming, request.prior
+        )
         stats.client_tokens = prepared.client_prefix_tokens + sum(
-            link.tokens for link in self.chain[: len(request.messages)]
+            link.tokens for link in self.chain[: len(incoming)]
         )
         self._stages.lap("append")
         return self._recall_loop(request, upstream, model, prepared, _Loop(stats))
@@ -329,10 +338,10 @@ class GatewayConversation(HistoryLog):
         stats.client_tokens = prepared.client_prefix_tokens + sum(x.tokens for x in self.chain[:at])
         with span("scroll.gateway.replay", session=self.session_id, seq=link.first_seq):
             # An Anthropic model's thinking blocks come back with the answer they led to.
-            thinking = self.log.get(link.first_seq).metadata.get("thinking")
+            meta = self.log.get(link.first_seq).metadata
             return ClientReply(
                 content, calls, finish, request.model, Usage(), stats,
-                thinking=tuple(thinking or ()),
+                thinking=tuple(meta.get("thinking") or ()), logged_as=str(meta.get("rid", "")),
             )  # fmt: skip
 
     # ------------------------------------------------------------------ the loop
@@ -372,7 +381,7 @@ class GatewayConversation(HistoryLog):
         loop: _Loop,
     ) -> tuple[ClientReply, Callable[[], None] | None]:
         nonce = self._nonce = uuid.uuid4().hex[:10]
-        pos = len(request.messages)
+        pos = request.prior + len(request.messages)
         view = self._compress(loop, prepared.prefix, "turn_start")
         reply: ModelReply | None = None
         for step in range(1, self.max_steps + 1):
@@ -418,6 +427,8 @@ class GatewayConversation(HistoryLog):
                 )
                 if shown != text:  # streamed: earlier steps' text reached the client too
                     meta["shown"] = shown
+                if request.store and request.response_id:  # a later request may continue it
+                    meta["rid"] = request.response_id
             events = [
                 self._event(
                     f"{nonce}:s{step}:assistant",
@@ -455,6 +466,7 @@ class GatewayConversation(HistoryLog):
                     stats=loop.stats,
                     compressions=tuple(loop.compressions),
                     thinking=reply.thinking,
+                    logged_as=str(meta.get("rid", "")),
                 )
                 link = Link(
                     meta["fp"],

@@ -3,10 +3,14 @@ provider-neutral request (a malformed or unservable body is a ``GatewayRequestIn
 naming the field) and the ``response`` object of a reply. The stream's events are
 ``responses_stream``.
 
-The gateway serves the stateless form of the API, the one agents that keep their own
-history use (``store: false``, the whole conversation in ``input``): a request that points at
-a stored response or conversation (``previous_response_id``, ``conversation``, an
-``item_reference``) is refused by name.
+Both forms of the API are served. In the stateless one, the one agents that keep their own
+history use (``store: false``, the whole conversation in ``input``), nothing is kept beyond the
+log. A stored reply (``store`` is true unless a request says otherwise, as with OpenAI) can be
+continued from: a request naming it as ``previous_response_id`` sends only what follows it,
+and the server puts the conversation up to it back in front (``ClientRequest.continues``,
+read from the session's log by ``stored``). As with OpenAI, the earlier request's
+``instructions`` and tools are not carried over. Conversation objects (``conversation``),
+background responses and ``item_reference`` items are refused by name.
 
 How items map:
 
@@ -39,7 +43,7 @@ from .openai_api import content_text, decode_call
 __all__ = [
     "FREE_TEXT_FIELD",
     "free_text_input",
-    "new_item_id",
+    "item_id",
     "parse_responses_request",
     "response_object",
     "response_tools",
@@ -48,7 +52,11 @@ __all__ = [
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 # Options passed upstream under their Chat Completions names (anything else is dropped).
 _SAME_NAME = ("temperature", "top_p", "parallel_tool_calls")
-_STATELESS = "this gateway keeps no stored responses; send the whole conversation as input"
+_UNSERVED = (
+    "this gateway stores responses (store, previous_response_id) but not conversation "
+    "objects or background responses; send the whole conversation as input or continue "
+    "from a previous_response_id"
+)
 # The one argument of the function a custom (free-text) tool is offered upstream as.
 FREE_TEXT_FIELD = "input"
 # Why a finish reason leaves a response incomplete, in the API's words.
@@ -235,7 +243,7 @@ class _History:
         elif kind == "reasoning":
             return  # the gateway relays no reasoning (see the module docstring)
         elif kind == "item_reference":
-            raise GatewayRequestInvalid(f"{where}.type", f"an item_reference: {_STATELESS}")
+            raise GatewayRequestInvalid(f"{where}.type", f"an item_reference: {_UNSERVED}")
         else:
             raise GatewayRequestInvalid(
                 f"{where}.type",
@@ -282,9 +290,16 @@ def parse_responses_request(body: Any) -> ClientRequest:
     _need(isinstance(body, dict), "body", "must be a JSON object")
     model = body.get("model")
     _need(isinstance(model, str) and bool(model.strip()), "model", "is required (a string)")
-    for field in ("previous_response_id", "conversation"):
-        _need(body.get(field) is None, field, f"is not served: {_STATELESS}")
-    _need(not body.get("background"), "background", f"is not served: {_STATELESS}")
+    _need(body.get("conversation") is None, "conversation", f"is not served: {_UNSERVED}")
+    _need(not body.get("background"), "background", f"is not served: {_UNSERVED}")
+    store = body.get("store", True)
+    _need(isinstance(store, bool) or store is None, "store", "must be a boolean")
+    previous = body.get("previous_response_id")
+    _need(
+        previous is None or (isinstance(previous, str) and bool(previous.strip())),
+        "previous_response_id",
+        "must be a response id (a non-empty string)",
+    )
     stream = body.get("stream", False)
     _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
     instructions = body.get("instructions")
@@ -312,6 +327,10 @@ def parse_responses_request(body: Any) -> ClientRequest:
         stream=bool(stream),
         params=_params(body),
         free_text_tools=free_text,
+        response_id=new_response_id(),
+        created_at=int(time.time()),
+        store=store is not False,
+        previous_response_id=previous.strip() if previous else "",
     )
 
 
@@ -319,8 +338,10 @@ def new_response_id() -> str:
     return f"resp_{uuid.uuid4().hex[:24]}"
 
 
-def new_item_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+def item_id(response_id: str, prefix: str, index: int) -> str:
+    """Output item ``index`` of response ``response_id``: the same id however often the
+    response is written (streamed, returned whole, retrieved)."""
+    return f"{prefix}_{response_id.removeprefix('resp_')}_{index}"
 
 
 def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
@@ -362,15 +383,17 @@ def custom_call_item(item_id: str, call: ToolCall, text: str) -> dict[str, Any]:
 def reply_items(request: ClientRequest, reply: ClientReply) -> list[dict[str, Any]]:
     """The output items of a whole reply: its text, then each tool call (a custom tool's as
     a ``custom_tool_call``)."""
-    items = []
+    items: list[dict[str, Any]] = []
+    rid = request.response_id or new_response_id()
     if reply.content or not reply.tool_calls:
-        items.append(message_item(new_item_id("msg"), reply.content))
+        items.append(message_item(item_id(rid, "msg", 0), reply.content))
     for call in reply.tool_calls:
+        at = len(items)
         if call.name in request.free_text_tools:
-            items.append(custom_call_item(new_item_id("ctc"), call, free_text_input(call)))
+            items.append(custom_call_item(item_id(rid, "ctc", at), call, free_text_input(call)))
             continue
         arguments = call.to_message()["function"]["arguments"]
-        items.append(call_item(new_item_id("fc"), call.id, call.name, arguments, "completed"))
+        items.append(call_item(item_id(rid, "fc", at), call.id, call.name, arguments, "completed"))
     return items
 
 
@@ -410,7 +433,8 @@ def response_object(
         "parallel_tool_calls": request.params.get("parallel_tool_calls", True),
         "tool_choice": _echoed_choice(request.params.get("tool_choice", "auto")),
         "tools": response_tools(request),
-        "store": False,
+        "store": request.store,
+        "previous_response_id": request.previous_response_id or None,
         "usage": usage(reply) if reply is not None else None,
     }
     if reply is not None:
@@ -422,8 +446,8 @@ def whole_response(request: ClientRequest, reply: ClientReply) -> dict[str, Any]
     """The ``response`` object of a reply that was not streamed."""
     return response_object(
         request,
-        response_id=new_response_id(),
-        created_at=int(time.time()),
+        response_id=request.response_id or new_response_id(),
+        created_at=request.created_at or int(time.time()),
         status="completed",
         output=reply_items(request, reply),
         reply=reply,

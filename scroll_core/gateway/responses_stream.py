@@ -21,8 +21,8 @@ from .responses_api import (
     call_item,
     custom_call_item,
     free_text_input,
+    item_id,
     message_item,
-    new_item_id,
     new_response_id,
     response_object,
 )
@@ -37,8 +37,8 @@ class ResponseEvents:
 
     def __init__(self, request: ClientRequest) -> None:
         self.request = request
-        self.id = new_response_id()
-        self.created_at = int(time.time())
+        self.id = request.response_id or new_response_id()
+        self.created_at = request.created_at or int(time.time())
         self.output: list[dict[str, Any]] = []  # every item so far, in output order
         self._seq = 0
         self._text_at: int | None = None  # the output index of the message streaming now
@@ -93,7 +93,7 @@ class ResponseEvents:
 
     def _open_text(self) -> list[dict[str, Any]]:
         at = self._text_at = len(self.output)
-        item = message_item(new_item_id("msg"), "", status="in_progress")
+        item = message_item(item_id(self.id, "msg", at), "", status="in_progress")
         self.output.append(item)
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         return [
@@ -137,7 +137,7 @@ class ResponseEvents:
 
     def _open_call(self, call_id: str, name: str) -> list[dict[str, Any]]:
         at = self._call_at = len(self.output)
-        item = call_item(new_item_id("fc"), call_id, name, "", "in_progress")
+        item = call_item(item_id(self.id, "fc", at), call_id, name, "", "in_progress")
         self.output.append(item)
         self._streamed.add(call_id)
         return [self._event("response.output_item.added", output_index=at, item=dict(item))]
@@ -179,7 +179,7 @@ class ResponseEvents:
     def _custom_call(self, call: ToolCall) -> list[dict[str, Any]]:
         """A whole call to a custom tool: its item, its input in pieces, done."""
         at, text = len(self.output), free_text_input(call)
-        item = custom_call_item(new_item_id("ctc"), call, "")
+        item = custom_call_item(item_id(self.id, "ctc", at), call, "")
         self.output.append({**item, "input": text})
         place = {"item_id": item["id"], "output_index": at}
         out = [self._event("response.output_item.added", output_index=at, item=item)]

@@ -27,7 +27,10 @@ temporary data folder in a subprocess:
   before the concurrent arms.
 * the Responses arm (``responses_noevict_c1_*``): the same for one OpenAI Responses client
   through a Chat Completions upstream, against the same conversation sent to that upstream
-  directly, so its gap includes the translation between the two APIs.
+  directly, so its gap includes the translation between the two APIs. The stored Responses
+  arm (``responses_stored_noevict_c1_*``): the same client in the API's stored form, each
+  request sending only its new message and the last response's id (each response stored
+  before its answer leaves, the conversation read back from the log).
 
 With ``--json`` the envelope (``figures``: flat numbers) is printed and written to
 ``bench/results/gateway.json`` (``--out`` to change). Timings taken on a loaded machine are
@@ -178,6 +181,10 @@ class ClientApi:
     body: Callable[[list[dict[str, str]]], dict[str, Any]]
     direct_body: Callable[[list[dict[str, str]]], dict[str, Any]]
     reply_text: Callable[[dict[str, Any]], str]
+    # The Responses API's stored form: after the first request the gateway is sent only the
+    # new message, naming the last response (``previous_response_id``); the upstream still
+    # gets the whole conversation directly.
+    continues: bool = False
 
 
 SYSTEM = "You are a benchmark."
@@ -222,6 +229,18 @@ RESPONSES = ClientApi(
     direct_body=_chat_body,
     reply_text=lambda reply: str(reply["output"][0]["content"][0]["text"]),
 )
+# The same client in the stored form: each response stored (a row written before the answer
+# leaves), each request sending only its new message and the last response's id.
+RESPONSES_STORED = ClientApi(
+    name="responses_stored",
+    path="/v1/responses",
+    direct_path="/chat/completions",
+    headers=lambda key, session: {"authorization": f"Bearer {key}"},
+    body=lambda messages: {"model": "bench", "instructions": SYSTEM, "input": messages},
+    direct_body=_chat_body,
+    reply_text=lambda reply: str(reply["output"][0]["content"][0]["text"]),
+    continues=True,
+)
 
 
 def api_latency(
@@ -261,6 +280,9 @@ def _api_session(
     """One session of ``api_latency`` (its lists filled in place)."""
     messages = [_message(i) for i in range(history if history % 2 else history - 1)]
     headers = api.headers(key, session)
+    last_id = ""
+    if api.continues:  # a session of its own: the first request names none
+        messages[0] = {**messages[0], "content": f"{session}: {messages[0]['content']}"}
     with httpx.Client(timeout=120) as http:
         for step in range(requests + 1):
             began = time.perf_counter()
@@ -268,7 +290,10 @@ def _api_session(
                 f"{upstream}{api.direct_path}", json=api.direct_body(messages)
             ).raise_for_status()
             direct_s = time.perf_counter() - began
-            body = api.body(messages)
+            if last_id:
+                body = {**api.body(messages[-1:]), "previous_response_id": last_id}
+            else:
+                body = api.body(messages)
             began = time.perf_counter()
             response = http.post(f"{gateway}{api.path}", json=body, headers=headers)
             through_s = time.perf_counter() - began
@@ -279,7 +304,9 @@ def _api_session(
                 timing = server_timing(response.headers.get("server-timing", ""))
                 timing["outside"] = through_s * 1000 - timing.get("scroll", float("nan"))
                 served.append(timing)
-            messages.append({"role": "assistant", "content": api.reply_text(response.json())})
+            answer = response.json()
+            last_id = str(answer["id"]) if api.continues else ""
+            messages.append({"role": "assistant", "content": api.reply_text(answer)})
             messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
 
 
@@ -480,8 +507,9 @@ def readme_tables(arms: list[str]) -> list[dict[str, Any]]:
         },
         {
             "title": "Anthropic Messages through an Anthropic-format upstream, and OpenAI "
-            "Responses through a Chat Completions upstream, one client (ms)",
-            "rows": ["anthropic_noevict_c1", "responses_noevict_c1"],
+            "Responses through a Chat Completions upstream, stateless and stored, one "
+            "client (ms)",
+            "rows": ["anthropic_noevict_c1", "responses_noevict_c1", "responses_stored_noevict_c1"],
             "columns": [*LATENCY, "samples"],
             "key": "{row}_{column}",
         },
@@ -699,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
                     # concurrent arms: timed after them, every one of its stages took about
                     # twice as long as the same stage of the Chat Completions arm (the 32
                     # sessions leave the server work to do), which says nothing of the format.
-                    for api in (ANTHROPIC, RESPONSES):
+                    for api in (ANTHROPIC, RESPONSES, RESPONSES_STORED):
                         key = keys[0]["anthropic" if api is ANTHROPIC else "wide"]
                         figures = api_latency(
                             api,

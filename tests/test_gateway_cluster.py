@@ -4,8 +4,8 @@ a gateway session has one owner at a time (a request at the other process takes 
 rebuilds from the log with a new kernel, and the first process shuts its kernel down), two
 requests of one session reaching both processes at once are served one after the other (or
 the second is refused with a Retry-After), a session a run worker holds is refused without
-using the key's rate, and an open Kernels page is told when a gateway kernel starts or
-stops."""
+using the key's rate, an open Kernels page is told when a gateway kernel starts or stops,
+and a stored Responses API reply made at one process is continued at the other."""
 
 from __future__ import annotations
 
@@ -190,6 +190,37 @@ def test_a_session_has_one_owner_and_a_handover_loses_nothing_from_the_log(clust
         "result = SpanRecord.objects.filter(name='scroll.gateway.handover').count()"
     )
     assert handovers == 2
+
+
+def test_a_stored_response_is_continued_at_the_other_web_process(cluster, webs, upstream):
+    """The Responses API's stored form across processes: each request names the response
+    the other process made; the record is in the shared database and the conversation in
+    the log, so each continues with only its new message and nothing is rewritten."""
+    key = _issue(cluster, upstream)
+    auth = {"authorization": f"Bearer {key}"}
+    upstream.then(text("Hi Ada."), text("Ada."), text("Twice."))
+    last: dict[str, Any] = {}
+    for i, (said, web) in enumerate(
+        [("I am Ada.", webs[0]), ("My name?", webs[1]), ("How often?", webs[0])]
+    ):
+        body = {"model": "gpt-test", "input": said}
+        if last:
+            body["previous_response_id"] = last["id"]
+        answer = web.post("/v1/responses", json=body, headers=auth)
+        assert answer.status_code == 200, answer.text
+        last = answer.json()
+        if i:
+            assert last["scroll"]["appended"] == 1 and not last["scroll"]["rewritten"]
+    sent = [(m["role"], m["content"]) for m in upstream.requests[2]["messages"][1:]]
+    assert sent == [
+        ("user", "I am Ada."),
+        ("assistant", "Hi Ada."),
+        ("user", "My name?"),
+        ("assistant", "Ada."),
+        ("user", "How often?"),
+    ]
+    kept = webs[1].get(f"/v1/responses/{last['id']}", headers=auth)
+    assert kept.status_code == 200 and kept.json()["output"][0]["content"][0]["text"] == "Twice."
 
 
 def _alive(pid: int | None) -> bool:

@@ -40,17 +40,23 @@ def _client(gateway: str, key: str, session: str) -> AsyncOpenAI:
     )
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-def test_an_agents_sdk_run_calls_its_tool_through_the_gateway_and_aligns(
-    gateway, upstream, console_log, streamed
-):
+def _two_turns_about_oslo(upstream) -> str:
+    """Script the upstream for two turns (a call to ``get_weather``, its answer, then the
+    answer to a follow-up question) and return a key to it."""
     asked.clear()
     upstream.then(
         completion(f"Checking.\n{HEADLINE}", [tool_call("get_weather", {"city": "Oslo"}, "c1")]),
         text("It is sunny in Oslo."),
         text("You asked about Oslo."),
     )
-    key = make_key(upstream)
+    return make_key(upstream)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_agents_sdk_run_calls_its_tool_through_the_gateway_and_aligns(
+    gateway, upstream, console_log, streamed
+):
+    key = _two_turns_about_oslo(upstream)
 
     async def run(agent, items):
         if not streamed:
@@ -103,13 +109,7 @@ def test_an_agents_sdk_run_continues_from_its_previous_response(gateway, upstrea
     """The SDK's server-managed form: within a run each call sends only what is new with the
     last response's id (``auto_previous_response_id``), and the next run continues from the
     first one's last response; the gateway puts the conversation back in front each time."""
-    asked.clear()
-    upstream.then(
-        completion(f"Checking.\n{HEADLINE}", [tool_call("get_weather", {"city": "Oslo"}, "c1")]),
-        text("It is sunny in Oslo."),
-        text("You asked about Oslo."),
-    )
-    key = make_key(upstream)
+    key = _two_turns_about_oslo(upstream)
 
     async def two_runs():
         async with _client(gateway, key, "sdk-stored") as client:

@@ -121,3 +121,19 @@ def test_a_tool_result_alone_takes_the_stored_question_for_the_headline(slog):
     assert second.stats.appended == 1 and not second.stats.rewritten
     headline = slog.get(conv.chain[-1].first_seq).headline
     assert "Reykjavik" in headline  # from the question, read back from the log
+
+
+def test_the_request_span_names_the_response_and_the_one_it_continues(slog, ring):
+    from scroll_core.gateway.conversation import REQUEST_SPAN
+
+    upstream = ScriptedUpstream(f"R1.\n{HEADLINE}", f"R2.\n{HEADLINE}")
+    conv = conversation(slog)
+    r1 = conv.handle(stored(request(user("A")), "resp_1"), upstream, model="up")
+    follow = replace(stored(request(user("B")), "resp_2"), previous_response_id="resp_1",
+                     continues=place_of(conv, "resp_1", r1))  # fmt: skip
+    conv.handle(follow, upstream, model="up")
+    first, second = ring.records(REQUEST_SPAN)
+    assert first.attributes["gen_ai.response.id"] == "resp_1"
+    assert "scroll.previous_response_id" not in first.attributes
+    assert second.attributes["gen_ai.response.id"] == "resp_2"
+    assert second.attributes["scroll.previous_response_id"] == "resp_1"

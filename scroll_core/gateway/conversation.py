@@ -242,6 +242,8 @@ class GatewayConversation(HistoryLog):
                     "gen_ai.agent.name": "scroll-gateway",
                     "gen_ai.agent.id": self.agent_id,
                     "gen_ai.request.model": request.model,
+                    # The Responses API: the id the client gets (a retry's is its own).
+                    "gen_ai.response.id": request.response_id or None,
                 },
                 session=self.session_id,
                 kind="server",
@@ -251,6 +253,7 @@ class GatewayConversation(HistoryLog):
                 client_model=request.model,
                 messages=len(request.messages),
                 stream=request.stream,
+                previous_response_id=request.previous_response_id or None,
             ) as traced,
         ):
             reply, commit = self._handle(request, upstream, model)

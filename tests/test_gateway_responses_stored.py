@@ -2,8 +2,8 @@
 on a real server: a request naming ``previous_response_id`` sends only its new input, and
 the upstream still sees the whole conversation, read back from the Event Log; forks from an
 earlier reply, replies a rewrite took out of the chain, streams, retries and a gateway that
-forgot its conversations all continue; retrieve and delete; and a key never reaches another
-agent's responses."""
+forgot its conversations all continue; retrieve, delete and the input items; and a key never
+reaches another agent's responses."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from gateway_clients import WEATHER as CHAT_WEATHER
@@ -257,16 +258,64 @@ def test_a_session_header_naming_another_session_is_refused(gateway, upstream):
     assert len(upstream.requests) == 1
 
 
-def test_cancel_is_refused_and_input_items_are_not_served(gateway, upstream):
+def test_cancel_is_refused(gateway, upstream):
     upstream.then(text("Done."))
     client = oa(gateway, make_key(upstream))
     made = client.responses.create(model="gpt-test", input="hi")
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.cancel(made.id)
     assert "background" in refused.value.body["message"]
-    with pytest.raises(openai.NotFoundError) as missing:
-        client.responses.input_items.list(made.id)
-    assert "Event Log" in missing.value.body["message"]
+
+
+def test_input_items_list_the_whole_input_read_back_from_the_log(gateway, upstream):
+    call = tool_call("get_weather", {"city": "Paris"}, "call_w1")
+    upstream.then(completion(f"Checking.\n{HEADLINE}", [call]), text("Sunny."), text("Bye."))
+    client = oa(gateway, make_key(upstream))
+    first = client.responses.create(model="gpt-test", input="Weather in Paris?", tools=[WEATHER])
+    output = {"type": "function_call_output", "call_id": "call_w1", "output": "sunny"}
+    second = client.responses.create(
+        model="gpt-test", previous_response_id=first.id, input=[output], tools=[WEATHER]
+    )
+    third = client.responses.create(model="gpt-test", previous_response_id=second.id,
+                                    input="Thanks.")  # fmt: skip
+    listed = list(client.responses.input_items.list(third.id, order="asc"))
+    shape = [(i.type, getattr(i, "role", None)) for i in listed]
+    assert shape == [
+        ("message", "user"),
+        ("message", "assistant"),
+        ("function_call", None),
+        ("function_call_output", None),
+        ("message", "assistant"),
+        ("message", "user"),
+    ]
+    assert listed[0].content[0].text == "Weather in Paris?"
+    assert (listed[2].call_id, json.loads(listed[2].arguments)) == ("call_w1", {"city": "Paris"})
+    assert (listed[3].call_id, listed[3].output) == ("call_w1", "sunny")
+    assert listed[4].content[0].text == "Sunny." and listed[5].content[0].text == "Thanks."
+    # The API's default order is newest first; pages follow ``after``; ids hold across calls.
+    page = client.responses.input_items.list(third.id, limit=4)
+    assert [i.id for i in page.data] == [i.id for i in reversed(listed)][:4] and page.has_more
+    rest = client.responses.input_items.list(third.id, limit=4, after=page.data[-1].id)
+    assert [i.id for i in rest.data] == [i.id for i in reversed(listed)][4:]
+    assert not rest.has_more
+    # The first response's input is its own question alone.
+    assert [i.content[0].text for i in client.responses.input_items.list(first.id)] == [
+        "Weather in Paris?"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"order": "up"}, "order"),
+     ({"after": "msg_404"}, "after")],
+)  # fmt: skip
+def test_input_items_refuse_a_bad_query_by_name(gateway, upstream, query, param):
+    upstream.then(text("Done."))
+    key = make_key(upstream)
+    made = oa(gateway, key).responses.create(model="gpt-test", input="hi")
+    answer = httpx.get(f"{gateway}/v1/responses/{made.id}/input_items", params=query,
+                       headers={"authorization": f"Bearer {key}"})  # fmt: skip
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == param
 
 
 def test_an_expired_response_is_not_found_and_is_pruned(gateway, upstream, settings):

@@ -13,7 +13,7 @@ from test_gateway_core import HEADLINE, ScriptedUpstream, conversation, request,
 from scroll_core.errors import GatewayRequestInvalid
 from scroll_core.eventlog import EventLog
 from scroll_core.gateway import ClientRequest, StoredPlace
-from scroll_core.gateway.stored import replay_chain
+from scroll_core.gateway.stored import conversation_before, replay_chain
 from scroll_core.tokens import CharRatioCounter
 
 SESSION = "gw:alice:s"
@@ -137,3 +137,22 @@ def test_the_request_span_names_the_response_and_the_one_it_continues(slog, ring
     assert "scroll.previous_response_id" not in first.attributes
     assert second.attributes["gen_ai.response.id"] == "resp_2"
     assert second.attributes["scroll.previous_response_id"] == "resp_1"
+
+
+def test_a_replys_input_is_its_own_branch_whatever_came_after(slog):
+    upstream = ScriptedUpstream(*(f"R{i}.\n{HEADLINE}" for i in range(1, 4)))
+    conv = conversation(slog)
+    r1 = conv.handle(stored(request(user("A")), "resp_1"), upstream, model="up")
+    at_r1 = place_of(conv, "resp_1", r1)
+    r2 = conv.handle(replace(stored(request(user("B")), "resp_2"), continues=at_r1), upstream,
+                     model="up")  # fmt: skip
+    at_r2 = place_of(conv, "resp_2", r2)
+    conv.handle(replace(stored(request(user("C")), "resp_3"), continues=at_r1), upstream,
+                model="up")  # fmt: skip
+    events = slog.session_events(SESSION, limit=None)
+    said = [(m.role, m.content) for _, m in conversation_before(events, at_r2)]
+    assert said == [("user", "A"), ("assistant", "R1."), ("user", "B")]
+    # Untagged (a reply first made unstored), the reply is found by its place and fingerprint.
+    untagged = replace(at_r2, logged_as="")
+    assert [m.content for _, m in conversation_before(events, untagged)] == ["A", "R1.", "B"]
+    assert conversation_before(events, replace(at_r2, logged_as="resp_9")) is None

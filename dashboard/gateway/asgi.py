@@ -41,6 +41,7 @@ class Request:
     headers: dict[str, str]
     body: bytes = b""
     received: float = 0.0  # time.perf_counter() when the request reached the router
+    query: str = ""  # the query string, undecoded (``urllib.parse.parse_qs`` reads it)
 
 
 @dataclass
@@ -157,7 +158,10 @@ class GatewayRouter:
             return
         except ConnectionAbortedError:
             return
-        response = await endpoint(Request(request.method, request.path, headers, body, received))
+        query = scope.get("query_string", b"").decode("latin-1")
+        response = await endpoint(
+            Request(request.method, request.path, headers, body, received, query)
+        )
         try:
             await send_response(send, response)
         finally:

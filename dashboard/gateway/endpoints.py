@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
+from urllib.parse import parse_qs
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -540,8 +541,8 @@ async def stored_response(request: Request) -> Response:
     """``/v1/responses/{id}``: ``GET`` retrieves a stored response (as the client got it
     whole), ``DELETE`` forgets it (the conversation stays in the Event Log; the id stops
     resolving), ``POST .../cancel`` is refused (the gateway runs no background responses)
-    and ``GET .../input_items`` is not served (the session's history is in the console).
-    A key finds only its own agent's responses."""
+    and ``GET .../input_items`` lists its input, earlier turns included, read back from the
+    log. A key finds only its own agent's responses."""
     key = await _get_key(_secret(request))
     if key is None:
         return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
@@ -562,15 +563,35 @@ async def stored_response(request: Request) -> Response:
         message = "only a background response can be cancelled; this gateway runs none"
         return _error("openai", 400, message, param="response_id")
     if action == "input_items":
-        message = (
-            f"{request.path} is not served: the gateway keeps a response's conversation in "
-            f"the Event Log (session {found.session_id!r}; see it in the Scroll console)"
-        )
-        return _error("openai", 404, message, code="not_found")
+        return await _input_items(request, found)
     if request.method == "DELETE":
         await _in_pool(_stored_call, stored_responses.forget, key, response_id)
         return _json({"id": response_id, "object": "response.deleted", "deleted": True})
     return _json(found.response)
+
+
+async def _input_items(request: Request, found: Any) -> Response:
+    """A page of a stored response's input items (``order``, ``limit``, ``after``)."""
+    query = {k: v[-1] for k, v in parse_qs(request.query).items()}
+    try:
+        limit = int(query.get("limit", "20"))
+    except ValueError:
+        return _error("openai", 400, "limit: must be an integer", param="limit")
+    conversation = await _in_pool(_stored_call, stored_responses.conversation_of, found)
+    if conversation is None:
+        message = (
+            f"response {found.response_id!r} is not in the log of its session (its reply was "
+            "never committed)"
+        )
+        return _error("openai", 404, message, code="response_not_found")
+    items = responses_api.input_items(conversation)
+    try:
+        page = responses_api.item_page(
+            items, order=query.get("order", "desc"), limit=limit, after=query.get("after")
+        )
+    except GatewayRequestInvalid as exc:
+        return _error("openai", 400, str(exc), param=exc.param)
+    return _json(page)
 
 
 async def messages(request: Request) -> Response:

@@ -15,13 +15,15 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from dashboard.eventlog import get_event_log
 from dashboard.models import GatewayKey, StoredResponse
 from scroll_core.errors import GatewayRequestInvalid
-from scroll_core.gateway import ClientReply, ClientRequest, StoredPlace
+from scroll_core.gateway import ClientMessage, ClientReply, ClientRequest, StoredPlace
 from scroll_core.gateway.naming import session_id_for
 from scroll_core.gateway.responses_api import whole_response
+from scroll_core.gateway.stored import conversation_before
 
-__all__ = ["continuation", "find", "forget", "prune", "store_reply"]
+__all__ = ["continuation", "conversation_of", "find", "forget", "prune", "store_reply"]
 
 
 def _oldest() -> Any:
@@ -43,6 +45,19 @@ def forget(key: GatewayKey, response_id: str) -> bool:
         response_id=response_id, agent_id=key.agent_id
     ).delete()
     return bool(deleted)
+
+
+def _place(found: StoredResponse) -> StoredPlace:
+    return StoredPlace(found.response_id, found.position, found.reply_fp, found.logged_as)
+
+
+def conversation_of(found: StoredResponse) -> list[tuple[int, ClientMessage]] | None:
+    """The messages before the stored reply ``found`` (earlier turns included), each with
+    the seq of its first event, read from its session's log without taking the session (the
+    log is append-only: what came before a reply never changes); None when the log holds no
+    such reply (its commit failed)."""
+    events = get_event_log().session_events(found.session_id, limit=None)
+    return conversation_before(events, _place(found))
 
 
 def continuation(
@@ -68,8 +83,7 @@ def continuation(
                 f"names session {named!r}, but previous_response_id continues session "
                 f"{found.session_id!r}; leave the header out or name that session",
             )
-    place = StoredPlace(found.response_id, found.position, found.reply_fp, found.logged_as)
-    return found.session_id, replace(request, continues=place)
+    return found.session_id, replace(request, continues=_place(found))
 
 
 def store_reply(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import GatewayRequestInvalid
@@ -43,7 +44,9 @@ from .openai_api import content_text, decode_call
 __all__ = [
     "FREE_TEXT_FIELD",
     "free_text_input",
+    "input_items",
     "item_id",
+    "item_page",
     "parse_responses_request",
     "response_object",
     "response_tools",
@@ -452,3 +455,51 @@ def whole_response(request: ClientRequest, reply: ClientReply) -> dict[str, Any]
         output=reply_items(request, reply),
         reply=reply,
     )
+
+
+def input_items(conversation: Sequence[tuple[int, ClientMessage]]) -> list[dict[str, Any]]:
+    """The input of a stored response as the API lists it (``/v1/responses/{id}/input_items``),
+    earlier turns included, in conversation order: ``conversation`` is each message with the
+    seq of its first event in the log, from which each item's id is made, so an id holds from
+    call to call. A call to a custom tool is listed as the function it was offered as."""
+    items: list[dict[str, Any]] = []
+    for seq, message in conversation:
+        if message.role == "tool":
+            items.append({"type": "function_call_output", "id": f"fco_{seq}",
+                          "call_id": message.tool_call_id or "", "output": message.content,
+                          "status": "completed"})  # fmt: skip
+        elif message.role == "assistant":
+            if message.content or not message.tool_calls:
+                items.append(message_item(f"msg_{seq}", message.content))
+            for j, call in enumerate(message.tool_calls):
+                arguments = call.to_message()["function"]["arguments"]
+                items.append(call_item(f"fc_{seq}_{j}", call.id, call.name, arguments, "completed"))
+        else:
+            part = {"type": "input_text", "text": message.content}
+            items.append({"type": "message", "id": f"msg_{seq}", "role": message.role,
+                          "status": "completed", "content": [part]})  # fmt: skip
+    return items
+
+
+def item_page(
+    items: list[dict[str, Any]], *, order: str = "desc", limit: int = 20, after: str | None = None
+) -> dict[str, Any]:
+    """One page of ``items`` as the API lists them: ``order`` ``asc`` or ``desc`` (the API's
+    default), at most ``limit`` (1-100), those after the item ``after`` in that order. A
+    bad value is a ``GatewayRequestInvalid`` naming the query parameter."""
+    _need(order in ("asc", "desc"), "order", "must be asc or desc")
+    _need(1 <= limit <= 100, "limit", "must be between 1 and 100")
+    ordered = items if order == "asc" else items[::-1]
+    start = 0
+    if after is not None:
+        ids = [item["id"] for item in ordered]
+        _need(after in ids, "after", f"no input item {after!r} in this response's input")
+        start = ids.index(after) + 1
+    page = ordered[start : start + limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": start + limit < len(ordered),
+    }

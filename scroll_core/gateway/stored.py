@@ -18,9 +18,9 @@ from typing import Any
 
 from ..eventlog import Event
 from ..models.base import ToolCall
-from ._types import ClientMessage
+from ._types import ClientMessage, StoredPlace
 
-__all__ = ["ChainLink", "chain_step", "read_back", "replay_chain"]
+__all__ = ["ChainLink", "chain_step", "conversation_before", "read_back", "replay_chain"]
 
 
 @dataclass
@@ -119,3 +119,31 @@ def read_back(links: Sequence[ChainLink], events: dict[int, Event]) -> tuple[Cli
             )
         )
     return tuple(out)
+
+
+def conversation_before(
+    events: Sequence[Event], place: StoredPlace
+) -> list[tuple[int, ClientMessage]] | None:
+    """The messages that came before the stored reply at ``place`` (the input it answered,
+    earlier turns included), each with the seq of its first event, read from a session's
+    events in log order; None when they hold no such reply. The reply is the event tagged
+    with its response id, or, untagged, the last reply at its place with its fingerprint."""
+    made: Event | None = None
+    for event in events:
+        kind, pos, meta = _gateway_tag(event)
+        if kind != "reply" or pos != place.position:
+            continue
+        if place.logged_as:
+            if meta.get("rid") == place.logged_as:
+                made = event
+                break
+        elif meta.get("fp") == place.reply_fp:
+            made = event
+    if made is None:
+        return None
+    links = replay_chain(events, made.seq)
+    if len(links) != place.position + 1 or links[-1].first_seq != made.seq:
+        return None
+    before = links[: place.position]
+    by_seq = {e.seq: e for e in events}
+    return list(zip([link.first_seq for link in before], read_back(before, by_seq), strict=True))

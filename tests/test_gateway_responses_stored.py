@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from django.utils import timezone
 from gateway_clients import WEATHER as CHAT_WEATHER
 from gateway_clients import make_key, oa
 from gateway_upstream import HEADLINE, completion, text, tool_call
@@ -332,3 +333,18 @@ def test_an_expired_response_is_not_found_and_is_pruned(gateway, upstream, setti
     assert f"older than {days} days" in refused.value.body["message"]
     assert stored_responses.prune() == 1
     assert not StoredResponse.objects.filter(response_id=made.id).exists()
+
+
+def test_a_serving_process_deletes_expired_records_off_the_request_path(gateway, upstream):
+    upstream.then(text("Old."), text("New."))
+    client = oa(gateway, make_key(upstream))
+    old = client.responses.create(model="gpt-test", input="long ago")
+    StoredResponse.objects.filter(response_id=old.id).update(
+        created_at=timezone.now() - timedelta(days=400)
+    )
+    get_service().flush()
+    reset_service()  # a process starting: its recorder's first batch deletes what expired
+    new = client.responses.create(model="gpt-test", input="today")
+    get_service().flush()
+    kept = set(StoredResponse.objects.values_list("response_id", flat=True))
+    assert kept == {new.id}

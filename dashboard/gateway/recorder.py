@@ -3,8 +3,9 @@
 After every request the service hands a ``Job`` (what the console shows about it) to the
 ``Recorder``. One thread takes every job queued so far, merges those of one session and
 writes them in one transaction: the session's ``RunRecord`` (kind ``gateway``), its
-``CompressEvent`` rows, the key's counters, then one push to the console per session. It
-lingers ``linger_s`` after the first job of a batch before taking it, so a busy session costs
+``CompressEvent`` rows, the key's counters, then one push to the console per session; and,
+hourly, it deletes the expired stored Responses API replies. It lingers ``linger_s`` after
+the first job of a batch before taking it, so a busy session costs
 the console one write and one push per ``linger_s``, not one per request, and the thread does
 not compete for the interpreter with the request it was woken by. ``flush()`` cuts the
 linger short and waits until everything submitted before it is written.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from dashboard.gateway import stored_responses
 from dashboard.models import CompressEvent, GatewayKey, RunRecord
 from dashboard.spans import push_session
 from scroll_core.gateway import ClientReply
@@ -32,6 +35,10 @@ GATEWAY_KIND = "gateway"
 # How long the recorder waits between batches: the console shows a gateway session at most
 # this much later than the client got its answer.
 LINGER_S = 0.25
+# How often the recorder deletes the stored Responses API replies past their days (at its
+# first batch, then at most this often): off the request path, and only in a process that
+# serves requests, whose database the batch has just written to.
+PRUNE_EVERY_S = 3600.0
 
 log = logging.getLogger("dashboard.gateway")
 
@@ -79,6 +86,7 @@ class Recorder:
         self._written = 0
         self._closing = False
         self._wake = threading.Event()
+        self._prune_due = 0.0  # when the next batch forgets expired stored responses
         self._thread = threading.Thread(target=self._work, name="gateway-record", daemon=True)
         self._thread.start()
 
@@ -141,10 +149,20 @@ class Recorder:
                     )
                     continue
                 push_session(run)
+            self._prune()
         finally:
             # Not held across the linger: a batch is a few statements, and a connection
             # left open in an idle thread is one the database server keeps for nothing.
             close_old_connections()
+
+    def _prune(self) -> None:
+        if time.monotonic() < self._prune_due:
+            return
+        self._prune_due = time.monotonic() + PRUNE_EVERY_S
+        try:
+            stored_responses.prune()
+        except Exception:  # as the bookkeeping above: never the gateway's failure
+            log.exception("gateway: forgetting expired stored responses failed")
 
 
 def _record(jobs: Sequence[Job]) -> RunRecord:

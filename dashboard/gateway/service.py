@@ -91,8 +91,6 @@ MAX_CONVERSATIONS = 256
 GATEWAY_OWNER = GATEWAY_OWNER_PREFIX + PROCESS_TOKEN
 KEY_CACHE_S = 5.0
 PROFILE_CACHE_S = 2.0
-# How often a process deletes the stored Responses API replies past their days.
-PRUNE_EVERY_S = 3600.0
 
 log = logging.getLogger("dashboard.gateway")
 
@@ -175,7 +173,6 @@ class GatewayService:
         self.session_wait_s = float(getattr(settings, "SCROLL_GATEWAY_SESSION_WAIT_S", 30.0))
         self.session_idle_s = float(getattr(settings, "SCROLL_GATEWAY_SESSION_IDLE_S", 900.0))
         self._written: dict[str, tuple[Any, ...]] = {}  # KernelState rows as last written
-        self._prune_due = 0.0  # when the heartbeat next forgets expired stored responses
         self._halt = threading.Event()
         self._nudge = threading.Event()  # write the kernels now (a request ran a cell)
         self._beating = threading.Lock()  # one beat at a time (the thread's, or a test's)
@@ -318,9 +315,8 @@ class GatewayService:
 
     def heartbeat(self) -> list[str]:
         """Keep the holds of requests running here, renew the leases of the sessions served
-        here, trim the record (``trim``), write this process's live kernels for the Kernels
-        page, and hourly forget expired stored responses. Returns the sessions another
-        process took."""
+        here, trim the record (``trim``), and write this process's live kernels for the Kernels
+        page. Returns the sessions another process took."""
         with self._beating:
             with self._lock:
                 held = sorted({sid for _, sid in self._conversations})
@@ -331,9 +327,6 @@ class GatewayService:
                 log.info("gateway: session %s was taken over by another process", session_id)
             self.trim(lost)
             self._record_kernels(set(lost))
-            if time.monotonic() >= self._prune_due:
-                self._prune_due = time.monotonic() + PRUNE_EVERY_S
-                stored_responses.prune()
             return lost
 
     def trim(self, lost: list[str] | tuple[str, ...] = (), now: float | None = None) -> list[str]:

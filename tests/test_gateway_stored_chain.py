@@ -156,3 +156,20 @@ def test_a_replys_input_is_its_own_branch_whatever_came_after(slog):
     untagged = replace(at_r2, logged_as="")
     assert [m.content for _, m in conversation_before(events, untagged)] == ["A", "R1.", "B"]
     assert conversation_before(events, replace(at_r2, logged_as="resp_9")) is None
+
+
+def test_an_untagged_reply_a_rewrite_took_out_is_continued_from_the_log(slog):
+    # A reply first made unstored is logged untagged; a stored retry of it then named it. A
+    # later conversation rewrote it away: continuing finds it by its place and fingerprint.
+    upstream = ScriptedUpstream(*(f"R{i}.\n{HEADLINE}" for i in range(1, 4)))
+    conv = conversation(slog)
+    r1 = conv.handle(request(user("A")), upstream, model="up")
+    assert r1.logged_as == ""
+    at_r1 = StoredPlace("resp_1", 1, r1.message().fingerprint(), "")
+    conv.handle(request(user("Z")), upstream, model="up")  # rewrites position 0 on
+    assert conv.chain[1].fp != at_r1.reply_fp
+    follow = conv.handle(replace(stored(request(user("B")), "resp_2"), continues=at_r1),
+                         upstream, model="up")  # fmt: skip
+    assert follow.stats.rewritten and follow.content == "R3."
+    sent = [(m["role"], m["content"]) for m in upstream.requests[-1]["messages"]][-3:]
+    assert sent == [("user", "A"), ("assistant", "R1."), ("user", "B")]

@@ -32,7 +32,7 @@ from ..tokens import TokenCounter
 from ..view import ContextState, Prefix
 from ._types import ClientMessage, ClientRequest, StoredPlace
 from .stored import ChainLink as Link
-from .stored import chain_step, read_back, replay_chain
+from .stored import chain_at, chain_step, read_back
 
 __all__ = ["HistoryLog", "Link", "Prepared", "client_tokens"]
 
@@ -174,8 +174,8 @@ class HistoryLog:
         """The chain up to and including the stored reply at ``place``, and the events read
         to find it (by seq). The chain as it stands when it still holds that reply there;
         otherwise (a later rewrite took it out) the chain as it stood when the reply was
-        made, replayed from the log. Refused, naming ``previous_response_id``, when the log
-        holds no such reply (its commit failed, or it was never tagged and is gone)."""
+        made, replayed from the log (``stored.chain_at``). Refused, naming
+        ``previous_response_id``, when the log holds no such reply (its commit failed)."""
         at = place.position
         if at < len(self.chain) and self.chain[at].reply is not None:
             link = self.chain[at]
@@ -186,22 +186,10 @@ class HistoryLog:
                     return self.chain[: at + 1], {}
             elif link.fp == place.reply_fp:
                 return self.chain[: at + 1], {}
-        if place.logged_as:
-            events = self.log.session_events(self.session_id, after_seq=0, limit=None)
-            made = next(
-                (
-                    e
-                    for e in events
-                    if isinstance(e.metadata, dict)
-                    and e.metadata.get("gw") == "reply"
-                    and e.metadata.get("rid") == place.logged_as
-                ),
-                None,
-            )
-            if made is not None:
-                links = replay_chain(events, made.seq)
-                if len(links) == at + 1 and links[at].first_seq == made.seq:
-                    return links, {e.seq: e for e in events}
+        events = self.log.session_events(self.session_id, after_seq=0, limit=None)
+        links = chain_at(events, place)
+        if links is not None:
+            return links, {e.seq: e for e in events}
         raise GatewayRequestInvalid(
             "previous_response_id",
             f"response {place.response_id!r} is not in the log of its session "

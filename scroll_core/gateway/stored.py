@@ -20,7 +20,14 @@ from ..eventlog import Event
 from ..models.base import ToolCall
 from ._types import ClientMessage, StoredPlace
 
-__all__ = ["ChainLink", "chain_step", "conversation_before", "read_back", "replay_chain"]
+__all__ = [
+    "ChainLink",
+    "chain_at",
+    "chain_step",
+    "conversation_before",
+    "read_back",
+    "replay_chain",
+]
 
 
 @dataclass
@@ -121,13 +128,11 @@ def read_back(links: Sequence[ChainLink], events: dict[int, Event]) -> tuple[Cli
     return tuple(out)
 
 
-def conversation_before(
-    events: Sequence[Event], place: StoredPlace
-) -> list[tuple[int, ClientMessage]] | None:
-    """The messages that came before the stored reply at ``place`` (the input it answered,
-    earlier turns included), each with the seq of its first event, read from a session's
-    events in log order; None when they hold no such reply. The reply is the event tagged
-    with its response id, or, untagged, the last reply at its place with its fingerprint."""
+def chain_at(events: Sequence[Event], place: StoredPlace) -> list[ChainLink] | None:
+    """The chain as it stood when the stored reply at ``place`` was made, that reply its last
+    link, replayed from a session's events in log order; None when they hold no such reply.
+    The reply is the event tagged with its response id, or, untagged, the last reply at its
+    place with its fingerprint."""
     made: Event | None = None
     for event in events:
         kind, pos, meta = _gateway_tag(event)
@@ -143,6 +148,18 @@ def conversation_before(
         return None
     links = replay_chain(events, made.seq)
     if len(links) != place.position + 1 or links[-1].first_seq != made.seq:
+        return None
+    return links
+
+
+def conversation_before(
+    events: Sequence[Event], place: StoredPlace
+) -> list[tuple[int, ClientMessage]] | None:
+    """The messages that came before the stored reply at ``place`` (the input it answered,
+    earlier turns included), each with the seq of its first event, read from a session's
+    events in log order; None when they hold no such reply (see ``chain_at``)."""
+    links = chain_at(events, place)
+    if links is None:
         return None
     before = links[: place.position]
     by_seq = {e.seq: e for e in events}

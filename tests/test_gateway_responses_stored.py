@@ -348,3 +348,27 @@ def test_a_serving_process_deletes_expired_records_off_the_request_path(gateway,
     get_service().flush()
     kept = set(StoredResponse.objects.values_list("response_id", flat=True))
     assert kept == {new.id}
+
+
+def test_input_items_asked_at_once_wait_for_the_replys_commit(gateway, upstream, monkeypatch):
+    # The answer leaves before its reply is committed to the log; a client that lists the
+    # input items at once must get them, not a 404 for a reply "never committed".
+    import threading
+
+    from scroll_core.gateway.conversation import GatewayConversation
+
+    upstream.then(text("Hi."))
+    release = threading.Event()
+    commit = GatewayConversation._commit_reply
+
+    def held_commit(self, *args, **kwargs):
+        release.wait(10)
+        return commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(GatewayConversation, "_commit_reply", held_commit)
+    client = oa(gateway, make_key(upstream))
+    first = client.responses.create(model="gpt-test", input="Hello?")
+    assert not release.is_set()  # the answer came while the commit waits
+    threading.Timer(0.5, release.set).start()
+    listed = list(client.responses.input_items.list(first.id))
+    assert [i.content[0].text for i in listed] == ["Hello?"]

@@ -25,6 +25,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs
 
@@ -42,6 +43,7 @@ from scroll_core.errors import (
     ModelError,
 )
 from scroll_core.gateway import (
+    ClientMessage,
     ClientReply,
     ClientRequest,
     Stages,
@@ -537,6 +539,13 @@ def _stored_call(fn: Callable[..., T], *args: Any) -> T:
         close_old_connections()  # this pool's threads outlive requests; their connections not
 
 
+def _settled_conversation(found: Any) -> list[tuple[int, ClientMessage]] | None:
+    """The stored reply's conversation read once its session serves no request (the answer
+    leaves before the reply's commit: a read at once may not find it yet)."""
+    read = partial(stored_responses.conversation_of, found)
+    return get_service().once_idle(found.session_id, partial(_stored_call, read))
+
+
 async def stored_response(request: Request) -> Response:
     """``/v1/responses/{id}``: ``GET`` retrieves a stored response (as the client got it
     whole), ``DELETE`` forgets it (the conversation stays in the Event Log; the id stops
@@ -578,6 +587,11 @@ async def _input_items(request: Request, found: Any) -> Response:
     except ValueError:
         return _error("openai", 400, "limit: must be an integer", param="limit")
     conversation = await _in_pool(_stored_call, stored_responses.conversation_of, found)
+    if conversation is None:  # its reply's commit may still be running: read once it is done
+        try:
+            conversation = await _in_pool(_settled_conversation, found)
+        except GatewayRefused as exc:
+            return _failure("openai", exc)
     if conversation is None:
         message = (
             f"response {found.response_id!r} is not in the log of its session (its reply was "

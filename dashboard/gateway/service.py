@@ -44,7 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import close_old_connections, connections
@@ -92,6 +92,7 @@ GATEWAY_OWNER = GATEWAY_OWNER_PREFIX + PROCESS_TOKEN
 KEY_CACHE_S = 5.0
 PROFILE_CACHE_S = 2.0
 
+T = TypeVar("T")
 log = logging.getLogger("dashboard.gateway")
 
 
@@ -536,6 +537,13 @@ class GatewayService:
             with self._lock:
                 entry.users -= 1
                 entry.last_used = time.monotonic()
+
+    def once_idle(self, session_id: str, read: Callable[[], T]) -> T:
+        """``read()`` once no request holds ``session_id`` (here or, behind several
+        processes, elsewhere): an answer leaves before its reply is committed, so a read of
+        the log made at once may miss it. GatewayRefused (409) as a request would get."""
+        with self._holding(session_id):
+            return read()
 
     def _hold_waiting(self, session_id: str) -> Any:
         log.warning(

@@ -372,3 +372,47 @@ def test_input_items_asked_at_once_wait_for_the_replys_commit(gateway, upstream,
     threading.Timer(0.5, release.set).start()
     listed = list(client.responses.input_items.list(first.id))
     assert [i.content[0].text for i in listed] == ["Hello?"]
+
+
+def test_input_tokens_count_the_input_and_the_stored_conversation_it_continues(
+    gateway, upstream
+):
+    upstream.then(text("Hello Ada, " + "nice to meet you. " * 20))
+    client = oa(gateway, make_key(upstream))
+    question = "My name is Ada."
+    alone = client.responses.input_tokens.count(model="gpt-test", input=question)
+    assert alone.object == "response.input_tokens" and alone.input_tokens > 0
+    first = client.responses.create(model="gpt-test", input=question)
+    follow = client.responses.input_tokens.count(previous_response_id=first.id, input="And?")
+    # The stored question and the long reply count, as the continuing request carries them.
+    whole = client.responses.input_tokens.count(
+        input=[
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": "And?"},
+        ]
+    )
+    assert follow.input_tokens == whole.input_tokens > alone.input_tokens + 40
+    with_tools = client.responses.input_tokens.count(input=question, tools=[WEATHER])
+    assert with_tools.input_tokens > alone.input_tokens
+    assert len(upstream.requests) == 1  # counting sends nothing upstream
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "said"),
+    [
+        ({"input": 7}, 400, "input"),
+        ({"model": 3, "input": "x"}, 400, "model"),
+        ({"previous_response_id": "resp_nope", "input": "x"}, 404, "resp_nope"),
+        ({"conversation": "conv_1", "input": "x"}, 400, "conversation"),
+    ],
+)
+def test_input_tokens_refuse_a_bad_body_by_name(gateway, upstream, body, status, said):
+    secret = make_key(upstream)
+    answer = httpx.post(
+        f"{gateway}/v1/responses/input_tokens",
+        json=body,
+        headers={"Authorization": f"Bearer {secret}"},
+    )
+    assert answer.status_code == status and said in answer.json()["error"]["message"]
+    assert httpx.post(f"{gateway}/v1/responses/input_tokens", json=body).status_code == 401

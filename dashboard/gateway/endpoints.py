@@ -1,6 +1,6 @@
 """The gateway's endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` (and
-``/v1/responses/{id}``), ``GET /v1/models``, ``POST /v1/messages`` and
-``POST /v1/messages/count_tokens``, served by
+``/v1/responses/{id}``, ``/v1/responses/input_tokens``), ``GET /v1/models``,
+``POST /v1/messages`` and ``POST /v1/messages/count_tokens``, served by
 ``GatewayRouter`` (``dashboard.gateway.asgi``) in front of the console's Django app.
 
 Each endpoint authenticates the key (``Authorization: Bearer`` or ``x-api-key``), parses the
@@ -25,6 +25,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs
@@ -539,11 +540,38 @@ def _stored_call(fn: Callable[..., T], *args: Any) -> T:
         close_old_connections()  # this pool's threads outlive requests; their connections not
 
 
-def _settled_conversation(found: Any) -> list[tuple[int, ClientMessage]] | None:
-    """The stored reply's conversation read once its session serves no request (the answer
-    leaves before the reply's commit: a read at once may not find it yet)."""
-    read = partial(stored_responses.conversation_of, found)
-    return get_service().once_idle(found.session_id, partial(_stored_call, read))
+async def _conversation_of(
+    found: Any, *, through: bool = False
+) -> list[tuple[int, ClientMessage]] | Response:
+    """The stored reply's conversation (``stored_responses.conversation_of``), or the
+    answer refusing it. The answer leaves before the reply's commit, so a read that misses
+    the reply is made again once its session serves no request."""
+    read = partial(stored_responses.conversation_of, found, through=through)
+    conversation = await _in_pool(_stored_call, read)
+    if conversation is None:
+        try:
+            conversation = await _in_pool(_settled, found.session_id, read)
+        except GatewayRefused as exc:
+            return _failure("openai", exc)
+    if conversation is None:
+        message = (
+            f"response {found.response_id!r} is not in the log of its session (its reply was "
+            "never committed)"
+        )
+        return _error("openai", 404, message, code="response_not_found")
+    return conversation
+
+
+def _settled(session_id: str, read: Callable[[], T]) -> T:
+    return get_service().once_idle(session_id, partial(_stored_call, read))
+
+
+def _not_stored(response_id: str) -> Response:
+    message = (
+        f"no stored response {response_id!r} for this key (it was made with store: false, "
+        f"deleted, or is older than {settings.SCROLL_GATEWAY_RESPONSE_DAYS} days)"
+    )
+    return _error("openai", 404, message, code="response_not_found")
 
 
 async def stored_response(request: Request) -> Response:
@@ -558,11 +586,7 @@ async def stored_response(request: Request) -> Response:
     response_id, _, action = request.path.removeprefix("/v1/responses/").partition("/")
     found = await _in_pool(_stored_call, stored_responses.find, key, response_id)
     if found is None:
-        message = (
-            f"no stored response {response_id!r} for this key (it was made with store: false, "
-            f"deleted, or is older than {settings.SCROLL_GATEWAY_RESPONSE_DAYS} days)"
-        )
-        return _error("openai", 404, message, code="response_not_found")
+        return _not_stored(response_id)
     allowed = {"": ("GET", "DELETE"), "cancel": ("POST",), "input_items": ("GET",)}.get(action)
     if allowed is None:
         return _error("openai", 404, f"{request.path}: no such endpoint", code="not_found")
@@ -586,18 +610,9 @@ async def _input_items(request: Request, found: Any) -> Response:
         limit = int(query.get("limit", "20"))
     except ValueError:
         return _error("openai", 400, "limit: must be an integer", param="limit")
-    conversation = await _in_pool(_stored_call, stored_responses.conversation_of, found)
-    if conversation is None:  # its reply's commit may still be running: read once it is done
-        try:
-            conversation = await _in_pool(_settled_conversation, found)
-        except GatewayRefused as exc:
-            return _failure("openai", exc)
-    if conversation is None:
-        message = (
-            f"response {found.response_id!r} is not in the log of its session (its reply was "
-            "never committed)"
-        )
-        return _error("openai", 404, message, code="response_not_found")
+    conversation = await _conversation_of(found)
+    if isinstance(conversation, Response):
+        return conversation
     items = responses_api.input_items(conversation)
     try:
         page = responses_api.item_page(
@@ -630,6 +645,36 @@ async def count_tokens(request: Request) -> Response:
     return _json({"input_tokens": await _in_pool(_client_tokens, parsed)})
 
 
+async def response_input_tokens(request: Request) -> Response:
+    """``POST /v1/responses/input_tokens``: the tokens of the input as the client would send
+    it, as ``count_tokens`` counts a Messages request. A ``previous_response_id`` counts the
+    stored conversation through that response too, as the request continuing from it would
+    carry it (its instructions are not carried over)."""
+    if request.method != "POST":
+        return _error("openai", 405, f"{request.path} takes POST")
+    key = await _get_key(_secret(request))
+    if key is None:
+        return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
+    body, refused = _body(request, "openai")
+    if refused is not None:
+        return refused
+    try:
+        parsed = responses_api.parse_responses_request(body, counting=True)
+    except GatewayRequestInvalid as exc:
+        return _error("openai", 400, str(exc), param=exc.param)
+    if parsed.previous_response_id:
+        previous = parsed.previous_response_id
+        found = await _in_pool(_stored_call, stored_responses.find, key, previous)
+        if found is None:
+            return _not_stored(previous)
+        before = await _conversation_of(found, through=True)
+        if isinstance(before, Response):
+            return before
+        parsed = replace(parsed, messages=(*(m for _, m in before), *parsed.messages))
+    tokens = await _in_pool(_client_tokens, parsed)
+    return _json({"object": "response.input_tokens", "input_tokens": tokens})
+
+
 def _client_tokens(parsed: ClientRequest) -> int:
     from dashboard.eventlog import get_event_log
 
@@ -654,6 +699,7 @@ ROUTES = {
     "/v1/chat/completions": chat_completions,
     "/v1/models": models,
     "/v1/responses": responses,
+    "/v1/responses/input_tokens": response_input_tokens,
     "/v1/responses/*": stored_response,
     "/v1/messages": messages,
     "/v1/messages/count_tokens": count_tokens,

@@ -51,13 +51,15 @@ def _place(found: StoredResponse) -> StoredPlace:
     return StoredPlace(found.response_id, found.position, found.reply_fp, found.logged_as)
 
 
-def conversation_of(found: StoredResponse) -> list[tuple[int, ClientMessage]] | None:
-    """The messages before the stored reply ``found`` (earlier turns included), each with
-    the seq of its first event, read from its session's log without taking the session (the
-    log is append-only: what came before a reply never changes); None when the log holds no
-    such reply (its commit failed)."""
+def conversation_of(
+    found: StoredResponse, *, through: bool = False
+) -> list[tuple[int, ClientMessage]] | None:
+    """The messages before the stored reply ``found`` (earlier turns included; ``through``:
+    and the reply), each with the seq of its first event, read from its session's log
+    without taking the session (the log is append-only: what came before a reply never
+    changes); None when the log holds no such reply (its commit failed, or is running)."""
     events = get_event_log().session_events(found.session_id, limit=None)
-    return conversation_before(events, _place(found))
+    return conversation_before(events, _place(found), through=through)
 
 
 def continuation(

@@ -288,11 +288,16 @@ class _History:
             self._open_reply = True
 
 
-def parse_responses_request(body: Any) -> ClientRequest:
-    """The gateway request for a ``POST /v1/responses`` body (decoded JSON)."""
+def parse_responses_request(body: Any, *, counting: bool = False) -> ClientRequest:
+    """The gateway request for a ``POST /v1/responses`` body (decoded JSON); ``counting`` for
+    ``/v1/responses/input_tokens``, whose body may leave out ``model`` and ``input``."""
     _need(isinstance(body, dict), "body", "must be a JSON object")
-    model = body.get("model")
-    _need(isinstance(model, str) and bool(model.strip()), "model", "is required (a string)")
+    model = body.get("model", "" if counting else None)
+    _need(
+        isinstance(model, str) and (counting or bool(model.strip())),
+        "model",
+        "is required (a string)" if not counting else "must be a string",
+    )
     _need(body.get("conversation") is None, "conversation", f"is not served: {_UNSERVED}")
     _need(not body.get("background"), "background", f"is not served: {_UNSERVED}")
     store = body.get("store", True)
@@ -315,11 +320,12 @@ def parse_responses_request(body: Any) -> ClientRequest:
     raw = body.get("input")
     if isinstance(raw, str):
         history.add({"role": "user", "content": raw}, None)
-    else:
+    elif not (counting and raw is None):
         _need(isinstance(raw, list) and bool(raw), "input", "must be a string or a non-empty list")
         for i, item in enumerate(raw):
             history.add(item, i)
-    _need(bool(history.messages), "input", "must hold at least one non-system item")
+    if not counting:
+        _need(bool(history.messages), "input", "must hold at least one non-system item")
     tools, free_text = _tools(body.get("tools"))
     return ClientRequest(
         api="responses",

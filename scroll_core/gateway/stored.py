@@ -153,14 +153,15 @@ def chain_at(events: Sequence[Event], place: StoredPlace) -> list[ChainLink] | N
 
 
 def conversation_before(
-    events: Sequence[Event], place: StoredPlace
+    events: Sequence[Event], place: StoredPlace, *, through: bool = False
 ) -> list[tuple[int, ClientMessage]] | None:
     """The messages that came before the stored reply at ``place`` (the input it answered,
-    earlier turns included), each with the seq of its first event, read from a session's
-    events in log order; None when they hold no such reply (see ``chain_at``)."""
+    earlier turns included; ``through``: and the reply itself), each with the seq of its
+    first event, read from a session's events in log order; None when they hold no such
+    reply (see ``chain_at``)."""
     links = chain_at(events, place)
     if links is None:
         return None
-    before = links[: place.position]
+    kept = links if through else links[: place.position]
     by_seq = {e.seq: e for e in events}
-    return list(zip([link.first_seq for link in before], read_back(before, by_seq), strict=True))
+    return list(zip([link.first_seq for link in kept], read_back(kept, by_seq), strict=True))

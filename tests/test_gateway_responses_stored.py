@@ -374,9 +374,7 @@ def test_input_items_asked_at_once_wait_for_the_replys_commit(gateway, upstream,
     assert [i.content[0].text for i in listed] == ["Hello?"]
 
 
-def test_input_tokens_count_the_input_and_the_stored_conversation_it_continues(
-    gateway, upstream
-):
+def test_input_tokens_count_the_input_and_the_stored_conversation_it_continues(gateway, upstream):
     upstream.then(text("Hello Ada, " + "nice to meet you. " * 20))
     client = oa(gateway, make_key(upstream))
     question = "My name is Ada."

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -60,6 +61,7 @@ class HistoryLog:
     _generation: int
     _prefix_hash: str | None
     _prefixes: dict[str, Prepared]
+    lock: threading.Lock
 
     def _load(self) -> None:
         events = self.log.session_events(self.session_id, after_seq=0, limit=None)
@@ -326,6 +328,7 @@ class HistoryLog:
                 message = messages[pos - prior]
                 link = Link(event["metadata"]["fp"], message.role, seq, tokens)
                 link.plain = not message.tool_calls
+                link.calls = list(message.tool_calls)  # as replaying the log gives them
                 self.chain.append(link)
             else:
                 self.chain[pos].tokens += tokens
@@ -341,6 +344,47 @@ class HistoryLog:
             self.state.begin_turn(last_user)
             self.ms.begin_turn(last_user)
         return len(events)
+
+    # ------------------------------------------------------------ a conversation's items
+    def items(self) -> list[tuple[int, ClientMessage]]:
+        """The chain as the client's messages, read back from the log (the Conversations
+        API's items), each with the seq of its first event."""
+        with self.lock:
+            return self._read_chain(self.chain)
+
+    def add_items(self, messages: Sequence[ClientMessage]) -> list[tuple[int, ClientMessage]]:
+        """Append ``messages`` to the chain as a client's messages, no upstream call made
+        (items added to a conversation); those appended, each with its first seq."""
+        with self.lock, span("scroll.gateway.items", session=self.session_id) as traced:
+            start = len(self.chain)
+            fps = [link.fp for link in self.chain] + self._fingerprints(messages, start)
+            appended = self._append_messages(messages, start, fps, prior=start)
+            traced.set(appended=appended, at=start)
+            added = zip(self.chain[start:], messages, strict=True)
+            return [(link.first_seq, message) for link, message in added]
+
+    def put_items(self, messages: Sequence[ClientMessage]) -> bool:
+        """Make the chain exactly ``messages``, no upstream call made (an item deleted from a
+        conversation): what they keep is kept, the rest is a rewrite from where they leave
+        the chain (its events leave the view, never the log) and what follows is appended
+        again. Whether anything was rewritten."""
+        with self.lock, span("scroll.gateway.items", session=self.session_id) as traced:
+            incoming = self._fingerprints(messages)
+            common = 0
+            for logged, sent in zip(self.chain, incoming, strict=False):
+                if logged.fp != sent:
+                    break
+                common += 1
+            rewritten = common < len(self.chain)
+            if rewritten:
+                self._record_rewrite(common, len(incoming))
+            appended = self._append_messages(messages, common, incoming)
+            traced.set(appended=appended, at=common, rewritten=rewritten)
+            return rewritten
+
+    def _read_chain(self, links: Sequence[Link]) -> list[tuple[int, ClientMessage]]:
+        said = read_back(links, self._events_of(links, {}))
+        return [(link.first_seq, m) for link, m in zip(links, said, strict=True)]
 
     def _tool_name(self, call_id: str | None) -> str | None:
         if not call_id:

@@ -104,6 +104,9 @@ class ClientRequest:
     store: bool = False
     previous_response_id: str = ""
     continues: StoredPlace | None = None
+    # The Conversations API: the conversation the request adds to (the server serves it in
+    # that conversation's session); its ``messages`` follow the session's chain as it stands.
+    conversation_id: str = ""
     # Set while a continuing request is handled: how many messages of the conversation come
     # before ``messages`` (kept in the chain, not read back), and the last user message's
     # text when none of ``messages`` is a user's.
@@ -164,6 +167,8 @@ class ClientReply:
     # The response id the reply's event in the log is tagged with: the request's when it is
     # stored, the first request's when the reply is a replay (``""``: untagged).
     logged_as: str = ""
+    # The reply's place in the session's chain of client messages (``StoredPlace.position``).
+    position: int = 0
 
     def message(self) -> ClientMessage:
         """This reply as the client will send it back in its next request."""

@@ -300,8 +300,13 @@ class GatewayConversation(HistoryLog):
         """The reply, and what is left to commit of it (None: nothing)."""
         self._refresh_profile()
         self._stages.lap("profile")
-        if request.continues is not None:
-            links, read = self._stored_chain(request.continues)
+        continuing = request.continues is not None or bool(request.conversation_id)
+        if continuing:
+            # From a stored reply, or a conversation's items: the chain as it stands.
+            if request.continues is not None:
+                links, read = self._stored_chain(request.continues)
+            else:
+                links, read = list(self.chain), {}
             incoming = [link.fp for link in links]
             incoming += self._fingerprints(request.messages, len(links))
         else:
@@ -317,7 +322,7 @@ class GatewayConversation(HistoryLog):
         self._stages.lap("prefix")
         if found.kind == "retry":
             return self._replayed(request, found.common, stats, prepared), None
-        if request.continues is not None:
+        if continuing:
             request = self._continued(request, links, read, found.common)
         if found.kind == "rewrite":
             self._record_rewrite(found.common, len(incoming))
@@ -345,6 +350,7 @@ class GatewayConversation(HistoryLog):
             return ClientReply(
                 content, calls, finish, request.model, Usage(), stats,
                 thinking=tuple(meta.get("thinking") or ()), logged_as=str(meta.get("rid", "")),
+                position=at,
             )  # fmt: skip
 
     # ------------------------------------------------------------------ the loop
@@ -470,6 +476,7 @@ class GatewayConversation(HistoryLog):
                     compressions=tuple(loop.compressions),
                     thinking=reply.thinking,
                     logged_as=str(meta.get("rid", "")),
+                    position=pos,
                 )
                 link = Link(
                     meta["fp"],

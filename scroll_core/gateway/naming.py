@@ -19,7 +19,7 @@ import re
 
 from ..errors import GatewayRequestInvalid
 
-__all__ = ["MAX_SESSION_NAME", "session_id_for"]
+__all__ = ["MAX_SESSION_NAME", "check_session_header", "session_id_for"]
 
 MAX_SESSION_NAME = 120
 _NAME = re.compile(r"^[A-Za-z0-9._:@/+=-]+$")
@@ -39,3 +39,17 @@ def session_id_for(agent_id: str, *, header: str | None, system: str, first_user
         "\0".join((agent_id, system, first_user)).encode("utf-8", "surrogatepass")
     ).hexdigest()
     return f"gw:{agent_id}:{digest[:16]}"
+
+
+def check_session_header(agent_id: str, header: str | None, session_id: str, via: str) -> None:
+    """Refuse an ``X-Scroll-Session`` header naming another session than ``session_id``, the
+    one the request's ``via`` (a stored response, a conversation) already decides."""
+    if header is None or not header.strip():
+        return
+    named = session_id_for(agent_id, header=header, system="", first_user="")
+    if named != session_id:
+        raise GatewayRequestInvalid(
+            "X-Scroll-Session",
+            f"names session {named!r}, but {via} is in session {session_id!r}; leave the "
+            "header out or name that session",
+        )

@@ -9,8 +9,10 @@ log. A stored reply (``store`` is true unless a request says otherwise, as with 
 continued from: a request naming it as ``previous_response_id`` sends only what follows it,
 and the server puts the conversation up to it back in front (``ClientRequest.continues``,
 read from the session's log by ``stored``). As with OpenAI, the earlier request's
-``instructions`` and tools are not carried over. Conversation objects (``conversation``),
-background responses and ``item_reference`` items are refused by name.
+``instructions`` and tools are not carried over. A request naming a ``conversation`` (the
+Conversations API) adds to it: the server serves it in that conversation's session, whose
+chain is the conversation's items (``ClientRequest.conversation_id``). Background responses
+and ``item_reference`` items are refused by name.
 
 How items map:
 
@@ -47,6 +49,7 @@ __all__ = [
     "input_items",
     "item_id",
     "item_page",
+    "parse_items",
     "parse_responses_request",
     "response_object",
     "response_tools",
@@ -56,9 +59,8 @@ _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 # Options passed upstream under their Chat Completions names (anything else is dropped).
 _SAME_NAME = ("temperature", "top_p", "parallel_tool_calls")
 _UNSERVED = (
-    "this gateway stores responses (store, previous_response_id) but not conversation "
-    "objects or background responses; send the whole conversation as input or continue "
-    "from a previous_response_id"
+    "this gateway runs no background responses; send the request without it and wait for "
+    "the answer (or stream it)"
 )
 # The one argument of the function a custom (free-text) tool is offered upstream as.
 FREE_TEXT_FIELD = "input"
@@ -207,12 +209,16 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class _History:
-    """The input items made into the gateway's messages (see the module docstring)."""
+    """The input items made into the gateway's messages (see the module docstring).
+    ``field`` names the list in errors; ``chained``: a leading system message is a message
+    of the history too (a conversation's items), not part of the system text."""
 
-    def __init__(self, instructions: str) -> None:
+    def __init__(self, instructions: str, field: str = "input", *, chained: bool = False) -> None:
         self.system = [instructions] if instructions else []
         self.messages: list[ClientMessage] = []
         self._open_reply = False  # the last message is an assistant's that calls may join
+        self._field = field
+        self._chained = chained
 
     def add(self, item: Any, index: int | None) -> None:
         """Item ``index`` of ``input`` (None: ``input`` was the item itself). A client
@@ -225,7 +231,7 @@ class _History:
                 self._open_reply = role == "assistant"
                 self.messages.append(ClientMessage(role, content))
                 return
-        self._add(item, "input" if index is None else f"input.{index}")
+        self._add(item, self._field if index is None else f"{self._field}.{index}")
 
     def _add(self, item: Any, where: str) -> None:
         _need(isinstance(item, dict), where, "must be an object")
@@ -246,7 +252,11 @@ class _History:
         elif kind == "reasoning":
             return  # the gateway relays no reasoning (see the module docstring)
         elif kind == "item_reference":
-            raise GatewayRequestInvalid(f"{where}.type", f"an item_reference: {_UNSERVED}")
+            raise GatewayRequestInvalid(
+                f"{where}.type",
+                "an item_reference is not served: send the item itself, or continue from a "
+                "previous_response_id or a conversation",
+            )
         else:
             raise GatewayRequestInvalid(
                 f"{where}.type",
@@ -262,7 +272,7 @@ class _History:
         text = content_text(item.get("content"), f"{where}.content", allow_none=role == "assistant")
         self._open_reply = role == "assistant"
         if role in ("system", "developer"):
-            if self.messages:
+            if self.messages or self._chained:
                 self.messages.append(ClientMessage("system", text))
             else:
                 self.system.append(text)
@@ -298,7 +308,7 @@ def parse_responses_request(body: Any, *, counting: bool = False) -> ClientReque
         "model",
         "is required (a string)" if not counting else "must be a string",
     )
-    _need(body.get("conversation") is None, "conversation", f"is not served: {_UNSERVED}")
+    conversation = _conversation_id(body.get("conversation"))
     _need(not body.get("background"), "background", f"is not served: {_UNSERVED}")
     store = body.get("store", True)
     _need(isinstance(store, bool) or store is None, "store", "must be a boolean")
@@ -307,6 +317,11 @@ def parse_responses_request(body: Any, *, counting: bool = False) -> ClientReque
         previous is None or (isinstance(previous, str) and bool(previous.strip())),
         "previous_response_id",
         "must be a response id (a non-empty string)",
+    )
+    _need(
+        not (previous and conversation),
+        "previous_response_id",
+        "cannot be used with conversation: a conversation already continues from its last item",
     )
     stream = body.get("stream", False)
     _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
@@ -340,7 +355,33 @@ def parse_responses_request(body: Any, *, counting: bool = False) -> ClientReque
         created_at=int(time.time()),
         store=store is not False,
         previous_response_id=previous.strip() if previous else "",
+        conversation_id=conversation,
     )
+
+
+def _conversation_id(raw: Any) -> str:
+    """The ``conversation`` a request adds to: its id, given as a string or as ``{"id": ...}``
+    (``""``: none)."""
+    if raw is None:
+        return ""
+    given = raw.get("id") if isinstance(raw, dict) else raw
+    _need(
+        isinstance(given, str) and bool(given.strip()),
+        "conversation",
+        "must be a conversation id (a non-empty string, or an object with one as its id)",
+    )
+    return str(given).strip()
+
+
+def parse_items(raw: Any, field: str, *, most: int) -> list[ClientMessage]:
+    """The messages of a list of input items added to a conversation (its ``items``), at
+    most ``most`` of them; a system message is one of them wherever it stands."""
+    _need(isinstance(raw, list), field, "must be a list of items")
+    _need(len(raw) <= most, field, f"takes at most {most} items at a time")
+    history = _History("", field, chained=True)
+    for i, item in enumerate(raw):
+        history.add(item, i)
+    return history.messages
 
 
 def new_response_id() -> str:
@@ -444,6 +485,7 @@ def response_object(
         "tools": response_tools(request),
         "store": request.store,
         "previous_response_id": request.previous_response_id or None,
+        "conversation": {"id": request.conversation_id} if request.conversation_id else None,
         "usage": usage(reply) if reply is not None else None,
     }
     if reply is not None:
@@ -499,7 +541,7 @@ def item_page(
     start = 0
     if after is not None:
         ids = [item["id"] for item in ordered]
-        _need(after in ids, "after", f"no input item {after!r} in this response's input")
+        _need(after in ids, "after", f"no item {after!r} in this list")
         start = ids.index(after) + 1
     page = ordered[start : start + limit]
     return {

@@ -22,6 +22,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from dashboard.gateway import conversation_endpoints  # noqa: E402
 from dashboard.gateway import endpoints as gateway  # noqa: E402
 from dashboard.gateway.asgi import GatewayRouter  # noqa: E402
 from dashboard.gateway.hosts import HostCheck  # noqa: E402
@@ -57,7 +58,7 @@ application = RecordServerLoop(
                 ),
             }
         ),
-        gateway.ROUTES,
+        {**gateway.ROUTES, **conversation_endpoints.ROUTES},
         body_limit=gateway.body_limit,
         too_large=gateway.too_large,
         host_check=HostCheck(settings.ALLOWED_HOSTS, debug=settings.DEBUG),

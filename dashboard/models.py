@@ -774,3 +774,25 @@ class StoredResponse(models.Model):
 
     def __str__(self) -> str:
         return f"{self.response_id} ({self.session_id})"
+
+
+class StoredConversation(models.Model):
+    """A conversation of the OpenAI Conversations API (``/v1/conversations``) made through
+    the gateway: its items are the client messages of its own session in the Event Log
+    (``gw:<agent>:<conversation id>``), where a response naming the conversation adds its
+    input and its reply. This row holds only what the log does not: the id, the agent it
+    belongs to, its session and its metadata. Deleting it forgets the id, never the history.
+    """
+
+    conversation_id = models.CharField(max_length=64, unique=True)
+    agent_id = models.CharField(max_length=120, db_index=True)
+    session_id = models.CharField(max_length=300)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "stored conversation"
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} ({self.session_id})"

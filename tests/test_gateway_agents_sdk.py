@@ -10,7 +10,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    OpenAIConversationsSession,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from gateway_clients import make_key
 from gateway_upstream import HEADLINE, completion, text, tool_call
 from openai import AsyncOpenAI
@@ -150,3 +157,70 @@ def test_an_agents_sdk_run_continues_from_its_previous_response(gateway, upstrea
         ("user", "Which city was it?"),
         ("assistant", "You asked about Oslo."),
     ]
+
+
+def _said(sent) -> list[tuple[str, str | None]]:
+    return [(m["role"], m.get("content")) for m in sent["messages"][1:]]
+
+
+def test_an_agents_sdk_run_in_a_server_side_conversation(gateway, upstream, console_log):
+    """Two runs name the same conversation (``conversation_id``): each call sends only its
+    new input, the gateway's session for the conversation holds the rest, and the
+    conversation's items are the whole exchange."""
+    key = _two_turns_about_oslo(upstream)
+
+    async def two_runs():
+        async with AsyncOpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0) as client:
+            conv = await client.conversations.create()
+            model = OpenAIResponsesModel(model="gpt-test", openai_client=client)
+            agent = Agent(name="helper", instructions="Be brief.", tools=[get_weather], model=model)
+            first = await Runner.run(agent, "Weather in Oslo?", conversation_id=conv.id)
+            second = await Runner.run(agent, "Which city was it?", conversation_id=conv.id)
+            items = [i async for i in client.conversations.items.list(conv.id, order="asc")]
+            return first, second, items
+
+    first, second, items = asyncio.run(two_runs())
+    assert first.final_output == "It is sunny in Oslo." and asked == ["Oslo"]
+    assert second.final_output == "You asked about Oslo."
+    assert _said(upstream.requests[2]) == [
+        ("user", "Weather in Oslo?"),
+        ("assistant", "Checking."),
+        ("tool", "sunny in Oslo"),
+        ("assistant", "It is sunny in Oslo."),
+        ("user", "Which city was it?"),
+    ]
+    assert [i.type for i in items] == [
+        "message", "message", "function_call", "function_call_output", "message", "message",
+        "message",
+    ]  # fmt: skip
+    assert items[-1].content[0].text == "You asked about Oslo."
+
+
+def test_an_agents_sdk_session_kept_in_a_conversation(gateway, upstream):
+    """The SDK's ``OpenAIConversationsSession`` keeps the agent's history as a conversation's
+    items: the second run's input is read from them, and ``pop_item`` takes the newest off."""
+    key = _two_turns_about_oslo(upstream)
+
+    async def two_runs():
+        async with AsyncOpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0) as client:
+            session = OpenAIConversationsSession(openai_client=client)
+            model = OpenAIResponsesModel(model="gpt-test", openai_client=client)
+            agent = Agent(name="helper", instructions="Be brief.", tools=[get_weather], model=model)
+            await Runner.run(agent, "Weather in Oslo?", session=session)
+            second = await Runner.run(agent, "Which city was it?", session=session)
+            kept = await session.get_items()
+            popped = await session.pop_item()
+            left = await session.get_items()
+            return second, kept, popped, left
+
+    second, kept, popped, left = asyncio.run(two_runs())
+    assert second.final_output == "You asked about Oslo."
+    # The second call carried the first run's exchange, read back from the conversation.
+    assert _said(upstream.requests[2])[:4] == [
+        ("user", "Weather in Oslo?"),
+        ("assistant", "Checking."),
+        ("tool", "sunny in Oslo"),
+        ("assistant", "It is sunny in Oslo."),
+    ]
+    assert kept[-1]["content"][0]["text"] == "You asked about Oslo."
+    assert popped == kept[-1] and left == kept[:-1]

@@ -278,7 +278,8 @@ def test_a_custom_tools_call_reaches_the_client_as_free_text_and_round_trips(
     ("body", "param", "said"),
     [
         ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id", "no stored"),
-        ({"input": "hi", "conversation": "conv_1"}, "conversation", "conversation objects"),
+        ({"input": "hi", "conversation": "conv_1"}, "conversation", "no conversation"),
+        ({"input": "hi", "conversation": {"id": 7}}, "conversation", "conversation id"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0.type", "item_reference"),
         (
             {

@@ -402,7 +402,8 @@ def test_input_tokens_count_the_input_and_the_stored_conversation_it_continues(g
         ({"input": 7}, 400, "input"),
         ({"model": 3, "input": "x"}, 400, "model"),
         ({"previous_response_id": "resp_nope", "input": "x"}, 404, "resp_nope"),
-        ({"conversation": "conv_1", "input": "x"}, 400, "conversation"),
+        ({"conversation": "conv_1", "input": "x"}, 400, "no conversation"),
+        ({"background": True, "input": "x"}, 400, "background"),
     ],
 )
 def test_input_tokens_refuse_a_bad_body_by_name(gateway, upstream, body, status, said):

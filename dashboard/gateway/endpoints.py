@@ -1,7 +1,8 @@
 """The gateway's endpoints: ``POST /v1/chat/completions``, ``POST /v1/responses`` (and
 ``/v1/responses/{id}``, ``/v1/responses/input_tokens``), ``GET /v1/models``,
 ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``, served by
-``GatewayRouter`` (``dashboard.gateway.asgi``) in front of the console's Django app.
+``GatewayRouter`` (``dashboard.gateway.asgi``) in front of the console's Django app. The
+Conversations API's routes are in ``conversation_endpoints``.
 
 Each endpoint authenticates the key (``Authorization: Bearer`` or ``x-api-key``), parses the
 body into the provider-neutral request, and serves it in a thread of the gateway's pool (the
@@ -33,7 +34,7 @@ from urllib.parse import parse_qs
 from django.conf import settings
 from django.db import close_old_connections
 
-from dashboard.gateway import stored_responses
+from dashboard.gateway import stored_conversations, stored_responses
 from dashboard.gateway.asgi import Request, Response
 from dashboard.gateway.service import GatewayRefused, get_service, session_id_for_request
 from dashboard.models import GatewayKey
@@ -648,8 +649,8 @@ async def count_tokens(request: Request) -> Response:
 async def response_input_tokens(request: Request) -> Response:
     """``POST /v1/responses/input_tokens``: the tokens of the input as the client would send
     it, as ``count_tokens`` counts a Messages request. A ``previous_response_id`` counts the
-    stored conversation through that response too, as the request continuing from it would
-    carry it (its instructions are not carried over)."""
+    stored conversation through that response too, and a ``conversation`` its items, as the
+    request continuing from them would carry them (instructions are not carried over)."""
     if request.method != "POST":
         return _error("openai", 405, f"{request.path} takes POST")
     key = await _get_key(_secret(request))
@@ -671,8 +672,24 @@ async def response_input_tokens(request: Request) -> Response:
         if isinstance(before, Response):
             return before
         parsed = replace(parsed, messages=(*(m for _, m in before), *parsed.messages))
+    elif parsed.conversation_id:
+        try:
+            held = await _in_pool(_stored_call, _conversation_items, key, parsed.conversation_id)
+        except (GatewayRequestInvalid, GatewayRefused) as exc:
+            return _failure("openai", exc)
+        parsed = replace(parsed, messages=(*held, *parsed.messages))
     tokens = await _in_pool(_client_tokens, parsed)
     return _json({"object": "response.input_tokens", "input_tokens": tokens})
+
+
+def _conversation_items(key: GatewayKey, conversation_id: str) -> list[ClientMessage]:
+    """The messages of the key's conversation ``conversation_id`` (its items), read with its
+    session held; refused, naming ``conversation``, when there is no such conversation."""
+    found = stored_conversations.find(key, conversation_id)
+    if found is None:
+        raise GatewayRequestInvalid("conversation", stored_conversations.not_found(conversation_id))
+    held = get_service().on_conversation(key, found.session_id, lambda conv: conv.items())
+    return [message for _, message in held]
 
 
 def _client_tokens(parsed: ClientRequest) -> int:

@@ -53,7 +53,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
-from dashboard.gateway import stored_responses
+from dashboard.gateway import stored_conversations, stored_responses
 from dashboard.gateway.recorder import GATEWAY_KIND, IndexSnapshot, Job, Recorder
 from dashboard.gateway.shared import LimitRefused, SessionBusy, limits_for
 from dashboard.grants import readable_by
@@ -538,6 +538,16 @@ class GatewayService:
                 entry.users -= 1
                 entry.last_used = time.monotonic()
 
+    def on_conversation(
+        self, key: GatewayKey, session_id: str, work: Callable[[GatewayConversation], T]
+    ) -> T:
+        """``work`` on the session's conversation, the session held and the key's limits
+        counted as for a request: a conversation's items read, added or deleted (the
+        Conversations API) without a model call."""
+        with self._holding(session_id):
+            self.admit(key, session_id)
+            return work(self.conversation(key, session_id))
+
     def once_idle(self, session_id: str, read: Callable[[], T]) -> T:
         """``read()`` once no request holds ``session_id`` (here or, behind several
         processes, elsewhere): an answer leaves before its reply is committed, so a read of
@@ -568,6 +578,8 @@ class GatewayService:
     ) -> ClientReply:
         if request.previous_response_id:  # the Responses API: continue a stored reply
             session_id, request = stored_responses.continuation(key, request, session_header)
+        elif request.conversation_id:  # the Conversations API: add to a conversation
+            session_id = stored_conversations.session_of(key, request, session_header)
         else:
             session_id = session_id_for_request(key, request, session_header)
         with self._holding(session_id):

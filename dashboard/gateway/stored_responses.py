@@ -19,7 +19,7 @@ from dashboard.eventlog import get_event_log
 from dashboard.models import GatewayKey, StoredResponse
 from scroll_core.errors import GatewayRequestInvalid
 from scroll_core.gateway import ClientMessage, ClientReply, ClientRequest, StoredPlace
-from scroll_core.gateway.naming import session_id_for
+from scroll_core.gateway.naming import check_session_header
 from scroll_core.gateway.responses_api import whole_response
 from scroll_core.gateway.stored import conversation_before
 
@@ -77,14 +77,9 @@ def continuation(
             f"made with store: false, deleted, or is older than "
             f"{settings.SCROLL_GATEWAY_RESPONSE_DAYS} days)",
         )
-    if session_header is not None and session_header.strip():
-        named = session_id_for(key.agent_id, header=session_header, system="", first_user="")
-        if named != found.session_id:
-            raise GatewayRequestInvalid(
-                "X-Scroll-Session",
-                f"names session {named!r}, but previous_response_id continues session "
-                f"{found.session_id!r}; leave the header out or name that session",
-            )
+    check_session_header(
+        key.agent_id, session_header, found.session_id, "previous_response_id's response"
+    )
     return found.session_id, replace(request, continues=_place(found))
 
 
@@ -95,12 +90,11 @@ def store_reply(
     before the answer leaves: the client's next request may name it at once."""
     if request.api != "responses" or not request.store or not request.response_id:
         return
-    before = request.continues.position + 1 if request.continues is not None else 0
     StoredResponse.objects.create(
         response_id=request.response_id,
         agent_id=key.agent_id,
         session_id=session_id,
-        position=before + len(request.messages),
+        position=reply.position,
         reply_fp=reply.message().fingerprint(),
         logged_as=reply.logged_as,
         response=whole_response(request, reply),

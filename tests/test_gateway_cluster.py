@@ -223,6 +223,46 @@ def test_a_stored_response_is_continued_at_the_other_web_process(cluster, webs, 
     assert kept.status_code == 200 and kept.json()["output"][0]["content"][0]["text"] == "Twice."
 
 
+def test_a_conversation_is_kept_across_web_processes(cluster, webs, upstream):
+    """The Conversations API across processes: items added, deleted and answered at either
+    web process; each takes the session over from the other, so each sees the chain as the
+    other left it."""
+    key = _issue(cluster, upstream)
+    auth = {"authorization": f"Bearer {key}"}
+    upstream.then(text("R1."), text("R2."))
+    made = webs[0].post(
+        "/v1/conversations", json={"items": [{"role": "user", "content": "A"}]}, headers=auth
+    )
+    assert made.status_code == 200, made.text
+    conv = made.json()["id"]
+    first = webs[1].post(
+        "/v1/responses",
+        json={"model": "gpt-test", "conversation": conv, "input": "B"},
+        headers=auth,
+    )
+    assert first.status_code == 200, first.text
+    added = webs[0].post(
+        f"/v1/conversations/{conv}/items",
+        json={"items": [{"role": "user", "content": "C"}]},
+        headers=auth,
+    )
+    assert added.status_code == 200, added.text
+    listed = webs[1].get(f"/v1/conversations/{conv}/items?order=asc", headers=auth).json()
+    assert [i["content"][0]["text"] for i in listed["data"]] == ["A", "B", "R1.", "C"]
+    gone = webs[1].delete(f"/v1/conversations/{conv}/items/{listed['data'][0]['id']}", headers=auth)
+    assert gone.status_code == 200, gone.text
+    second = webs[0].post(
+        "/v1/responses",
+        json={"model": "gpt-test", "conversation": conv, "input": "D"},
+        headers=auth,
+    )
+    assert second.status_code == 200 and second.json()["scroll"]["appended"] == 1
+    sent = [(m["role"], m["content"]) for m in upstream.requests[1]["messages"][1:]]
+    assert [s for s in sent if not s[1].startswith("[system] [scroll]")] == [
+        ("user", "B"), ("assistant", "R1."), ("user", "C"), ("user", "D"),
+    ]  # fmt: skip
+
+
 def _alive(pid: int | None) -> bool:
     import os
 

@@ -58,6 +58,18 @@ def log_small(tmp_path):
 
 
 @pytest.fixture
+def slog(tmp_path):
+    """A fresh Event Log that moves any message over 200 characters to its payload store and
+    counts tokens at four characters each (no tokenizer: the gateway's core tests)."""
+    from scroll_core.tokens import CharRatioCounter
+
+    with EventLog(
+        tmp_path / "eventlog.sqlite3", payload_threshold=200, token_counter=CharRatioCounter()
+    ) as event_log:
+        yield event_log
+
+
+@pytest.fixture
 def ring(monkeypatch):
     """Spans kept in memory (no exporter from the environment), reset after the test."""
     from scroll_core import telemetry

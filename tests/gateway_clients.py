@@ -58,3 +58,16 @@ def assistant_of(completion):
     return completion.choices[0].message.model_dump(
         exclude_none=True, include={"role", "content", "tool_calls"}
     )
+
+
+def logged_messages(console_log, session: str) -> list[tuple[str, str]]:
+    """The client messages and replies the console's log holds for ``session`` (role, text),
+    once the gateway has committed every reply."""
+    from dashboard.gateway.service import get_service
+
+    get_service().flush()
+    return [
+        (e.role or "", e.content)
+        for e in console_log.session_events(session, limit=None)
+        if e.metadata.get("gw") in ("msg", "reply")
+    ]

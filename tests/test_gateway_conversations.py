@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from gateway_clients import make_key, oa
+from gateway_clients import logged_messages, make_key, oa
 from gateway_upstream import HEADLINE, completion, text, tool_call
 
 from dashboard.gateway.service import get_service, reset_service
@@ -50,15 +50,6 @@ def _texts(items) -> list[tuple[str, str]]:
     return out
 
 
-def _logged(console_log, session: str) -> list[tuple[str, str]]:
-    get_service().flush()
-    return [
-        (e.role or "", e.content)
-        for e in console_log.session_events(session, limit=None)
-        if e.metadata.get("gw") in ("msg", "reply")
-    ]
-
-
 def test_a_response_in_a_conversation_sends_only_its_input_and_the_upstream_sees_all(
     gateway, upstream, console_log
 ):
@@ -92,7 +83,7 @@ def test_a_response_in_a_conversation_sends_only_its_input_and_the_upstream_sees
     ]
     session = StoredConversation.objects.get(conversation_id=conv.id).session_id
     assert session == f"gw:alice:{conv.id}"
-    assert _logged(console_log, session) == [
+    assert logged_messages(console_log, session) == [
         ("user", "My name is Ada."),
         ("user", "Hi!"),
         ("assistant", "Hello Ada."),

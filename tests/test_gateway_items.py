@@ -7,25 +7,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
 from test_gateway_core import HEADLINE, ScriptedUpstream, call, conversation, request, user
 
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import ClientMessage
 from scroll_core.gateway.conversations_api import without_item
 from scroll_core.gateway.responses_api import input_items
-from scroll_core.tokens import CharRatioCounter
 
 SESSION = "gw:alice:s"
-
-
-@pytest.fixture
-def slog(tmp_path):
-    """A log that moves any message over 200 characters to its payload store."""
-    with EventLog(
-        tmp_path / "eventlog.sqlite3", payload_threshold=200, token_counter=CharRatioCounter()
-    ) as log:
-        yield log
 
 
 def _said(conv) -> list[tuple[str, str, tuple[str, ...], str | None]]:

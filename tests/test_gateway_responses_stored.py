@@ -16,7 +16,7 @@ import openai
 import pytest
 from django.utils import timezone
 from gateway_clients import WEATHER as CHAT_WEATHER
-from gateway_clients import make_key, oa
+from gateway_clients import logged_messages, make_key, oa
 from gateway_upstream import HEADLINE, completion, text, tool_call
 
 from dashboard.gateway import stored_responses
@@ -40,15 +40,6 @@ def _conversation(sent: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _scroll(response) -> dict[str, Any]:
     return response.to_dict()["scroll"]
-
-
-def _logged(console_log, session: str) -> list[tuple[str, str]]:
-    get_service().flush()
-    return [
-        (e.role or "", e.content)
-        for e in console_log.session_events(session, limit=None)
-        if e.metadata.get("gw") in ("msg", "reply")
-    ]
 
 
 def test_a_request_sends_only_its_new_input_and_the_upstream_sees_the_whole(
@@ -82,7 +73,7 @@ def test_a_request_sends_only_its_new_input_and_the_upstream_sees_the_whole(
     # As with OpenAI, instructions are not carried over: only the first request had them.
     assert "Be brief." in upstream.requests[0]["messages"][0]["content"]
     assert "Be brief." not in upstream.requests[1]["messages"][0]["content"]
-    assert _logged(console_log, session) == [
+    assert logged_messages(console_log, session) == [
         ("user", "My name is Ada."),
         ("assistant", "Hello Ada."),
         ("user", "What is my name?"),
@@ -141,7 +132,7 @@ def test_forks_continue_from_any_reply_and_the_log_keeps_every_branch(
         ("user", "D"),
     ]
     assert ("user", "C") not in said
-    logged = _logged(console_log, session)
+    logged = logged_messages(console_log, session)
     for message in [("user", "B"), ("user", "C"), ("user", "D"), ("assistant", "R3.")]:
         assert message in logged
 
@@ -209,7 +200,7 @@ def test_retrieve_then_delete_forgets_the_id_and_keeps_the_history(gateway, upst
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="gpt-test", previous_response_id=made.id, input="again")
     assert refused.value.body["param"] == "previous_response_id"
-    assert _logged(console_log, session) == [("user", "keep this"), ("assistant", "Kept.")]
+    assert logged_messages(console_log, session) == [("user", "keep this"), ("assistant", "Kept.")]
 
 
 def test_an_unstored_reply_cannot_be_continued_or_retrieved(gateway, upstream):

@@ -11,21 +11,10 @@ import pytest
 from test_gateway_core import HEADLINE, ScriptedUpstream, conversation, request, user
 
 from scroll_core.errors import GatewayRequestInvalid
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import ClientRequest, StoredPlace
 from scroll_core.gateway.stored import conversation_before, replay_chain
-from scroll_core.tokens import CharRatioCounter
 
 SESSION = "gw:alice:s"
-
-
-@pytest.fixture
-def slog(tmp_path):
-    """A log that moves any message over 200 characters to its payload store."""
-    with EventLog(
-        tmp_path / "eventlog.sqlite3", payload_threshold=200, token_counter=CharRatioCounter()
-    ) as log:
-        yield log
 
 
 def stored(req: ClientRequest, rid: str) -> ClientRequest:

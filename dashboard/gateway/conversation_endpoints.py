@@ -27,6 +27,7 @@ from dashboard.gateway.endpoints import (
     _get_key,
     _in_pool,
     _json,
+    _posted,
     _secret,
     _stored_call,
 )
@@ -61,14 +62,10 @@ def _on(key: GatewayKey, session_id: str, work: Any) -> Any:
 
 async def conversations(request: Request) -> Response:
     """``POST /v1/conversations``: a new conversation, its first items added."""
-    if request.method != "POST":
-        return _error("openai", 405, f"{request.path} takes POST")
-    key = await _get_key(_secret(request))
-    if key is None:
-        return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
-    body, refused = _body(request, "openai")
-    if refused is not None:
-        return refused
+    posted = await _posted(request, "openai")
+    if isinstance(posted, Response):
+        return posted
+    key, body = posted
     try:
         if body is None:
             body = {}

@@ -162,6 +162,21 @@ def too_large(request: Request, size: int, limit: int) -> Response:
     return _error(api, 413, message, param="body")
 
 
+async def _posted(request: Request, api: str) -> tuple[GatewayKey, Any] | Response:
+    """The key and the decoded body of a POST to one of the keyed endpoints that serve no
+    model call, or the answer refusing it (405, 401, or 400 when the body is not JSON)."""
+    if request.method != "POST":
+        return _error(api, 405, f"{request.path} takes POST")
+    key = await _get_key(_secret(request))
+    if key is None:
+        code = "invalid_api_key" if api == "openai" else None
+        return _error(api, 401, "missing or invalid API key", code=code)
+    body, refused = _body(request, api)
+    if refused is not None:
+        return refused
+    return key, body
+
+
 def _body(request: Request, api: str) -> tuple[Any, Response | None]:
     """The decoded JSON body (its size was checked when it was read)."""
     try:
@@ -631,14 +646,10 @@ async def messages(request: Request) -> Response:
 async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the tokens of the history as the client sent it
     (Scroll sends upstream less; the ``scroll`` field of each reply says how much)."""
-    if request.method != "POST":
-        return _error("anthropic", 405, f"{request.path} takes POST")
-    key = await _get_key(_secret(request))
-    if key is None:
-        return _error("anthropic", 401, "missing or invalid API key")
-    body, refused = _body(request, "anthropic")
-    if refused is not None:
-        return refused
+    posted = await _posted(request, "anthropic")
+    if isinstance(posted, Response):
+        return posted
+    _, body = posted
     try:
         parsed = anthropic_api.parse_messages_request(body, counting=True)
     except GatewayRequestInvalid as exc:
@@ -651,14 +662,10 @@ async def response_input_tokens(request: Request) -> Response:
     it, as ``count_tokens`` counts a Messages request. A ``previous_response_id`` counts the
     stored conversation through that response too, and a ``conversation`` its items, as the
     request continuing from them would carry them (instructions are not carried over)."""
-    if request.method != "POST":
-        return _error("openai", 405, f"{request.path} takes POST")
-    key = await _get_key(_secret(request))
-    if key is None:
-        return _error("openai", 401, "missing or invalid API key", code="invalid_api_key")
-    body, refused = _body(request, "openai")
-    if refused is not None:
-        return refused
+    posted = await _posted(request, "openai")
+    if isinstance(posted, Response):
+        return posted
+    key, body = posted
     try:
         parsed = responses_api.parse_responses_request(body, counting=True)
     except GatewayRequestInvalid as exc:

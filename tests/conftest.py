@@ -24,7 +24,15 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 # What CI installs so that no test may skip for its lack there (see .ci/run): a skip whose
 # reason names one of these fails the test instead when CI=true.
-CI_REQUIRED = ("bwrap", "bubblewrap", "chromium", "playwright", "docker compose", "docker-compose")
+CI_REQUIRED = (
+    "bwrap",
+    "bubblewrap",
+    "chromium",
+    "playwright",
+    "docker compose",
+    "docker-compose",
+    "@anthropic-ai/claude-code",
+)
 
 
 def _ci() -> bool:

@@ -494,7 +494,18 @@ def test_anthropic_bodies_map_blocks_and_tools_and_name_bad_fields():
     assert parsed.messages[1].tool_calls[0].arguments == {"path": "a.txt"}
     for broken, param in [
         ({**body, "max_tokens": None}, "max_tokens"),
-        ({**body, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        ({**body, "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+        ({**body, "messages": [{"role": "system", "content": "x"}]}, "messages"),
+        (
+            {
+                **body,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "system", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+                ],
+            },
+            "messages.1.content.0.type",
+        ),
         (
             {**body, "messages": [{"role": "user", "content": [{"type": "tool_use"}]}]},
             "messages.0.content.0.type",
@@ -503,6 +514,38 @@ def test_anthropic_bodies_map_blocks_and_tools_and_name_bad_fields():
         with pytest.raises(GatewayRequestInvalid) as caught:
             parse_messages_request(broken)
         assert caught.value.param == param
+
+
+def test_a_system_message_inside_an_anthropic_history_stays_where_it_stands():
+    """Claude Code (late 2026) sends its environment section as a ``system``-role message
+    after the first user turn; it is a system message of the history, in its place, whether
+    its content is a string or text blocks, and an empty one is no message at all."""
+    from scroll_core.gateway import parse_messages_request
+
+    env = [{"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}]
+    parsed = parse_messages_request(
+        {
+            "model": "claude",
+            "max_tokens": 100,
+            "messages": [
+                {"role": "user", "content": "<system-reminder>attribution</system-reminder>"},
+                {"role": "system", "content": env},
+                {"role": "user", "content": "Say hi"},
+                {"role": "assistant", "content": "hi"},
+                {"role": "system", "content": ""},
+                {"role": "system", "content": "Be brief from here on."},
+                {"role": "user", "content": "again"},
+            ],
+        }
+    )
+    assert [(m.role, m.content) for m in parsed.messages] == [
+        ("user", "<system-reminder>attribution</system-reminder>"),
+        ("system", "# Environment"),
+        ("user", "Say hi"),
+        ("assistant", "hi"),
+        ("system", "Be brief from here on."),
+        ("user", "again"),
+    ]
 
 
 def test_an_operators_grant_lets_one_agent_read_another(clog, kernel):

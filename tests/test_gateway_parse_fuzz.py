@@ -80,7 +80,7 @@ CHAT = st.fixed_dictionaries(
 )  # fmt: skip
 MESSAGES = st.fixed_dictionaries(
     {"model": st.just("m"), "max_tokens": st.just(16),
-     "messages": (st.lists(_object(("role", "content"), role=_kind("user", "assistant"),
+     "messages": (st.lists(_object(("role", "content"), role=_kind("user", "assistant", "system"),
                                          content=CONTENT),
                                  min_size=1, max_size=4))},
     optional={"system": CONTENT, "stream": st.booleans(),

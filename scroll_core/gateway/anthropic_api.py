@@ -2,6 +2,10 @@
 ``GatewayRequestInvalid`` naming the field), the ``message`` reply, its stream events and
 error bodies.
 
+A ``system``-role message inside ``messages`` (Claude Code sends its environment section as
+one) is a system message of the history where it stands, as a Chat Completions client's
+mid-conversation system message is; an Anthropic-format upstream gets it folded into a user
+turn as ``[system] ...`` (before any turn: into the system prompt), and its breakpoint goes.
 Content blocks map onto the provider-neutral history: ``text`` blocks are text, ``tool_use``
 blocks of an assistant turn are its tool calls, and each ``tool_result`` block of a user turn
 becomes one tool message (before the user's own text in that turn). ``thinking`` blocks a
@@ -164,10 +168,15 @@ def _messages(raw: Any, marks: list[list[Any]] | None = None) -> list[ClientMess
         where = f"messages.{i}"
         _need(isinstance(message, dict), where, "must be an object")
         role = message.get("role")
-        _need(role in ("user", "assistant"), f"{where}.role", "must be 'user' or 'assistant'")
+        _need(
+            role in ("user", "assistant", "system"),
+            f"{where}.role",
+            "must be 'user', 'assistant' or 'system'",
+        )
         content = message.get("content")
         if isinstance(content, str):
-            out.append(ClientMessage(role, content))
+            if content or role != "system":
+                out.append(ClientMessage(role, content))
             continue
         _need(isinstance(content, list), f"{where}.content", "must be a string or a list of blocks")
         texts: list[str] = []
@@ -205,9 +214,12 @@ def _messages(raw: Any, marks: list[list[Any]] | None = None) -> list[ClientMess
         if role == "assistant":
             out.append(ClientMessage("assistant", "\n".join(texts), tuple(calls)))
         elif texts:
-            out.append(ClientMessage("user", "\n".join(texts)))
+            out.append(ClientMessage(role, "\n".join(texts)))
+        if role == "system":
+            continue  # its breakpoint goes: upstream it is folded into a user turn
         if own_mark and (texts or calls):
             marks.append([role, "\n".join(texts), own_mark])
+    _need(any(m.role != "system" for m in out), "messages", "must hold a user or assistant turn")
     return out
 
 

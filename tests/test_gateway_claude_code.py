@@ -1,0 +1,129 @@
+"""A real Claude Code through the gateway: the CLI (npm's ``@anthropic-ai/claude-code``, which
+``.ci/run`` installs under ``.agents/``) in print mode, pointed at the gateway by the two
+environment variables the README gives, its upstream the scripted Anthropic-format one.
+Claude Code, not our reading of the Messages API, decides whether such an agent can route
+through Scroll: the CLI of late 2026 sends a ``system``-role message inside ``messages``
+(its environment section), which the gateway refused with a 400 until it read that role.
+
+Nothing leaves loopback: the CLI's non-essential traffic (telemetry, update checks) is
+switched off, its home is a temporary folder, and every model call goes to the gateway."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from gateway_clients import logged_messages, make_key
+from gateway_upstream import HEADLINE, a_message, a_text, a_tool_use
+
+from scroll_core.eventlog import EventLog
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REPO = Path(__file__).resolve().parents[1]
+AGENTS = REPO / ".agents" / "node_modules" / ".bin"
+
+
+def _claude() -> str:
+    found = os.environ.get("SCROLL_CLAUDE_CODE") or shutil.which("claude", path=str(AGENTS))
+    if not found:
+        pytest.skip(
+            "Claude Code (npm @anthropic-ai/claude-code) is not installed under .agents/ "
+            "(.ci/run installs it)"
+        )
+    return found
+
+
+def _run(gateway: str, key: str, home: Path, *args: str) -> dict:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": gateway,
+        "ANTHROPIC_API_KEY": key,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    done = subprocess.run(
+        [_claude(), "-p", *args, "--output-format", "json"],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    return json.loads(done.stdout)
+
+
+def _session(console_log: EventLog) -> str:
+    sessions = [s.session_id for s in console_log.sessions() if s.session_id.startswith("gw:")]
+    assert len(sessions) == 1, sessions
+    return sessions[0]
+
+
+def _key(upstream) -> str:
+    return make_key(
+        upstream,
+        agent="claude-code",
+        upstream_format="anthropic",
+        upstream_base_url=upstream.root,
+        model_map={"*": "claude-upstream"},
+    )
+
+
+def test_claude_code_reads_a_file_through_the_gateway_and_continues(
+    gateway, upstream, console_log, tmp_path
+):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The deploy window is Thursday 14:00.\n")
+    upstream.then(
+        a_message(
+            [
+                {"type": "text", "text": f"Reading the notes.\n{HEADLINE}"},
+                a_tool_use("Read", {"file_path": str(notes)}, "toolu_1"),
+            ]
+        ),
+        a_text("The deploy window is Thursday at 14:00."),
+        a_text("You asked when the deploy window is."),
+    )
+    key = _key(upstream)
+
+    first = _run(gateway, key, tmp_path, "When is the deploy window? See notes.txt.",
+                 "--allowedTools", "Read")  # fmt: skip
+    assert first["is_error"] is False and first["result"].startswith(
+        "The deploy window is Thursday at 14:00."
+    )
+    # The CLI ran the tool itself and sent its result back: the upstream's second request
+    # ends in that tool_result, holding the file's text.
+    assert upstream.paths[:2] == ["/v1/messages", "/v1/messages"]
+    last_turn = upstream.requests[1]["messages"][-1]
+    results = [b for b in last_turn["content"] if b.get("type") == "tool_result"]
+    assert results and results[0]["tool_use_id"] == "toolu_1"
+    assert "Thursday 14:00" in json.dumps(results[0]["content"])
+    # Its environment section, a system-role message in ``messages``, reached the upstream
+    # folded into a user turn (the role the Messages API has always taken).
+    sent = json.dumps(upstream.requests[0]["messages"])
+    assert "[system] # Environment" in sent
+    session = _session(console_log)
+    logged = logged_messages(console_log, session)
+    assert [role for role, _ in logged].count("tool") == 1
+    first_logged = logged
+
+    # --continue resends the whole conversation with a new prompt: the log appends only the
+    # new prompt and the reply, rewriting nothing.
+    again = _run(gateway, key, tmp_path, "What did I ask?", "--continue")
+    assert again["result"].startswith("You asked when the deploy window is.")
+    assert _session(console_log) == session
+    logged = logged_messages(console_log, session)
+    assert logged[: len(first_logged)] == first_logged
+    added = logged[len(first_logged) :]
+    assert [role for role, _ in added][-1] == "assistant"
+    assert any(role == "user" and "What did I ask?" in text for role, text in added)
+    assert not any("Thursday 14:00" in text for _, text in added)  # the file was not resent
+    asked = [text for role, text in logged if role == "user" and "deploy window?" in text]
+    assert len(asked) == 1

@@ -1,9 +1,10 @@
 """What an Anthropic client (Claude Code) asks of Anthropic Messages beyond the conversation:
-its ``anthropic-beta`` header, its ``cache_control`` breakpoints and extended ``thinking``,
-forwarded to an Anthropic-format upstream (daphne on loopback, the official ``anthropic``
-client, the scripted upstream; every request it received checked against the ``anthropic``
-package's request types), the model's thinking blocks returned unchanged and logged so the
-next request aligns; and dropped, with the request served, on the way to an OpenAI-format one.
+its ``anthropic-beta`` header, its ``cache_control`` breakpoints, extended ``thinking`` and
+its effort (``output_config``), forwarded to an Anthropic-format upstream (daphne on
+loopback, the official ``anthropic`` client, the scripted upstream; every request it
+received checked against the ``anthropic`` package's request types), the model's thinking
+blocks returned unchanged and logged so the next request aligns; and dropped, with the
+request served, on the way to an OpenAI-format one.
 """
 
 from __future__ import annotations
@@ -68,11 +69,13 @@ def test_the_beta_header_and_the_clients_breakpoints_reach_an_anthropic_upstream
                 ],
             },
         ],
+        output_config={"effort": "medium"},
         extra_headers={"anthropic-beta": BETA},
     )
     assert upstream.headers[0]["anthropic-beta"] == BETA
     sent = upstream.requests[0]
     assert_valid_request(sent)
+    assert sent["output_config"] == {"effort": "medium"}  # Claude Code's effort, as it asked
     # The client's hour-long breakpoint on its system prompt; its own on its last message.
     assert _marks(sent)[0][1] == one_hour and sent["system"][0]["text"].startswith("Be brief.")
     assert _marks(sent)[-1] == ("second", {"type": "ephemeral"})
@@ -183,6 +186,7 @@ def test_an_openai_format_upstream_gets_the_request_without_what_only_anthropic_
         "model": "claude-x",
         "max_tokens": 2048,
         "thinking": THINK,
+        "output_config": {"effort": "low"},
         "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": "hi"}],
         "extra_headers": {"anthropic-beta": BETA},
@@ -194,26 +198,27 @@ def test_an_openai_format_upstream_gets_the_request_without_what_only_anthropic_
         reply = client.messages.create(**ask)
     assert [b.type for b in reply.content] == ["text"] and reply.content[0].text == "ok 1"
     sent = upstream.requests[0]
-    assert not {"thinking", "anthropic_beta", "anthropic_cache"} & set(sent)
+    assert not {"thinking", "output_config", "anthropic_beta", "anthropic_cache"} & set(sent)
     assert all("cache_control" not in m and "thinking" not in m for m in sent["messages"])
     assert "anthropic-beta" not in upstream.headers[0]
 
 
-def test_a_malformed_thinking_request_is_a_400_naming_the_field(gateway, upstream):
+@pytest.mark.parametrize("field", ["thinking", "output_config"])
+def test_a_malformed_thinking_or_effort_request_is_a_400_naming_the_field(gateway, upstream, field):
     key = _key(upstream)
     refused = httpx.post(
         f"{gateway}/v1/messages",
         json={
             "model": "claude-x",
             "max_tokens": 9,
-            "thinking": "yes",
+            field: "yes",
             "messages": [{"role": "user", "content": "hi"}],
         },
         headers={"x-api-key": key},
         timeout=30,
     )
     assert refused.status_code == 400
-    assert "thinking" in refused.json()["error"]["message"]
+    assert field in refused.json()["error"]["message"]
     assert upstream.requests == []
 
 

@@ -12,8 +12,9 @@ becomes one tool message (before the user's own text in that turn). ``thinking``
 client resends are left out of its history (they are the model's, and the log already holds
 them: an Anthropic upstream's reply is logged with its thinking blocks, sent back upstream
 with that turn, and returned to the client first in the reply, unchanged). The client's
-``thinking`` request, ``cache_control`` breakpoints (on its tools, system blocks and message
-blocks) and ``anthropic-beta`` header travel in the request's params
+``thinking`` request, its ``output_config`` (effort), ``cache_control`` breakpoints (on its
+tools, system blocks and message blocks) and ``anthropic-beta`` header travel in the
+request's params
 (``upstream.ANTHROPIC_ONLY_PARAMS``) to an Anthropic-format upstream; an OpenAI-format one
 drops them. A breakpoint on a server tool is dropped with the tool. Images and documents become a
 ``[image]``/``[document]`` placeholder. Client tools become function tools for the upstream;
@@ -368,6 +369,10 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
     thinking = _thinking(body.get("thinking"))
     if thinking is not None:
         params["thinking"] = thinking
+    output = body.get("output_config")
+    if output is not None:  # passed on as it is (``effort``): the upstream checks its rules
+        _need(isinstance(output, dict), "output_config", "must be an object")
+        params["output_config"] = dict(output)
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
             params[key] = body[key]

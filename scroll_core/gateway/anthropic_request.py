@@ -286,6 +286,9 @@ def messages_body(
     thinking = params.get("thinking")
     if thinking:
         body["thinking"] = thinking  # the client's extended thinking, as it asked
+    output = params.get("output_config")
+    if output:
+        body["output_config"] = output  # its effort, as it asked
     stop = params.get("stop")
     if stop:
         body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)

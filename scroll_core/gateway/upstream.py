@@ -13,8 +13,9 @@ Errors keep the upstream's own message: a status answer is ``ModelError(status=.
 and an error chunk mid-stream ``ModelError(status=502)``. There are no retries here: a
 client that retries gets an aligned, idempotent answer from the gateway instead.
 
-What an Anthropic client asked for that only Anthropic Messages has (``thinking``, its
-``anthropic-beta`` header, its ``cache_control`` breakpoints: ``ANTHROPIC_ONLY_PARAMS``)
+What an Anthropic client asked for that only Anthropic Messages has (``thinking``,
+``output_config`` (its effort), its ``anthropic-beta`` header, its ``cache_control``
+breakpoints: ``ANTHROPIC_ONLY_PARAMS``)
 is dropped on the way to a Chat Completions upstream, as are the thinking blocks an
 Anthropic upstream wrote into earlier turns: the request is served without extended thinking
 (there is no Chat Completions field that means the same; strict servers refuse unknown ones).
@@ -50,7 +51,7 @@ DEFAULT_UPSTREAM_TIMEOUT_S = 120.0
 # carried in the request's params under these names (see ``anthropic_upstream``).
 BETA_PARAM = "anthropic_beta"
 CACHE_PARAM = "anthropic_cache"
-ANTHROPIC_ONLY_PARAMS = (BETA_PARAM, CACHE_PARAM, "thinking")
+ANTHROPIC_ONLY_PARAMS = (BETA_PARAM, CACHE_PARAM, "thinking", "output_config")
 KEEPALIVE = 256
 
 

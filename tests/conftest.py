@@ -32,6 +32,7 @@ CI_REQUIRED = (
     "docker compose",
     "docker-compose",
     "@anthropic-ai/claude-code",
+    "@openai/codex",
 )
 
 

@@ -3,10 +3,14 @@ gateway (closed after each test by the ``gateway`` fixture), and a tool schema."
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import openai
+import pytest
 
 from dashboard.models import GatewayKey
 
@@ -24,6 +28,21 @@ WEATHER = {
 }
 
 _clients: list[Any] = []
+
+# Where .ci/run installs the coding agents' CLIs from npm (git ignores it).
+AGENTS_BIN = Path(__file__).resolve().parents[1] / ".agents" / "node_modules" / ".bin"
+
+
+def agent_cli(command: str, package: str) -> str:
+    """The path of a coding agent's CLI (``SCROLL_<COMMAND>`` or ``.agents/``); the test is
+    skipped, naming the npm package, when it is not installed (under CI=true that skip fails:
+    ``tests/conftest.py``)."""
+    found = os.environ.get(f"SCROLL_{command.upper()}") or shutil.which(
+        command, path=str(AGENTS_BIN)
+    )
+    if not found:
+        pytest.skip(f"{package} (npm) is not installed under .agents/ (.ci/run installs it)")
+    return found
 
 
 def close_clients() -> None:

@@ -12,30 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from gateway_clients import logged_messages, make_key
+from gateway_clients import agent_cli, logged_messages, make_key
 from gateway_upstream import HEADLINE, a_message, a_text, a_tool_use
 
 from scroll_core.eventlog import EventLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-REPO = Path(__file__).resolve().parents[1]
-AGENTS = REPO / ".agents" / "node_modules" / ".bin"
-
-
-def _claude() -> str:
-    found = os.environ.get("SCROLL_CLAUDE_CODE") or shutil.which("claude", path=str(AGENTS))
-    if not found:
-        pytest.skip(
-            "Claude Code (npm @anthropic-ai/claude-code) is not installed under .agents/ "
-            "(.ci/run installs it)"
-        )
-    return found
 
 
 def _run(gateway: str, key: str, home: Path, *args: str) -> dict:
@@ -48,7 +34,7 @@ def _run(gateway: str, key: str, home: Path, *args: str) -> dict:
         "DISABLE_AUTOUPDATER": "1",
     }
     done = subprocess.run(
-        [_claude(), "-p", *args, "--output-format", "json"],
+        [agent_cli("claude", "@anthropic-ai/claude-code"), "-p", *args, "--output-format", "json"],
         env=env,
         cwd=home,
         capture_output=True,

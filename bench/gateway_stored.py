@@ -1,9 +1,9 @@
-"""What continuing from a stored response costs the gateway, against resending the whole
-conversation.
+"""What continuing from a stored response, or adding to a conversation, costs the gateway,
+against resending the whole conversation.
 
     python bench/gateway_stored.py [--json] [--turns 300] [--context 8192]
 
-Two sessions hold the same conversation, one request per turn, in the gateway's core
+Three sessions hold the same conversation, one request per turn, in the gateway's core
 (``GatewayConversation``, a SQLite Event Log in a temporary folder, an in-memory upstream
 that answers at once, so only the gateway's own work is timed):
 
@@ -11,13 +11,17 @@ that answers at once, so only the gateway's own work is timed):
   or the Responses API with ``store: false``), the baseline;
 * ``stored``: the client sends only the new message, naming the last response
   (``previous_response_id``); the gateway reads the conversation up to it back from the
-  log (``ClientRequest.continues``).
+  log (``ClientRequest.continues``);
+* ``conversation``: the client sends only the new message, naming its conversation (the
+  Conversations API); the gateway continues from the session's chain as it stands
+  (``ClientRequest.conversation_id``).
 
-The two arms alternate turn by turn, so both see the machine at the same moment. With the
+The arms take turns, request by request, so both see the machine at the same moment. With the
 window at ``--context`` tokens the history is evicted as it grows, so the stored arm reads
 evicted messages back from the log: the cost this bench is for. Figures: p50 and p95 of the
 time ``handle`` takes per arm, over the last half of the turns (the longer histories), and
-their ratio. The server's lookup of the stored record (one indexed row) is not included.
+their ratios to the baseline. The server's lookup of the stored record or of the
+conversation (one indexed row) is not included.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ def run(turns: int, context: int) -> dict[str, float]:
             name: GatewayConversation(
                 log, session_id=f"gw:bench:{name}", agent_id="bench", profile=profile
             )
-            for name in ("stateless", "stored")
+            for name in ("stateless", "stored", "conversation")
         }
         upstream = InstantUpstream()
         history: list[ClientMessage] = []
@@ -96,6 +100,12 @@ def run(turns: int, context: int) -> dict[str, float]:
             began = time.perf_counter()
             again = arms["stored"].handle(stored_request, upstream, model="bench")
             times["stored"].append(time.perf_counter() - began)
+            added = replace(request([asked]), response_id=f"resp_c{turn}",
+                            conversation_id="conv_bench")  # fmt: skip
+            began = time.perf_counter()
+            said = arms["conversation"].handle(added, upstream, model="bench")
+            times["conversation"].append(time.perf_counter() - began)
+            assert said.stats.appended == 1 and not said.stats.rewritten, said.stats
             history += [asked, reply.message()]
             position = 2 * turn + 1
             place = StoredPlace(f"resp_b{turn}", position, again.message().fingerprint(),
@@ -111,7 +121,9 @@ def run(turns: int, context: int) -> dict[str, float]:
         tail = [v * 1000 for v in values[late:]]
         out[f"{name}_p50_ms"] = round(percentile(tail, 50), 3)
         out[f"{name}_p95_ms"] = round(percentile(tail, 95), 3)
-    out["stored_over_stateless_p50"] = round(out["stored_p50_ms"] / out["stateless_p50_ms"], 3)
+    for name in ("stored", "conversation"):
+        ratio = out[f"{name}_p50_ms"] / out["stateless_p50_ms"]
+        out[f"{name}_over_stateless_p50"] = round(ratio, 3)
     return out
 
 

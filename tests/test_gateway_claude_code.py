@@ -1,6 +1,6 @@
 """A real Claude Code through the gateway: the CLI (npm's ``@anthropic-ai/claude-code``, which
 ``.ci/run`` installs under ``.agents/``) in print mode, pointed at the gateway by the two
-environment variables the README gives, its upstream the scripted Anthropic-format one.
+environment variables the README gives, its upstream the scripted one in either format.
 Claude Code, not our reading of the Messages API, decides whether such an agent can route
 through Scroll: the CLI of late 2026 sends a ``system``-role message inside ``messages``
 (its environment section), which the gateway refused with a 400 until it read that role.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from gateway_clients import agent_cli, logged_messages, make_key
-from gateway_upstream import HEADLINE, a_message, a_text, a_tool_use
+from gateway_upstream import HEADLINE, a_message, a_text, a_tool_use, completion, text, tool_call
 
 from scroll_core.eventlog import EventLog
 
@@ -113,3 +113,35 @@ def test_claude_code_reads_a_file_through_the_gateway_and_continues(
     assert not any("Thursday 14:00" in text for _, text in added)  # the file was not resent
     asked = [text for role, text in logged if role == "user" and "deploy window?" in text]
     assert len(asked) == 1
+
+
+def test_claude_code_through_an_openai_format_upstream(gateway, upstream, console_log, tmp_path):
+    """Claude Code in front of a Chat Completions server (vLLM, Ollama, ...): its Read call
+    and result travel as an OpenAI tool call and tool message, and its environment section
+    as a tagged user message, which chat templates that take a system message only first
+    accept."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The deploy window is Thursday 14:00.\n")
+    upstream.then(
+        completion(
+            f"Reading the notes.\n{HEADLINE}",
+            [tool_call("Read", {"file_path": str(notes)}, "call_1")],
+        ),
+        text("The deploy window is Thursday at 14:00."),
+    )
+    key = make_key(upstream, agent="claude-code", model_map={"*": "upstream-model"})
+
+    done = _run(gateway, key, tmp_path, "When is the deploy window? See notes.txt.",
+                "--allowedTools", "Read")  # fmt: skip
+    assert done["result"].startswith("The deploy window is Thursday at 14:00.")
+    assert upstream.paths[:2] == ["/v1/chat/completions"] * 2
+    sent = upstream.requests[1]["messages"]
+    assert [m["role"] for m in sent].count("system") == 1 and sent[0]["role"] == "system"
+    assert any(m["role"] == "user" and "[system] # Environment" in m["content"] for m in sent)
+    call, result = sent[-2], sent[-1]
+    assert call["tool_calls"][0]["function"]["name"] == "Read"
+    assert result["role"] == "tool" and result["tool_call_id"] == "call_1"
+    assert "Thursday 14:00" in result["content"]
+    assert [role for role, _ in logged_messages(console_log, _session(console_log))].count(
+        "tool"
+    ) == 1

@@ -40,7 +40,7 @@ from _common import SHARED_DATA, emit
 from retrieval import Bench
 
 from bench._locomo_split import split_of
-from bench._ranker_fit import LADDER, Question, _Scorer, collect, folds, objective
+from bench._ranker_fit import LADDER, Question, _Scorer, collect, held_out_recalls, objective
 from scroll_core.search import SearchTuning
 
 SCALES = (1.0, 5.0, 20.0)
@@ -106,14 +106,8 @@ def fit(questions: Sequence[Question], scale: float) -> list[float]:
 
 
 def cross_validated(questions: Sequence[Question], scale: float) -> dict[str, float]:
-    totals = {"recall_at_5": 0.0, "recall_at_10": 0.0}
-    for held in folds(questions):
-        train = [q for q in questions if q.conversation != held]
-        test = [q for q in questions if q.conversation == held]
-        got = _Scorer(test)(fit(train, scale))
-        for metric in totals:
-            totals[metric] += got[metric] * len(test)
-    return {m: round(v / len(questions), 4) for m, v in totals.items()}
+    got = held_out_recalls(questions, lambda train: fit(train, scale))
+    return {m: round(v, 4) for m, v in got.items()}
 
 
 def _rounded(scores: dict[str, float]) -> dict[str, float]:

@@ -32,6 +32,7 @@ __all__ = [
     "cross_validate",
     "fit_weights",
     "folds",
+    "held_out_recalls",
     "objective",
     "recalls",
 ]
@@ -189,11 +190,19 @@ def cross_validate(
     """Leave-one-conversation-out recall of ``fit_weights(start, fixed)``: fitted on all
     conversations but one, scored on that one, averaged over questions (by their weight).
     The figure a fit's in-sample dev recall overstates."""
+    return held_out_recalls(questions, lambda train: fit_weights(train, start, fixed).weights)
+
+
+def held_out_recalls(
+    questions: Sequence[Question], fit: Callable[[list[Question]], Sequence[float]]
+) -> dict[str, float]:
+    """Leave-one-conversation-out recall of any linear fit: ``fit`` gets the questions of
+    every conversation but one and returns weights, scored on that one."""
     totals = {"recall_at_5": 0.0, "recall_at_10": 0.0}
     for held in folds(questions):
         train = [q for q in questions if q.conversation != held]
         test = [q for q in questions if q.conversation == held]
-        got = _recalls(test, fit_weights(train, start, fixed).weights)
+        got = _recalls(test, fit(train))
         for metric in totals:
             totals[metric] += got[metric] * sum(q.weight for q in test)
     return {metric: total / sum(q.weight for q in questions) for metric, total in totals.items()}

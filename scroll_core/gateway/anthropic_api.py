@@ -220,7 +220,6 @@ def _messages(raw: Any, marks: list[list[Any]] | None = None) -> list[ClientMess
             continue  # its breakpoint goes: upstream it is folded into a user turn
         if own_mark and (texts or calls):
             marks.append([role, "\n".join(texts), own_mark])
-    _need(any(m.role != "system" for m in out), "messages", "must hold a user or assistant turn")
     return out
 
 
@@ -358,7 +357,11 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
     _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
     marks: list[list[Any]] = []
     messages = _messages(body.get("messages"), marks)
-    _need(bool(messages), "messages", "must hold at least one message with content")
+    _need(
+        any(m.role != "system" for m in messages),
+        "messages",
+        "must hold at least one user or assistant message with content",
+    )
     params: dict[str, Any] = {"max_tokens": max_tokens}
     system = _system(body.get("system"))
     system_mark = _system_mark(body.get("system"))

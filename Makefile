@@ -37,17 +37,22 @@ run-uvicorn: install
 worker: install
 	$(BIN)/python manage.py scroll_worker
 
-# The suite twice: on the embedded default (SQLite, in-memory channel layer), then with the
+# The suite on the embedded default (SQLite, in-memory channel layer), then again with the
 # console database on a throwaway PostgreSQL and the channel layer on a throwaway Redis
 # (Debian's postgresql and redis-server, started on loopback by tests/servers.py). Without
-# them the second pass warns and is skipped, except under CI=true where it fails.
+# them the second pass warns and is skipped, except under CI=true where it fails. The second
+# pass runs only the tests those backends can change (the console_backend mark, which
+# tests/conftest.py sets from what each test uses); the rest would repeat the first pass.
+# Both passes run on every core (pytest-xdist) and print their 30 slowest tests.
+PYTEST_ARGS ?= -n auto --durations=30
+
 test: install lint typecheck test-embedded test-scaled
 
 test-embedded: install
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-scaled: install
-	$(BIN)/python -m tests.servers $(BIN)/pytest
+	$(BIN)/python -m tests.servers $(BIN)/pytest $(PYTEST_ARGS) -m console_backend
 
 lint: install
 	$(BIN)/ruff check .

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from scroll_core import EventLog
+from tests.servers import in_ci
 
 REPO = Path(__file__).resolve().parents[1]
 # CI lays shared/ beside the checkout; the data is read in place, never copied in.
@@ -36,20 +37,105 @@ CI_REQUIRED = (
 )
 
 
-def _ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if not (report.skipped and _ci()) or hasattr(report, "wasxfail"):
+def _fail_a_skip_for_a_ci_tool(report: Any) -> None:
+    """Under CI=true, turn ``report`` (a skipped test or module) into a failure when its
+    reason names a tool CI installs."""
+    if not (report.skipped and in_ci()) or hasattr(report, "wasxfail"):
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     if any(tool in reason.lower() for tool in CI_REQUIRED):
         report.outcome = "failed"
         report.longrepr = f"CI=true and a tool CI must have is missing, so this fails: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_a_skip_for_a_ci_tool(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module that skips as a whole (``pytest.importorskip`` at its top) is a collection
+    report, not a test's: the same rule applies to it."""
+    outcome = yield
+    _fail_a_skip_for_a_ci_tool(outcome.get_result())
+
+
+# What the second pass (`make test-scaled`: the console database on PostgreSQL, the channel
+# layer on Redis) can change: a test is run there when it reaches the console's database or
+# settings through one of these fixtures (directly or through the fixtures it uses), carries
+# pytest-django's django_db mark, or its module talks to the channel layer. Every other test
+# (the core library, kernels, servers it starts with an environment of its own) gets the
+# same result on both passes, so it runs once. `pytest -m console_backend` selects the rest.
+# (Not django_db_blocker: pytest-django's autouse fixtures request it for every test.)
+CONSOLE_BACKEND_FIXTURES = frozenset(
+    {
+        "db", "transactional_db", "django_db_setup", "settings",
+        "client", "async_client", "admin_client", "admin_user", "django_user_model",
+        "live_server", "asgi_server", "console_log", "console_store", "gateway",
+    }
+)  # fmt: skip
+CHANNEL_LAYER_WORDS = ("get_channel_layer", "WebsocketCommunicator", "channel_layer")
+
+
+def _uses_channel_layer(module: Any, seen: dict[str, bool]) -> bool:
+    path = str(getattr(module, "__file__", "") or "")
+    if path not in seen:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        seen[path] = any(word in text for word in CHANNEL_LAYER_WORDS)
+    return seen[path]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "console_backend: reaches the console's database, settings or channel layer (set by "
+        "conftest.py, never by hand): the PostgreSQL and Redis pass runs only these",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the mark set here
+def pytest_collection_modifyitems(config, items):
+    seen: dict[str, bool] = {}
+    for item in items:
+        if (
+            CONSOLE_BACKEND_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or item.get_closest_marker("django_db") is not None
+            or _uses_channel_layer(getattr(item, "module", None), seen)
+        ):
+            item.add_marker(pytest.mark.console_backend)
+
+
+def _worker_redis_url(url: str, worker: str) -> str:
+    """``url`` on a Redis database of this xdist worker's own (gw0 -> 1, gw1 -> 2, ...)."""
+    number = int(worker.removeprefix("gw")) + 1
+    return urlunsplit(urlsplit(url)._replace(path=f"/{number}"))
+
+
+def _isolate_xdist_worker() -> None:
+    """Under pytest-xdist the workers of the PostgreSQL and Redis pass share one Redis server:
+    each takes a database of its own there, so channel groups and the gateway's keys never
+    cross. (pytest-django already gives each its own test database.)"""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    for name in ("SCROLL_REDIS_URL", "SCROLL_TEST_REDIS_URL"):
+        if os.environ.get(name):
+            os.environ[name] = _worker_redis_url(os.environ[name], worker)
+    try:
+        from django.conf import settings
+    except ImportError:
+        return
+    if settings.configured and getattr(settings, "SCROLL_REDIS_URL", ""):
+        settings.SCROLL_REDIS_URL = os.environ["SCROLL_REDIS_URL"]
+        settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [settings.SCROLL_REDIS_URL]
+
+
+_isolate_xdist_worker()
 
 
 @pytest.fixture
@@ -176,7 +262,8 @@ def pg_template(postgres_server):
 
     from scroll_core.pglog import PgEventLog
 
-    name = "scroll_template"
+    # One per xdist worker: the workers of the PostgreSQL pass share one server.
+    name = f"scroll_template_{os.environ.get('PYTEST_XDIST_WORKER') or 'main'}"
     with psycopg.connect(postgres_server.url, autocommit=True) as db:
         db.execute(f"DROP DATABASE IF EXISTS {name}")
         db.execute(f"CREATE DATABASE {name}")
@@ -210,9 +297,11 @@ def pg_reader_url(url: str) -> str:
 
     login = "scroll_ms_test"
     with psycopg.connect(url, autocommit=True) as db:
+        # Another xdist worker may make it between the check and the CREATE.
         db.execute(
             f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{login}') "
-            f"THEN CREATE ROLE {login} LOGIN IN ROLE {READER_ROLE}; END IF; END $$"
+            f"THEN CREATE ROLE {login} LOGIN IN ROLE {READER_ROLE}; END IF; "
+            "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
         )
     parts = urlsplit(url)
     return urlunsplit(parts._replace(netloc=f"{login}@{parts.hostname}:{parts.port}"))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["ServerUnavailable", "postgres", "redis", "unavailable"]
+__all__ = ["ServerUnavailable", "in_ci", "postgres", "redis", "unavailable"]
 
 START_TIMEOUT_S = 30.0
 
@@ -44,10 +44,16 @@ class Server:
     port: int
 
 
+def in_ci() -> bool:
+    """Whether ``CI`` says this is a CI run (``true``, ``1`` or ``yes``, in any case), as
+    ``.ci/run`` and ``tests/conftest.py`` read it."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
 def unavailable(what: str, why: str) -> None:
     """Fail under ``CI=true`` (a component CI must have), skip elsewhere."""
     message = f"{what} is not available: {why}"
-    if os.environ.get("CI", "").lower() == "true":
+    if in_ci():
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
 
@@ -237,7 +243,7 @@ def main(argv: list[str]) -> int:
                 print(f"{name}={url}", flush=True)
             return subprocess.call(command, env={**os.environ, **urls})
     except ServerUnavailable as exc:
-        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+        if in_ci():
             print(f"!! CI=true: PostgreSQL/Redis could not start: {exc}", file=sys.stderr)
             return 1
         print(f"!! WARNING: skipped the PostgreSQL/Redis pass: {exc}", file=sys.stderr)

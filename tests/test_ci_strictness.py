@@ -64,3 +64,52 @@ def test_outside_ci_the_same_tests_skip(tmp_path, ci):
 
     assert done.returncode == 0, done.stdout
     assert "4 skipped" in done.stdout
+
+
+MODULE_SKIPPING = """
+import pytest
+
+pytest.importorskip("playwright_not_installed_here", reason="the playwright package is missing")
+
+
+def test_never_reached():
+    pass
+"""
+
+
+def test_a_module_that_skips_for_a_ci_tool_fails_the_run_under_ci(tmp_path):
+    (tmp_path / "test_module_skip.py").write_text(MODULE_SKIPPING, encoding="utf-8")
+    done = _run(tmp_path, "true")
+
+    assert done.returncode == 2, done.stdout  # a collection error: pytest stops, exit 2
+    assert "ERROR collecting test_module_skip.py" in done.stdout
+    assert "CI=true and a tool CI must have is missing" in done.stdout
+    assert "playwright package is missing" in done.stdout
+
+
+def test_outside_ci_a_module_that_skips_for_a_ci_tool_skips(tmp_path):
+    (tmp_path / "test_module_skip.py").write_text(MODULE_SKIPPING, encoding="utf-8")
+    done = _run(tmp_path, None)
+
+    assert done.returncode == 0, done.stdout
+    assert "5 skipped" in done.stdout
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", "True", "1", "yes", " true "])
+def test_every_spelling_of_ci_that_ci_run_accepts_is_ci_for_the_servers_too(monkeypatch, value):
+    from tests import servers
+
+    monkeypatch.setenv("CI", value)
+    assert servers.in_ci()
+    with pytest.raises(pytest.fail.Exception, match="PostgreSQL is not available"):
+        servers.unavailable("PostgreSQL", "initdb failed")
+
+
+@pytest.mark.parametrize("value", ["", "false", "0", "no"])
+def test_outside_ci_a_missing_server_skips(monkeypatch, value):
+    from tests import servers
+
+    monkeypatch.setenv("CI", value)
+    assert not servers.in_ci()
+    with pytest.raises(pytest.skip.Exception, match="Redis is not available"):
+        servers.unavailable("Redis", "redis-server not found")

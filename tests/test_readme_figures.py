@@ -258,3 +258,34 @@ def test_a_block_name_that_appears_twice_is_refused(tmp_path, capsys, where):
         assert "twice in" in err
     # Nothing is rewritten when the pages are refused.
     assert {path: Path(path).read_text(encoding="utf-8") for path in pages[1:]} == before
+
+
+# The README's five headlines are typed prose, not a generated block: each names figures of
+# a committed results file, and this keeps them equal to it (a new run changes the docs
+# pages' tables; the headline must follow).
+HEADLINES = {
+    "retrieval": ["scroll_test_recall_at_10", "plain_test_recall_at_10"],
+    "e2e": [
+        "c4096_test_scroll_answer_f1",
+        "c4096_test_truncate_answer_f1",
+        "c4096_test_summarise_answer_f1",
+        "c4096_test_scroll_evidence_reachable",
+        "c4096_test_truncate_evidence_reachable",
+    ],
+    "gateway": ["noevict_c1_added_p50_ms", "locomo_upstream_tokens_ratio"],
+    "kernel": ["tiers.bwrap.exec_roundtrip_p50_ms", "tiers.bwrap.first_cell_warm_ms"],
+    "compress": ["compress_evict_ms_large", "compress_evict_ms_small"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEADLINES))
+def test_the_readme_headlines_quote_the_committed_results(name):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    figures_section = readme.split("\n## Figures\n", 1)[1].split("\n## ", 1)[0]
+    # The headline is the bullet linking to its bench's heading (#kernel-python-benchkernelpy-...).
+    bullets = [b for b in figures_section.split("\n- ") if f"-bench{name}py-" in b]
+    assert len(bullets) == 1, f"no single README headline links to bench/{name}.py's table"
+    figures = readme_tables.load_result(REPO / "bench" / "results" / f"{name}.json")["figures"]
+    for key in HEADLINES[name]:
+        value = readme_tables.format_value(figures[key])
+        assert value in bullets[0], f"README headline for {name}: {key} = {value} is not quoted"

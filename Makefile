@@ -66,7 +66,7 @@ fmt: install
 	$(BIN)/ruff format .
 
 # Every bench/<name>.py (not the _helpers nor readme_tables.py) with --json, each into
-# bench/results/<name>.json, then the README's figure tables from those files.
+# bench/results/<name>.json, then the figure tables of README.md and docs/*.md from those files.
 # BENCH_ARGS=--quick for a short run (passed to the benches that take it).
 BENCHES ?= $(filter-out bench/readme_tables.py,$(wildcard bench/[!_]*.py))
 

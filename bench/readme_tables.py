@@ -1,11 +1,13 @@
-"""Regenerate the README's figure tables from ``bench/results/*.json``.
+"""Regenerate the figure tables of README.md and docs/*.md from ``bench/results/*.json``.
 
-    python bench/readme_tables.py [--check] [--readme README.md] [--results bench/results]
+    python bench/readme_tables.py [--check] [--pages PAGE ...] [--results bench/results]
 
 Each ``bench/results/<name>.json`` (written by ``make bench``) fills the block between
-``<!-- figures:<name> -->`` and ``<!-- /figures:<name> -->`` in the README with a table of
-its ``figures`` and the command, machine and date that produced them, so no figure in those
-tables is typed by hand. A block whose results file does not exist yet says so.
+``<!-- figures:<name> -->`` and ``<!-- /figures:<name> -->`` with a table of its ``figures``
+and the command, machine and date that produced them, so no figure in those tables is typed
+by hand. A block whose results file does not exist yet says so. The pages searched for blocks
+are README.md and every ``docs/*.md`` unless ``--pages`` names others; a block may live in
+any one of them, and a block name found twice (in one page or in two) is an error.
 
 A bench with many figures may ask for pivot tables instead of one ``figure | value`` row per
 key: ``details.readme_tables`` is a list of ``{"title", "rows", "columns", "key"}``, where
@@ -13,8 +15,8 @@ key: ``details.readme_tables`` is a list of ``{"title", "rows", "columns", "key"
 ``"c4096_test_{row}_{column}"``). Every cell still comes from ``figures``; a key a table names
 that ``figures`` lacks is shown as ``–``.
 
-``--check`` rewrites nothing and exits 1 when the README differs from what the results
-would give, or when a results file has no block in the README (a figure nobody publishes).
+``--check`` rewrites nothing and exits 1 when a page differs from what the results would
+give, or when a results file has no block in any page (a figure nobody publishes).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ BLOCK = re.compile(
 
 
 class TablesError(Exception):
-    """A results file or the README is not in the shape this script renders from."""
+    """A results file or a page is not in the shape this script renders from."""
 
 
 def format_value(value: Any) -> str:
@@ -109,20 +111,49 @@ def pivot_table(table: dict[str, Any], figures: dict[str, Any]) -> list[str]:
     return out
 
 
-def regenerate(readme: str, results: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
-    """The README with every block re-rendered, and the names of results without a block."""
-    seen: set[str] = set()
+def regenerate(page: str, results: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
+    """One page with every block re-rendered, and the names of its blocks in page order."""
+    seen: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
         name = match["name"]
-        seen.add(name)
+        seen.append(name)
         return match["open"] + render_block(name, results.get(name)) + match["close"]
 
-    text = BLOCK.sub(replace, readme)
-    opened = set(re.findall(r"<!-- figures:([a-z0-9_]+) -->", readme))
-    if opened != seen:
-        raise TablesError(f"figure blocks without a closing marker: {sorted(opened - seen)}")
-    return text, sorted(set(results) - seen)
+    text = BLOCK.sub(replace, page)
+    opened = set(re.findall(r"<!-- figures:([a-z0-9_]+) -->", page))
+    if opened != set(seen):
+        raise TablesError(f"figure blocks without a closing marker: {sorted(opened - set(seen))}")
+    return text, seen
+
+
+def regenerate_pages(
+    pages: dict[Path, str], results: dict[str, dict[str, Any]]
+) -> tuple[dict[Path, str], list[str]]:
+    """Every page re-rendered, and the names of results without a block in any page.
+
+    A block name may appear once across all the pages: two blocks would publish the same
+    figures twice, and one of them would be the one nobody remembers to read."""
+    holder: dict[str, Path] = {}
+    texts: dict[Path, str] = {}
+    for path, page in pages.items():
+        try:
+            texts[path], names = regenerate(page, results)
+        except TablesError as exc:
+            raise TablesError(f"{path}: {exc}") from None
+        for name in names:
+            if name in holder:
+                where = (
+                    f"twice in {path}" if holder[name] == path else f"in {holder[name]} and {path}"
+                )
+                raise TablesError(f"figure block {name!r} appears {where}")
+            holder[name] = path
+    return texts, sorted(set(results) - set(holder))
+
+
+def default_pages(root: Path = REPO) -> list[Path]:
+    """README.md and every Markdown page under docs/."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
 def read_results(folder: Path) -> dict[str, dict[str, Any]]:
@@ -131,26 +162,34 @@ def read_results(folder: Path) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README is stale")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale")
+    parser.add_argument(
+        "--pages",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="Markdown pages holding the blocks (default: README.md and docs/*.md)",
+    )
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
+    paths = args.pages if args.pages is not None else default_pages()
     try:
-        readme = args.readme.read_text(encoding="utf-8")
-        text, unpublished = regenerate(readme, read_results(args.results))
-    except TablesError as exc:
+        pages = {path: path.read_text(encoding="utf-8") for path in paths}
+        texts, unpublished = regenerate_pages(pages, read_results(args.results))
+    except (TablesError, OSError) as exc:
         print(f"readme_tables: {exc}", file=sys.stderr)
         return 2
-    problems = [f"results without a README block: {name}" for name in unpublished]
+    problems = [f"results without a block in any page: {name}" for name in unpublished]
+    stale = [path for path in paths if texts[path] != pages[path]]
     if args.check:
-        if text != readme:
-            problems.append(f"{args.readme} is out of date: run python bench/readme_tables.py")
+        for path in stale:
+            problems.append(f"{path} is out of date: run python bench/readme_tables.py")
         for problem in problems:
             print(f"readme_tables: {problem}", file=sys.stderr)
         return 1 if problems else 0
-    if text != readme:
-        args.readme.write_text(text, encoding="utf-8")
-        print(f"readme_tables: rewrote {args.readme}")
+    for path in stale:
+        path.write_text(texts[path], encoding="utf-8")
+        print(f"readme_tables: rewrote {path}")
     for problem in problems:
         print(f"readme_tables: {problem}", file=sys.stderr)
     return 1 if problems else 0

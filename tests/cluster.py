@@ -165,7 +165,7 @@ class Cluster:
         return process
 
     def start_web(self, name: str, *, server: str = "daphne") -> Process:
-        """``server`` (daphne, or uvicorn as the README offers it) serving the console;
+        """``server`` (daphne, or uvicorn as docs/gateway.md offers it) serving the console;
         returns once it accepts connections."""
         port = _free_port()
         exe = shutil.which(server, path=str(Path(sys.executable).parent)) or server

@@ -30,7 +30,7 @@ def test_the_openai_client_gets_a_completion_with_usage_and_the_extension(
     assert completion.choices[0].message.content == "ok 1"  # the headline is stripped
     assert completion.usage.prompt_tokens == 120 and completion.usage.completion_tokens == 12
     extension = completion.to_dict()["scroll"]
-    assert completion.model_extra["scroll"] == extension  # as the README shows it
+    assert completion.model_extra["scroll"] == extension  # as docs/gateway.md shows it
     assert extension["upstream_calls"] == 1 and extension["client_tokens"] > 0
     session = raw.headers["x-scroll-session"]
     assert session.startswith("gw:alice:")

@@ -1,4 +1,4 @@
-"""The console under uvicorn (uvloop, httptools, websockets), the option the README offers
+"""The console under uvicorn (uvloop, httptools, websockets), the option docs/gateway.md offers
 beside daphne: the login form and pages through Django, the gateway (plain and streamed)
 through its router, and a live page's WebSocket through Channels fed by the span sink."""
 

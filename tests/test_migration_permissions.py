@@ -41,4 +41,3 @@ def test_existing_staff_join_operators_and_viewers_do_not(django_user_model):
 
     old = RunRecord.objects.get(session_id="task:old")
     assert (old.agent_id, old.task_code) == ("main", True)
-

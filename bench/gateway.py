@@ -135,7 +135,8 @@ class Server(DaphneServer):
         self.migrate()
         script = (
             "import json\n"
-            "from dashboard.models import GatewayKey, TuningProfile\n"
+            "from dashboard.gateway.models import GatewayKey\n"
+            "from dashboard.runs.models import TuningProfile\n"
             "keys = {}\n"
             "for name, size in (('wide', 131072), ('evict', 8192)):\n"
             "    p = TuningProfile.objects.create(name='bench-' + name, context_size=size)\n"

@@ -20,7 +20,6 @@ import threading
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.db.models.signals import post_migrate
 
 log = logging.getLogger("dashboard.apps")
 
@@ -62,7 +61,7 @@ def start_console() -> None:
         if _started:
             return
         _started = True
-    from dashboard.spans import install_sink
+    from dashboard.telemetry.spans import install_sink
 
     install_sink()
     threading.Thread(target=_after_start, name="scroll-startup", daemon=True).start()
@@ -72,15 +71,15 @@ def _after_start() -> None:
     """Database work, off the app registry's import path."""
     from django.db import connection
 
-    from dashboard import runner
-    from dashboard.console_admin import ensure_admin
+    from dashboard.console.console_admin import ensure_admin
+    from dashboard.runs import runner
 
     try:
         ensure_admin(announce=True)
         if getattr(settings, "SCROLL_WORKERS", "embedded") != "external":
             runner.start_embedded_worker()
         if _flag("SCROLL_DEMO"):
-            from dashboard.demo import start_demo_once
+            from dashboard.runs.demo import start_demo_once
 
             pause = float(os.environ.get("SCROLL_DEMO_PAUSE", "4"))
             run = start_demo_once(pause_s=pause)
@@ -94,16 +93,12 @@ def _after_start() -> None:
 
 class DashboardConfig(AppConfig):
     name = "dashboard"
-    verbose_name = "Scroll console"
+    verbose_name = "Scroll"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         # Registers the receiver that closes the Event Log when tests move its path.
         from dashboard import eventlog  # noqa: F401
-        from dashboard.permissions import ensure_operators_group
-
-        # Every migrate (and every test flush) leaves the Operators group with its permissions.
-        post_migrate.connect(ensure_operators_group, sender=self, dispatch_uid="scroll-operators")
 
         if startup_wanted():
             start_console()

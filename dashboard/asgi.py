@@ -22,17 +22,17 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from dashboard.console.routing import websocket_urlpatterns  # noqa: E402
 from dashboard.gateway import conversation_endpoints  # noqa: E402
 from dashboard.gateway import endpoints as gateway  # noqa: E402
 from dashboard.gateway.asgi import GatewayRouter  # noqa: E402
 from dashboard.gateway.hosts import HostCheck  # noqa: E402
-from dashboard.routing import websocket_urlpatterns  # noqa: E402
-from dashboard.spans import remember_server_loop  # noqa: E402
+from dashboard.push import remember_server_loop  # noqa: E402
 
 
 class RecordServerLoop:
     """Record the server's event loop on every connection, so the span sink's worker thread
-    can hand its group sends to that loop (see dashboard.spans)."""
+    can hand its group sends to that loop (see dashboard.telemetry.spans)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app

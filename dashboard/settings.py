@@ -219,7 +219,15 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "csp",
+    # The project: settings, URLs, ASGI, the Event Log handle and its commands, start-up, and
+    # the migration history of the tables the apps below took over (they keep their names).
     "dashboard",
+    # One app per concern; imports point down this list's reverse (see pyproject.toml's
+    # import-linter contracts): the console reads the gateway, telemetry and runs.
+    "dashboard.runs",
+    "dashboard.telemetry",
+    "dashboard.gateway",
+    "dashboard.console",
 ]
 
 MIDDLEWARE = [
@@ -248,7 +256,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 # The open-alert count in every page's header.
-                "dashboard.context_processors.console",
+                "dashboard.console.context_processors.console",
             ],
         },
     },

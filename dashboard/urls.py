@@ -6,14 +6,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from dashboard import vendor, views
+from dashboard.console import vendor, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Before the session page: its <path:> would swallow ".../calls/3/" (issue 11 inspector).
-    path("", include("dashboard.inspector_views")),
+    path("", include("dashboard.console.inspector_views")),
     # Session ids carry ':' and '/' (e.g. "locomo:conv-26"), hence <path:>.
     path("sessions/<path:session_id>/", views.session, name="session"),
     path("events/<int:seq>/", views.event, name="event"),
@@ -26,7 +26,7 @@ urlpatterns = [
     path("kernels/<str:action>/<path:session_id>/", views.kernel_action, name="kernel_action"),
     path("runs/", views.runs, name="runs"),
     path("runs/<path:session_id>/stop/", views.run_stop, name="run_stop"),
-    path("", include("dashboard.replay_views")),  # the replay lab (issue 6)
+    path("", include("dashboard.console.replay_views")),  # the replay lab (issue 6)
     path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("vendor/plotly.css", vendor.plotly_css, name="plotly_css"),
     path("admin/", admin.site.urls),

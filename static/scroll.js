@@ -17,7 +17,7 @@
       if (el.dataset.figureText === text) return;  // nothing new
       el.dataset.figureText = text;
       var fig = JSON.parse(text);
-      // No modebar: its per-chart inline styles would break the CSP (dashboard/vendor.py).
+      // No modebar: its per-chart inline styles would break the CSP (dashboard/console/vendor.py).
       Plotly.react(el, fig.data, fig.layout, {displayModeBar: false, responsive: true});
     });
   }

@@ -249,7 +249,7 @@ class Cluster:
         return {
             row["session_id"]: row
             for row in self.query(
-                "from dashboard.models import RunRecord\n"
+                "from dashboard.runs.models import RunRecord\n"
                 "result = list(RunRecord.objects.values("
                 "'session_id', 'status', 'error', 'worker', 'attempts', 'turns', 'plan'))"
             )

@@ -12,7 +12,7 @@ import anthropic
 import openai
 import pytest
 
-from dashboard.models import GatewayKey
+from dashboard.gateway.models import GatewayKey
 
 WEATHER = {
     "type": "function",

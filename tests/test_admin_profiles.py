@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from dashboard.models import PROFILE_FIELDS, ProfileChange, TuningProfile
-from dashboard.profiles import core_profile, save_profile
+from dashboard.runs.models import PROFILE_FIELDS, ProfileChange, TuningProfile
+from dashboard.runs.profiles import core_profile, save_profile
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def demo():
 
 
 def test_a_change_in_admin_is_saved_and_audited_with_who_and_values(admin_client, demo):
-    url = reverse("admin:dashboard_tuningprofile_change", args=[demo.pk])
+    url = reverse("admin:runs_tuningprofile_change", args=[demo.pk])
 
     response = admin_client.post(url, _form(demo, trigger_ratio="0.6"))
 
@@ -45,7 +45,7 @@ def test_a_change_in_admin_is_saved_and_audited_with_who_and_values(admin_client
 
 
 def test_admin_refuses_a_trigger_ratio_outside_0_1_with_a_message(admin_client, demo):
-    url = reverse("admin:dashboard_tuningprofile_change", args=[demo.pk])
+    url = reverse("admin:runs_tuningprofile_change", args=[demo.pk])
 
     response = admin_client.post(url, _form(demo, trigger_ratio="1.5"))
 
@@ -57,7 +57,7 @@ def test_admin_refuses_a_trigger_ratio_outside_0_1_with_a_message(admin_client, 
 
 
 def test_admin_refuses_a_negative_cap(admin_client, demo):
-    url = reverse("admin:dashboard_tuningprofile_change", args=[demo.pk])
+    url = reverse("admin:runs_tuningprofile_change", args=[demo.pk])
 
     response = admin_client.post(url, _form(demo, tail_cap_tokens="-5"))
 
@@ -77,7 +77,7 @@ def test_admin_refuses_a_negative_cap(admin_client, demo):
 def test_admin_refuses_a_knob_above_its_upper_bound_naming_it(
     admin_client, demo, field, value, message
 ):
-    url = reverse("admin:dashboard_tuningprofile_change", args=[demo.pk])
+    url = reverse("admin:runs_tuningprofile_change", args=[demo.pk])
 
     response = admin_client.post(url, _form(demo, **{field: value}))
 
@@ -89,7 +89,7 @@ def test_admin_refuses_a_knob_above_its_upper_bound_naming_it(
 
 
 def test_the_profile_form_lists_every_knob(admin_client, demo):
-    response = admin_client.get(reverse("admin:dashboard_tuningprofile_change", args=[demo.pk]))
+    response = admin_client.get(reverse("admin:runs_tuningprofile_change", args=[demo.pk]))
 
     html = response.content.decode()
     for name in PROFILE_FIELDS:

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from dashboard.grants import AgentGrant, readable_by
+from dashboard.runs.grants import AgentGrant, readable_by
 from scroll_core.kernel.ms import MsCapability
 
 SECRET = "api key is sk-granted-5e7a"
@@ -25,12 +25,12 @@ def agents(console_store):
 def _grant(admin_client, **form):
     data = {"reader_agent": "alpha", "readable_agent": "bravo", "reason": "incident review"}
     data.update(form)
-    return admin_client.post(reverse("admin:dashboard_agentgrant_add"), data)
+    return admin_client.post(reverse("admin:runs_agentgrant_add"), data)
 
 
 def _revoke(admin_client, grant):
     return admin_client.post(
-        reverse("admin:dashboard_agentgrant_changelist"),
+        reverse("admin:runs_agentgrant_changelist"),
         {"action": "revoke", "_selected_action": [grant.pk]},
     )
 
@@ -89,9 +89,9 @@ def test_every_grant_and_revoke_is_audited_with_who_and_when(admin_client, admin
 def test_grants_are_never_deleted_or_edited(admin_client, agents):
     _grant(admin_client)
     grant = AgentGrant.objects.get()
-    url = reverse("admin:dashboard_agentgrant_delete", args=[grant.pk])
+    url = reverse("admin:runs_agentgrant_delete", args=[grant.pk])
     assert admin_client.post(url, {"post": "yes"}).status_code == 403
-    change = reverse("admin:dashboard_agentgrant_change", args=[grant.pk])
+    change = reverse("admin:runs_agentgrant_change", args=[grant.pk])
     admin_client.post(change, {"reader_agent": "x", "readable_agent": "y", "reason": "z"})
     grant.refresh_from_db()
     assert (grant.reader_agent, grant.readable_agent) == ("alpha", "bravo")
@@ -112,7 +112,7 @@ def test_a_viewer_cannot_give_a_grant(client, django_user_model, agents):
     viewer = django_user_model.objects.create_user("viewer", password="pw")
     client.force_login(viewer)
     response = client.post(
-        reverse("admin:dashboard_agentgrant_add"),
+        reverse("admin:runs_agentgrant_add"),
         {"reader_agent": "alpha", "readable_agent": "bravo", "reason": "x"},
     )
     assert response.status_code == 302 and "/login/" in response["Location"]

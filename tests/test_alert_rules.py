@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from dashboard.alerts import AlertEngine, acknowledge, open_alert_count, resolve
-from dashboard.models import Alert, AlertRule
+from dashboard.telemetry.alerts import AlertEngine, acknowledge, open_alert_count, resolve
+from dashboard.telemetry.models import Alert, AlertRule
 
 pytestmark = pytest.mark.django_db
 
@@ -179,7 +179,7 @@ def test_the_database_refuses_a_second_open_alert_for_one_rule_and_subject():
 
 
 def test_an_alert_opened_meanwhile_by_another_process_is_bumped_not_duplicated(monkeypatch):
-    from dashboard import alerts
+    from dashboard.telemetry import alerts
 
     rule = AlertRule.objects.get(kind=AlertRule.INDEX_GAP)
     trigger = alerts.Trigger(AlertRule.INDEX_GAP, "s1", "gap", "", "00000000000000aa")

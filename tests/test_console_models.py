@@ -6,13 +6,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from dashboard.models import (
-    PROFILE_FIELDS,
-    AlertRule,
-    ProfileChange,
-    RunRecord,
-    TuningProfile,
-)
+from dashboard.runs.models import PROFILE_FIELDS, ProfileChange, RunRecord, TuningProfile
+from dashboard.telemetry.models import AlertRule
 from scroll_core import Profile
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
+from dashboard.console.routing import websocket_urlpatterns
 from dashboard.groups import ALERTS, SPANS, session_group, session_safe_id
-from dashboard.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -169,7 +169,7 @@ async def test_span_content_with_html_is_escaped(user):
 
 
 async def test_alert_change_updates_the_header_count_on_every_socket(user):
-    from dashboard.models import Alert, AlertRule
+    from dashboard.telemetry.models import Alert, AlertRule
 
     def make():
         rule, _ = AlertRule.objects.get_or_create(kind=AlertRule.SPAN_REREAD)
@@ -219,7 +219,7 @@ async def test_session_change_replaces_the_sessions_row(user, console_log):
 async def test_a_burst_of_session_changes_costs_the_sessions_page_one_row_per_session(
     user, console_log, monkeypatch
 ):
-    from dashboard import consumers
+    from dashboard.console import consumers
 
     # A wait longer than the six sends take on a loaded machine, so they are one burst.
     monkeypatch.setattr(consumers, "REFRESH_DELAY_S", 1.0)
@@ -261,15 +261,15 @@ async def test_a_traces_page_socket_is_sent_no_session_rows(user, console_log):
 async def test_a_socket_records_the_servers_loop_and_thread_sends_reach_it(user):
     import asyncio
 
-    from dashboard import spans
+    from dashboard import push
 
     communicator, connected = await _connect("/ws/feed/", user)
     try:
         assert connected
-        assert spans.server_loop() is asyncio.get_running_loop()
+        assert push.server_loop() is asyncio.get_running_loop()
         # The span sink's worker is a plain thread: its send must land on this loop.
         ok = await asyncio.to_thread(
-            spans.send_group, SPANS, {"type": "span.finished", "span": _span(span_id="7" * 16)}
+            push.send_group, SPANS, {"type": "span.finished", "span": _span(span_id="7" * 16)}
         )
         assert ok
         html = await communicator.receive_from(timeout=2)
@@ -341,7 +341,7 @@ async def test_a_batch_of_spans_arrives_as_one_frame_oldest_first(user):
 
 
 def _store_span(**kw):
-    from dashboard.models import SpanRecord
+    from dashboard.telemetry.models import SpanRecord
 
     span = _span(**kw)
     span.pop("session_id")
@@ -391,7 +391,7 @@ async def test_a_span_stored_after_the_traces_page_rendered_reaches_it_once(user
 
 
 async def test_catch_up_is_bounded_and_oldest_first(user, settings):
-    from dashboard import live
+    from dashboard.console import live
 
     def store():
         return [_store_span(span_id=f"{i:016x}", name="scroll.search").id for i in range(205)]
@@ -408,7 +408,7 @@ async def test_catch_up_is_bounded_and_oldest_first(user, settings):
 
 
 async def test_session_socket_catches_up_spans_compresses_and_newer_events(user, console_log):
-    from dashboard.models import CompressEvent
+    from dashboard.runs.models import CompressEvent
 
     sid = "run:late"
     seq = await sync_to_async(console_log.append)(
@@ -458,7 +458,7 @@ async def _drain(communicator, first_within: float = 10.0) -> list[str]:
 
 
 async def test_a_session_change_re_sends_the_header_and_new_timeline_entries(user, console_log):
-    from dashboard.models import CompressEvent
+    from dashboard.runs.models import CompressEvent
 
     sid = "run:steps"
     await sync_to_async(console_log.append)(
@@ -492,7 +492,7 @@ async def test_a_session_change_re_sends_the_header_and_new_timeline_entries(use
 
 
 async def test_the_hidden_compress_none_count_follows_new_records_live(user, console_log):
-    from dashboard.models import CompressEvent
+    from dashboard.runs.models import CompressEvent
 
     sid = "run:quiet"
     await sync_to_async(console_log.append)(
@@ -521,7 +521,7 @@ async def test_the_hidden_compress_none_count_follows_new_records_live(user, con
 
 
 async def test_the_runs_socket_replaces_a_changed_runs_row(user):
-    from dashboard.models import RunRecord
+    from dashboard.runs.models import RunRecord
 
     run = await sync_to_async(RunRecord.objects.create)(
         session_id="run:r1", task="t", model_name="m", status="running"
@@ -573,7 +573,7 @@ async def test_an_alert_raised_after_the_page_rendered_reaches_it(user):
 
     from django.utils import timezone
 
-    from dashboard.models import Alert, AlertRule
+    from dashboard.telemetry.models import Alert, AlertRule
 
     rendered = quote((timezone.now() - timezone.timedelta(seconds=10)).isoformat())
 
@@ -620,7 +620,7 @@ async def test_a_session_written_after_the_sessions_page_rendered_is_inserted(us
 
 
 async def test_a_caught_up_compress_shows_once_on_the_session_timeline(user, console_log):
-    from dashboard.models import CompressEvent
+    from dashboard.runs.models import CompressEvent
 
     sid = "run:once"
 
@@ -658,7 +658,7 @@ async def test_a_span_committed_late_below_the_pages_cursor_still_reaches_it(use
     first_id, html = await sync_to_async(render)()
     from urllib.parse import parse_qs, urlsplit
 
-    from dashboard import live
+    from dashboard.console import live
 
     cursor = parse_qs(urlsplit(_ws_url(html)).query)
     assert cursor["span_after"] == [str(first_id + 2)]

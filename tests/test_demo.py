@@ -6,12 +6,12 @@ import stat
 import pytest
 from django.core.management import call_command
 
-from dashboard import demo
-from dashboard import runner as runner_module
 from dashboard.apps import startup_wanted
-from dashboard.console_admin import ensure_admin, password_file
-from dashboard.models import CompressEvent, RunRecord, TuningProfile
-from dashboard.worker import Worker
+from dashboard.console.console_admin import ensure_admin, password_file
+from dashboard.runs import demo
+from dashboard.runs import runner as runner_module
+from dashboard.runs.models import CompressEvent, RunRecord, TuningProfile
+from dashboard.runs.worker import Worker
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.prompts import ABSTENTION
 

@@ -22,8 +22,8 @@ from gateway_clients import make_key
 from gateway_upstream import HEADLINE, completion, text, tool_call
 from openai import AsyncOpenAI
 
+from dashboard.gateway.models import StoredResponse
 from dashboard.gateway.service import get_service
-from dashboard.models import StoredResponse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,8 @@ import openai
 import pytest
 from gateway_clients import ask, make_key, oa
 
-from dashboard.models import GatewayKey, TuningProfile
+from dashboard.gateway.models import GatewayKey
+from dashboard.runs.models import TuningProfile
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

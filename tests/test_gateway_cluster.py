@@ -62,7 +62,8 @@ def _issue(cluster: Cluster, upstream: ScriptedUpstream, **fields: Any) -> str:
     }
     return str(
         cluster.query(
-            f"from dashboard.models import GatewayKey\nresult = GatewayKey.issue(**{spec!r})[1]"
+            "from dashboard.gateway.models import GatewayKey\n"
+            f"result = GatewayKey.issue(**{spec!r})[1]"
         )
     )
 
@@ -123,7 +124,7 @@ def _tool_output(request: dict) -> str:
 
 def _kernel_row(cluster: Cluster, session: str) -> dict[str, Any] | None:
     return cluster.query(
-        "from dashboard.models import KernelState\n"
+        "from dashboard.runs.models import KernelState\n"
         f"row = KernelState.objects.filter(session_id={session!r}).values().first()\n"
         "result = row"
     )
@@ -186,7 +187,7 @@ def test_a_session_has_one_owner_and_a_handover_loses_nothing_from_the_log(clust
     for said in ("remember 41", "and x?", "thanks"):
         assert sum(said == c for c in contents) == 1, (said, contents)
     handovers = cluster.query(
-        "from dashboard.models import SpanRecord\n"
+        "from dashboard.telemetry.models import SpanRecord\n"
         "result = SpanRecord.objects.filter(name='scroll.gateway.handover').count()"
     )
     assert handovers == 2
@@ -283,7 +284,7 @@ def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape_and_cost
     cluster.query(
         "from datetime import timedelta\n"
         "from django.utils import timezone\n"
-        "from dashboard.models import RunRecord\n"
+        "from dashboard.runs.models import RunRecord\n"
         "RunRecord.objects.create(session_id='gw:alice:held-by-worker', task='t',\n"
         "    status='running', worker='worker-x',\n"
         "    lease_until=timezone.now() + timedelta(minutes=10))\n"
@@ -299,7 +300,7 @@ def test_a_session_a_run_worker_holds_is_refused_in_the_providers_shape_and_cost
     # Its lease expired (the worker died): the gateway may serve the session.
     cluster.query(
         "from django.utils import timezone\n"
-        "from dashboard.models import RunRecord\n"
+        "from dashboard.runs.models import RunRecord\n"
         "RunRecord.objects.filter(session_id='gw:alice:held-by-worker').update("
         "lease_until=timezone.now())\n"
         "result = 1"

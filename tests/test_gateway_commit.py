@@ -152,7 +152,7 @@ def test_over_http_the_answer_is_sent_and_a_failed_commit_is_on_the_sessions_rec
     from gateway_clients import assistant_of as sent_back
 
     from dashboard.gateway.service import get_service
-    from dashboard.models import RunRecord
+    from dashboard.runs.models import RunRecord
 
     client = oa(gateway, make_key(upstream))
     _sql(console_log, FAIL_REPLIES)

@@ -15,8 +15,8 @@ import pytest
 from gateway_clients import logged_messages, make_key, oa
 from gateway_upstream import HEADLINE, completion, text, tool_call
 
+from dashboard.gateway.models import StoredConversation
 from dashboard.gateway.service import get_service, reset_service
-from dashboard.models import StoredConversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

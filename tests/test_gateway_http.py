@@ -11,8 +11,9 @@ import pytest
 from gateway_clients import WEATHER, an, ask, assistant_of, make_key, oa
 from gateway_upstream import HEADLINE, Reply, completion, error, text, tool_call
 
+from dashboard.gateway.models import GatewayKey
 from dashboard.gateway.service import get_service
-from dashboard.models import CompressEvent, GatewayKey, RunRecord, TuningProfile
+from dashboard.runs.models import CompressEvent, RunRecord, TuningProfile
 from scroll_core.prompts import RECALL_TOOL
 
 pytestmark = pytest.mark.django_db(transaction=True)

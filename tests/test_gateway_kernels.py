@@ -14,7 +14,7 @@ from gateway_clients import ask, make_key, oa
 from gateway_upstream import completion, text, tool_call
 
 from dashboard.gateway.service import GATEWAY_OWNER, get_service
-from dashboard.models import KernelState
+from dashboard.runs.models import KernelState
 from scroll_core.prompts import RECALL_TOOL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def operator(client, django_user_model):
-    from dashboard.permissions import OPERATORS_GROUP
+    from dashboard.runs.permissions import OPERATORS_GROUP
 
     user = django_user_model.objects.create_user("operator", password="pw-operator-1")
     user.groups.add(Group.objects.get(name=OPERATORS_GROUP))

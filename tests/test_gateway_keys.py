@@ -7,14 +7,14 @@ import re
 import pytest
 from django.core.exceptions import ValidationError
 
-from dashboard.models import GatewayKey, hash_key
+from dashboard.gateway.models import GatewayKey, hash_key
 
 pytestmark = pytest.mark.django_db
 
 
 def test_admin_creates_a_key_shows_it_once_and_keeps_only_its_hash(admin_client):
     response = admin_client.post(
-        "/admin/dashboard/gatewaykey/add/",
+        "/admin/gateway/gatewaykey/add/",
         {
             "agent_id": "support-bot",
             "name": "support",
@@ -40,7 +40,7 @@ def test_admin_creates_a_key_shows_it_once_and_keeps_only_its_hash(admin_client)
     assert GatewayKey.authenticate(secret) == key
     assert GatewayKey.authenticate(secret[:-1] + ("A" if secret[-1] != "A" else "B")) is None
     # The change page never shows it again.
-    page = admin_client.get(f"/admin/dashboard/gatewaykey/{key.pk}/change/").content.decode()
+    page = admin_client.get(f"/admin/gateway/gatewaykey/{key.pk}/change/").content.decode()
     assert secret not in page and key.prefix in page
 
 
@@ -57,11 +57,11 @@ def test_admin_sets_a_keys_upstream_format_and_refuses_an_unknown_one(admin_clie
         "rate_limit_per_minute": "0",
         "token_budget": "0",
     }
-    response = admin_client.post("/admin/dashboard/gatewaykey/add/", form, follow=True)
+    response = admin_client.post("/admin/gateway/gatewaykey/add/", form, follow=True)
     assert response.status_code == 200
     assert GatewayKey.objects.get(agent_id="claude-coder").upstream_format == "anthropic"
     refused = admin_client.post(
-        "/admin/dashboard/gatewaykey/add/",
+        "/admin/gateway/gatewaykey/add/",
         {**form, "agent_id": "other", "upstream_format": "gemini"},
     )
     assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from dashboard.gateway.models import GatewayKey
 from dashboard.gateway.recorder import IndexSnapshot, Job, Recorder
-from dashboard.models import GatewayKey, RunRecord
+from dashboard.runs.models import RunRecord
 from scroll_core.gateway import ClientReply, GatewayStats
 from scroll_core.index import EvictionIndex
 from scroll_core.models import Usage

@@ -20,8 +20,8 @@ from gateway_clients import logged_messages, make_key, oa
 from gateway_upstream import HEADLINE, completion, text, tool_call
 
 from dashboard.gateway import stored_responses
+from dashboard.gateway.models import StoredResponse
 from dashboard.gateway.service import get_service, reset_service
-from dashboard.models import StoredResponse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -35,9 +35,9 @@ def test_existing_staff_join_operators_and_viewers_do_not(django_user_model):
     staff = django_user_model.objects.get(pk=staff.pk)
     viewer = django_user_model.objects.get(pk=viewer.pk)
     assert list(staff.groups.values_list("name", flat=True)) == ["Operators"]
-    assert staff.has_perm("dashboard.start_run") and staff.has_perm("dashboard.run_task_code")
-    assert not viewer.groups.exists() and not viewer.has_perm("dashboard.start_run")
-    from dashboard.models import RunRecord
+    assert staff.has_perm("runs.start_run") and staff.has_perm("runs.run_task_code")
+    assert not viewer.groups.exists() and not viewer.has_perm("runs.start_run")
+    from dashboard.runs.models import RunRecord
 
     old = RunRecord.objects.get(session_id="task:old")
     assert (old.agent_id, old.task_code) == ("main", True)

@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from dashboard.models import CompressEvent, RunRecord, TuningProfile
+from dashboard.runs.models import CompressEvent, RunRecord, TuningProfile
 from scroll_core.agent import Session
 from scroll_core.eventlog import KIND_CONTEXT_MSG
 from scroll_core.kernel import Kernel, KernelConfig
@@ -173,7 +173,7 @@ def test_the_evictions_table_pairs_both_sides_per_compress(recorded_run, staff_c
 
 def test_a_profile_edited_after_the_run_still_reproduces(recorded_run, staff_client):
     """The issue's case: the profile was edited after the run; "Recorded" must not change."""
-    from dashboard.profiles import save_profile
+    from dashboard.runs.profiles import save_profile
 
     before = json.loads(_replay(S, "--json"))
     row = TuningProfile.objects.get(name="tight4k")

@@ -4,12 +4,18 @@ import time
 
 import pytest
 
-from dashboard import runner as runner_module
-from dashboard.models import CompressEvent, ProfileChange, RunRecord, TuningProfile, WorkerCommand
-from dashboard.profiles import save_profile
-from dashboard.runner import split_task
-from dashboard.worker import Worker
-from dashboard.worker_commands import send
+from dashboard.runs import runner as runner_module
+from dashboard.runs.models import (
+    CompressEvent,
+    ProfileChange,
+    RunRecord,
+    TuningProfile,
+    WorkerCommand,
+)
+from dashboard.runs.profiles import save_profile
+from dashboard.runs.runner import split_task
+from dashboard.runs.worker import Worker
+from dashboard.runs.worker_commands import send
 from scroll_core.kernel import KernelConfig, KernelManager
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -103,7 +103,7 @@ def _watch(url: str, headers: dict[str, str], session_id: str, got: list[str]) -
 def _events_by_session(cluster: Cluster) -> dict[str, list[dict]]:
     return cluster.query(
         "from dashboard.eventlog import get_event_log\n"
-        "from dashboard.models import RunRecord\n"
+        "from dashboard.runs.models import RunRecord\n"
         "log = get_event_log()\n"
         "result = {r.session_id: [\n"
         "    {'seq': e.seq, 'kind': e.kind, 'role': e.role, 'content': e.content,\n"

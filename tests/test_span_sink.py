@@ -8,8 +8,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from dashboard import groups
-from dashboard.models import Alert, SpanRecord
-from dashboard.spans import ConsoleSpanSink
+from dashboard.telemetry.models import Alert, SpanRecord
+from dashboard.telemetry.spans import ConsoleSpanSink
 from scroll_core import telemetry
 from scroll_core.telemetry import SpanRecord as CoreSpan
 
@@ -187,13 +187,13 @@ class ServerLoop:
 
 @pytest.fixture
 def server_loop():
-    from dashboard import spans
+    from dashboard import push
 
     server = ServerLoop()
-    spans.remember_server_loop(server.loop)
+    push.remember_server_loop(server.loop)
     yield server
     server.close()
-    assert spans.server_loop() is None  # a stopped loop is never used again
+    assert push.server_loop() is None  # a stopped loop is never used again
 
 
 @pytest.mark.django_db
@@ -238,12 +238,12 @@ def test_sends_from_the_worker_thread_run_on_the_servers_loop(sink, server_loop)
 def test_without_a_running_server_loop_it_falls_back_to_async_to_sync(sink):
     import asyncio
 
-    from dashboard import spans
+    from dashboard import push
 
     stopped = asyncio.new_event_loop()
-    spans.remember_server_loop(stopped)
+    push.remember_server_loop(stopped)
     try:
-        assert spans.server_loop() is None
+        assert push.server_loop() is None
         listener = Listener(groups.SPANS)
         sink.process([_core(session="t2")])
         assert listener.receive()["span"]["session_id"] == "t2"

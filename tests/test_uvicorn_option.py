@@ -48,7 +48,7 @@ def test_the_console_and_the_gateway_work_under_uvicorn(cluster, upstream):
     http = Http(web.base)
     http.login(cluster.password)  # a Django page, a form and its CSRF check
     key = cluster.query(
-        "from dashboard.models import GatewayKey\n"
+        "from dashboard.gateway.models import GatewayKey\n"
         f"result = GatewayKey.issue(agent_id='uv', upstream_base_url={upstream.url!r})[1]\n"
     )
     session = "gw:uv:live"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from dashboard import vendor
+from dashboard.console import vendor
 
 
 def test_plotlys_own_rules_are_read_out_of_the_installed_bundle():

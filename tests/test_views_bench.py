@@ -9,9 +9,9 @@ import pytest
 from django.http import Http404
 from django.test import RequestFactory
 
-from dashboard import benchload, views
-from dashboard.models import SpanRecord
-from dashboard.spans import ConsoleSpanSink
+from dashboard.console import benchload, views
+from dashboard.telemetry.models import SpanRecord
+from dashboard.telemetry.spans import ConsoleSpanSink
 from scroll_core import telemetry
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from dashboard.models import Alert, AlertRule, SpanRecord
+from dashboard.telemetry.models import Alert, AlertRule, SpanRecord
 
 PAGES = ["home", "traces", "alerts", "kernels", "runs"]
 
@@ -195,7 +195,7 @@ def test_plotly_is_served_from_the_installed_package(client):
 
 
 def test_session_page_draws_budget_from_compress_events(client, console_log):
-    from dashboard.models import CompressEvent
+    from dashboard.runs.models import CompressEvent
 
     console_log.append(session_id="s", kind="context_msg", role="user", content="hi")
     CompressEvent.objects.create(
@@ -225,7 +225,7 @@ def test_kernel_actions_need_the_control_kernel_permission(client):
     response = client.post(reverse("kernel_action", args=["restart", "s1"]))
 
     assert response.status_code == 403
-    assert "dashboard.control_kernel" in response.content.decode()
+    assert "runs.control_kernel" in response.content.decode()
 
 
 def test_empty_alert_tables_say_none(client):

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from dashboard import session_live
-from dashboard.models import CompressEvent, RunRecord, TuningProfile
+from dashboard.console import session_live
+from dashboard.runs.models import CompressEvent, RunRecord, TuningProfile
 
 
 @pytest.fixture
@@ -209,7 +209,7 @@ def test_an_imported_session_shows_no_empty_charts_and_no_bare_total_as_its_view
 
 # ------------------------------------------------------------------------------- admin
 def _profile_form(profile, **changes):
-    from dashboard.models import PROFILE_FIELDS
+    from dashboard.runs.models import PROFILE_FIELDS
 
     data = {"name": profile.name, "description": profile.description}
     data.update({name: getattr(profile, name) for name in PROFILE_FIELDS})
@@ -227,7 +227,7 @@ def _profile_form(profile, **changes):
 
 def test_admin_shows_every_invalid_knob_at_once_and_saves_nothing(admin_client):
     profile = TuningProfile.objects.create(name="t1")
-    url = f"/admin/dashboard/tuningprofile/{profile.pk}/change/"
+    url = f"/admin/runs/tuningprofile/{profile.pk}/change/"
 
     response = admin_client.post(
         url, _profile_form(profile, trigger_ratio="1.5", tier_cap="1", print_cap="0")
@@ -243,7 +243,7 @@ def test_admin_shows_every_invalid_knob_at_once_and_saves_nothing(admin_client):
 def test_admin_number_inputs_carry_the_core_bounds_and_the_tier_cap_help_matches(admin_client):
     profile = TuningProfile.objects.create(name="t1", tier_cap=4)
 
-    html = admin_client.get(f"/admin/dashboard/tuningprofile/{profile.pk}/change/").content
+    html = admin_client.get(f"/admin/runs/tuningprofile/{profile.pk}/change/").content
     html = html.decode()
 
     def tag(name):
@@ -259,14 +259,14 @@ def test_admin_number_inputs_carry_the_core_bounds_and_the_tier_cap_help_matches
 
 
 def test_alert_rule_windows_say_their_unit(admin_client):
-    from dashboard.models import AlertRule
+    from dashboard.telemetry.models import AlertRule
 
     rule = AlertRule.objects.first()
-    html = admin_client.get(f"/admin/dashboard/alertrule/{rule.pk}/change/").content.decode()
+    html = admin_client.get(f"/admin/telemetry/alertrule/{rule.pk}/change/").content.decode()
     assert "Window (spans)" in html
     assert "in spans" in html
     # The changelist, where the window is edited inline, says the unit in its header too.
-    listing = admin_client.get("/admin/dashboard/alertrule/").content.decode()
+    listing = admin_client.get("/admin/telemetry/alertrule/").content.decode()
     assert "Window (spans)" in listing
 
 
@@ -293,7 +293,7 @@ def test_every_page_names_a_favicon_that_is_served(client):
 
 
 def test_an_emptied_open_alerts_table_says_none(client):
-    from dashboard.models import Alert, AlertRule
+    from dashboard.telemetry.models import Alert, AlertRule
 
     rule = AlertRule.objects.first()
     Alert.objects.create(rule=rule, session_id="s1", message="m")
@@ -324,7 +324,7 @@ def test_no_template_pattern_starts_a_class_with_a_dash():
 def test_every_time_on_the_pages_uses_one_format(admin_client, console_log):
     import re
 
-    from dashboard.models import Alert, AlertRule, SpanRecord
+    from dashboard.telemetry.models import Alert, AlertRule, SpanRecord
 
     profile = TuningProfile.objects.create(name="t1")
     run = RunRecord.objects.create(

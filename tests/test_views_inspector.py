@@ -11,18 +11,11 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from dashboard.alerts import AlertEngine
-from dashboard.cost import SpanArithmetic, call_costs, session_cost
-from dashboard.models import (
-    AlertRule,
-    CompressEvent,
-    ModelPrice,
-    ProfileChange,
-    RunRecord,
-    SpanRecord,
-    TuningProfile,
-)
-from dashboard.profiles import core_profile, save_profile
+from dashboard.runs.models import CompressEvent, ProfileChange, RunRecord, TuningProfile
+from dashboard.runs.profiles import core_profile, save_profile
+from dashboard.telemetry.alerts import AlertEngine
+from dashboard.telemetry.cost import SpanArithmetic, call_costs, session_cost
+from dashboard.telemetry.models import AlertRule, ModelPrice, SpanRecord
 from scroll_core.agent import Session
 from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.kernel import Kernel, KernelConfig
@@ -149,7 +142,7 @@ def test_bad_call_addresses_are_not_found(run, op):
     assert op.get(f"/sessions/{S}/calls/", {"compress": "99999999"}).status_code == 404
     assert op.get(f"/sessions/{S}/calls/", {"turn": "77"}).status_code == 404
     assert op.get("/sessions/no-such/calls/0/").status_code == 404
-    from dashboard.inforce import load_recorded
+    from dashboard.runs.inforce import load_recorded
 
     first = load_recorded(S).trace.calls[0]
     found = op.get(f"/sessions/{S}/calls/", {"turn": first.turn, "step": first.step})

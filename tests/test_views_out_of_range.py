@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard import live
-from dashboard.models import Alert, AlertRule, RunRecord, TuningProfile
+from dashboard.console import live
+from dashboard.runs.models import RunRecord, TuningProfile
+from dashboard.telemetry.models import Alert, AlertRule
 from scroll_core.eventlog import EventLog
 
 NINES = "9" * 30

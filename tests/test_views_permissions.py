@@ -11,11 +11,11 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
-from dashboard import runner as runner_module
-from dashboard.models import RunRecord, TuningProfile
-from dashboard.permissions import OPERATORS_GROUP
-from dashboard.runner import TASK_CODE_OFF
-from dashboard.worker import Worker
+from dashboard.runs import runner as runner_module
+from dashboard.runs.models import RunRecord, TuningProfile
+from dashboard.runs.permissions import OPERATORS_GROUP
+from dashboard.runs.runner import TASK_CODE_OFF
+from dashboard.runs.worker import Worker
 from scroll_core.kernel import KernelConfig, KernelManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,7 +93,7 @@ def test_a_viewer_sees_no_start_form_and_a_forced_start_is_refused(viewer, runne
     response = viewer.post(reverse("runs"), _start_form())
 
     assert response.status_code == 403
-    assert "dashboard.start_run" in response.content.decode()
+    assert "runs.start_run" in response.content.decode()
     assert not RunRecord.objects.exists()
 
 
@@ -218,7 +218,7 @@ def test_a_viewer_cannot_restart_or_stop_a_kernel(viewer, runner, action):
     response = viewer.post(reverse("kernel_action", args=[action, "k-session"]))
 
     assert response.status_code == 403
-    assert "dashboard.control_kernel" in response.content.decode()
+    assert "runs.control_kernel" in response.content.decode()
     assert "k-session" in runner.kernels.status()["sessions"]
     assert runner.kernels.status()["sessions"]["k-session"].restarts == 0
     assert "Restart</button>" not in viewer.get(reverse("kernels")).content.decode()
@@ -261,7 +261,7 @@ def test_a_viewer_cannot_save_a_profile_from_the_replay_lab(viewer, console_log)
     response = _replay_save(viewer, "mine", exec_timeout_s="86400000", print_cap="2000000000")
 
     assert response.status_code == 403
-    assert "dashboard.save_profile_from_replay" in response.content.decode()
+    assert "runs.save_profile_from_replay" in response.content.decode()
     assert not TuningProfile.objects.filter(name="mine").exists()
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from dashboard import runner
 from dashboard.eventlog import get_event_log
-from dashboard.models import CompressEvent, RunRecord, SessionIndex, WorkerCommand
-from dashboard.worker import MAX_ATTEMPTS, Worker, claim_next
-from dashboard.worker_commands import send
+from dashboard.runs import runner
+from dashboard.runs.models import CompressEvent, RunRecord, SessionIndex, WorkerCommand
+from dashboard.runs.worker import MAX_ATTEMPTS, Worker, claim_next
+from dashboard.runs.worker_commands import send
 from scroll_core.kernel import KernelConfig, KernelManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -297,7 +297,7 @@ def test_an_unknown_action_is_refused(console_log):
 
 # -- what any process shows ------------------------------------------------------------------
 def test_the_index_is_persisted_and_shown_by_a_fresh_process(workers, django_user_model):
-    from dashboard.models import TuningProfile
+    from dashboard.runs.models import TuningProfile
 
     tiny = TuningProfile.objects.create(name="tiny", context_size=3000)
     turns = "\n---\n".join(f"Print {k}.\n```python\nprint('{k}' * 2000)\n```" for k in range(8))
@@ -314,7 +314,7 @@ def test_the_index_is_persisted_and_shown_by_a_fresh_process(workers, django_use
 
 
 def test_the_demo_is_queued_once_per_data_folder(console_log):
-    from dashboard.demo import start_demo_once
+    from dashboard.runs.demo import start_demo_once
 
     answers = children(["demo"], ["demo"])
     assert sorted(a == "-" for a in answers) == [False, True]
@@ -337,7 +337,7 @@ def test_a_serving_process_starting_leaves_other_processes_runs_alone(console_lo
 
 
 def test_a_kernel_whose_worker_died_is_not_shown_as_live(console_log):
-    from dashboard.models import KernelState
+    from dashboard.runs.models import KernelState
 
     run = runner.start_run(CELL)
     KernelState.objects.create(session_id=run.session_id, worker="w1", alive=True, pid=1)

@@ -22,12 +22,12 @@ def main(argv: list[str]) -> None:
     sys.stdin.readline()
     action, *args = argv
     if action == "claim":
-        from dashboard.worker import claim_next
+        from dashboard.runs.worker import claim_next
 
         run = claim_next(args[0], lease_s=60)
         print(run.session_id if run else "-", flush=True)
     elif action == "demo":
-        from dashboard.demo import start_demo_once
+        from dashboard.runs.demo import start_demo_once
 
         run = start_demo_once(pause_s=0)
         print(run.session_id if run else "-", flush=True)

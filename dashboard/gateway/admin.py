@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from dashboard.models import GatewayKey
+from dashboard.gateway.models import GatewayKey
 
 
 @admin.register(GatewayKey)

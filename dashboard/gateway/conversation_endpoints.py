@@ -31,8 +31,8 @@ from dashboard.gateway.endpoints import (
     _secret,
     _stored_call,
 )
+from dashboard.gateway.models import GatewayKey, StoredConversation
 from dashboard.gateway.service import GatewayRefused, get_service
-from dashboard.models import GatewayKey, StoredConversation
 from scroll_core.errors import GatewayRequestInvalid
 from scroll_core.gateway import ClientMessage, GatewayConversation
 from scroll_core.gateway.conversations_api import (

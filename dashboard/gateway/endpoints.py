@@ -36,8 +36,8 @@ from django.db import close_old_connections
 
 from dashboard.gateway import stored_conversations, stored_responses
 from dashboard.gateway.asgi import Request, Response
+from dashboard.gateway.models import GatewayKey
 from dashboard.gateway.service import GatewayRefused, get_service, session_id_for_request
-from dashboard.models import GatewayKey
 from scroll_core.errors import (
     ContextOverflow,
     ContextWindowUnfit,

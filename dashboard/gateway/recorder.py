@@ -25,8 +25,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from dashboard.gateway import stored_responses
-from dashboard.models import CompressEvent, GatewayKey, RunRecord
-from dashboard.spans import push_session
+from dashboard.gateway.models import GatewayKey
+from dashboard.runs.models import CompressEvent, RunRecord
+from dashboard.runs.notify import push_session
 from scroll_core.gateway import ClientReply
 
 __all__ = ["GATEWAY_KIND", "LINGER_S", "IndexSnapshot", "Job", "Recorder"]

@@ -54,15 +54,16 @@ from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
 from dashboard.gateway import stored_conversations, stored_responses
+from dashboard.gateway.models import GatewayKey, hash_key
 from dashboard.gateway.recorder import GATEWAY_KIND, IndexSnapshot, Job, Recorder
 from dashboard.gateway.shared import LimitRefused, SessionBusy, limits_for
-from dashboard.grants import readable_by
 from dashboard.groups import KERNELS
-from dashboard.models import GatewayKey, KernelState, RunRecord, TuningProfile, hash_key
-from dashboard.profiles import core_profile
-from dashboard.spans import send_group
-from dashboard.worker import PROCESS_TOKEN
-from dashboard.workstate import GATEWAY_OWNER_PREFIX
+from dashboard.push import send_group
+from dashboard.runs.grants import readable_by
+from dashboard.runs.models import KernelState, RunRecord, TuningProfile
+from dashboard.runs.profiles import core_profile
+from dashboard.runs.worker import PROCESS_TOKEN
+from dashboard.runs.workstate import GATEWAY_OWNER_PREFIX
 from scroll_core import telemetry
 from scroll_core.gateway import (
     ClientReply,

@@ -8,7 +8,7 @@ exactly as an id that never existed.
 
 from __future__ import annotations
 
-from dashboard.models import GatewayKey, StoredConversation
+from dashboard.gateway.models import GatewayKey, StoredConversation
 from scroll_core.errors import GatewayRequestInvalid
 from scroll_core.gateway import ClientRequest
 from scroll_core.gateway.conversations_api import new_conversation_id

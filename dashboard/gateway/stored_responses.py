@@ -16,7 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
-from dashboard.models import GatewayKey, StoredResponse
+from dashboard.gateway.models import GatewayKey, StoredResponse
 from scroll_core.errors import GatewayRequestInvalid
 from scroll_core.gateway import ClientMessage, ClientReply, ClientRequest, StoredPlace
 from scroll_core.gateway.naming import check_session_header

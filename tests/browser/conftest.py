@@ -101,8 +101,8 @@ def shoot(page, name: str) -> None:
 def live_runner(console_log):
     """A worker of its own (one slot, a process-tier kernel pool), and telemetry feeding a
     console span sink, for one test. Yields the worker and the sink."""
-    from dashboard.spans import ConsoleSpanSink
-    from dashboard.worker import Worker
+    from dashboard.runs.worker import Worker
+    from dashboard.telemetry.spans import ConsoleSpanSink
     from scroll_core import telemetry
     from scroll_core.kernel import KernelConfig, KernelManager
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dashboard import runner as runner_module
+from dashboard.runs import runner as runner_module
 from tests.browser.conftest import shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -33,9 +33,9 @@ document.addEventListener("securitypolicyviolation", function (e) {
 @pytest.fixture
 def recorded_run(console_log, monkeypatch):
     """One finished run of two turns, with its spans persisted by the console's sink."""
-    from dashboard.models import RunRecord
-    from dashboard.spans import ConsoleSpanSink
-    from dashboard.worker import Worker
+    from dashboard.runs.models import RunRecord
+    from dashboard.runs.worker import Worker
+    from dashboard.telemetry.spans import ConsoleSpanSink
     from scroll_core import telemetry
     from scroll_core.kernel import KernelConfig, KernelManager
 
@@ -85,7 +85,7 @@ class Watched:
 
 def _send_span(session_id: str) -> None:
     from dashboard.groups import SPANS
-    from dashboard.spans import send_group
+    from dashboard.push import send_group
 
     now = time.time_ns()
     span = {
@@ -114,14 +114,8 @@ def test_every_console_page_passes_the_csp_with_no_console_errors(
 
     from django.utils import timezone
 
-    from dashboard.models import (
-        Alert,
-        AlertRule,
-        KernelState,
-        RunRecord,
-        SpanRecord,
-        TuningProfile,
-    )
+    from dashboard.runs.models import KernelState, RunRecord, TuningProfile
+    from dashboard.telemetry.models import Alert, AlertRule, SpanRecord
 
     page = strict_page
     page.context.add_init_script(WATCH_VIOLATIONS)
@@ -185,7 +179,7 @@ def test_every_console_page_passes_the_csp_with_no_console_errors(
 
     # Tuning (Django admin) is part of the console too.
     profile = TuningProfile.get_default()
-    for path in ("/admin/", f"/admin/dashboard/tuningprofile/{profile.pk}/change/"):
+    for path in ("/admin/", f"/admin/runs/tuningprofile/{profile.pk}/change/"):
         watched.visit(base + path, live=False)
 
     # Acknowledging the alert through its htmx button, and the page after it.

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from dashboard import runner as runner_module
+from dashboard.runs import runner as runner_module
 from tests.browser.conftest import shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -101,8 +101,9 @@ def _figure_points(page: Watched) -> int:
 def test_every_live_figure_changes_without_reload_and_every_page_is_clean(
     browser, asgi_server, staff, live_runner, console_log
 ):
-    from dashboard import demo
-    from dashboard.models import RunRecord, SpanRecord, TuningProfile
+    from dashboard.runs import demo
+    from dashboard.runs.models import RunRecord, TuningProfile
+    from dashboard.telemetry.models import SpanRecord
 
     profile, _ = TuningProfile.objects.get_or_create(
         name=demo.DEMO_PROFILE, defaults={"context_size": 6000}
@@ -236,7 +237,7 @@ def test_every_live_figure_changes_without_reload_and_every_page_is_clean(
                 name = path.replace(sid, "session").replace(span.span_id, "span")
                 name = "".join(c if c.isalnum() else "-" for c in name).strip("-") or "home"
                 shoot(watched.page, f"page-{watched.width}-{name[:60]}")
-            for path in ("/admin/", f"/admin/dashboard/tuningprofile/{profile.pk}/change/"):
+            for path in ("/admin/", f"/admin/runs/tuningprofile/{profile.pk}/change/"):
                 watched.open(path, live=False)
                 watched.check(path)
             watched.open("/no-such-page/", live=False)

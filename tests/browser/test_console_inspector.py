@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def demo_run(live_runner):
     """The demo, run to its end (evicting on the way), its spans stored."""
-    from dashboard import demo
-    from dashboard.models import RunRecord, TuningProfile
+    from dashboard.runs import demo
+    from dashboard.runs.models import RunRecord, TuningProfile
 
     _, sink = live_runner
     TuningProfile.objects.get_or_create(name=demo.DEMO_PROFILE, defaults={"context_size": 6000})
@@ -77,7 +77,7 @@ def _errors(page) -> list[str]:
 
 
 def test_the_inspector_walkthrough(browser, asgi_server, staff, demo_run):
-    from dashboard.models import ModelPrice
+    from dashboard.telemetry.models import ModelPrice
     from scroll_core.models.policy import POLICY_NAME
 
     ModelPrice.objects.create(model=POLICY_NAME, input_per_mtok=Decimal("2.5"),

@@ -35,8 +35,8 @@ def _span(name, span_id, **attributes):
 
 def _send(group, message):
     """Send from this (non-server) thread as the span sink's worker does: the message goes
-    through dashboard.spans, which hands it to the server's event loop."""
-    from dashboard.spans import send_group, server_loop
+    through dashboard.telemetry.spans, which hands it to the server's event loop."""
+    from dashboard.push import send_group, server_loop
 
     assert server_loop() is not None, "the page's socket should have recorded daphne's loop"
     assert send_group(group, message)
@@ -56,7 +56,7 @@ def test_login_is_required(browser, asgi_server, transactional_db):
 
 
 def test_a_new_eviction_reaches_the_timeline_as_the_row_a_reload_renders(page, console_log):
-    from dashboard.models import CompressEvent
+    from dashboard.runs.models import CompressEvent
 
     console_log.append(session_id=SID, kind="context_msg", role="user", content="find the outage")
     page.goto(f"{page.base}/sessions/{SID}/")
@@ -105,7 +105,7 @@ def test_event_content_with_html_and_script_is_shown_as_text(page, console_log):
 
 
 def test_an_alert_is_raised_live_and_acknowledged(page):
-    from dashboard.models import Alert, AlertRule
+    from dashboard.telemetry.models import Alert, AlertRule
 
     page.goto(f"{page.base}/alerts/")
     _wait_live(page)

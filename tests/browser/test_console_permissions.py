@@ -41,7 +41,7 @@ def viewer_page(browser, asgi_server, django_user_model):
 
 
 def test_a_viewer_sees_no_start_form_and_a_forced_start_gets_403(viewer_page, console_log):
-    from dashboard.models import RunRecord, TuningProfile
+    from dashboard.runs.models import RunRecord, TuningProfile
 
     page = viewer_page
     page.context.add_init_script(WATCH_VIOLATIONS)
@@ -62,7 +62,7 @@ def test_a_viewer_sees_no_start_form_and_a_forced_start_gets_403(viewer_page, co
 
     assert page.locator("#denied").count() == 1
     denied = page.inner_text("#denied")
-    assert "dashboard.start_run" in denied and "Operators" in denied
+    assert "runs.start_run" in denied and "Operators" in denied
     # The browser logs the 403 itself; anything else (a CSP violation, a script error) fails.
     watched.problems = [p for p in watched.problems if "status of 403 (Forbidden)" not in p]
     watched.check("the 403 page")

@@ -1,6 +1,6 @@
 """Real runs in the browser: tuning a live session from admin, and the demo's evictions.
 
-The runs go through dashboard.runner (process-tier kernels, the policy model) with telemetry
+The runs go through dashboard.runs.runner (process-tier kernels, the policy model) with telemetry
 wired to the console's span sink, so spans reach the page the way they do in `make run`.
 """
 
@@ -12,8 +12,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from dashboard import runner as runner_module
 from dashboard.groups import session_safe_id
+from dashboard.runs import runner as runner_module
 from tests.browser.conftest import shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -34,7 +34,8 @@ def _shows(page, element_id, text, timeout=30_000):
 
 
 def test_a_trigger_ratio_changed_in_admin_takes_effect_at_the_next_compress(page, live_runner):
-    from dashboard.models import RunRecord, SpanRecord, TuningProfile
+    from dashboard.runs.models import RunRecord, TuningProfile
+    from dashboard.telemetry.models import SpanRecord
 
     profile = TuningProfile.objects.create(name="small", context_size=6000)
     gate = threading.Event()
@@ -58,7 +59,7 @@ def test_a_trigger_ratio_changed_in_admin_takes_effect_at_the_next_compress(page
     _shows(page, "span-rows", "scroll.trigger_tokens=4800")
 
     admin = page.context.new_page()
-    admin.goto(f"{page.base}/admin/dashboard/tuningprofile/{profile.pk}/change/")
+    admin.goto(f"{page.base}/admin/runs/tuningprofile/{profile.pk}/change/")
     admin.fill("input[name=trigger_ratio]", "0.5")
     admin.click("input[name=_save]")
     admin.wait_for_selector(".messagelist .success")
@@ -89,8 +90,8 @@ def test_a_trigger_ratio_changed_in_admin_takes_effect_at_the_next_compress(page
 
 
 def test_the_demo_session_shows_evictions_in_the_index_panel(page, live_runner):
-    from dashboard import demo
-    from dashboard.models import RunRecord, TuningProfile
+    from dashboard.runs import demo
+    from dashboard.runs.models import RunRecord, TuningProfile
 
     TuningProfile.objects.get_or_create(name=demo.DEMO_PROFILE, defaults={"context_size": 6000})
     run = demo.start_demo(pause_s=0.2)

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import runner
-from dashboard.demo import TURNS, start_demo
-from dashboard.models import RunRecord
+from dashboard.runs import runner
+from dashboard.runs.demo import TURNS, start_demo
+from dashboard.runs.models import RunRecord
 
 
 class Command(BaseCommand):
@@ -30,7 +30,7 @@ class Command(BaseCommand):
         if options["pause"] < 0:
             raise CommandError("--pause must be 0 or more")
         if options["telemetry"]:
-            from dashboard.spans import install_sink
+            from dashboard.telemetry.spans import install_sink
 
             install_sink()
         runner.start_embedded_worker()  # runs it here unless another worker is quicker

@@ -19,8 +19,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dashboard.eventlog import get_event_log
-from dashboard.inforce import Recorded, load_recorded
-from dashboard.models import TuningProfile
+from dashboard.runs.inforce import Recorded, load_recorded
+from dashboard.runs.models import TuningProfile
 from scroll_core.errors import ConfigError
 from scroll_core.profile import Profile
 from scroll_core.replay import POLICIES, TraceError, counterfactual

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard.worker import Worker
+from dashboard.runs.worker import Worker
 
 
 class Command(BaseCommand):
@@ -38,7 +38,7 @@ class Command(BaseCommand):
         if slots < 1 or lease <= 0 or options["poll"] <= 0:
             raise CommandError("--slots, --lease and --poll must be positive")
         if not options["no_telemetry"]:
-            from dashboard.spans import install_sink
+            from dashboard.telemetry.spans import install_sink
 
             install_sink()
         worker = Worker(

@@ -1,0 +1,491 @@
+"""WebSocket consumers of the live pages: thin, one per kind of page.
+
+Each consumer refuses an anonymous socket (closes before accepting), joins its groups, then
+accepts. Handlers are named after the message ``type`` (``span.finished`` ->
+``span_finished``) and answer with HTML fragments carrying ``hx-swap-oob`` so htmx's ws
+extension swaps them into the page: the same partial templates the pages include, rendered
+server-side, so live rows and reloaded rows are identical and event text is always escaped.
+
+Every consumer also joins the alerts group: the open-alert count in the header is live on
+every page.
+
+A page passes the cursor of what it rendered in the socket's query string (``span_after``,
+``seq_after``, ``compress_after``, ``runs_after``, ``alerts_after``; see ``live.ws_url``). On
+connect, after joining its groups, the consumer first sends what was stored after that cursor,
+so whatever finished between the page rendering and its socket connecting is not lost; with
+several producers ids do not commit in order, so a cursor also names the ids missing below it
+when the page rendered (``span_gaps``, ``compress_gaps``; see ``live.id_gaps``) and the
+catch-up sends the rows that filled them. The channel layer holds live messages until
+``connect`` returns, so they come after the catch-up; a span this socket already sent is
+skipped by its id (never by comparing ids: a lower one may be new), and the browser drops any
+row whose id it already has (static/scroll.js).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.consumer import get_handler_name
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from dashboard.console import live
+from dashboard.groups import ALERTS, KERNELS, SESSION_PREFIX, SPANS, session_safe_id
+from dashboard.push import remember_server_loop
+
+# A span is rendered once per process and shared by every socket that shows it; the cache
+# holds the newest few so a burst fanned out to many sockets renders each span once.
+_RENDER_CACHE_SIZE = 2048
+_render_cache: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+_SAFE_ID = re.compile(r"^[0-9a-f]{16}$")
+# Spans after which a session page's header, index, kernel or charts may have changed.
+REFRESH_SPANS = frozenset(
+    {
+        "scroll.compress",
+        "scroll.evict",
+        "scroll.fold",
+        "scroll.expand",
+        "scroll.profile.applied",
+        "scroll.kernel.restart",
+    }
+)
+# A burst of changes within this long costs one refresh of a session page's parts.
+REFRESH_DELAY_S = 0.2
+# Span ids a socket remembers having sent (a live span repeats one only shortly after).
+_SENT_IDS = 4096
+
+
+def render_span_fragments(span: dict[str, Any]) -> list[str]:
+    """The span row as an OOB frame, rendered once per span and shared by every socket.
+
+    (The session timeline is not built from spans: it lists the compress records and
+    profile changes a reload lists, sent by ``SessionConsumer`` with the same partial.)
+    """
+    key = (span.get("trace_id", ""), span.get("span_id", ""))
+    frames = _render_cache.get(key)
+    if frames is None:
+        row = live.span_row(span)
+        frames = [render_to_string("dashboard/_span_oob.html", {"s": row})]
+        _render_cache[key] = frames
+        if len(_render_cache) > _RENDER_CACHE_SIZE:
+            _render_cache.popitem(last=False)
+    return frames
+
+
+class _LiveConsumer(AsyncWebsocketConsumer):
+    """Shared connect/disconnect and the alert handler; subclasses name their groups."""
+
+    # The page's span cursor (None: the page wants no catch-up), and the ids of the spans
+    # this socket has sent since, newest last: several sinks send in any id order, so a span
+    # is skipped because it was sent, never because its id is lower than another's.
+    span_after: int | None = None
+    _sent: OrderedDict[int, None] | None = None
+
+    def _groups(self) -> list[str]:
+        return [ALERTS]
+
+    def _query(self) -> dict[str, str]:
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        return {k: v[-1] for k, v in query.items()}
+
+    async def catch_up(self, query: dict[str, str]) -> None:
+        """Send what changed after the page's cursors; subclasses add their own rows."""
+        since = live.time_cursor(query.get("alerts_after"))
+        if since is not None:
+            count, alerts = await self._alerts_since(since)
+            if alerts:
+                await self._send_alerts(count, alerts)
+
+    async def connect(self) -> None:
+        # The loop this consumer runs on is the one the span sink must send on.
+        remember_server_loop()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        self.joined = self._groups()
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        await self.catch_up(self._query())
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' dispatch closes stale database connections through a thread hop before
+        # every message; here only the handlers that query (database_sync_to_async, which
+        # cleans up itself) touch the database, and a span frame must not wait for a thread.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "joined", ()):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def alert_changed(self, event: dict[str, Any]) -> None:
+        count = await self._open_alert_count()
+        await self._send_alerts(count, [event["alert"]])
+
+    async def _send_alerts(self, count: int, alerts: list[dict[str, Any]]) -> None:
+        # Each row moves (data-move): the page drops the one it showed, so a repeat never
+        # shows twice and a change of state never shows none.
+        frames = [("count", None)] + [("row", a) for a in alerts]
+        for part, alert in frames:
+            ctx = {"alert": live.alert_row(alert or {}), "count": count, "part": part}
+            html = render_to_string("dashboard/_alert_oob.html", ctx)
+            await self.send(text_data=html.strip())
+
+    async def span_finished(self, event: dict[str, Any]) -> None:
+        if self._wants(event["span"]):
+            self._seen(event["span"])
+            for frame in render_span_fragments(event["span"]):
+                await self.send(text_data=frame)
+
+    async def spans_finished(self, event: dict[str, Any]) -> None:
+        """A batch, oldest first: all rows in one frame."""
+        rows: list[str] = []
+        for span in event["spans"]:
+            if self._wants(span):
+                self._seen(span)
+                rows.extend(render_span_fragments(span))
+        if rows:
+            await self.send(text_data="".join(rows))
+
+    async def _send_session_row(self, row: Any) -> None:
+        part = "move" if getattr(self, "session_rows", False) else "replace"
+        html = render_to_string("dashboard/_session_oob.html", {"r": row, "part": part})
+        await self.send(text_data=html.strip())
+
+    def _wants(self, span: dict[str, Any]) -> bool:
+        return self._unseen(span)
+
+    def _unseen(self, span: dict[str, Any]) -> bool:
+        span_id = span.get("id")
+        return span_id is None or self._sent is None or span_id not in self._sent
+
+    def _seen(self, span: dict[str, Any]) -> None:
+        span_id = span.get("id")
+        if span_id is None:
+            return
+        if self._sent is None:
+            self._sent = OrderedDict()
+        self._sent[span_id] = None
+        if len(self._sent) > _SENT_IDS:
+            self._sent.popitem(last=False)
+
+    @database_sync_to_async
+    def _open_alert_count(self) -> int:
+        return live.open_alert_count()
+
+    @database_sync_to_async
+    def _alerts_since(self, since: Any) -> tuple[int, list[dict[str, Any]]]:
+        return live.open_alert_count(), live.alerts_changed_since(since)
+
+    @database_sync_to_async
+    def _spans_after(self, span_id: int, **where: Any) -> list[dict[str, Any]]:
+        return live.spans_after(span_id, **where)
+
+
+class AlertsConsumer(_LiveConsumer):
+    """Pages with nothing else live: just the header count (and the alerts page's rows)."""
+
+    async def span_finished(self, event: dict[str, Any]) -> None:
+        return None
+
+    async def spans_finished(self, event: dict[str, Any]) -> None:
+        return None
+
+    async def session_changed(self, event: dict[str, Any]) -> None:
+        return None
+
+
+class FeedConsumer(_LiveConsumer):
+    """Every span and session change: the sessions table and the traces stream.
+
+    The traces page passes its filters in the query string (``session``, ``op``,
+    ``errors=1``, ``slow_ms``) so only matching spans are sent; the sessions page passes
+    ``spans=0``: it wants session changes only. Its first page also passes ``sessions=1``: a
+    changed session's row, new or not, then moves to the top of the table (which is ordered
+    by the newest event), so a brand-new session appears without a reload. Rows go out
+    ``REFRESH_DELAY_S`` after a change, one per session however often it changed meanwhile;
+    a page that takes spans (the traces page) has no sessions table and is sent no rows.
+
+    The Kernels page passes ``kernels=1`` (its table is re-sent whenever a session changes,
+    and when a web process says its gateway kernels changed: group ``KERNELS``)
+    and the Runs page ``runs=1`` (a changed run's row is replaced, or inserted on top when
+    the page does not show it yet); both want no spans and no session rows.
+    """
+
+    kernel_rows = False
+    run_rows = False
+    session_table = False
+    _row_sender: asyncio.Future[None] | None = None
+    can_stop = False
+
+    def _groups(self) -> list[str]:
+        flat = self._query()
+        self.filters = live.SpanFilter.from_query(flat)
+        self.spans = flat.get("spans") != "0"
+        self.session_rows = flat.get("sessions") == "1"
+        self.kernel_rows = flat.get("kernels") == "1"
+        self.run_rows = flat.get("runs") == "1"
+        # Only the sessions page (no spans, no kernel or run table) shows session rows. A
+        # traces page is sent none: each row is a query and a render, and under load the
+        # queries queued the span frames behind them (bench/scale.py's two-worker arm).
+        self.session_table = not (self.spans or self.kernel_rows or self.run_rows)
+        self._rows_due: OrderedDict[str, None] = OrderedDict()
+        return [SPANS, ALERTS, KERNELS] if self.kernel_rows else [SPANS, ALERTS]
+
+    async def kernels_changed(self, event: dict[str, Any]) -> None:
+        """A web process's gateway kernel started, changed or stopped."""
+        if self.kernel_rows:
+            await self.send(text_data=await self._kernel_frame())
+
+    async def session_changed(self, event: dict[str, Any]) -> None:
+        if self.kernel_rows:
+            await self.send(text_data=await self._kernel_frame())
+        if self.run_rows:
+            for frame in await self._run_frames(event["session_id"]):
+                await self.send(text_data=frame)
+        if self.session_table:
+            self._row_soon(event["session_id"])
+
+    def _row_soon(self, session_id: str) -> None:
+        """Send ``session_id``'s row REFRESH_DELAY_S from now, with every other session that
+        changes meanwhile: a run changes its session at every step, and a row is a query, so
+        a burst of changes costs each session one row, sent in the order they last changed
+        (on the first page each goes to the top, so the newest change ends up highest)."""
+        self._rows_due.pop(session_id, None)
+        self._rows_due[session_id] = None
+        if self._row_sender is None or self._row_sender.done():
+            self._row_sender = asyncio.ensure_future(self._send_rows_due())
+
+    async def _send_rows_due(self) -> None:
+        while self._rows_due:
+            await asyncio.sleep(REFRESH_DELAY_S)
+            due, self._rows_due = list(self._rows_due), OrderedDict()
+            for row in await self._session_rows(due):
+                await self._send_session_row(row)
+
+    @database_sync_to_async
+    def _session_rows(self, session_ids: list[str]) -> list[Any]:
+        from dashboard.console.views import session_row
+        from dashboard.eventlog import get_event_log
+
+        log = get_event_log()
+        return [session_row(log, session_id) for session_id in session_ids]
+
+    async def disconnect(self, code: int) -> None:
+        if self._row_sender is not None:
+            self._row_sender.cancel()
+        await super().disconnect(code)
+
+    @database_sync_to_async
+    def _kernel_frame(self) -> str:
+        from dashboard.console.views import kernel_rows_context
+
+        ctx = kernel_rows_context(self.scope.get("user")) | {"oob": True}
+        return render_to_string("dashboard/_kernel_rows.html", ctx).strip()
+
+    @database_sync_to_async
+    def _run_frames(self, session_id: str) -> list[str]:
+        from dashboard.runs.models import RunRecord
+        from dashboard.runs.permissions import STOP_RUN
+
+        run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()
+        if run is None:
+            return []
+        user = self.scope.get("user")
+        ctx = {"r": run, "can_stop": bool(user is not None and user.has_perm(STOP_RUN))}
+        return [
+            render_to_string("dashboard/_run_oob.html", ctx | {"part": part}).strip()
+            for part in ("replace", "insert")
+        ]
+
+    def _wants(self, span: dict[str, Any]) -> bool:
+        return self.spans and self.filters.matches(span) and self._unseen(span)
+
+    async def catch_up(self, query: dict[str, str]) -> None:
+        await super().catch_up(query)
+        self.span_after = live.int_cursor(query.get("span_after"))
+        if self.spans and self.span_after is not None:
+            await self.spans_finished(
+                {
+                    "spans": await self._spans_after(
+                        self.span_after,
+                        gaps=live.gaps_cursor(query.get("span_gaps")),
+                        filters=self.filters,
+                    )
+                }
+            )
+        seq = live.int_cursor(query.get("seq_after"))
+        since = live.time_cursor(query.get("runs_after"))
+        if self.kernel_rows:
+            await self.send(text_data=await self._kernel_frame())
+        elif self.run_rows:
+            if since is not None:
+                for session_id in await self._runs_since(since):
+                    for frame in await self._run_frames(session_id):
+                        await self.send(text_data=frame)
+        elif seq is not None or since is not None:
+            for row in await self._sessions_since(seq, since):
+                await self._send_session_row(row)
+
+    @database_sync_to_async
+    def _runs_since(self, since: Any) -> list[str]:
+        return live.sessions_changed_since(None, since)
+
+    @database_sync_to_async
+    def _sessions_since(self, seq: int | None, since: Any) -> list[Any]:
+        from dashboard.console.views import session_row
+        from dashboard.eventlog import get_event_log
+
+        log = get_event_log()
+        return [session_row(log, sid) for sid in live.sessions_changed_since(seq, since)]
+
+
+class SessionConsumer(_LiveConsumer):
+    """One session's spans and live parts (``ws/sessions/<sha1(session_id)[:16]>/``).
+
+    Besides span rows it keeps the header figures, index table, kernel panel, chart figures
+    and timeline live: a ``session.changed`` (the run stepped, started, ended, or its profile
+    was edited) or a span that changes the view schedules one refresh, REFRESH_DELAY_S later
+    (a burst costs one), which re-renders the partials the page includes and sends the
+    timeline entries written after this socket's cursors.
+    """
+
+    session_id = ""
+    compress_after: int | None = None
+    change_after: int | None = None
+    show_none = False
+    can_stop = False
+    _refresher: asyncio.Task[None] | None = None
+    _dirty = False
+
+    def _groups(self) -> list[str]:
+        safe_id = self.scope["url_route"]["kwargs"]["safe_id"]
+        if not _SAFE_ID.match(safe_id):
+            raise ValueError("malformed session group id")
+        return [SESSION_PREFIX + safe_id, ALERTS]
+
+    async def connect(self) -> None:
+        safe_id = self.scope["url_route"]["kwargs"]["safe_id"]
+        if not _SAFE_ID.match(safe_id):
+            await self.close()
+            return
+        await super().connect()
+
+    async def disconnect(self, code: int) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+        await super().disconnect(code)
+
+    async def bench_frame(self, event: dict[str, Any]) -> None:
+        """bench/console.py's baseline: a ready-made row, written to the socket as is."""
+        await self.send(text_data=event["html"])
+
+    async def catch_up(self, query: dict[str, str]) -> None:
+        await super().catch_up(query)
+        session_id = query.get("session", "")
+        # The group is named by a hash: the page names the session, and the hash must match.
+        if session_safe_id(session_id) != self.scope["url_route"]["kwargs"]["safe_id"]:
+            return
+        self.session_id = session_id
+        self.span_after = live.int_cursor(query.get("span_after"))
+        if self.span_after is not None:
+            spans = await self._spans_after(
+                self.span_after,
+                gaps=live.gaps_cursor(query.get("span_gaps")),
+                session_id=session_id,
+            )
+            # Rows only: the refresh below covers what these spans changed.
+            await super().spans_finished({"spans": spans})
+        self.compress_after = live.int_cursor(query.get("compress_after"))
+        self.change_after = live.int_cursor(query.get("change_after"))
+        self.show_none = query.get("none") == "1"
+        self.can_stop = await self._can_stop()
+        # Whatever changed between the page rendering and this socket connecting.
+        await self.refresh()
+        seq = live.int_cursor(query.get("seq_after"))
+        if seq is not None and await self._newer_events(session_id, seq):
+            html = render_to_string(
+                "dashboard/_events_newer.html", {"newer_after": seq, "oob": True}
+            )
+            await self.send(text_data=html.strip())
+
+    async def spans_finished(self, event: dict[str, Any]) -> None:
+        await super().spans_finished(event)
+        if any(span.get("name") in REFRESH_SPANS for span in event["spans"]):
+            self._schedule()
+
+    async def span_finished(self, event: dict[str, Any]) -> None:
+        await super().span_finished(event)
+        if event["span"].get("name") in REFRESH_SPANS:
+            self._schedule()
+
+    async def session_changed(self, event: dict[str, Any]) -> None:
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self.session_id:
+            return
+        if self._refresher is None or self._refresher.done():
+            self._refresher = asyncio.ensure_future(self._refresh_soon())
+        else:
+            self._dirty = True
+
+    async def _refresh_soon(self) -> None:
+        while True:
+            self._dirty = False
+            await asyncio.sleep(REFRESH_DELAY_S)
+            await self.refresh()
+            if not self._dirty:
+                return
+
+    async def refresh(self) -> None:
+        """Send the session's live parts and its new timeline entries."""
+        if not self.session_id:
+            return
+        for frame in await self._frames():
+            await self.send(text_data=frame)
+
+    @database_sync_to_async
+    def _frames(self) -> list[str]:
+        from dashboard.console import session_live
+
+        parts = session_live.parts_context(self.session_id)
+        frames = session_live.render_parts(parts | {"can_stop": self.can_stop})
+        if self.compress_after is not None and self.change_after is not None:
+            seen = self.compress_after
+            entries, self.compress_after, self.change_after = session_live.timeline_after(
+                self.session_id,
+                parts["run"],
+                self.compress_after,
+                self.change_after,
+                show_none=self.show_none,
+            )
+            if entries:
+                frames.append(session_live.render_timeline(entries))
+            if self.compress_after != seen:
+                # New compress records (shown or "none"): the hidden count and the older link.
+                page = session_live.timeline_page(
+                    self.session_id, parts["run"], show_none=self.show_none
+                )
+                frames.append(session_live.render_pager(page))
+        return frames
+
+    @database_sync_to_async
+    def _can_stop(self) -> bool:
+        from dashboard.runs.permissions import STOP_RUN
+
+        user = self.scope.get("user")
+        return bool(user is not None and user.has_perm(STOP_RUN))
+
+    @database_sync_to_async
+    def _newer_events(self, session_id: str, seq: int) -> int:
+        return live.newer_events(session_id, seq)

@@ -1,0 +1,101 @@
+"""Sending to the console's Channels groups from synchronous code (worker threads, the span
+sink, the gateway's recorder).
+
+Sending from a worker thread: the in-memory channel layer keeps ``asyncio.Queue`` objects that
+belong to the server's event loop, and putting on them from another thread (which is what
+``async_to_sync`` does: it runs the coroutine on a loop of its own) neither is thread-safe nor
+reliably wakes the consumer waiting on the queue. So the ASGI application records the
+server's running loop the first time it is called (``remember_server_loop``, from
+``dashboard.asgi`` and the consumers' ``connect``), and ``send_groups`` schedules the sends
+on that loop with ``asyncio.run_coroutine_threadsafe``. Without a known, running server loop
+(a management command, a test without a server) it falls back to ``async_to_sync``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+__all__ = ["remember_server_loop", "send_group", "send_groups", "server_loop", "spans_message"]
+
+log = logging.getLogger("dashboard.push")
+
+# How long a worker waits for the server's loop to take one batch of messages.
+SEND_TIMEOUT_S = 10.0
+
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def remember_server_loop(loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Record the ASGI server's event loop (call from a coroutine the server runs)."""
+    global _server_loop
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    if _server_loop is not loop:
+        _server_loop = loop
+
+
+def server_loop() -> asyncio.AbstractEventLoop | None:
+    """The recorded server loop while it runs; None when unknown, stopped or closed."""
+    loop = _server_loop
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return None
+    return loop
+
+
+async def _send_all(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> int:
+    failed = 0
+    for group, message in messages:
+        try:
+            await layer.group_send(group, message)
+        except Exception:
+            failed += 1
+            log.exception("console: sending %s to %s failed", message.get("type"), group)
+    return failed
+
+
+def send_groups(messages: Sequence[tuple[str, dict[str, Any]]]) -> bool:
+    """``group_send`` each ``(group, message)`` in order, from synchronous code.
+
+    On the server's loop when one is known (thread-safe for the in-memory layer), else
+    through ``async_to_sync``. False (logged) when any send failed.
+    """
+    layer = get_channel_layer()
+    if layer is None or not messages:
+        return layer is not None
+    loop = server_loop()
+    try:
+        if loop is None:
+            failed = async_to_sync(_send_all)(layer, messages)
+        else:
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                # Called from the server's own thread: schedule, never block the loop.
+                loop.create_task(_send_all(layer, messages))
+                return True
+            future = asyncio.run_coroutine_threadsafe(_send_all(layer, messages), loop)
+            failed = future.result(SEND_TIMEOUT_S)
+    except Exception:
+        log.exception("console: sending %d messages failed", len(messages))
+        return False
+    return failed == 0
+
+
+def send_group(group: str, message: dict[str, Any]) -> bool:
+    """``group_send`` from synchronous code; False (logged) when the layer refuses it."""
+    return send_groups([(group, message)])
+
+
+def spans_message(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """``span.finished`` for one span, ``spans.finished`` (oldest first) for several."""
+    if len(spans) == 1:
+        return {"type": "span.finished", "span": spans[0]}
+    return {"type": "spans.finished", "spans": spans}

@@ -1,0 +1,275 @@
+"""What a session's model calls cost, and what its evictions cost in prefill.
+
+Tokens come from the recorded run replayed under the profiles in force (dashboard.runs.inforce):
+each call's prompt (the provider's count when the log has it, else the view), the part a
+prefix cache serves (what is unchanged since the call before: replay's ``total - prefill``)
+and the output. Prices are ``ModelPrice`` rows per million tokens.
+
+The prefix-cache arithmetic (seed, section 4b): with a working prefix KV cache a span kept in
+the view is prefilled once (``keep = W``, its tokens), while an evicted span costs its index
+line once plus every re-read of it prefilled again (``offload = H + sum of re-read
+tokens``). Eviction is a net loss for a span once ``offload > keep``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+
+from dashboard.eventlog import get_event_log
+from dashboard.runs.inforce import load_recorded
+from dashboard.runs.models import CompressEvent, ProfileChange
+from dashboard.telemetry.models import ModelPrice
+from scroll_core.errors import ScrollError
+from scroll_core.eventlog import KIND_MODEL_TURN, Event
+from scroll_core.replay import ReplayResult, Trace, replay
+from scroll_core.view import MESSAGE_OVERHEAD_TOKENS
+
+__all__ = [
+    "CallCost",
+    "SessionCost",
+    "SpanArithmetic",
+    "agent_cost",
+    "call_costs",
+    "cost_context",
+    "session_cost",
+]
+
+MILLION = Decimal(1_000_000)
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """One model call's tokens and, when its model has a price, its cost."""
+
+    call: int
+    seq: int
+    turn: int | None
+    step: int | None
+    model: str
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    cost: Decimal | None = None
+    currency: str = ""
+
+    @property
+    def uncached_tokens(self) -> int:
+        return self.input_tokens - self.cached_tokens
+
+
+@dataclass(frozen=True)
+class SpanArithmetic:
+    """One evicted span: what keeping it would have cost in prefill against evicting it."""
+
+    lo: int
+    hi: int
+    evicted_at_call: int
+    tokens: int  # W: the span's tokens in the view
+    headline_tokens: int  # H: its line in the index
+    retrievals: int
+    reread_tokens: int
+
+    @property
+    def keep(self) -> int:
+        return self.tokens
+
+    @property
+    def offload(self) -> int:
+        return self.headline_tokens + self.reread_tokens
+
+    @property
+    def net(self) -> int:
+        """Prefill tokens eviction cost beyond keeping the span (negative: a saving)."""
+        return self.offload - self.keep
+
+    @property
+    def loss(self) -> bool:
+        return self.offload > self.keep
+
+    @property
+    def ratio(self) -> float:
+        return self.offload / self.keep if self.keep else 0.0
+
+
+@dataclass
+class SessionCost:
+    session_id: str
+    agent_id: str
+    calls: list[CallCost] = field(default_factory=list)
+    spans: list[SpanArithmetic] = field(default_factory=list)
+    unpriced: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def priced(self) -> bool:
+        return bool(self.calls) and not self.unpriced
+
+    @property
+    def total(self) -> Decimal | None:
+        costs = [c.cost for c in self.calls if c.cost is not None]
+        return sum(costs, Decimal(0)) if costs else None
+
+    @property
+    def currency(self) -> str:
+        return next((c.currency for c in self.calls if c.currency), "")
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(c.input_tokens for c in self.calls)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(c.cached_tokens for c in self.calls)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(c.output_tokens for c in self.calls)
+
+    @property
+    def losses(self) -> list[SpanArithmetic]:
+        return [s for s in self.spans if s.loss]
+
+
+def _prices() -> dict[str, ModelPrice]:
+    return {p.model: p for p in ModelPrice.objects.all()}
+
+
+def price_call(call: CallCost, price: ModelPrice | None) -> CallCost:
+    if price is None:
+        return call
+    cost = (
+        Decimal(call.uncached_tokens) * price.input_per_mtok
+        + Decimal(call.cached_tokens) * price.cached_input_per_mtok
+        + Decimal(call.output_tokens) * price.output_per_mtok
+    ) / MILLION
+    return CallCost(**{**call.__dict__, "cost": cost, "currency": price.currency})
+
+
+def session_cost(session_id: str) -> SessionCost:
+    """Every call of the session priced, and the arithmetic of each evicted span."""
+    log = get_event_log()
+    summary = log.session(session_id)
+    out = SessionCost(session_id, summary.agent_id if summary else "")
+    if summary is None:
+        return out
+    key = (
+        str(settings.SCROLL_EVENTLOG_PATH),  # another log (a test's, a data folder) is another key
+        session_id,
+        summary.last_seq,
+        CompressEvent.objects.filter(session_id=session_id).count(),
+        ProfileChange.objects.count(),
+    )
+    try:
+        calls, spans = _tokens(*key)
+    except ScrollError as exc:
+        out.error = str(exc)
+        return out
+    prices = _prices()
+    out.calls = [price_call(c, prices.get(c.model)) for c in calls]
+    out.unpriced = sorted({c.model for c in calls if c.model not in prices})
+    out.spans = list(spans)
+    return out
+
+
+def call_costs(session_id: str) -> dict[int, CallCost]:
+    """The session's calls by index (the context window inspector shows one)."""
+    return {c.call: c for c in session_cost(session_id).calls}
+
+
+def agent_cost(agent_id: str) -> tuple[Decimal | None, int, str]:
+    """The cost of every session of ``agent_id``: total (None when nothing is priced),
+    sessions counted, currency."""
+    if not agent_id:
+        return None, 0, ""
+    ids = [s.session_id for s in get_event_log().sessions() if s.agent_id == agent_id]
+    total: Decimal | None = None
+    currency = ""
+    for sid in ids:
+        cost = session_cost(sid)
+        if cost.total is not None:
+            total = (total or Decimal(0)) + cost.total
+            currency = currency or cost.currency
+    return total, len(ids), currency
+
+
+@functools.lru_cache(maxsize=64)
+def _tokens(
+    _log: str, session_id: str, last_seq: int, _rows: int, _changes: int
+) -> tuple[tuple[CallCost, ...], tuple[SpanArithmetic, ...]]:
+    """Token figures of a session, cached until it grows, compresses or a profile changes."""
+    recorded = load_recorded(session_id)
+    trace = recorded.trace
+    if not trace.calls:
+        return (), ()
+    result = replay(trace, recorded.final, profiles=recorded.profiles)
+    by_seq = {e.seq: e for e in trace.events}
+    calls = tuple(
+        _call(c.index, c.seq, c.turn, c.step, c.total, c.prefill, by_seq) for c in result.calls
+    )
+    return calls, tuple(_spans(trace, result, by_seq))
+
+
+def _call(
+    index: int,
+    seq: int,
+    turn: int | None,
+    step: int | None,
+    total: int,
+    prefill: int,
+    by_seq: dict[int, Event],
+) -> CallCost:
+    event = by_seq.get(seq)
+    meta: dict[str, Any] = event.metadata if event is not None else {}
+    raw = meta.get("usage")
+    usage: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    given = usage.get("input_tokens")
+    prompt = given if isinstance(given, int) and given > 0 else total
+    out = usage.get("output_tokens")
+    output = out if isinstance(out, int) and out > 0 else (event.tokens if event else 0)
+    return CallCost(
+        call=index,
+        seq=seq,
+        turn=turn,
+        step=step,
+        model=str(meta.get("model") or (event.metadata.get("model") if event else "") or ""),
+        input_tokens=prompt,
+        cached_tokens=max(0, min(prompt, total - prefill)),
+        output_tokens=output,
+    )
+
+
+def _spans(trace: Trace, result: ReplayResult, by_seq: dict[int, Event]) -> list[SpanArithmetic]:
+    counter = trace.counter
+    call_seqs = [c.seq for c in result.calls]
+    out = []
+    for compress in result.compresses:
+        if compress.evicted is None:
+            continue
+        lo, hi = compress.evicted
+        events = [e for s, e in by_seq.items() if lo <= s <= hi]
+        tokens = sum(e.tokens + MESSAGE_OVERHEAD_TOKENS for e in events)
+        headlines = [e.headline for e in events if e.kind == KIND_MODEL_TURN and e.headline]
+        line = f"seq {lo}-{hi}: " + ("; ".join(headlines) or "(no milestone)")
+        headline_tokens = counter.count(line) if counter is not None else len(line) // 4
+        retrievals = reread = 0
+        for r in trace.retrievals:
+            if r.call >= len(call_seqs) or call_seqs[r.call] <= compress.seq:
+                continue  # read while still live, not a re-read of the evicted span
+            inside = [s for s in r.seqs if lo <= s <= hi]
+            if inside:
+                retrievals += 1
+                reread += sum(by_seq[s].tokens for s in inside if s in by_seq)
+        evicted_at = sum(1 for s in call_seqs if s <= compress.seq)
+        out.append(SpanArithmetic(lo, hi, evicted_at, tokens, headline_tokens, retrievals, reread))
+    return out
+
+
+def cost_context(session_id: str) -> dict[str, Any]:
+    """What the session page's cost panel shows."""
+    cost = session_cost(session_id)
+    return {"cost": cost, "agent_cost": agent_cost(cost.agent_id)}

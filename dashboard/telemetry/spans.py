@@ -1,0 +1,227 @@
+"""The console's span sink: persist finished spans, evaluate the alert rules, push both to
+the Channels groups of ``dashboard.groups``.
+
+``on_span`` runs on whatever thread ended the span (often an agent's), so it only puts the
+record on a bounded queue and returns: it never blocks and never raises. A full queue drops
+the span and counts it in ``dropped``. One worker thread drains the queue in batches, writes
+``SpanRecord`` rows (oldest pruned past ``SCROLL_SPAN_RETENTION``), runs the alert engine and
+sends ``span.finished`` / ``alert.changed`` messages (one hop per batch, see below).
+Every failure there is logged and counted in ``errors``; the agent never sees it.
+
+Messages go out through ``dashboard.push`` (on the server's loop when one is known).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, close_old_connections, connection, transaction
+
+from dashboard import groups
+from dashboard.push import send_groups, spans_message
+from dashboard.telemetry.alerts import AlertEngine
+from dashboard.telemetry.models import SpanRecord
+
+__all__ = [
+    "ConsoleSpanSink",
+    "get_sink",
+    "span_retention",
+]
+
+log = logging.getLogger("dashboard.telemetry.spans")
+
+DEFAULT_RETENTION = 50_000
+DEFAULT_QUEUE_SIZE = 10_000
+BATCH = 200
+# The worker waits this long after a span for more before processing the batch: a burst
+# then goes out as one message per group (and one WebSocket frame per page) instead of one
+# per span, which is what keeps a busy server's event loop from falling behind.
+DEFAULT_LINGER_S = 0.05
+# Pruning deletes in one statement; checking after every batch would be wasted work.
+PRUNE_EVERY = 500
+
+
+def span_retention() -> int:
+    """How many spans are kept (settings.SCROLL_SPAN_RETENTION, default 50,000)."""
+    return max(1, int(getattr(settings, "SCROLL_SPAN_RETENTION", DEFAULT_RETENTION)))
+
+
+class ConsoleSpanSink:
+    """A ``scroll_core.telemetry.SpanSink``; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        maxsize: int = DEFAULT_QUEUE_SIZE,
+        start: bool = True,
+        linger_s: float = DEFAULT_LINGER_S,
+    ) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=maxsize)
+        self.linger_s = linger_s
+        self.engine = AlertEngine()
+        self.received = 0
+        self.dropped = 0
+        self.stored = 0
+        self.errors = 0
+        self._since_prune = 0
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        if start:
+            self.start()
+
+    # -- the agent side ------------------------------------------------------------------
+    def on_span(self, record: Any) -> None:
+        self.received += 1
+        if self._closed.is_set():
+            self.dropped += 1
+            return
+        try:
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+    # -- the worker ----------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._work, name="scroll-span-sink", daemon=True)
+            self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            while not self._closed.is_set():
+                try:
+                    first = self._queue.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                # Linger a moment for company: one message per group per batch, not per span.
+                # Asleep, not woken by each span that arrives meanwhile: every wake-up takes
+                # the interpreter from the request that is producing those spans.
+                batch = [first]
+                if self.linger_s > 0:
+                    self._closed.wait(self.linger_s)
+                while len(batch) < BATCH:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                try:
+                    close_old_connections()
+                    self.process(batch)
+                except Exception:
+                    self.errors += 1
+                    log.exception("console: span batch of %d failed", len(batch))
+                finally:
+                    for _ in batch:
+                        self._queue.task_done()
+        finally:
+            connection.close()
+
+    def process(self, records: Iterable[Any]) -> list[SpanRecord]:
+        """Persist, evaluate and push one batch (the worker calls this; tests may too)."""
+        rows = self._store([SpanRecord.from_core(r) for r in records if r is not None])
+        by_group: dict[str, list[dict[str, Any]]] = {}
+        alerts: list[tuple[str, dict[str, Any]]] = []
+        for row in rows:
+            span = row.to_dict()
+            try:
+                changed = self.engine.observe(span)
+            except Exception:
+                self.errors += 1
+                log.exception("console: alert rules failed on %s", row.name)
+                changed = []
+            by_group.setdefault(groups.SPANS, []).append(span)
+            if row.session_id:
+                by_group.setdefault(groups.session_group(row.session_id), []).append(span)
+            alerts.extend(
+                (groups.ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})
+                for alert in changed
+            )
+        outbox = [(group, spans_message(spans)) for group, spans in by_group.items()] + alerts
+        # The whole batch in one hop to the server's loop, in order.
+        if not send_groups(outbox):
+            self.errors += 1
+        self._since_prune += len(rows)
+        if self._since_prune >= PRUNE_EVERY:
+            self._since_prune = 0
+            self.prune()
+        return rows
+
+    def _store(self, rows: list[SpanRecord]) -> list[SpanRecord]:
+        try:
+            with transaction.atomic():
+                stored = SpanRecord.objects.bulk_create(rows)
+        except IntegrityError:
+            # A span id seen before (a replayed export): store the others one by one.
+            stored = []
+            for row in rows:
+                try:
+                    with transaction.atomic():
+                        row.save()
+                    stored.append(row)
+                except IntegrityError:
+                    pass
+        self.stored += len(stored)
+        return stored
+
+    def prune(self) -> int:
+        """Delete the oldest spans beyond the retention; returns how many went."""
+        keep = span_retention()
+        newest = SpanRecord.objects.order_by("-id").values_list("id", flat=True).first()
+        if newest is None:
+            return 0
+        deleted, _ = SpanRecord.objects.filter(id__lte=newest - keep).delete()
+        return deleted
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued span is processed (tests, shutdown)."""
+        done = threading.Event()
+
+        def wait() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+        return done.wait(timeout)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "received": self.received,
+            "stored": self.stored,
+            "dropped": self.dropped,
+            "errors": self.errors,
+            "queued": self._queue.qsize(),
+        }
+
+    def close(self) -> None:
+        self._closed.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+
+_sink_lock = threading.Lock()
+_sink: ConsoleSpanSink | None = None
+
+
+def get_sink() -> ConsoleSpanSink | None:
+    """The sink ``dashboard.apps`` configured at start-up (None before, or in tests)."""
+    return _sink
+
+
+def install_sink() -> ConsoleSpanSink:
+    """Create the process's sink and configure telemetry with it, once."""
+    global _sink
+    from scroll_core import telemetry
+
+    with _sink_lock:
+        state = telemetry.state()
+        if _sink is not None and state is not None and _sink in state.sinks:
+            return _sink
+        _sink = ConsoleSpanSink()
+        telemetry.configure(sinks=[_sink])
+        return _sink

@@ -24,8 +24,8 @@ from dashboard.eventlog import get_event_log
 from dashboard.inforce import load_recorded
 from dashboard.models import CompressEvent, ModelPrice, ProfileChange
 from scroll_core.errors import ScrollError
-from scroll_core.eventlog import KIND_MODEL_TURN, Event
 from scroll_core.replay import ReplayResult, Trace, replay
+from scroll_core.store import KIND_MODEL_TURN, Event
 from scroll_core.view import MESSAGE_OVERHEAD_TOKENS
 
 __all__ = [

@@ -10,7 +10,7 @@ import pytest
 from search_corpus import add, ranked
 
 from scroll_core import EventLog, SearchTuning
-from scroll_core.search import RANK_FEATURES, SearchFilters, search_features
+from scroll_core.store.search import RANK_FEATURES, SearchFilters, search_features
 
 HAND = replace(SearchTuning(), ranker_weights=())
 # The hand formula's own weights written as a ranker: own 1, neighbours ±1 and ±2.

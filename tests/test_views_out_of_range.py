@@ -7,7 +7,7 @@ import pytest
 
 from dashboard import live
 from dashboard.models import Alert, AlertRule, RunRecord, TuningProfile
-from scroll_core.eventlog import EventLog
+from scroll_core.store import EventLog
 
 NINES = "9" * 30
 

@@ -1,7 +1,7 @@
 """The Event Log: an append-only, searchable record of everything an agent saw and did.
 
 Every message, model turn and tool result is appended under an immutable, monotonically
-increasing ``seq``. The database refuses UPDATE and DELETE on its own (see ``logschema``),
+increasing ``seq``. The database refuses UPDATE and DELETE on its own (see ``sqlite_schema``),
 large contents move to the content-addressed payload store behind lazy handles, and an
 FTS5 index over content and headline answers BM25 searches.
 
@@ -26,7 +26,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Self
 
-from .errors import (
+from ..errors import (
     AppendOnlyViolation,
     EventLogError,
     EventNotFound,
@@ -34,7 +34,9 @@ from .errors import (
     SearchIndexCorrupt,
     SearchTimeout,
 )
-from .logschema import APPEND_ONLY_MESSAGE, migrate, sqlite_int
+from ..telemetry import SESSION, span
+from ..timeutil import format_ts, now_ts
+from ..tokens import TokenCounter, default_counter
 from .payloads import (
     MEDIA_BYTES,
     MEDIA_TEXT,
@@ -46,9 +48,7 @@ from .payloads import (
     ref_of,
 )
 from .search import Hit, SearchFilters, SearchTuning, TermStats, run_search
-from .telemetry import SESSION, span
-from .timeutil import format_ts, now_ts
-from .tokens import TokenCounter, default_counter
+from .sqlite_schema import APPEND_ONLY_MESSAGE, migrate, sqlite_int
 
 __all__ = [
     "KIND_CONTEXT_MSG",
@@ -81,7 +81,7 @@ _EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
     "payload_ref, payload_size, payload_media, headline, metadata, created_at, tokens, dedup_key"
 )
-# The per-session summary the append path keeps (logschema m002), one row per session.
+# The per-session summary the append path keeps (sqlite_schema m002), one row per session.
 _SUMMARY_SELECT = (
     "SELECT session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at "
     "FROM session_stats"
@@ -948,7 +948,7 @@ def _optional_text(event: Mapping[str, Any], key: str, where: str) -> str | None
 
 def _refuse_nul(value: str, key: str, where: str) -> None:
     # The short fields are names and ids, not content: PostgreSQL text cannot hold NUL, and
-    # an agent id with one could never be read back (``scoped.scope_agents``). Both backends
+    # an agent id with one could never be read back (``sqlite_scoped.scope_agents``). Both backends
     # refuse it alike rather than one storing what the other cannot.
     if "\x00" in value:
         raise InvalidEvent(f"{where}: {key} contains NUL (0x00), which the log cannot store")

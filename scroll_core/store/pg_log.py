@@ -1,7 +1,7 @@
 """The Event Log on PostgreSQL: one history shared by every machine.
 
 The same ``EventStore`` as the SQLite ``EventLog``, with the same guarantees kept by the
-database (see ``pgschema``): append-only by trigger and by grants, seqs numbered under a
+database (see ``pg_schema``): append-only by trigger and by grants, seqs numbered under a
 transaction-scoped advisory lock so that commit order is seq order, dedup per session,
 all-or-nothing batches, the per-session summary, and payloads content-addressed in a
 ``bytea`` table every machine reaches.
@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pgerrors
 
-from .errors import (
+from ..errors import (
     AppendOnlyViolation,
     EventLogError,
     EventNotFound,
@@ -40,7 +40,13 @@ from .errors import (
     SearchIndexCorrupt,
     SearchTimeout,
 )
-from .eventlog import (
+from ..telemetry import span
+from ..tokens import TokenCounter
+from .fts_query import SNIPPET_CHARS
+from .payloads import check_ref, ref_of
+from .pg_schema import APPEND_ONLY_SQLSTATE, SEQ_LOCK, TS_CONFIG, migrate
+from .search import SearchDialect, SearchFilters, SearchTuning, run_search
+from .sqlite_log import (
     DEFAULT_PAYLOAD_THRESHOLD,
     Event,
     Hit,
@@ -50,13 +56,7 @@ from .eventlog import (
     _plan,
     _Row,
 )
-from .ftsquery import SNIPPET_CHARS
-from .logschema import sqlite_int
-from .payloads import check_ref, ref_of
-from .pgschema import APPEND_ONLY_SQLSTATE, SEQ_LOCK, TS_CONFIG, migrate
-from .search import SearchDialect, SearchFilters, SearchTuning, run_search
-from .telemetry import span
-from .tokens import TokenCounter
+from .sqlite_schema import sqlite_int
 
 __all__ = ["PG_DIALECT", "PgEventLog", "PgPayloadStore"]
 
@@ -146,7 +146,7 @@ class PgEventLog(_EventLogBase):
         self._init_common(payload_threshold, token_counter, search_tuning)
         self.url = url
         # A login granted ``scroll_reader`` (and nothing more): ``ms.sql_query`` runs model
-        # SQL as it, under row-level security (see ``pgschema.m002_ms_reader``).
+        # SQL as it, under row-level security (see ``pg_schema.m002_ms_reader``).
         self.reader_url = reader_url
         self.location = redact(url)
         self.payloads = PgPayloadStore(self)
@@ -509,7 +509,7 @@ def _pg_candidates(
 ) -> dict[int, float]:
     content, headline, name = (float(w) for w in tuning.rank_weights)
     params: dict[str, Any] = {
-        # The terms are letters and digits only (ftsquery), each quoted: the tsquery is
+        # The terms are letters and digits only (fts_query), each quoted: the tsquery is
         # stemmed by the index's own configuration and cannot hold an operator.
         "text": " ".join(terms),
         "query": _tsquery(terms),

@@ -34,10 +34,10 @@ from datetime import date, datetime
 from typing import Any
 from urllib.parse import quote
 
-from .errors import AgentNotReadable, EventNotFound, QueryRefused
-from .eventlog import Event, EventLog, SessionSummary
+from ..errors import AgentNotReadable, EventNotFound, QueryRefused
+from ..telemetry import span
 from .search import Hit, SearchFilters, neighbour_seqs, run_search
-from .telemetry import span
+from .sqlite_log import Event, EventLog, SessionSummary
 
 __all__ = [
     "BY_SESSION_VIEW",

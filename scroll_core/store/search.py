@@ -27,12 +27,12 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Any
 
-from . import ftsquery
-from .errors import ConfigError, InvalidEvent
-from .logschema import sqlite_int
+from ..errors import ConfigError, InvalidEvent
+from ..timeutil import format_ts
+from . import fts_query
 from .query_dates import named_dates
 from .rank_trees import SHIPPED_TREES, TreeRanker, load_trees
-from .timeutil import format_ts
+from .sqlite_schema import sqlite_int
 
 __all__ = [
     "RANK_FEATURES",
@@ -151,7 +151,7 @@ class SearchTuning:
     term_rarity: str = "read"
     # A gradient-boosted tree ranker (LambdaMART) over ``TREE_FEATURES``: when set, a turn's
     # score is the model's and replaces both the linear ranker and the hand formula. ``""``
-    # is off; ``"shipped"`` is ``scroll_core/ranker_trees.json`` (fitted on LoCoMo's dev
+    # is off; ``"shipped"`` is ``scroll_core/store/ranker_trees.json`` (fitted on LoCoMo's dev
     # split alone, ``python bench/retrieval.py --fit-ranker --fit trees``); anything else is
     # the path of such a file. The model is loaded and checked here, so a bad file is a
     # ``ConfigError`` when the tuning is built, never a search that quietly ranks otherwise.
@@ -373,7 +373,7 @@ def run_search(
     if k == 0:
         return []
     text = query if isinstance(query, str) else str(query)
-    terms = ftsquery.query_terms(text)
+    terms = fts_query.query_terms(text)
     if not terms:
         return dialect.list_range(db, k, filters) if filters.has_dates else []
     rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
@@ -405,7 +405,7 @@ def run_search(
     hits = []
     for seq, score in ranked:
         r = rows[seq]
-        snippet = ftsquery.make_snippet(r[7], terms)
+        snippet = fts_query.make_snippet(r[7], terms)
         hits.append(
             Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in matched)
         )
@@ -426,7 +426,7 @@ def search_features(
     ``query`` reads (what a ranker is fitted on; ``bench/_ranker_fit.py``,
     ``bench/_tree_fit.py``); empty when nothing matches."""
     dialect = dialect or SQLITE
-    terms = ftsquery.query_terms(query)
+    terms = fts_query.query_terms(query)
     if not terms or k <= 0:
         return {}
     rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
@@ -546,7 +546,7 @@ def _rescored(
 ) -> dict[int, float]:
     """The candidates' bm25 after the switches that rescore a turn on its own text: term
     features, exact pieces, speaker match, feedback."""
-    exact = ftsquery.exact_pieces(text) if tuning.exact_weight else []
+    exact = fts_query.exact_pieces(text) if tuning.exact_weight else []
     if (len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight)) or exact:
         base = _term_features(rows, base, terms, exact, tuning)
     if tuning.speaker_weight:
@@ -585,10 +585,10 @@ def _window_shares(
     as a passage: a question and its answer rarely repeat each other's words); then both
     again with each term weighted by its rarity: among the turns read (``RANK_FEATURES``),
     or as given (``_term_rarity``)."""
-    prefixes = [ftsquery.stem_prefix(t) for t in terms]
+    prefixes = [fts_query.stem_prefix(t) for t in terms]
     # The snippet's pattern (compiled once per query) finds the words in C: splitting every
     # turn read into tokens in Python cost more than the rest of the search.
-    pattern = ftsquery.term_words(terms)
+    pattern = fts_query.term_words(terms)
     seen: dict[str, int | None] = {}
     held = {
         seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", pattern, prefixes, seen)
@@ -672,7 +672,7 @@ def _rank_features(
         name = row[5]
         if name not in speakers:
             speakers[name] = (
-                1.0 if name and wanted_terms.intersection(ftsquery.tokens(name)) else 0.0
+                1.0 if name and wanted_terms.intersection(fts_query.tokens(name)) else 0.0
             )
         speaker = speakers[name]
         own, window, rare_own, rare_window = shares[seq]
@@ -709,7 +709,7 @@ def _candidates(
             f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
             "ORDER BY score DESC, rowid LIMIT ?"
         )
-    match = ftsquery.match_expression(terms)
+    match = fts_query.match_expression(terms)
     return dict(db.execute(sql, (match, *filters.params, limit)).fetchall())
 
 
@@ -730,7 +730,7 @@ def _feedback(
     large log costs a hundred times a plain search."""
     top = sorted(base.items(), key=lambda item: (-item[1], item[0]))[: tuning.feedback_docs]
     total = sum(score for _, score in top) or 1.0
-    prefixes = tuple(ftsquery.stem_prefix(t) for t in terms)
+    prefixes = tuple(fts_query.stem_prefix(t) for t in terms)
     words_of: dict[int, set[str]] = {}
     weights: dict[str, float] = {}
     for seq, score in top:
@@ -764,8 +764,8 @@ def _feedback(
 def _feedback_words(row: tuple[Any, ...], prefixes: tuple[str, ...]) -> list[str]:
     return [
         w
-        for w in ftsquery.tokens(f"{row[7] or ''} {row[8] or ''}")
-        if len(w) > 2 and w not in ftsquery.STOP_WORDS and not w.startswith(prefixes)
+        for w in fts_query.tokens(f"{row[7] or ''} {row[8] or ''}")
+        if len(w) > 2 and w not in fts_query.STOP_WORDS and not w.startswith(prefixes)
     ]
 
 
@@ -780,12 +780,12 @@ def _term_features(
     together two of them stand, and how many of the query's exact pieces (numbers, dates,
     versions, identifiers) it holds verbatim. A term is found by its stem prefix (the
     snippet's rule), a stand-in for FTS5's porter stemmer that needs no second index."""
-    prefixes = [ftsquery.stem_prefix(t) for t in terms]
+    prefixes = [fts_query.stem_prefix(t) for t in terms]
     heads = {p[:4] for p in prefixes}
     head_sizes = {min(len(p), 4) for p in prefixes}
     spread = max(1, len(terms) - 1)
     features = len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight)
-    verbatim = ftsquery.exact_pattern(exact) if exact else None
+    verbatim = fts_query.exact_pattern(exact) if exact else None
     out = dict(base)
     for seq, score in base.items():
         row = rows.get(seq)
@@ -795,7 +795,7 @@ def _term_features(
         factor = 1.0
         if features:
             positions: list[tuple[int, int]] = []  # (token index, term index)
-            for at, token in enumerate(ftsquery.tokens(text)):
+            for at, token in enumerate(fts_query.tokens(text)):
                 # Most tokens are turned away by a set lookup or two, before any prefix scan.
                 if not any(token[:n] in heads for n in head_sizes):
                     continue
@@ -826,7 +826,7 @@ def _speaker_match(
     out = dict(base)
     for seq, score in base.items():
         row = rows.get(seq)
-        if row is not None and row[5] and wanted.intersection(ftsquery.tokens(row[5])):
+        if row is not None and row[5] and wanted.intersection(fts_query.tokens(row[5])):
             out[seq] = score * (1.0 + weight)
     return out
 
@@ -859,7 +859,7 @@ def _diversify(
 
 def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[Hit]:
     sql = (
-        f"SELECT {_HIT_COLUMNS}, 0.0, substr(e.content, 1, {ftsquery.SNIPPET_CHARS}), "
+        f"SELECT {_HIT_COLUMNS}, 0.0, substr(e.content, 1, {fts_query.SNIPPET_CHARS}), "
         f"e.headline FROM events e WHERE e.searchable = 1{filters.sql} ORDER BY e.seq LIMIT ?"
     )
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
@@ -890,7 +890,7 @@ def _varint(block: bytes) -> int:
 def _doc_freq(db: sqlite3.Connection, terms: list[str]) -> list[int]:
     """Documents holding each term, matched by FTS5 itself (so stemmed as a search is)."""
     sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
-    return [int(db.execute(sql, (ftsquery.quote_term(t),)).fetchone()[0]) for t in terms]
+    return [int(db.execute(sql, (fts_query.quote_term(t),)).fetchone()[0]) for t in terms]
 
 
 SQLITE = SearchDialect("?", _candidates, _list_range, doc_count=_doc_count, doc_freq=_doc_freq)

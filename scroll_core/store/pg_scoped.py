@@ -1,4 +1,4 @@
-"""The tenant boundary of ``ms`` on the PostgreSQL Event Log (``scoped`` is SQLite's).
+"""The tenant boundary of ``ms`` on the PostgreSQL Event Log (``sqlite_scoped`` is SQLite's).
 
 Two paths, as on SQLite:
 
@@ -10,7 +10,7 @@ Two paths, as on SQLite:
 - ``PgModelSql`` runs the SQL a model writes, on its own connection logged in as a member
   of ``scroll_reader`` (``reader_url``): SELECT on ``events`` and ``session_stats`` only,
   row-level security showing only the agents the host registered for that connection's
-  backend pid (``pgschema.m002_ms_reader`` says why a pid and not a setting), every call in
+  backend pid (``pg_schema.m002_ms_reader`` says why a pid and not a setting), every call in
   its own READ ONLY transaction with a ``statement_timeout``, rolled back afterwards, and
   rows streamed through a server-side cursor so the row cap and byte budget stop the fetch;
   a row over the byte budget on its own is sized and withheld by the server (``_capped``).
@@ -28,15 +28,21 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import errors as pgerrors
 
-from .errors import QueryRefused
-from .eventlog import SessionSummary
-from .pglog import PG_DIALECT
-from .pgschema import HOST_READER_ROLE
-from .scoped import FTS_REFUSED, ScopedEvent, ScopedReads, refuse_unless_reading, scope_agents
+from ..errors import QueryRefused
+from .pg_log import PG_DIALECT
+from .pg_schema import HOST_READER_ROLE
 from .search import Hit, SearchFilters, run_search
+from .sqlite_log import SessionSummary
+from .sqlite_scoped import (
+    FTS_REFUSED,
+    ScopedEvent,
+    ScopedReads,
+    refuse_unless_reading,
+    scope_agents,
+)
 
 if TYPE_CHECKING:
-    from .pglog import PgEventLog
+    from .pg_log import PgEventLog
 
 __all__ = ["PgModelSql", "PgScopedReader", "to_pg_params"]
 

@@ -1,0 +1,54 @@
+"""The Event Log's storage: one interface, a SQLite and a PostgreSQL backend side by side.
+
+    interface.py        EventStore (what everything above storage uses), open_event_store
+    sqlite_log.py    |  pg_log.py        the Event Log on each database
+    sqlite_schema.py |  pg_schema.py     numbered migrations, refusing triggers, roles
+    sqlite_scoped.py |  pg_scoped.py     the tenant boundary of ``ms``: one agent's rows
+    search.py           BM25 candidates, the neighbour signal and the learned rankers
+    fts_query.py        query text -> safe terms; snippets
+    rank_trees.py       the tree ranker (ranker_trees.json) scored in pure Python
+    query_dates.py      the dates a query names, for the ranker's date features
+    payloads.py         content-addressed payloads behind lazy, sha256-checked handles
+    dialect_notes.py    what ``ms.schema()`` says about each backend's SQL
+
+Only the SQLite side is imported here: the PostgreSQL modules need psycopg, which only
+deployments on PostgreSQL install (``open_event_store`` imports ``pg_log`` when asked).
+"""
+
+from __future__ import annotations
+
+from .interface import EventStore, is_postgres_url, open_event_store
+from .payloads import ArtifactRef, PayloadSource, PayloadStore, ToolResultRef
+from .search import Hit, SearchFilters, SearchTuning, TermStats
+from .sqlite_log import (
+    KIND_CONTEXT_MSG,
+    KIND_MODEL_TURN,
+    KIND_TOOL_RESULT,
+    Event,
+    EventLog,
+    Seqs,
+    SessionSummary,
+)
+from .sqlite_scoped import ScopedReader
+
+__all__ = [
+    "KIND_CONTEXT_MSG",
+    "KIND_MODEL_TURN",
+    "KIND_TOOL_RESULT",
+    "ArtifactRef",
+    "Event",
+    "EventLog",
+    "EventStore",
+    "Hit",
+    "PayloadSource",
+    "PayloadStore",
+    "ScopedReader",
+    "SearchFilters",
+    "SearchTuning",
+    "Seqs",
+    "SessionSummary",
+    "TermStats",
+    "ToolResultRef",
+    "is_postgres_url",
+    "open_event_store",
+]

@@ -22,6 +22,7 @@ from typing import Any
 
 from bench._locomo_split import split_of
 from scroll_core.store.search import RANK_FEATURES, SearchFilters, SearchTuning, search_features
+from scroll_core.store.sqlite_search import SQLITE
 
 __all__ = [
     "LADDER",
@@ -91,7 +92,8 @@ def collect(
             10,
             SearchFilters(session_id=session_of(item)),
             tuning,
-            stats=log.term_stats,
+            SQLITE,
+            log.term_stats,
             trees=trees,
         )
         out.append(

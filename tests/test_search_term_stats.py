@@ -11,12 +11,12 @@ from search_corpus import add, ranked
 from scroll_core import ConfigError, SearchTuning
 from scroll_core.store.search import (
     RANK_FEATURES,
-    SQLITE,
     SearchDialect,
     SearchFilters,
     TermStats,
     search_features,
 )
+from scroll_core.store.sqlite_search import SQLITE
 
 AT = {name: i for i, name in enumerate(RANK_FEATURES)}
 SHIPPED = SearchTuning()
@@ -31,7 +31,7 @@ def log(store):
 
 def _dialect(log):
     if log.backend == "postgres":
-        from scroll_core.store.pg_log import PG_DIALECT
+        from scroll_core.store.pg_search import PG_DIALECT
 
         return PG_DIALECT
     return SQLITE

@@ -4,7 +4,8 @@
     sqlite_log.py    |  pg_log.py        the Event Log on each database
     sqlite_schema.py |  pg_schema.py     numbered migrations, refusing triggers, roles
     sqlite_scoped.py |  pg_scoped.py     the tenant boundary of ``ms``: one agent's rows
-    search.py           BM25 candidates, the neighbour signal and the learned rankers
+    sqlite_search.py |  pg_search.py     BM25 candidates: FTS5, or BM25 in SQL over tsvectors
+    search.py           what both share: the neighbour signal and the learned rankers
     fts_query.py        query text -> safe terms; snippets
     rank_trees.py       the tree ranker (ranker_trees.json) scored in pure Python
     query_dates.py      the dates a query names, for the ranker's date features

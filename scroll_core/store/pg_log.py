@@ -6,16 +6,7 @@ transaction-scoped advisory lock so that commit order is seq order, dedup per se
 all-or-nothing batches, the per-session summary, and payloads content-addressed in a
 ``bytea`` table every machine reaches.
 
-Search ranks with BM25 computed in SQL, not ``ts_rank``: the append trigger keeps per-lexeme
-document frequencies (``fts_terms``), the document count and total length (``fts_totals``)
-and each event's length (``events_fts.doclen``); term frequencies come from the tsvector's
-positions, weighted by column through their labels. The formula is FTS5's (k1 = 1.2,
-b = 0.75, idf = ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6, column weights multiplying
-each occurrence), so the neighbour signal and the tuning carry over unchanged. Where the
-two backends differ: PostgreSQL stems with snowball English (FTS5 with the original Porter
-algorithm), its parser keeps diacritics (FTS5's unicode61 strips them) and indexes a
-hyphenated word both whole and in parts, and a tsvector keeps at most 256 positions of a
-lexeme (positions above 16383 collapse), which caps tf in very long contents.
+Search ranks with BM25 computed in SQL (``pg_search``).
 """
 
 from __future__ import annotations
@@ -42,10 +33,10 @@ from ..errors import (
 )
 from ..telemetry import span
 from ..tokens import TokenCounter
-from .fts_query import SNIPPET_CHARS
 from .payloads import check_ref, ref_of
-from .pg_schema import APPEND_ONLY_SQLSTATE, SEQ_LOCK, TS_CONFIG, migrate
-from .search import SearchDialect, SearchFilters, SearchTuning, run_search
+from .pg_schema import APPEND_ONLY_SQLSTATE, SEQ_LOCK, migrate
+from .pg_search import PG_DIALECT
+from .search import SearchFilters, SearchTuning, run_search
 from .sqlite_log import (
     DEFAULT_PAYLOAD_THRESHOLD,
     Event,
@@ -58,7 +49,7 @@ from .sqlite_log import (
 )
 from .sqlite_schema import sqlite_int
 
-__all__ = ["PG_DIALECT", "PgEventLog", "PgPayloadStore"]
+__all__ = ["PgEventLog", "PgPayloadStore", "redact"]
 
 _EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
@@ -75,9 +66,6 @@ _SUMMARY_SELECT = (
 )
 # Batches at least this long are sent with COPY rather than one INSERT per row.
 _COPY_FROM = 8
-# BM25 constants, as FTS5 uses them.
-_K1 = 1.2
-_B = 0.75
 
 
 def redact(url: str) -> str:
@@ -447,120 +435,3 @@ def _existing_keys(db: psycopg.Connection[Any], rows: list[_Row]) -> dict[tuple[
         ):
             found[(session_id, key)] = seq
     return found
-
-
-# ---------------------------------------------------------------------- search in SQL
-def _bm25_sql(filters: SearchFilters, dialect: SearchDialect) -> str:
-    """The best ``limit`` matches by BM25, each as (seq, score).
-
-    The GIN index answers the tsquery of the query's lexemes (``matches``); for each match
-    the query lexemes' positions are read from its tsvector, each position counted with its
-    column's weight (labels A, C, D), and BM25 is summed over the lexemes, with idf from
-    ``fts_terms`` and the average length from ``fts_totals``. The tsvector is cut down to
-    the query's lexemes before it is unnested (deleting every other lexeme, in C): unnesting
-    all of a match's lexemes into rows only to keep one or two cost 40% more per search.
-    """
-    join = " JOIN events e ON e.seq = f.seq" if filters.sql else ""
-    where = dialect.sql(filters.sql)
-    tf = (
-        "(%(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"
-        " + %(wc)s::float8 * cardinality(array_positions(u.weights, 'C'))"
-        " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')))"
-    )
-    return f"""
-        WITH lex AS MATERIALIZED (
-            SELECT coalesce(array_agg(DISTINCT u.lexeme), '{{}}') AS lexemes
-            FROM unnest(to_tsvector('{TS_CONFIG}', %(text)s)) AS u
-        ), idf AS MATERIALIZED (
-            SELECT l.lexeme, greatest(ln(
-                ((tot.docs - coalesce(t.docs, 0))::float8 + 0.5)
-                / (coalesce(t.docs, 0)::float8 + 0.5)
-            ), 1e-6::float8) AS idf
-            FROM lex, unnest(lex.lexemes) AS l(lexeme) CROSS JOIN fts_totals AS tot
-            LEFT JOIN fts_terms AS t ON t.lexeme = l.lexeme
-        ), matches AS MATERIALIZED (
-            SELECT f.seq, f.tsv, f.doclen FROM events_fts f{join}
-            WHERE f.tsv @@ to_tsquery('{TS_CONFIG}', %(query)s){where}
-        )
-        SELECT m.seq, sum(
-            idf.idf * (tf.tf * {_K1 + 1}::float8) /
-            (tf.tf + {_K1}::float8 * ({1 - _B}::float8 + {_B}::float8 * m.doclen / (
-                SELECT greatest(tokens::float8 / greatest(docs, 1), 1.0::float8) FROM fts_totals
-            )))
-        ) AS score
-        FROM matches m, lex,
-        LATERAL (
-            SELECT u.lexeme, {tf}::float8 AS tf
-            FROM unnest(ts_delete(m.tsv, tsvector_to_array(ts_delete(m.tsv, lex.lexemes)))) AS u
-        ) AS tf
-        JOIN idf ON idf.lexeme = tf.lexeme
-        GROUP BY m.seq ORDER BY score DESC, m.seq LIMIT %(limit)s
-    """
-
-
-def _tsquery(lexemes: list[str]) -> str:
-    """A tsquery text ORing ``lexemes``, each quoted so it is only ever a word."""
-    quoted = ("'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes)
-    return " | ".join(quoted)
-
-
-def _pg_candidates(
-    db: Any, terms: list[str], limit: int, filters: SearchFilters, tuning: SearchTuning
-) -> dict[int, float]:
-    content, headline, name = (float(w) for w in tuning.rank_weights)
-    params: dict[str, Any] = {
-        # The terms are letters and digits only (fts_query), each quoted: the tsquery is
-        # stemmed by the index's own configuration and cannot hold an operator.
-        "text": " ".join(terms),
-        "query": _tsquery(terms),
-        "wa": headline,
-        "wc": name,
-        "wd": content,
-        "limit": limit,
-    }
-    sql = _bm25_sql(filters, PG_DIALECT)
-    # Filter values are positional in SearchFilters; name them for this statement.
-    for i, value in enumerate(filters.params):
-        params[f"f{i}"] = value
-        sql = sql.replace("%s", f"%(f{i})s", 1)
-    return {int(seq): float(score) for seq, score in db.execute(sql, params).fetchall()}
-
-
-def _pg_list_range(db: Any, k: int, filters: SearchFilters) -> list[Hit]:
-    sql = (
-        "SELECT e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at, "
-        f"0.0::float8, substr(e.content, 1, {SNIPPET_CHARS}), e.headline FROM events e "
-        f"WHERE e.searchable = 1{PG_DIALECT.sql(filters.sql)} ORDER BY e.seq LIMIT %s"
-    )
-    return [Hit(*row) for row in db.execute(sql, (*filters.params, k)).fetchall()]
-
-
-def _pg_doc_count(db: Any) -> int:
-    """Documents in the full-text index (the count BM25's idf uses)."""
-    row = db.execute("SELECT docs FROM fts_totals WHERE id = 1").fetchone()
-    return int(row[0]) if row else 0
-
-
-def _pg_doc_freq(db: Any, terms: list[str]) -> list[int]:
-    """Documents holding each term: its lexeme under the index's configuration, looked up in
-    ``fts_terms`` (0 for a term that stems to no lexeme or that no document holds)."""
-    rows = db.execute(
-        f"""
-        SELECT t.i, coalesce(max(f.docs), 0) FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, i)
-        LEFT JOIN LATERAL unnest(to_tsvector('{TS_CONFIG}', t.term)) AS u ON true
-        LEFT JOIN fts_terms AS f ON f.lexeme = u.lexeme
-        GROUP BY t.i ORDER BY t.i
-        """,
-        (list(terms),),
-    ).fetchall()
-    return [int(docs) for _, docs in rows]
-
-
-PG_DIALECT = SearchDialect(
-    "%s",
-    _pg_candidates,
-    _pg_list_range,
-    arrays=True,
-    doc_count=_pg_doc_count,
-    doc_freq=_pg_doc_freq,
-)

@@ -18,7 +18,6 @@ Two paths, as on SQLite:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import threading
 import uuid
@@ -29,10 +28,11 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from ..errors import QueryRefused
-from .pg_log import PG_DIALECT
 from .pg_schema import HOST_READER_ROLE
-from .search import Hit, SearchFilters, run_search
+from .pg_search import PG_DIALECT
+from .search import Hit, SearchFilters, neighbour_seqs, run_search
 from .sqlite_log import SessionSummary
+from .sqlite_schema import sqlite_int
 from .sqlite_scoped import (
     FTS_REFUSED,
     ScopedEvent,
@@ -79,7 +79,7 @@ class PgScopedReader(ScopedReads):
             _release(self.log, self._db)
 
     def _integer(self, value: Any) -> int:
-        return _bigint(value)
+        return sqlite_int(value)
 
     def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -148,26 +148,7 @@ class PgScopedReader(ScopedReads):
         hits = run_search(
             self._db, query, k, filters, self.log.search_tuning, PG_DIALECT, self.log.term_stats
         )
-        return self._with_neighbours(hits, neighbours, before_seq)
-
-    def _with_neighbours(self, hits: list[Hit], reach: int, before_seq: int | None) -> list[Hit]:
-        """Each hit with up to ``reach`` searchable turns on each side in its session, read
-        through this reader's connection (row-level security keeps them in scope)."""
-        if reach <= 0:
-            return hits
-        bound = "" if before_seq is None else " AND seq < %s"
-        extra: tuple[Any, ...] = () if before_seq is None else (_bigint(before_seq),)
-        filled = []
-        for hit in hits:
-            rows = []
-            for op, order in (("<", "DESC"), (">", "ASC")):
-                rows += self._db.execute(
-                    f"SELECT seq FROM events WHERE session_id = %s AND seq {op} %s"
-                    f" AND searchable = 1{bound} ORDER BY seq {order} LIMIT %s",
-                    (hit.session_id, hit.seq, *extra, int(reach)),
-                ).fetchall()
-            filled.append(dataclasses.replace(hit, neighbours=tuple(sorted(r[0] for r in rows))))
-        return filled
+        return neighbour_seqs(self._db, hits, PG_DIALECT, neighbours, before_seq)
 
 
 class PgModelSql:
@@ -363,10 +344,6 @@ def to_pg_params(sql: str, params: Any) -> tuple[str, Any]:
         return token.replace("%", "%%")
 
     return _SQL_TOKENS.sub(swap, sql), params if named else list(params)
-
-
-def _bigint(value: Any) -> int:
-    return max(-(2**63), min(2**63 - 1, int(value)))
 
 
 def _first_line(exc: BaseException) -> str:

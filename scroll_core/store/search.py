@@ -2,8 +2,9 @@
 
 Two steps, so the cost follows the number of hits and not the number of matches:
 
-1. FTS5 ranks the matches by bm25 and hands back the best ``candidates`` seqs (joining the
-   events table only when a filter needs its columns).
+1. The backend's full-text index ranks the matches by BM25 and hands back the best
+   ``candidates`` seqs (``SearchDialect``: FTS5 in ``sqlite_search``, BM25 in SQL over a
+   tsvector index in ``pg_search``).
 2. The candidates and the turns next to them are read once; each turn's score becomes its
    own bm25 plus a share of the bm25 of the turns beside it in the same session. A reply
    rarely repeats the words of the question it answers, so evidence often sits one turn
@@ -20,7 +21,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -229,7 +229,7 @@ class SearchFilters:
 
 # A filter with nothing to match (``kind=[]``) is the clause ``0``; PostgreSQL wants a boolean.
 _FALSE_CLAUSE = re.compile(r" AND 0(?= AND |$)")
-_HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at"
+HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at"
 
 
 @dataclass(frozen=True)
@@ -363,12 +363,13 @@ def run_search(
     k: int,
     filters: SearchFilters,
     tuning: SearchTuning,
-    dialect: SearchDialect | None = None,
+    dialect: SearchDialect,
     stats: TermStats | None = None,
 ) -> list[Hit]:
-    """The top ``k`` hits for ``query``; ``stats`` caches whole-log term statistics when
-    ``tuning.term_rarity`` asks for them (a fresh count each search without it)."""
-    dialect = dialect or SQLITE
+    """The top ``k`` hits for ``query`` on a connection of ``dialect``'s backend
+    (``sqlite_search.SQLITE``, ``pg_search.PG_DIALECT``); ``stats`` caches whole-log term
+    statistics when ``tuning.term_rarity`` asks for them (a fresh count each search without
+    it)."""
     k = max(0, sqlite_int(k))
     if k == 0:
         return []
@@ -418,14 +419,13 @@ def search_features(
     k: int,
     filters: SearchFilters,
     tuning: SearchTuning,
-    dialect: SearchDialect | None = None,
+    dialect: SearchDialect,
     stats: TermStats | None = None,
     trees: bool = False,
 ) -> dict[int, tuple[float, ...]]:
     """``RANK_FEATURES`` (``TREE_FEATURES`` when ``trees``) of every turn a search for
     ``query`` reads (what a ranker is fitted on; ``bench/_ranker_fit.py``,
     ``bench/_tree_fit.py``); empty when nothing matches."""
-    dialect = dialect or SQLITE
     terms = fts_query.query_terms(query)
     if not terms or k <= 0:
         return {}
@@ -498,7 +498,7 @@ def _read_pool(
     rows = {
         row[0]: row
         for row in db.execute(
-            f"SELECT {_HIT_COLUMNS}, e.content, e.headline FROM events e "
+            f"SELECT {HIT_COLUMNS}, e.content, e.headline FROM events e "
             f"WHERE {in_pool} AND e.searchable = 1{dialect.sql(filters.sql)}",
             (*pool_params, *filters.params),
         ).fetchall()
@@ -687,32 +687,6 @@ def _rank_features(
     return out
 
 
-def _candidates(
-    db: sqlite3.Connection,
-    terms: list[str],
-    limit: int,
-    filters: SearchFilters,
-    tuning: SearchTuning,
-) -> dict[int, float]:
-    weights = ", ".join(str(float(w)) for w in tuning.rank_weights)
-    rank = f"bm25(events_fts, {weights})"
-    if filters.sql:
-        sql = (
-            f"SELECT e.seq, -{rank} AS score FROM events_fts JOIN events e "
-            f"ON e.seq = events_fts.rowid WHERE events_fts MATCH ?{filters.sql} "
-            "ORDER BY score DESC, e.seq LIMIT ?"
-        )
-    else:
-        # Rank inside FTS5 alone: joining every match to the events table first would cost
-        # a lookup per match rather than per candidate.
-        sql = (
-            f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
-            "ORDER BY score DESC, rowid LIMIT ?"
-        )
-    match = fts_query.match_expression(terms)
-    return dict(db.execute(sql, (match, *filters.params, limit)).fetchall())
-
-
 def _feedback(
     rows: dict[int, tuple[Any, ...]],
     base: dict[int, float],
@@ -857,48 +831,10 @@ def _diversify(
     return picked
 
 
-def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[Hit]:
-    sql = (
-        f"SELECT {_HIT_COLUMNS}, 0.0, substr(e.content, 1, {fts_query.SNIPPET_CHARS}), "
-        f"e.headline FROM events e WHERE e.searchable = 1{filters.sql} ORDER BY e.seq LIMIT ?"
-    )
-    return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
-
-
-def _doc_count(db: sqlite3.Connection) -> int:
-    """Documents in the FTS5 index: the first varint of its averages record (row 1 of
-    ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
-    row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
-    if row is None or not row[0]:
-        return 0
-    return _varint(bytes(row[0]))
-
-
-def _varint(block: bytes) -> int:
-    """SQLite's varint at the start of ``block``: big-endian 7-bit groups while the high bit
-    is set, a ninth byte giving all its 8 bits."""
-    value = 0
-    for i, byte in enumerate(block[:9]):
-        if i == 8:
-            return (value << 8) | byte
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value
-    return value
-
-
-def _doc_freq(db: sqlite3.Connection, terms: list[str]) -> list[int]:
-    """Documents holding each term, matched by FTS5 itself (so stemmed as a search is)."""
-    sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
-    return [int(db.execute(sql, (fts_query.quote_term(t),)).fetchone()[0]) for t in terms]
-
-
-SQLITE = SearchDialect("?", _candidates, _list_range, doc_count=_doc_count, doc_freq=_doc_freq)
-
-
 def neighbour_seqs(
-    db: sqlite3.Connection,
+    db: Any,
     hits: Sequence[Hit],
+    dialect: SearchDialect,
     reach: int = 1,
     before_seq: int | None = None,
 ) -> list[Hit]:
@@ -908,20 +844,17 @@ def neighbour_seqs(
     reach = max(0, sqlite_int(reach))
     if reach == 0:
         return list(hits)
-    limit = "" if before_seq is None else " AND seq < ?"
-    bound: tuple[Any, ...] = () if before_seq is None else (sqlite_int(before_seq),)
+    mark = dialect.mark
+    bound = "" if before_seq is None else f" AND seq < {mark}"
+    extra: tuple[Any, ...] = () if before_seq is None else (sqlite_int(before_seq),)
     filled = []
     for hit in hits:
-        older = db.execute(
-            "SELECT seq FROM events WHERE session_id = ? AND seq < ? AND searchable = 1"
-            f"{limit} ORDER BY seq DESC LIMIT ?",
-            (hit.session_id, hit.seq, *bound, reach),
-        ).fetchall()
-        newer = db.execute(
-            "SELECT seq FROM events WHERE session_id = ? AND seq > ? AND searchable = 1"
-            f"{limit} ORDER BY seq LIMIT ?",
-            (hit.session_id, hit.seq, *bound, reach),
-        ).fetchall()
-        seqs = sorted(row[0] for row in (*older, *newer))
-        filled.append(replace(hit, neighbours=tuple(seqs)))
+        rows: list[Any] = []
+        for op, order in (("<", "DESC"), (">", "ASC")):
+            rows += db.execute(
+                f"SELECT seq FROM events WHERE session_id = {mark} AND seq {op} {mark}"
+                f" AND searchable = 1{bound} ORDER BY seq {order} LIMIT {mark}",
+                (hit.session_id, hit.seq, *extra, reach),
+            ).fetchall()
+        filled.append(replace(hit, neighbours=tuple(sorted(row[0] for row in rows))))
     return filled

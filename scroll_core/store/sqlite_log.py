@@ -49,6 +49,7 @@ from .payloads import (
 )
 from .search import Hit, SearchFilters, SearchTuning, TermStats, run_search
 from .sqlite_schema import APPEND_ONLY_MESSAGE, migrate, sqlite_int
+from .sqlite_search import SQLITE
 
 __all__ = [
     "KIND_CONTEXT_MSG",
@@ -767,7 +768,8 @@ class EventLog(_EventLogBase):
                         session_id, agent_id, kind, since, until, before_seq, speaker=speaker
                     ),
                     self.search_tuning,
-                    stats=self.term_stats,
+                    SQLITE,
+                    self.term_stats,
                 )
             if traced.recording:
                 traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])

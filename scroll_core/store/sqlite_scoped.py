@@ -38,6 +38,7 @@ from ..errors import AgentNotReadable, EventNotFound, QueryRefused
 from ..telemetry import span
 from .search import Hit, SearchFilters, neighbour_seqs, run_search
 from .sqlite_log import Event, EventLog, SessionSummary
+from .sqlite_search import SQLITE
 
 __all__ = [
     "BY_SESSION_VIEW",
@@ -433,9 +434,9 @@ class ScopedReader(ScopedReads):
         self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
     ) -> list[Hit]:
         hits = run_search(
-            self._db, query, k, filters, self.log.search_tuning, stats=self.log.term_stats
+            self._db, query, k, filters, self.log.search_tuning, SQLITE, self.log.term_stats
         )
-        return neighbour_seqs(self._db, hits, neighbours, before_seq) if neighbours else hits
+        return neighbour_seqs(self._db, hits, SQLITE, neighbours, before_seq)
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
         """The sessions of ``agents`` (default: every readable agent), newest first."""

@@ -1,6 +1,8 @@
 """The Event Log's storage: one interface, a SQLite and a PostgreSQL backend side by side.
 
     interface.py        EventStore (what everything above storage uses), open_event_store
+    records.py          Event, Seqs, SessionSummary: what every backend hands out
+    log_common.py       the backends' shared half: validation, payloads, tokens, reads
     sqlite_log.py    |  pg_log.py        the Event Log on each database
     sqlite_schema.py |  pg_schema.py     numbered migrations, refusing triggers, roles
     sqlite_scoped.py |  pg_scoped.py     the tenant boundary of ``ms``: one agent's rows
@@ -20,16 +22,16 @@ from __future__ import annotations
 
 from .interface import EventStore, is_postgres_url, open_event_store
 from .payloads import ArtifactRef, PayloadSource, PayloadStore, ToolResultRef
-from .search import Hit, SearchFilters, SearchTuning, TermStats
-from .sqlite_log import (
+from .records import (
     KIND_CONTEXT_MSG,
     KIND_MODEL_TURN,
     KIND_TOOL_RESULT,
     Event,
-    EventLog,
     Seqs,
     SessionSummary,
 )
+from .search import Hit, SearchFilters, SearchTuning, TermStats
+from .sqlite_log import EventLog
 from .sqlite_scoped import ScopedReader
 
 __all__ = [

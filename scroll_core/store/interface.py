@@ -16,8 +16,9 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from ..tokens import TokenCounter
 from .payloads import PayloadSource
-from .search import SearchTuning
-from .sqlite_log import Event, EventLog, Hit, Seqs, SessionSummary
+from .records import Event, Seqs, SessionSummary
+from .search import Hit, SearchTuning
+from .sqlite_log import EventLog
 
 __all__ = ["EventStore", "is_postgres_url", "open_event_store"]
 

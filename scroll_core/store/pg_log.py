@@ -12,9 +12,8 @@ Search ranks with BM25 computed in SQL (``pg_search``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import date, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,7 +23,6 @@ from psycopg import errors as pgerrors
 from ..errors import (
     AppendOnlyViolation,
     EventLogError,
-    EventNotFound,
     InvalidEvent,
     PayloadCorrupt,
     PayloadMissing,
@@ -33,36 +31,26 @@ from ..errors import (
 )
 from ..telemetry import span
 from ..tokens import TokenCounter
-from .payloads import check_ref, ref_of
-from .pg_schema import APPEND_ONLY_SQLSTATE, SEQ_LOCK, migrate
-from .pg_search import PG_DIALECT
-from .search import SearchFilters, SearchTuning, run_search
-from .sqlite_log import (
+from .log_common import (
     DEFAULT_PAYLOAD_THRESHOLD,
-    Event,
-    Hit,
-    Seqs,
-    SessionSummary,
     _EventLogBase,
     _plan,
     _Row,
+    coverage_problems,
+    keys_by_session,
 )
-from .sqlite_schema import sqlite_int
+from .payloads import check_ref, ref_of
+from .pg_schema import APPEND_ONLY_SQLSTATE, SEQ_LOCK, migrate
+from .pg_search import PG_DIALECT
+from .records import Seqs
+from .search import SearchTuning
 
 __all__ = ["PgEventLog", "PgPayloadStore", "redact"]
 
-_EVENT_COLUMNS = (
-    "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
-    "payload_ref, payload_size, payload_media, headline, metadata, created_at, tokens, dedup_key"
-)
 _INSERT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
     "payload_ref, payload_size, payload_media, headline, metadata, created_at, dedup_key, "
     "searchable, tokens"
-)
-_SUMMARY_SELECT = (
-    "SELECT session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at "
-    "FROM session_stats"
 )
 # Batches at least this long are sent with COPY rather than one INSERT per row.
 _COPY_FROM = 8
@@ -121,6 +109,7 @@ class PgEventLog(_EventLogBase):
 
     backend = "postgres"
     _text_holds_nul = False
+    _dialect = PG_DIALECT
 
     def __init__(
         self,
@@ -226,120 +215,14 @@ class PgEventLog(_EventLogBase):
         seqs.inserted = len(fresh)
         return seqs
 
-    # ------------------------------------------------------------------ reading
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._reader().execute(sql, params).fetchall()
-
-    def get(self, seq: int) -> Event:
-        """The event with this seq; ``EventNotFound`` when there is none (out of range too)."""
-        if sqlite_int(seq) != int(seq):
-            raise EventNotFound(int(seq))
-        rows = self._rows(f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = %s", (int(seq),))
-        if not rows:
-            raise EventNotFound(seq)
-        return self._event(rows[0])
-
-    def range(self, lo: int, hi: int) -> list[Event]:
-        rows = self._rows(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq BETWEEN %s AND %s ORDER BY seq",
-            (sqlite_int(lo), sqlite_int(hi)),
-        )
-        return [self._event(r) for r in rows]
-
-    def session_events(
-        self, session_id: str, after_seq: int = 0, limit: int | None = 100
-    ) -> list[Event]:
-        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = %s AND seq > %s ORDER BY seq"
-        params: tuple[Any, ...] = (session_id, sqlite_int(after_seq))
-        if limit is not None:
-            sql += " LIMIT %s"
-            params += (max(0, sqlite_int(limit)),)
-        return [self._event(r) for r in self._rows(sql, params)]
-
-    def session_events_before(
-        self, session_id: str, before_seq: int, limit: int = 100
-    ) -> list[Event]:
-        rows = self._rows(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = %s AND seq < %s "
-            "ORDER BY seq DESC LIMIT %s",
-            (session_id, sqlite_int(before_seq), max(0, sqlite_int(limit))),
-        )
-        return [self._event(r) for r in reversed(rows)]
-
-    def session(self, session_id: str) -> SessionSummary | None:
-        rows = self._rows(f"{_SUMMARY_SELECT} WHERE session_id = %s", (session_id,))
-        return SessionSummary(*rows[0]) if rows else None
-
-    def by_tool_call(self, tool_call_id: str) -> list[Event]:
-        rows = self._rows(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE tool_call_id = %s ORDER BY seq",
-            (tool_call_id,),
-        )
-        return [self._event(r) for r in rows]
-
-    def sessions(self, *, after_seq: int = 0, limit: int | None = None) -> list[SessionSummary]:
-        sql = f"{_SUMMARY_SELECT} WHERE last_seq > %s ORDER BY last_seq DESC"
-        params: tuple[Any, ...] = (sqlite_int(after_seq),)
-        if limit is not None:
-            sql += " LIMIT %s"
-            params += (max(0, sqlite_int(limit)),)
-        return [SessionSummary(*r) for r in self._rows(sql, params)]
-
-    def count(self, session_id: str | None = None) -> int:
-        sql = "SELECT coalesce(sum(events), 0) FROM session_stats"
-        if session_id is None:
-            return int(self._rows(sql)[0][0])
-        return int(self._rows(f"{sql} WHERE session_id = %s", (session_id,))[0][0])
-
-    def last_seq(self) -> int:
-        return int(self._rows("SELECT coalesce(max(seq), 0) FROM events")[0][0])
-
     # ------------------------------------------------------------------ search
-    def search(
-        self,
-        query: str,
-        k: int = 10,
-        *,
-        session_id: str | None = None,
-        agent_id: str | None = None,
-        kind: str | Sequence[str] | None = None,
-        since: str | datetime | date | None = None,
-        until: str | datetime | date | None = None,
-        before_seq: int | None = None,
-        time_limit_s: float | None = None,
-        step_limit: int | None = None,
-        speaker: str | Sequence[str] | None = None,
-    ) -> list[Hit]:
-        """BM25 search, as ``EventLog.search``.
-
-        ``time_limit_s`` becomes the ``statement_timeout`` of the search's statements, and
-        is PostgreSQL's bound on the work of a search: ``step_limit`` counts SQLite VM
-        instructions, which PostgreSQL has no equivalent of, so it is accepted and not
-        applied (bound a search by time here).
-        """
-        with span(
-            "scroll.search",
-            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": agent_id},
-            query=query,
-            k=k,
-            filter_session=session_id,
-            filter_kind=kind,
-            since=since,
-            until=until,
-        ) as traced:
-            filters = SearchFilters(
-                session_id, agent_id, kind, since, until, before_seq, speaker=speaker
-            )
-            with self._limited(time_limit_s) as db:
-                hits = run_search(
-                    db, query, k, filters, self.search_tuning, PG_DIALECT, self.term_stats
-                )
-            if traced.recording:
-                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
-            return hits
-
     @contextmanager
-    def _limited(self, time_limit_s: float | None) -> Iterator[psycopg.Connection[Any]]:
+    def _limited(
+        self, time_limit_s: float | None, step_limit: int | None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """This thread's reader; with ``time_limit_s``, inside a transaction whose
+        ``statement_timeout`` it is. ``step_limit`` (SQLite VM instructions) has no
+        PostgreSQL equivalent and is not applied."""
         db = self._reader()
         if time_limit_s is None:
             yield db
@@ -380,11 +263,7 @@ class PgEventLog(_EventLogBase):
                     "FULL JOIN fts_terms t USING (lexeme) "
                     "WHERE d.docs IS DISTINCT FROM t.docs"
                 ).fetchall()[0][0]
-        problems = []
-        if missing[0]:
-            problems.append(f"{missing[0]} searchable event(s) missing, first seq {missing[1]}")
-        if extra[0]:
-            problems.append(f"{extra[0]} entry(ies) for no searchable event, first {extra[1]}")
+        problems = coverage_problems(missing, extra)
         if tuple(totals) != (covered, tokens):
             problems.append(f"totals {tuple(totals)} but the index holds {(covered, tokens)}")
         if terms:
@@ -423,15 +302,12 @@ def _put_payloads(db: psycopg.Connection[Any], payloads: dict[str, bytes]) -> No
 
 
 def _existing_keys(db: psycopg.Connection[Any], rows: list[_Row]) -> dict[tuple[str, str], int]:
-    by_session: dict[str, set[str]] = {}
-    for row in rows:
-        if row.dedup_key is not None:
-            by_session.setdefault(row.session_id, set()).add(row.dedup_key)
+    """The seqs of dedup keys in ``rows`` that the log already holds."""
     found: dict[tuple[str, str], int] = {}
-    for session_id, keys in by_session.items():
+    for session_id, keys in keys_by_session(rows).items():
         for key, seq in db.execute(
             "SELECT dedup_key, seq FROM events WHERE session_id = %s AND dedup_key = ANY(%s)",
-            (session_id, sorted(keys)),
+            (session_id, keys),
         ):
             found[(session_id, key)] = seq
     return found

@@ -30,8 +30,8 @@ from psycopg import errors as pgerrors
 from ..errors import QueryRefused
 from .pg_schema import HOST_READER_ROLE
 from .pg_search import PG_DIALECT
+from .records import SessionSummary
 from .search import Hit, SearchFilters, neighbour_seqs, run_search
-from .sqlite_log import SessionSummary
 from .sqlite_schema import sqlite_int
 from .sqlite_scoped import (
     FTS_REFUSED,

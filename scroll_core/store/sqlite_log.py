@@ -12,489 +12,45 @@ reads through its own ``query_only`` connection.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from ..errors import (
     AppendOnlyViolation,
     EventLogError,
-    EventNotFound,
     InvalidEvent,
     SearchIndexCorrupt,
     SearchTimeout,
 )
-from ..telemetry import SESSION, span
-from ..timeutil import format_ts, now_ts
-from ..tokens import TokenCounter, default_counter
-from .payloads import (
-    MEDIA_BYTES,
-    MEDIA_TEXT,
-    ArtifactRef,
-    PayloadSource,
-    PayloadStore,
-    ToolResultRef,
-    encode_payload,
-    ref_of,
+from ..telemetry import span
+from ..tokens import TokenCounter
+from .log_common import (
+    DEFAULT_PAYLOAD_THRESHOLD,
+    _EventLogBase,
+    _plan,
+    _Row,
+    coverage_problems,
+    keys_by_session,
 )
-from .search import Hit, SearchFilters, SearchTuning, TermStats, run_search
-from .sqlite_schema import APPEND_ONLY_MESSAGE, migrate, sqlite_int
+from .payloads import PayloadStore
+from .records import Seqs
+from .search import SearchTuning
+from .sqlite_schema import APPEND_ONLY_MESSAGE, migrate
 from .sqlite_search import SQLITE
 
-__all__ = [
-    "KIND_CONTEXT_MSG",
-    "KIND_MODEL_TURN",
-    "KIND_TOOL_RESULT",
-    "Event",
-    "EventLog",
-    "Hit",
-    "SessionSummary",
-]
+__all__ = ["BUSY_TIMEOUT_S", "EventLog"]
 
-KIND_CONTEXT_MSG = "context_msg"
-KIND_MODEL_TURN = "model_turn"
-KIND_TOOL_RESULT = "tool_result"
-
-# Above the default print cap (32,000 characters plus its notice), so whatever a kernel cell
-# prints is stored inline and shown whole in the working view; larger contents (imported
-# tool outputs, artifacts) move to the payload store behind a preview of this length.
-DEFAULT_PAYLOAD_THRESHOLD = 32768
 BUSY_TIMEOUT_S = 30.0
-# Rows per INSERT of a large batch; token counting of other chunks overlaps it.
-_PIPELINE_CHUNK = 50
 # SQLite VM instructions between two checks of a search's time or step limit.
 _PROGRESS_STEPS = 1000
 # What SQLite says when a (session_id, dedup_key) pair is already taken.
 _DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
-
-
-_EVENT_COLUMNS = (
-    "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
-    "payload_ref, payload_size, payload_media, headline, metadata, created_at, tokens, dedup_key"
-)
-# The per-session summary the append path keeps (sqlite_schema m002), one row per session.
-_SUMMARY_SELECT = (
-    "SELECT session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at "
-    "FROM session_stats"
-)
-_APPEND_KEYS = frozenset(
-    {
-        "session_id",
-        "kind",
-        "content",
-        "role",
-        "agent_id",
-        "name",
-        "tool_call_id",
-        "tool_input",
-        "payload",
-        "headline",
-        "metadata",
-        "created_at",
-        "dedup_key",
-        "searchable",
-    }
-)
-
-
-@dataclass(frozen=True)
-class Event:
-    """One row of the log, exactly as stored."""
-
-    seq: int
-    session_id: str
-    agent_id: str
-    kind: str
-    role: str | None
-    name: str | None
-    content: str
-    tool_call_id: str | None
-    tool_input: Any
-    payload_ref: str | None
-    payload_size: int | None
-    payload_media: str | None
-    headline: str | None
-    metadata: dict[str, Any]
-    created_at: str
-    tokens: int
-    dedup_key: str | None
-    _store: PayloadSource | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def payload(self) -> ToolResultRef | ArtifactRef | None:
-        """A lazy handle on the full payload, or None when the content is all there is."""
-        if self.payload_ref is None or self._store is None:
-            return None
-        handle = ArtifactRef if self.payload_media == MEDIA_BYTES else ToolResultRef
-        return handle(
-            self.payload_ref, self.payload_size or 0, self.payload_media or "", self._store
-        )
-
-    @property
-    def is_preview(self) -> bool:
-        """True when ``content`` is a bounded preview of a larger text payload."""
-        return self.payload_ref is not None and self.payload_media == MEDIA_TEXT
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "session_id": self.session_id,
-            "agent_id": self.agent_id,
-            "kind": self.kind,
-            "role": self.role,
-            "name": self.name,
-            "content": self.content,
-            "tool_call_id": self.tool_call_id,
-            "tool_input": self.tool_input,
-            "payload_ref": self.payload_ref,
-            "payload_size": self.payload_size,
-            "headline": self.headline,
-            "metadata": self.metadata,
-            "created_at": self.created_at,
-            "tokens": self.tokens,
-        }
-
-
-class Seqs(list[int]):
-    """The seqs of an append, in input order; ``inserted`` counts the events that were new
-    (the rest repeated a dedup key already in the log)."""
-
-    inserted: int = 0
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    session_id: str
-    agent_id: str
-    events: int
-    tokens: int
-    first_seq: int
-    last_seq: int
-    first_at: str
-    last_at: str
-
-
-@dataclass(frozen=True)
-class _Row:
-    """A validated event ready for INSERT."""
-
-    values: tuple[Any, ...]
-    session_id: str
-    dedup_key: str | None
-    payload: bytes | None
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """A batch validated in chunks of ``_PIPELINE_CHUNK`` rows, each chunk with its token
-    counts: counted already (a small batch) or still being counted on the worker thread."""
-
-    chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]]
-
-    @property
-    def rows(self) -> list[_Row]:
-        return [row for rows, _ in self.chunks for row in rows]
-
-    def counts(self, chunk: int) -> list[int]:
-        """The token counts of chunk number ``chunk``, waiting for them if need be."""
-        counts = self.chunks[chunk][1]
-        return counts.result() if isinstance(counts, Future) else counts
-
-    def count_of(self, index: int) -> int:
-        """The token count of row ``index`` of the batch."""
-        return self.counts(index // _PIPELINE_CHUNK)[index % _PIPELINE_CHUNK]
-
-    def cancel(self) -> None:
-        """Drop the counting not yet started (the batch failed or is done)."""
-        for _, counts in self.chunks:
-            if isinstance(counts, Future):
-                counts.cancel()
-
-
-class _EventLogBase(ABC):
-    """What every backend of the Event Log shares: validating events, routing large
-    contents to the payload store, counting tokens, and turning rows into ``Event``s.
-
-    A backend supplies ``payloads``, its connections and ``_append_numbered`` (the
-    transaction) and the reads.
-    """
-
-    payloads: PayloadSource
-    payload_threshold: int
-    tokens: TokenCounter
-    search_tuning: SearchTuning
-    # Whole-log term statistics, cached for searches that weigh terms by them.
-    term_stats: TermStats
-    _pool: ThreadPoolExecutor | None
-    # Set by each backend: its writing connection, its readers' connections (one per thread),
-    # and the lock that serialises writes; ``close`` releases them all.
-    _writer: Any
-    _readers: list[Any]
-    _write_lock: threading.RLock
-    _closed: bool
-    # Whether a text column can hold NUL (SQLite's can; PostgreSQL's text cannot, so there
-    # content with NUL goes whole to the payload store like text that is not UTF-8).
-    _text_holds_nul: bool = True
-
-    def _init_common(
-        self,
-        payload_threshold: int,
-        token_counter: TokenCounter | None,
-        search_tuning: SearchTuning | None,
-    ) -> None:
-        if payload_threshold < 1:
-            raise ValueError("payload_threshold must be at least 1 character")
-        self.payload_threshold = payload_threshold
-        self.tokens = token_counter or default_counter()
-        self.search_tuning = search_tuning or SearchTuning()
-        self.term_stats = TermStats()
-        self._pool = None
-
-    @abstractmethod
-    def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
-        """Validate, store and number ``numbered`` (index, event) in one transaction."""
-
-    def close(self) -> None:
-        """Release the backend's connections (and the token-counting thread); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        with self._write_lock:
-            self._writer.close()
-            for db in self._readers:
-                db.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # ------------------------------------------------------------------ writing
-    def append(
-        self,
-        *,
-        session_id: str,
-        kind: str,
-        content: str | bytes,
-        role: str | None = None,
-        agent_id: str = "main",
-        name: str | None = None,
-        tool_call_id: str | None = None,
-        tool_input: Any = None,
-        payload: Any = None,
-        headline: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        created_at: str | datetime | date | None = None,
-        dedup_key: str | None = None,
-        searchable: bool = True,
-    ) -> int:
-        """Append one event and return its seq (the existing seq for a repeated dedup key)."""
-        return self.append_many(
-            [
-                {
-                    "session_id": session_id,
-                    "kind": kind,
-                    "content": content,
-                    "role": role,
-                    "agent_id": agent_id,
-                    "name": name,
-                    "tool_call_id": tool_call_id,
-                    "tool_input": tool_input,
-                    "payload": payload,
-                    "headline": headline,
-                    "metadata": metadata,
-                    "created_at": created_at,
-                    "dedup_key": dedup_key,
-                    "searchable": searchable,
-                }
-            ]
-        )[0]
-
-    def append_many(self, events: Iterable[Mapping[str, Any]]) -> Seqs:
-        """Append events in one transaction, all or nothing; return their seqs in order
-        (``.inserted`` on the result counts the new ones)."""
-        numbered = list(enumerate(events))
-        if not numbered:
-            return Seqs()
-        with span("scroll.append", events=len(numbered)) as traced:
-            seqs = self._append_numbered(numbered)
-            if traced.recording:
-                sessions = {event.get("session_id") for _, event in numbered}
-                traced.set(
-                    inserted=seqs.inserted,
-                    seq_lo=min(seqs),
-                    seq_hi=max(seqs),
-                    sessions=len(sessions),
-                )
-                if len(sessions) == 1:
-                    traced.set_attributes({SESSION: sessions.pop()})
-        return seqs
-
-    def _prepare_batch(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> _Prepared:
-        """``numbered`` validated chunk by chunk. In a large batch each chunk's tokens are
-        counted on a worker thread as soon as the chunk is validated, overlapping the
-        validation of later chunks and the writing of earlier ones (the encoder and both
-        databases release the GIL); a small batch is counted on the calling thread."""
-        if len(numbered) <= _PIPELINE_CHUNK:
-            rows = self._prepare_chunk(numbered)
-            return _Prepared([(rows, self._count(rows))])
-        pool = self._token_pool()
-        chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]] = []
-        for i in range(0, len(numbered), _PIPELINE_CHUNK):
-            rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
-            chunks.append((rows, pool.submit(self._count, rows)))
-        return _Prepared(chunks)
-
-    def _prepare_chunk(self, chunk: list[tuple[int, Mapping[str, Any]]]) -> list[_Row]:
-        rows = [self._prepare(i, event) for i, event in chunk]
-        for row in rows:
-            if row.payload is not None:
-                self.payloads.put(row.payload)
-        return rows
-
-    def _count(self, rows: list[_Row]) -> list[int]:
-        return self.tokens.count_many([row.values[5] for row in rows])
-
-    def _token_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scroll-tokens")
-        return self._pool
-
-    def _prepare(self, index: int, event: Mapping[str, Any]) -> _Row:
-        where = f"event {index}"
-        unknown = set(event) - _APPEND_KEYS
-        if unknown:
-            raise InvalidEvent(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        session_id = _required_text(event, "session_id", where)
-        kind = _required_text(event, "kind", where)
-        agent_id = event.get("agent_id") or "main"
-        role = _optional_text(event, "role", where)
-        name = _optional_text(event, "name", where)
-        tool_call_id = _optional_text(event, "tool_call_id", where)
-        headline = _optional_text(event, "headline", where)
-        dedup_key = _optional_text(event, "dedup_key", where)
-        if not isinstance(agent_id, str):
-            raise InvalidEvent(f"{where}: agent_id must be a string")
-        _refuse_nul(agent_id, "agent_id", where)
-
-        raw_created = event.get("created_at")
-        try:
-            created_at = now_ts() if raw_created is None else format_ts(raw_created)
-        except ValueError as exc:
-            raise InvalidEvent(f"{where}: invalid created_at: {exc}") from None
-
-        metadata = event.get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise InvalidEvent(f"{where}: metadata must be a mapping")
-        metadata_json = _to_json(dict(metadata), where, "metadata") if metadata else "{}"
-        tool_input = event.get("tool_input")
-        tool_input_json = None if tool_input is None else _to_json(tool_input, where, "tool_input")
-
-        content, payload_value = self._split_content(
-            event.get("content"), event.get("payload"), where
-        )
-        payload_bytes: bytes | None = None
-        payload_ref = payload_size = payload_media = None
-        if payload_value is not None:
-            try:
-                payload_bytes, payload_media = encode_payload(payload_value)
-            except (TypeError, ValueError) as exc:
-                raise InvalidEvent(f"{where}: payload cannot be stored: {exc}") from None
-            payload_ref = ref_of(payload_bytes)
-            payload_size = len(payload_bytes)
-        searchable = 1 if event.get("searchable", True) else 0
-        values = (
-            session_id,
-            agent_id,
-            kind,
-            role,
-            name,
-            content,
-            tool_call_id,
-            tool_input_json,
-            payload_ref,
-            payload_size,
-            payload_media,
-            headline,
-            metadata_json,
-            created_at,
-            dedup_key,
-            searchable,
-        )
-        return _Row(values, session_id, dedup_key, payload_bytes)
-
-    def _split_content(self, content: Any, payload: Any, where: str) -> tuple[str, Any]:
-        """Return the inline content and the value (if any) for the payload store.
-
-        Nothing the caller gave is dropped: undecodable bytes and over-long text go whole
-        to the payload store, and the row keeps a readable, bounded preview.
-        """
-        if content is None:
-            raise InvalidEvent(f"{where}: content is required (use '' for none)")
-        full: Any = None
-        if isinstance(content, bytes | bytearray):
-            try:
-                content = bytes(content).decode("utf-8")
-            except UnicodeDecodeError:
-                full = bytes(content)
-                content = full.decode("utf-8", "replace")
-        elif not isinstance(content, str):
-            raise InvalidEvent(
-                f"{where}: content must be str or bytes, not {type(content).__name__}"
-            )
-        if full is None and _has_surrogates(content):
-            full = content
-            content = content.encode("utf-8", "replace").decode("utf-8")
-        if not self._text_holds_nul and "\x00" in content:
-            full = content if full is None else full
-            content = content.replace("\x00", "\ufffd")
-        if full is None and len(content) > self.payload_threshold:
-            full = content
-        if full is not None and payload is not None:
-            raise InvalidEvent(
-                f"{where}: content needs the payload store (over {self.payload_threshold} chars "
-                "or not UTF-8) but a separate payload was also given; pass the full text as "
-                "payload and a short preview as content"
-            )
-        if full is not None:
-            payload = full
-        return content[: self.payload_threshold], payload
-
-    # ------------------------------------------------------------------ reading
-    def _event(self, row: Sequence[Any]) -> Event:
-        return Event(
-            seq=row[0],
-            session_id=row[1],
-            agent_id=row[2],
-            kind=row[3],
-            role=row[4],
-            name=row[5],
-            content=row[6],
-            tool_call_id=row[7],
-            tool_input=None if row[8] is None else json.loads(row[8]),
-            payload_ref=row[9],
-            payload_size=row[10],
-            payload_media=row[11],
-            headline=row[12],
-            metadata=json.loads(row[13]) if row[13] else {},
-            created_at=row[14],
-            tokens=row[15],
-            dedup_key=row[16],
-            _store=self.payloads,
-        )
 
 
 class EventLog(_EventLogBase):
@@ -506,6 +62,7 @@ class EventLog(_EventLogBase):
     """
 
     backend = "sqlite"
+    _dialect = SQLITE
 
     @property
     def location(self) -> str:
@@ -628,152 +185,39 @@ class EventLog(_EventLogBase):
             values,
         )
 
-    # ------------------------------------------------------------------ reading
-    def get(self, seq: int) -> Event:
-        """The event with this seq; ``EventNotFound`` when there is none (out of range too)."""
-        if sqlite_int(seq) != int(seq):
-            raise EventNotFound(int(seq))
-        row = (
-            self._reader()
-            .execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?", (int(seq),))
-            .fetchone()
-        )
-        if row is None:
-            raise EventNotFound(seq)
-        return self._event(row)
-
-    def range(self, lo: int, hi: int) -> list[Event]:
-        """Events with ``lo <= seq <= hi`` in seq order."""
-        rows = self._reader().execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq",
-            (sqlite_int(lo), sqlite_int(hi)),
-        )
-        return [self._event(r) for r in rows]
-
-    def session_events(
-        self, session_id: str, after_seq: int = 0, limit: int | None = 100
-    ) -> list[Event]:
-        """A session's events with seq greater than ``after_seq``, oldest first."""
-        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq"
-        params: tuple[Any, ...] = (session_id, sqlite_int(after_seq))
-        if limit is not None:
-            sql += " LIMIT ?"
-            params += (sqlite_int(limit),)
-        return [self._event(r) for r in self._reader().execute(sql, params)]
-
-    def session_events_before(
-        self, session_id: str, before_seq: int, limit: int = 100
-    ) -> list[Event]:
-        """The ``limit`` events of a session just before ``before_seq``, oldest first."""
-        rows = (
-            self._reader()
-            .execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq < ? "
-                "ORDER BY seq DESC LIMIT ?",
-                (session_id, sqlite_int(before_seq), sqlite_int(limit)),
-            )
-            .fetchall()
-        )
-        return [self._event(r) for r in reversed(rows)]
-
-    def session(self, session_id: str) -> SessionSummary | None:
-        """One session's summary, or None when the log has no event of it."""
-        row = (
-            self._reader()
-            .execute(f"{_SUMMARY_SELECT} WHERE session_id = ?", (session_id,))
-            .fetchone()
-        )
-        return SessionSummary(*row) if row else None
-
-    def by_tool_call(self, tool_call_id: str) -> list[Event]:
-        """The events that carry ``tool_call_id`` (the call and its result), in seq order."""
-        rows = self._reader().execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE tool_call_id = ? ORDER BY seq",
-            (tool_call_id,),
-        )
-        return [self._event(r) for r in rows]
-
-    def sessions(self, *, after_seq: int = 0, limit: int | None = None) -> list[SessionSummary]:
-        """Session summaries, the most recently written first.
-
-        ``after_seq`` keeps the sessions written to after that seq; ``limit`` caps how many
-        come back. Read from the summary table, so the cost follows the number of sessions
-        returned, not the number of events.
-        """
-        sql = f"{_SUMMARY_SELECT} WHERE last_seq > ? ORDER BY last_seq DESC"
-        params: tuple[Any, ...] = (sqlite_int(after_seq),)
-        if limit is not None:
-            sql += " LIMIT ?"
-            params += (max(0, sqlite_int(limit)),)
-        return [SessionSummary(*r) for r in self._reader().execute(sql, params)]
-
-    def count(self, session_id: str | None = None) -> int:
-        """How many events the log holds, in all or in one session."""
-        sql = "SELECT coalesce(sum(events), 0) FROM session_stats"
-        if session_id is None:
-            row = self._reader().execute(sql).fetchone()
-        else:
-            row = self._reader().execute(f"{sql} WHERE session_id = ?", (session_id,)).fetchone()
-        return int(row[0])
-
-    def last_seq(self) -> int:
-        row = self._reader().execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
-        return int(row[0])
-
     # ------------------------------------------------------------------ search
-    def search(
-        self,
-        query: str,
-        k: int = 10,
-        *,
-        session_id: str | None = None,
-        agent_id: str | None = None,
-        kind: str | Sequence[str] | None = None,
-        since: str | datetime | date | None = None,
-        until: str | datetime | date | None = None,
-        before_seq: int | None = None,
-        time_limit_s: float | None = None,
-        step_limit: int | None = None,
-        speaker: str | Sequence[str] | None = None,
-    ) -> list[Hit]:
-        """BM25 search over content, headline and name. Never raises on the query text.
+    @contextmanager
+    def _limited(
+        self, time_limit_s: float | None, step_limit: int | None
+    ) -> Iterator[sqlite3.Connection]:
+        """This thread's reader, interrupted once what runs inside the block passes either
+        limit (checked every ``_PROGRESS_STEPS`` VM instructions)."""
+        db = self._reader()
+        if time_limit_s is None and step_limit is None:
+            yield db
+            return
+        deadline = None if time_limit_s is None else time.monotonic() + max(0.0, time_limit_s)
+        steps = 0
 
-        Terms are OR-ed after stop-word removal; a turn also gains from matches in the turns
-        next to it in its session (see ``search.SearchTuning``); ties go to the older event.
-        ``since`` and ``until`` bound ``created_at`` half-open, ``[since, until)``;
-        ``before_seq`` keeps only older events (the agent's active turn stays out, neighbours
-        included). ``speaker`` keeps events whose ``name`` (speaker or tool) is one given.
-        An empty query with a date bound lists that range in seq order.
+        def over() -> int:
+            nonlocal steps
+            steps += _PROGRESS_STEPS
+            if step_limit is not None and steps > step_limit:
+                return 1
+            return 1 if deadline is not None and time.monotonic() >= deadline else 0
 
-        ``time_limit_s`` (seconds) and ``step_limit`` (SQLite VM instructions, checked every
-        1000) interrupt a search that runs past them with ``SearchTimeout``.
-        """
-        with span(
-            "scroll.search",
-            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": agent_id},
-            query=query,
-            k=k,
-            filter_session=session_id,
-            filter_kind=kind,
-            since=since,
-            until=until,
-        ) as traced:
-            db = self._reader()
-            with _limited(db, time_limit_s, step_limit):
-                hits = run_search(
-                    db,
-                    query,
-                    k,
-                    SearchFilters(
-                        session_id, agent_id, kind, since, until, before_seq, speaker=speaker
-                    ),
-                    self.search_tuning,
-                    SQLITE,
-                    self.term_stats,
-                )
-            if traced.recording:
-                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
-            return hits
+        db.set_progress_handler(over, _PROGRESS_STEPS)
+        try:
+            yield db
+        except sqlite3.OperationalError as exc:
+            if "interrupted" not in str(exc):
+                raise
+            limit = f"{time_limit_s:g} s" if time_limit_s is not None else ""
+            if step_limit is not None and steps > step_limit:
+                limit = f"{step_limit} SQLite steps"
+            raise SearchTimeout(limit) from None
+        finally:
+            db.set_progress_handler(None, 0)
 
     # ------------------------------------------------------------------ FTS maintenance
     def fts_check(self) -> int:
@@ -800,11 +244,7 @@ class EventLog(_EventLogBase):
                     f"the full-text index failed its integrity check ({exc}); "
                     "rebuild it with `manage.py scroll_fts rebuild`"
                 ) from exc
-        problems = []
-        if missing[0]:
-            problems.append(f"{missing[0]} searchable event(s) missing, first seq {missing[1]}")
-        if extra[0]:
-            problems.append(f"{extra[0]} entry(ies) for no searchable event, first {extra[1]}")
+        problems = coverage_problems(missing, extra)
         if problems:
             raise SearchIndexCorrupt(
                 "the full-text index does not match the events: "
@@ -835,47 +275,10 @@ class EventLog(_EventLogBase):
             db.execute("INSERT INTO events_fts(events_fts) VALUES ('optimize')")
 
 
-@contextmanager
-def _limited(
-    db: sqlite3.Connection, time_limit_s: float | None, step_limit: int | None
-) -> Iterator[None]:
-    """Interrupt what ``db`` runs inside the block once it passes either limit."""
-    if time_limit_s is None and step_limit is None:
-        yield
-        return
-    deadline = None if time_limit_s is None else time.monotonic() + max(0.0, time_limit_s)
-    steps = 0
-
-    def over() -> int:
-        nonlocal steps
-        steps += _PROGRESS_STEPS
-        if step_limit is not None and steps > step_limit:
-            return 1
-        return 1 if deadline is not None and time.monotonic() >= deadline else 0
-
-    db.set_progress_handler(over, _PROGRESS_STEPS)
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        if "interrupted" not in str(exc):
-            raise
-        limit = f"{time_limit_s:g} s" if time_limit_s is not None else ""
-        if step_limit is not None and steps > step_limit:
-            limit = f"{step_limit} SQLite steps"
-        raise SearchTimeout(limit) from None
-    finally:
-        db.set_progress_handler(None, 0)
-
-
 def _existing_keys(db: sqlite3.Connection, rows: list[_Row]) -> dict[tuple[str, str], int]:
     """The seqs of dedup keys in ``rows`` that the log already holds."""
-    by_session: dict[str, set[str]] = {}
-    for row in rows:
-        if row.dedup_key is not None:
-            by_session.setdefault(row.session_id, set()).add(row.dedup_key)
     found: dict[tuple[str, str], int] = {}
-    for session_id, keys in by_session.items():
-        ordered = sorted(keys)
+    for session_id, ordered in keys_by_session(rows).items():
         for i in range(0, len(ordered), 500):
             part = ordered[i : i + 500]
             marks = ", ".join("?" * len(part))
@@ -887,77 +290,6 @@ def _existing_keys(db: sqlite3.Connection, rows: list[_Row]) -> dict[tuple[str, 
     return found
 
 
-def _plan(
-    rows: list[_Row], existing: dict[tuple[str, str], int]
-) -> tuple[list[int], list[tuple[str, str] | int]]:
-    """Which rows to insert (their indices), and per row where its seq comes from: an
-    existing event's dedup key, or its position among the inserted rows (a repeat inside
-    the batch points at the first occurrence)."""
-    fresh: list[int] = []
-    slots: list[tuple[str, str] | int] = []
-    pending: dict[tuple[str, str], int] = {}
-    for index, row in enumerate(rows):
-        ident = (row.session_id, row.dedup_key) if row.dedup_key is not None else None
-        if ident is None:
-            slots.append(len(fresh))
-            fresh.append(index)
-        elif ident in existing:
-            slots.append(ident)
-        elif ident in pending:
-            slots.append(pending[ident])
-        else:
-            pending[ident] = len(fresh)
-            slots.append(len(fresh))
-            fresh.append(index)
-    return fresh, slots
-
-
 def _sequence(db: sqlite3.Connection) -> int:
     row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
     return int(row[0]) if row else 0
-
-
-def _has_surrogates(text: str) -> bool:
-    if text.isascii():
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _required_text(event: Mapping[str, Any], key: str, where: str) -> str:
-    value = event.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidEvent(f"{where}: {key} must be a non-empty string")
-    if _has_surrogates(value) or "\x00" in value:
-        raise InvalidEvent(f"{where}: {key} contains characters that cannot be stored")
-    return value
-
-
-def _optional_text(event: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = event.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidEvent(f"{where}: {key} must be a string, not {type(value).__name__}")
-    if _has_surrogates(value):
-        raise InvalidEvent(f"{where}: {key} is not valid UTF-8")
-    _refuse_nul(value, key, where)
-    return value
-
-
-def _refuse_nul(value: str, key: str, where: str) -> None:
-    # The short fields are names and ids, not content: PostgreSQL text cannot hold NUL, and
-    # an agent id with one could never be read back (``sqlite_scoped.scope_agents``). Both backends
-    # refuse it alike rather than one storing what the other cannot.
-    if "\x00" in value:
-        raise InvalidEvent(f"{where}: {key} contains NUL (0x00), which the log cannot store")
-
-
-def _to_json(value: Any, where: str, key: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidEvent(f"{where}: {key} is not JSON-serialisable: {exc}") from None

@@ -36,8 +36,9 @@ from urllib.parse import quote
 
 from ..errors import AgentNotReadable, EventNotFound, QueryRefused
 from ..telemetry import span
+from .records import Event, SessionSummary
 from .search import Hit, SearchFilters, neighbour_seqs, run_search
-from .sqlite_log import Event, EventLog, SessionSummary
+from .sqlite_log import EventLog
 from .sqlite_search import SQLITE
 
 __all__ = [

@@ -26,15 +26,8 @@ from typing import TYPE_CHECKING, Any, cast
 from ..errors import AgentNotReadable, QueryRefused
 from ..store import EventLog, EventStore
 from ..store.dialect_notes import dialect_notes
-from ..store.sqlite_scoped import (
-    FTS_REFUSED,
-    SCOPED_TABLES,
-    ScopedEvent,
-    ScopedReader,
-    open_scoped,
-    refuse_unless_reading,
-    scope_agents,
-)
+from ..store.scoped_common import FTS_REFUSED, ScopedEvent, refuse_unless_reading, scope_agents
+from ..store.sqlite_scoped import SCOPED_TABLES, ScopedReader, open_scoped
 from ..telemetry import span
 from ..timeutil import parse_ts
 from .protocol import to_wire

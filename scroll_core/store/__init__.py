@@ -5,7 +5,8 @@
     log_common.py       the backends' shared half: validation, payloads, tokens, reads
     sqlite_log.py    |  pg_log.py        the Event Log on each database
     sqlite_schema.py |  pg_schema.py     numbered migrations, refusing triggers, roles
-    sqlite_scoped.py |  pg_scoped.py     the tenant boundary of ``ms``: one agent's rows
+    scoped_common.py    the tenant boundary of ``ms``: readable agents, reads written once
+    sqlite_scoped.py |  pg_scoped.py     how each database shows only those agents' rows
     sqlite_search.py |  pg_search.py     BM25 candidates: FTS5, or BM25 in SQL over tsvectors
     search.py           what both share: the neighbour signal and the learned rankers
     fts_query.py        query text -> safe terms; snippets

@@ -621,7 +621,7 @@ def _optional_text(event: Mapping[str, Any], key: str, where: str) -> str | None
 
 def _refuse_nul(value: str, key: str, where: str) -> None:
     # The short fields are names and ids, not content: PostgreSQL text cannot hold NUL, and
-    # an agent id with one could never be read back (``sqlite_scoped.scope_agents``). Both backends
+    # an agent id with one could never be read back (``scoped_common.scope_agents``). Both backends
     # refuse it alike rather than one storing what the other cannot.
     if "\x00" in value:
         raise InvalidEvent(f"{where}: {key} contains NUL (0x00), which the log cannot store")

@@ -1,4 +1,5 @@
-"""The tenant boundary of ``ms`` on the PostgreSQL Event Log (``sqlite_scoped`` is SQLite's).
+"""The tenant boundary of ``ms`` on the PostgreSQL Event Log (``sqlite_scoped`` is SQLite's,
+``scoped_common`` what both share).
 
 Two paths, as on SQLite:
 
@@ -31,15 +32,14 @@ from ..errors import QueryRefused
 from .pg_schema import HOST_READER_ROLE
 from .pg_search import PG_DIALECT
 from .records import SessionSummary
-from .search import Hit, SearchFilters, neighbour_seqs, run_search
-from .sqlite_schema import sqlite_int
-from .sqlite_scoped import (
+from .scoped_common import (
     FTS_REFUSED,
-    ScopedEvent,
+    SUMMARY_COLUMNS,
     ScopedReads,
     refuse_unless_reading,
     scope_agents,
 )
+from .sqlite_schema import sqlite_int
 
 if TYPE_CHECKING:
     from .pg_log import PgEventLog
@@ -47,12 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["PgModelSql", "PgScopedReader", "to_pg_params"]
 
 _FETCH = 50
-_EVENT_COLUMNS = (
-    "seq, session_id, agent_id, kind, role, name, substr(content, 1, %s), tool_call_id, "
-    "tool_input, payload_ref, payload_size, payload_media, headline, metadata, created_at, "
-    "tokens, dedup_key, length(content)"
-)
-_SUMMARY_COLUMNS = "session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at"
 # A quoted literal, quoted identifier, dollar-quoted string or comment (skipped when
 # placeholders are translated), or one of the characters that are translated.
 _SQL_TOKENS = re.compile(
@@ -66,7 +60,7 @@ class PgScopedReader(ScopedReads):
     """Every non-SQL read ``ms`` makes on PostgreSQL, narrowed to ``agents``."""
 
     views = ("events", "session_stats")
-    mark = "%s"
+    dialect = PG_DIALECT
 
     def __init__(self, log: PgEventLog, agents: Sequence[str]) -> None:
         self.log = log
@@ -81,39 +75,16 @@ class PgScopedReader(ScopedReads):
     def _integer(self, value: Any) -> int:
         return sqlite_int(value)
 
-    def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, tuple(params)).fetchall()
-
-    def _events(
-        self,
-        where: str,
-        params: Sequence[Any],
-        char_budget: int,
-        limit: int | None = None,
-        *,
-        view: str = "events",
-    ) -> list[ScopedEvent]:
+    def _scope(self) -> tuple[str, tuple[Any, ...]]:
         # Row-level security scopes the rows; the agent term is also bound in every statement.
-        sql = f"SELECT seq FROM {view} WHERE agent_id = ANY(%s) AND {where} ORDER BY seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        one = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = %s AND agent_id = ANY(%s)"
-        agents = list(self.agents)
-
-        def row_at(left: int, seq: int) -> Any:
-            rows = self._rows(one, (left, seq, agents))
-            return rows[0] if rows else None
-
-        seqs = [seq for (seq,) in self._rows(sql, (agents, *params))]
-        return self._cut_to_budget(seqs, char_budget, row_at)
+        return "agent_id = ANY(%s) AND ", (list(self.agents),)
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
-        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
+        wanted = self._wanted(agents)
         if not wanted:
             return []
         rows = self._rows(
-            f"SELECT {_SUMMARY_COLUMNS} FROM session_stats WHERE agent_id = ANY(%s) "
+            f"SELECT {SUMMARY_COLUMNS} FROM session_stats WHERE agent_id = ANY(%s) "
             "ORDER BY last_seq DESC",
             (list(wanted),),
         )
@@ -121,7 +92,7 @@ class PgScopedReader(ScopedReads):
 
     def session(self, session_id: str) -> SessionSummary | None:
         rows = self._rows(
-            f"SELECT {_SUMMARY_COLUMNS} FROM session_stats "
+            f"SELECT {SUMMARY_COLUMNS} FROM session_stats "
             "WHERE session_id = %s AND agent_id = ANY(%s)",
             (str(session_id), list(self.agents)),
         )
@@ -141,14 +112,6 @@ class PgScopedReader(ScopedReads):
             for col, kind, nullable in rows
         )
         return f"CREATE TABLE {name} ({columns})"
-
-    def _ranked(
-        self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
-    ) -> list[Hit]:
-        hits = run_search(
-            self._db, query, k, filters, self.log.search_tuning, PG_DIALECT, self.log.term_stats
-        )
-        return neighbour_seqs(self._db, hits, PG_DIALECT, neighbours, before_seq)
 
 
 class PgModelSql:

@@ -1,6 +1,7 @@
-"""The Event Log as one agent sees it: the tenant boundary of ``ms``.
+"""The tenant boundary of ``ms`` on the SQLite Event Log (``pg_scoped`` is PostgreSQL's,
+``scoped_common`` what both share): the Event Log as one agent sees it.
 
-The agent is the unit of memory. A scoped connection is a read-only connection (``mode=ro``,
+A scoped connection is a read-only connection (``mode=ro``,
 ``query_only``) on which the name ``events`` is a TEMP view of only the readable agents' rows
 (unqualified names resolve to ``temp`` first), and whose authorizer lets ``main.events`` be
 read only through that view's inner view. The inner view has a random name per connection:
@@ -27,46 +28,33 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import threading
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
-from typing import Any
 from urllib.parse import quote
 
-from ..errors import AgentNotReadable, EventNotFound, QueryRefused
-from ..telemetry import span
-from .records import Event, SessionSummary
-from .search import Hit, SearchFilters, neighbour_seqs, run_search
+from ..errors import AgentNotReadable
+from .records import SessionSummary
+from .scoped_common import FTS_REFUSED, SUMMARY_COLUMNS, ScopedReads, scope_agents
 from .sqlite_log import EventLog
 from .sqlite_search import SQLITE
 
 __all__ = [
     "BY_SESSION_VIEW",
-    "FTS_REFUSED",
+    "MAX_COLUMNS",
+    "MAX_VALUE_BYTES",
     "SCOPED_TABLES",
-    "ScopedEvent",
     "ScopedReader",
-    "ScopedReads",
     "open_scoped",
-    "refuse_unless_reading",
-    "scope_agents",
 ]
 
 # Tables of the log that may be exposed, each through a view scoped by its agent_id column.
 SCOPED_TABLES = ("events", "session_stats")
 BY_SESSION_VIEW = "events_by_session"
-MAX_AGENT_ID_CHARS = 200
 # No single value model SQL loads or makes (a cell, a concatenation, a randomblob) may exceed
 # this, and a row has at most MAX_COLUMNS of them: SQLite refuses before the host holds it,
 # which bounds what one fetched row can cost (more than the byte budget ever returns).
 MAX_VALUE_BYTES = 32 * 1024 * 1024
 MAX_COLUMNS = 100
-
-FTS_REFUSED = (
-    "events_fts is not open to sql_query: its matches would cross the agent boundary; use "
-    "ms.search(query) for full-text search"
-)
 
 _ALLOWED_ACTIONS = frozenset(
     {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
@@ -75,45 +63,10 @@ _DENIED_FUNCTIONS = frozenset(
     {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "fts5"}
 )
 _TABLE_FUNCTIONS = frozenset({"json_each", "json_tree"})
-_EVENT_COLUMNS = (
-    "seq, session_id, agent_id, kind, role, name, substr(content, 1, ?), tool_call_id, "
-    "tool_input, payload_ref, payload_size, payload_media, headline, metadata, created_at, "
-    "tokens, dedup_key, length(content)"
-)
-_SUMMARY_COLUMNS = "session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at"
 _SUMMARY_SELECT = (
     "SELECT session_id, min(agent_id), count(*), coalesce(sum(tokens), 0), min(seq), "
     "max(seq), min(created_at), max(created_at)"
 )
-
-
-# Statements a model may run: reads only. Either backend enforces it again where the rows
-# are read (the authorizer and its views on SQLite, a read-only transaction and role on
-# PostgreSQL); checked first, a statement is refused with the same words on both.
-READ_WORDS = frozenset({"select", "with", "values", "table"})
-
-
-def refuse_unless_reading(leading_word: str) -> None:
-    """``QueryRefused`` unless a statement's first keyword (``leading_word``, lower-cased;
-    empty for a statement of only whitespace and comments) starts a read."""
-    if leading_word not in READ_WORDS:
-        raise QueryRefused(
-            "read-only: only SELECT (or WITH/VALUES/TABLE) statements run here, not "
-            f"{leading_word.upper() or 'an empty statement'}"
-        )
-
-
-def scope_agents(own: str, others: Iterable[str] = ()) -> tuple[str, ...]:
-    """The readable agent set, own agent first, each id checked."""
-    found: list[str] = []
-    for agent in (own, *others):
-        if not isinstance(agent, str) or not agent or len(agent) > MAX_AGENT_ID_CHARS:
-            raise AgentNotReadable(f"invalid agent id {agent!r}")
-        if "\x00" in agent:
-            raise AgentNotReadable("an agent id cannot contain NUL")
-        if agent not in found:
-            found.append(agent)
-    return tuple(found)
 
 
 def _literal(text: str) -> str:
@@ -236,166 +189,10 @@ def _authorizer(
     return authorize
 
 
-@dataclass(frozen=True)
-class ScopedEvent:
-    """An event as read through a scope; ``content`` is cut at a character budget."""
-
-    event: Event
-    content_chars: int
-
-    @property
-    def content_cut(self) -> bool:
-        return self.content_chars > len(self.event.content)
-
-
-class ScopedReads(ABC):
-    """The reads of ``ms`` that do not depend on the backend, over a scoped connection.
-
-    ``agents`` are the readable agents, own agent first. Every read names its rows with SQL
-    in the backend's parameter ``mark`` and ``_events`` fetches them through the connection
-    the database scopes (views and an authorizer on SQLite, row-level security on
-    PostgreSQL), so methods that would name an event outside those agents find nothing:
-    ``get`` raises ``EventNotFound`` exactly as for a seq that does not exist, and a forged
-    seq learns nothing about another agent's log.
-    """
-
-    log: Any
-    agents: tuple[str, ...]
-    _lock: threading.Lock
-    #: The backend's parameter mark.
-    mark = "?"
-    #: What a session's events are read from (SQLite has a view that keeps its index).
-    session_view = "events"
-
-    @abstractmethod
-    def _events(
-        self,
-        where: str,
-        params: Sequence[Any],
-        char_budget: int,
-        limit: int | None = None,
-        *,
-        view: str = "events",
-    ) -> list[ScopedEvent]:
-        """Events matching ``where``, oldest first, their contents sharing ``char_budget``
-        characters, each cut in the database so a huge content never reaches Python."""
-
-    def _cut_to_budget(
-        self, seqs: Sequence[int], char_budget: int, row_at: Callable[[int, int], Any]
-    ) -> list[ScopedEvent]:
-        """The events at ``seqs`` in order, their contents sharing ``char_budget``: ``row_at(
-        left, seq)`` reads one row with its content cut in the database to the ``left``
-        characters not yet spent (None when the row is gone)."""
-        found: list[ScopedEvent] = []
-        left = max(0, int(char_budget))
-        for seq in seqs:
-            row = row_at(left, seq)
-            if row is None:
-                continue
-            event = self.log._event(row[:17])
-            left = max(0, left - len(event.content))
-            found.append(ScopedEvent(event, int(row[17] or 0)))
-        return found
-
-    @abstractmethod
-    def _ranked(
-        self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
-    ) -> list[Hit]:
-        """``run_search`` on the scoped connection (under ``_lock``), neighbours filled."""
-
-    def _integer(self, value: Any) -> int:
-        return int(value)
-
-    def get(self, seq: int, char_budget: int) -> ScopedEvent:
-        found = self._events(f"seq = {self.mark}", (self._integer(seq),), char_budget)
-        if not found:
-            raise EventNotFound(seq)
-        return found[0]
-
-    def range(self, lo: int, hi: int, char_budget: int) -> list[ScopedEvent]:
-        return self._events(
-            f"seq BETWEEN {self.mark} AND {self.mark}",
-            (self._integer(lo), self._integer(hi)),
-            char_budget,
-        )
-
-    def by_tool_call(self, tool_call_id: str, char_budget: int) -> list[ScopedEvent]:
-        return self._events(f"tool_call_id = {self.mark}", (str(tool_call_id),), char_budget)
-
-    def session_events(
-        self, session_id: str, after_seq: int, limit: int, char_budget: int
-    ) -> list[ScopedEvent]:
-        return self._events(
-            f"session_id = {self.mark} AND seq > {self.mark}",
-            (str(session_id), self._integer(after_seq)),
-            char_budget,
-            limit,
-            view=self.session_view,
-        )
-
-    def search(
-        self,
-        query: str,
-        k: int,
-        *,
-        agents: Sequence[str] | None = None,
-        session_id: str | None = None,
-        kind: str | Sequence[str] | None = None,
-        since: str | datetime | date | None = None,
-        until: str | datetime | date | None = None,
-        before_seq: int | None = None,
-        speaker: str | Sequence[str] | None = None,
-        neighbours: int = 0,
-    ) -> list[Hit]:
-        """BM25 search (``run_search``) over the scoped rows, narrowed to ``agents``; each
-        hit carries the seqs of up to ``neighbours`` turns on each side in its session."""
-        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
-        if not wanted:
-            return []
-        filters = SearchFilters(session_id, wanted, kind, since, until, before_seq, speaker=speaker)
-        with span(
-            "scroll.search",
-            {"gen_ai.operation.name": "search_memory", "gen_ai.agent.id": wanted[0]},
-            query=query,
-            k=k,
-            agents=list(wanted),
-            filter_session=session_id,
-            filter_kind=kind,
-            since=since,
-            until=until,
-        ) as traced:
-            with self._lock:
-                hits = self._ranked(query, k, filters, neighbours, before_seq)
-            if traced.recording:
-                traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
-            return hits
-
-    def payload(self, seq: int, byte_budget: int) -> Any:
-        """The full payload of a readable event (its content when it has none)."""
-        found = self._events(f"seq = {self.mark}", (self._integer(seq),), byte_budget)
-        if not found:
-            raise EventNotFound(seq)
-        scoped = found[0]
-        handle = scoped.event.payload
-        if handle is None:
-            if scoped.content_cut:
-                raise QueryRefused(
-                    f"event {seq} holds {scoped.content_chars:,} characters, more than the "
-                    f"{byte_budget:,} one ms call returns; select parts of it with "
-                    "sql_query and substr(content, start, length)"
-                )
-            return scoped.event.content
-        if handle.size > byte_budget:
-            raise QueryRefused(
-                f"payload of event {seq} is {handle.size:,} bytes, more than the "
-                f"{byte_budget:,} one ms call returns"
-            )
-        return handle.load()
-
-
 class ScopedReader(ScopedReads):
     """Every non-SQL read ``ms`` makes on SQLite, through one scoped connection."""
 
+    dialect = SQLITE
     session_view = BY_SESSION_VIEW
 
     def __init__(self, log: EventLog, agents: Sequence[str]) -> None:
@@ -408,46 +205,15 @@ class ScopedReader(ScopedReads):
         with self._lock:
             self._db.close()
 
-    def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, tuple(params)).fetchall()
-
-    def _events(
-        self,
-        where: str,
-        params: Sequence[Any],
-        char_budget: int,
-        limit: int | None = None,
-        *,
-        view: str = "events",
-    ) -> list[ScopedEvent]:
-        sql = f"SELECT seq FROM {view} WHERE {where} ORDER BY seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        one = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?"
-        with self._lock:
-            seqs = [row[0] for row in self._db.execute(sql, tuple(params)).fetchall()]
-            return self._cut_to_budget(
-                seqs, char_budget, lambda left, seq: self._db.execute(one, (left, seq)).fetchone()
-            )
-
-    def _ranked(
-        self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
-    ) -> list[Hit]:
-        hits = run_search(
-            self._db, query, k, filters, self.log.search_tuning, SQLITE, self.log.term_stats
-        )
-        return neighbour_seqs(self._db, hits, SQLITE, neighbours, before_seq)
-
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
         """The sessions of ``agents`` (default: every readable agent), newest first."""
-        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
+        wanted = self._wanted(agents)
         if not wanted:
             return []
         marks = ", ".join("?" * len(wanted))
         if "session_stats" in self.views:
             sql = (
-                f"SELECT {_SUMMARY_COLUMNS} FROM session_stats WHERE agent_id IN ({marks}) "
+                f"SELECT {SUMMARY_COLUMNS} FROM session_stats WHERE agent_id IN ({marks}) "
                 "ORDER BY last_seq DESC"
             )
         else:
@@ -459,7 +225,7 @@ class ScopedReader(ScopedReads):
 
     def session(self, session_id: str) -> SessionSummary | None:
         if "session_stats" in self.views:
-            sql = f"SELECT {_SUMMARY_COLUMNS} FROM session_stats WHERE session_id = ?"
+            sql = f"SELECT {SUMMARY_COLUMNS} FROM session_stats WHERE session_id = ?"
         else:
             sql = (
                 f"{_SUMMARY_SELECT} FROM {BY_SESSION_VIEW} WHERE session_id = ? GROUP BY session_id"

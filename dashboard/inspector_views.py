@@ -26,7 +26,7 @@ from dashboard.inspector_links import call_url_for_span
 from dashboard.models import CompressEvent, SpanRecord
 from dashboard.views import _grafana_trace_url
 from scroll_core.replay import CallPoint, CompressPoint, TraceError, inspect_call
-from scroll_core.store.sqlite_schema import SQLITE_INT_MAX
+from scroll_core.store.schema_common import SQLITE_INT_MAX
 
 __all__ = ["session_call", "session_call_at", "trace_tree", "urlpatterns"]
 

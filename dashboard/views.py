@@ -50,7 +50,7 @@ from dashboard.permissions import (
 from dashboard.workstate import GATEWAY_OWNER_PREFIX
 from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
 from scroll_core.store import EventStore, Hit, SessionSummary
-from scroll_core.store.sqlite_schema import SQLITE_INT_MAX
+from scroll_core.store.schema_common import SQLITE_INT_MAX
 
 SEARCH_HITS = 50
 # How deep a console search ranks: beyond it the count reads "200+ hits".

@@ -4,6 +4,7 @@
     records.py          Event, Seqs, SessionSummary: what every backend hands out
     log_common.py       the backends' shared half: validation, payloads, tokens, reads
     sqlite_log.py    |  pg_log.py        the Event Log on each database
+    schema_common.py    the append-only refusal's words, the 64-bit integer range
     sqlite_schema.py |  pg_schema.py     numbered migrations, refusing triggers, roles
     scoped_common.py    the tenant boundary of ``ms``: readable agents, reads written once
     sqlite_scoped.py |  pg_scoped.py     how each database shows only those agents' rows

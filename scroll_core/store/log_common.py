@@ -26,8 +26,8 @@ from ..timeutil import format_ts, now_ts
 from ..tokens import TokenCounter, default_counter
 from .payloads import PayloadSource, encode_payload, ref_of
 from .records import Event, Seqs, SessionSummary
+from .schema_common import sqlite_int
 from .search import Hit, SearchDialect, SearchFilters, SearchTuning, TermStats, run_search
-from .sqlite_schema import sqlite_int
 
 __all__ = ["DEFAULT_PAYLOAD_THRESHOLD", "EVENT_COLUMNS", "coverage_problems", "keys_by_session"]
 
@@ -44,7 +44,8 @@ EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
     "payload_ref, payload_size, payload_media, headline, metadata, created_at, tokens, dedup_key"
 )
-# The per-session summary the append path keeps (sqlite_schema m002), one row per session.
+# The per-session summary the append path keeps, one row per session (sqlite_schema m002,
+# pg_schema m001).
 SUMMARY_SELECT = (
     "SELECT session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at "
     "FROM session_stats"

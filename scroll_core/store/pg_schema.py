@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .sqlite_schema import APPEND_ONLY_MESSAGE
+from .schema_common import APPEND_ONLY_MESSAGE
 
 __all__ = [
     "APPEND_ONLY_SQLSTATE",

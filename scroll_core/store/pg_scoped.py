@@ -32,6 +32,7 @@ from ..errors import QueryRefused
 from .pg_schema import HOST_READER_ROLE
 from .pg_search import PG_DIALECT
 from .records import SessionSummary
+from .schema_common import sqlite_int
 from .scoped_common import (
     FTS_REFUSED,
     SUMMARY_COLUMNS,
@@ -39,7 +40,6 @@ from .scoped_common import (
     refuse_unless_reading,
     scope_agents,
 )
-from .sqlite_schema import sqlite_int
 
 if TYPE_CHECKING:
     from .pg_log import PgEventLog

@@ -32,7 +32,7 @@ from ..timeutil import format_ts
 from . import fts_query
 from .query_dates import named_dates
 from .rank_trees import SHIPPED_TREES, TreeRanker, load_trees
-from .sqlite_schema import sqlite_int
+from .schema_common import sqlite_int
 
 __all__ = [
     "RANK_FEATURES",

@@ -40,8 +40,9 @@ from .log_common import (
 )
 from .payloads import PayloadStore
 from .records import Seqs
+from .schema_common import APPEND_ONLY_MESSAGE
 from .search import SearchTuning
-from .sqlite_schema import APPEND_ONLY_MESSAGE, migrate
+from .sqlite_schema import migrate
 from .sqlite_search import SQLITE
 
 __all__ = ["BUSY_TIMEOUT_S", "EventLog"]

@@ -41,7 +41,7 @@ from retrieval import Bench
 
 from bench._locomo_split import split_of
 from bench._ranker_fit import LADDER, Question, _Scorer, collect, held_out_recalls, objective
-from scroll_core.search import SearchTuning
+from scroll_core.store import SearchTuning
 
 SCALES = (1.0, 5.0, 20.0)
 

@@ -26,10 +26,11 @@ from typing import Any
 from _common import median, percentile
 from _pg import postgres_database
 
-from scroll_core.ftsquery import query_terms
-from scroll_core.pglog import PG_DIALECT, PgEventLog, _bm25_sql, _tsquery
-from scroll_core.pgschema import TS_CONFIG
-from scroll_core.search import SearchFilters, SearchTuning
+from scroll_core.store import SearchFilters, SearchTuning
+from scroll_core.store.fts_query import query_terms
+from scroll_core.store.pg_log import PgEventLog
+from scroll_core.store.pg_schema import TS_CONFIG
+from scroll_core.store.pg_search import PG_DIALECT, _bm25_sql, _tsquery
 
 _COLUMNS = (
     "session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, payload_ref, "

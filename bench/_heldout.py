@@ -52,8 +52,8 @@ from typing import Any
 
 from scroll_core import EventLog, SearchTuning
 from scroll_core.errors import IngestError
-from scroll_core.ftsquery import STOP_WORDS, tokens
 from scroll_core.ingest import ingest
+from scroll_core.store.fts_query import STOP_WORDS, tokens
 
 __all__ = ["WORDS", "HeldoutItem", "build_items", "heldout_log", "score"]
 

@@ -10,7 +10,7 @@ rules reproduce it (``bench/retrieval.py`` prints the difference on every run):
   shared an image;
 - tokenizer ``porter unicode61`` (plain ``unicode61`` loses about 0.03 recall@5);
 - the question's terms are split the way unicode61 splits text, lowercased, stop words
-  dropped (``scroll_core.ftsquery.STOP_WORDS``; with none dropped recall@5 falls to about
+  dropped (``scroll_core.store.fts_query.STOP_WORDS``; with none dropped recall@5 falls to about
   0.50), each term quoted, terms OR-ed;
 - ``ORDER BY bm25()`` with default weights, ties to the earlier turn.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scroll_core.ftsquery import match_expression, query_terms
+from scroll_core.store.fts_query import match_expression, query_terms
 
 __all__ = [
     "CATEGORIES",

@@ -1,7 +1,7 @@
 """Fitting ``SearchTuning.ranker_weights`` on LoCoMo's dev split, and only there.
 
 Standard learning to rank with a handful of weights: every dev question is searched once
-and every turn the search reads gets its ``RANK_FEATURES`` (``scroll_core.search``); a
+and every turn the search reads gets its ``RANK_FEATURES`` (``scroll_core.store.search``); a
 turn's score is the dot product of the weights with them, and coordinate ascent moves one
 weight at a time over a fixed ladder of values, keeping a move only when it raises the
 objective (mean of evidence recall@5 and recall@10 on dev; ties keep the current weight),
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench._locomo_split import split_of
-from scroll_core.search import RANK_FEATURES, SearchFilters, SearchTuning, search_features
+from scroll_core.store.search import RANK_FEATURES, SearchFilters, SearchTuning, search_features
+from scroll_core.store.sqlite_search import SQLITE
 
 __all__ = [
     "LADDER",
@@ -91,7 +92,8 @@ def collect(
             10,
             SearchFilters(session_id=session_of(item)),
             tuning,
-            stats=log.term_stats,
+            SQLITE,
+            log.term_stats,
             trees=trees,
         )
         out.append(

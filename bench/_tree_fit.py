@@ -8,7 +8,7 @@ cross-validation over the five dev conversations: each setting is fitted on four
 on the fifth, five times, and the setting (and the number of trees, read off the same fits)
 with the best mean objective (mean of evidence recall@5 and @10, as the linear ranker's fit)
 wins; ties go to the smaller model. The winner is then refitted on all five and written as
-JSON (``scroll_core/rank_trees.py`` reads it, without LightGBM). The test split and the
+JSON (``scroll_core/store/rank_trees.py`` reads it, without LightGBM). The test split and the
 held-out transcripts are never read here.
 
 Monotone constraints are one of the settings tried: a turn never loses by holding more of
@@ -17,7 +17,8 @@ in the BM25 order; length and the query's own size are left free.
 
 Deterministic: one thread, fixed seed, no bagging; the same log gives the same model.
 
-    python bench/retrieval.py --fit-ranker --fit trees   # writes scroll_core/ranker_trees.json
+    # writes scroll_core/store/ranker_trees.json:
+    python bench/retrieval.py --fit-ranker --fit trees
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._ranker_fit import Question, fit_weights, folds, objective, recalls
-from scroll_core.rank_trees import FORMAT
-from scroll_core.search import RANK_FEATURES, TREE_FEATURES, TREE_RANK_FEATURES
+from scroll_core.store.rank_trees import FORMAT
+from scroll_core.store.search import RANK_FEATURES, TREE_FEATURES, TREE_RANK_FEATURES
 
 __all__ = [
     "GRID",
@@ -212,7 +213,7 @@ def rank_features_only(questions: Sequence[Question]) -> list[Question]:
 
 
 def model_json(ranker: Any, meta: dict[str, Any]) -> dict[str, Any]:
-    """LightGBM's dumped trees in ``scroll_core.rank_trees``'s format: per tree the inner
+    """LightGBM's dumped trees in ``scroll_core.store.rank_trees``'s format: per tree the inner
     nodes' feature, threshold and children (an index, or ``~leaf``) and the leaf values."""
     dump = ranker.dump_model()
     if len(dump["feature_names"]) != len(TREE_FEATURES):

@@ -35,9 +35,9 @@ from typing import Any
 from _common import emit, median, percentile
 
 from scroll_core import EventLog
-from scroll_core.ftsquery import match_expression, query_terms
-from scroll_core.logschema import m001_initial
-from scroll_core.search import SearchTuning
+from scroll_core.store import SearchTuning
+from scroll_core.store.fts_query import match_expression, query_terms
+from scroll_core.store.sqlite_schema import m001_initial
 
 BATCH = 1000
 SEED = 20261129

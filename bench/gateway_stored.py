@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit, percentile
 
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import ClientRequest, GatewayConversation, StoredPlace
 from scroll_core.gateway._types import ClientMessage
 from scroll_core.models import ModelReply, Usage
 from scroll_core.profile import Profile
+from scroll_core.store import EventLog
 
 HEADLINE = "⟦chat | status: answered; next: wait | anchors: bench⟧"
 WORDS = (

@@ -5,7 +5,7 @@
     python bench/retrieval.py --tune-techniques   # each issue-15 technique's setting, dev only
     python bench/retrieval.py --fit-ranker   # the learned ranker's weights, dev only
     python bench/retrieval.py --fit-ranker --cv --fit warm   # ... and cross-validated on dev
-    python bench/retrieval.py --fit-ranker --fit trees   # refit scroll_core/ranker_trees.json
+    python bench/retrieval.py --fit-ranker --fit trees   # refit scroll_core/store/ranker_trees.json
     python bench/retrieval.py --fit-ranker --fit linear_cv   # the linear ranker's LOCO CV
     python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
     python bench/retrieval.py --json --quick   # ablation timed at 50,000 events, not 1M
@@ -84,8 +84,8 @@ from bench._tree_fit import fit_trees, linear_cross_validate, rank_features_only
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
 from scroll_core.ingest import ingest
-from scroll_core.rank_trees import SHIPPED_TREES
-from scroll_core.search import RANK_FEATURES, TREE_RANK_FEATURES
+from scroll_core.store.rank_trees import SHIPPED_TREES
+from scroll_core.store.search import RANK_FEATURES, TREE_RANK_FEATURES
 
 # ../shared/data/README.md, measured on the whole data set.
 PUBLISHED_PLAIN = {"recall_at_5": 0.547, "recall_at_10": 0.631, "hit_at_10": 0.683}
@@ -703,7 +703,8 @@ def run_tune(bench: Bench, as_json: bool) -> None:
     print(f"tuned on dev {list(DEV)} ({choice.dev_items} items), {len(choice.trials)} trials")
     print(f"current {out['current']}")
     print(f"chosen  {out['chosen']}  dev {choice.objective}")
-    print("constants unchanged" if not out["changed"] else "differs: update scroll_core/search.py")
+    changed = "differs: update scroll_core/store/search.py"
+    print("constants unchanged" if not out["changed"] else changed)
 
 
 def run_tune_techniques(bench: Bench, as_json: bool) -> None:
@@ -755,8 +756,9 @@ FITS: dict[str, tuple[dict[str, Any], tuple[str, ...], str]] = {
 }
 
 
-# Fits that are not linear weights: the tree ranker (written to ``scroll_core/ranker_trees.json``)
-# and the linear ranker's leave-one-conversation-out figure it is compared with.
+# Fits that are not linear weights: the tree ranker (written to
+# ``scroll_core/store/ranker_trees.json``) and the linear ranker's leave-one-conversation-out
+# figure it is compared with.
 TREE_FITS = ("trees", "linear_cv", "trees_rank_features")
 # The diagnostic fit over ``RANK_FEATURES`` alone (``TECHNIQUES["trees_rank_features"]``).
 RANK_ONLY_TREES = Path(__file__).with_name("ranker_trees_rank_features.json")
@@ -923,7 +925,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.backend == "postgres":
             from _pg import postgres_database
 
-            from scroll_core.pglog import PgEventLog
+            from scroll_core.store.pg_log import PgEventLog
 
             log = PgEventLog(stack.enter_context(postgres_database(args.postgres_url)))
         bench = Bench(args.data, Path(tmp), log)

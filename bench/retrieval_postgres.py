@@ -29,7 +29,7 @@ from retrieval import (
 )
 
 from scroll_core import SearchTuning
-from scroll_core.pglog import PgEventLog
+from scroll_core.store.pg_log import PgEventLog
 
 SPLITS = ("test", "dev", "all")
 

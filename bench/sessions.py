@@ -23,7 +23,7 @@ from typing import Any
 from _common import emit, median, percentile
 
 from scroll_core import EventLog
-from scroll_core.logschema import m001_initial
+from scroll_core.store.sqlite_schema import m001_initial
 
 SEED = 20261130
 BATCH = 5000

@@ -39,7 +39,7 @@ from bench._ranker_fit import collect, fit_weights
 from bench.heldout_dates import spoken
 from bench.retrieval import RANKER_WEIGHTS_8, RANKER_WEIGHTS_DATES, Bench, _padded
 from scroll_core import SearchTuning
-from scroll_core.query_dates import date_mentions
+from scroll_core.store.query_dates import date_mentions
 
 VARIANTS = ("all", "as_asked", "near", "far")
 WRONG = ("near", "far")

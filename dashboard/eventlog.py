@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from scroll_core.eventstore import EventStore, open_event_store
+from scroll_core.store import EventStore, open_event_store
 
 _lock = threading.Lock()
 _logs: dict[tuple[str, Path], EventStore] = {}

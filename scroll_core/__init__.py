@@ -33,17 +33,6 @@ from .errors import (
     SearchIndexCorrupt,
     SearchTimeout,
 )
-from .eventlog import (
-    KIND_CONTEXT_MSG,
-    KIND_MODEL_TURN,
-    KIND_TOOL_RESULT,
-    Event,
-    EventLog,
-    Hit,
-    Seqs,
-    SessionSummary,
-)
-from .eventstore import EventStore, open_event_store
 from .eviction import CompressRecord, compress
 from .headlines import Headline, HeadlineParse, format_headline, parse_headline
 from .index import SEAM_BANNER, EvictionIndex, IndexBlock, IndexRender
@@ -56,11 +45,26 @@ from .models import (
     ToolCall,
     Usage,
 )
-from .payloads import ArtifactRef, PayloadStore, ToolResultRef
 from .profile import Profile
 from .prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, system_prompt, tool_definitions
-from .scoped import ScopedReader
-from .search import SearchTuning, TermStats
+from .store import (
+    KIND_CONTEXT_MSG,
+    KIND_MODEL_TURN,
+    KIND_TOOL_RESULT,
+    ArtifactRef,
+    Event,
+    EventLog,
+    EventStore,
+    Hit,
+    PayloadStore,
+    ScopedReader,
+    SearchTuning,
+    Seqs,
+    SessionSummary,
+    TermStats,
+    ToolResultRef,
+    open_event_store,
+)
 from .tokens import CharRatioCounter, TiktokenCounter, TokenCounter
 from .view import ContextState, Prefix, ViewReport, WorkingView, build_view
 

@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ContextWindowUnfit
-from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT
-from .eventstore import EventStore
 from .profile import Profile
+from .store import KIND_MODEL_TURN, KIND_TOOL_RESULT, EventStore
 from .telemetry import span
 from .tokens import TokenCounter
 from .view import (

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import EventNotFound, ScrollError
-from .eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
-from .eventstore import EventStore
 from .index import SEAM_BANNER, EvictionIndex, RenderLevel
 from .profile import Profile
+from .store import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventStore
 from .tokens import TokenCounter
 
 __all__ = [

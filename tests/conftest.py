@@ -260,7 +260,7 @@ def pg_template(postgres_server):
     """A database migrated once, copied by ``pg_url`` for every test that needs a fresh log."""
     import psycopg
 
-    from scroll_core.pglog import PgEventLog
+    from scroll_core.store.pg_log import PgEventLog
 
     # One per xdist worker: the workers of the PostgreSQL pass share one server.
     name = f"scroll_template_{os.environ.get('PYTEST_XDIST_WORKER') or 'main'}"
@@ -293,7 +293,7 @@ def pg_reader_url(url: str) -> str:
     for the database at ``url``: what ``ms.sql_query`` runs model SQL as."""
     import psycopg
 
-    from scroll_core.pgschema import READER_ROLE
+    from scroll_core.store.pg_schema import READER_ROLE
 
     login = "scroll_ms_test"
     with psycopg.connect(url, autocommit=True) as db:
@@ -334,7 +334,7 @@ def open_store(
         with EventLog(folder / "eventlog.sqlite3", **options) as event_log:
             yield event_log
         return
-    from scroll_core.pglog import PgEventLog
+    from scroll_core.store.pg_log import PgEventLog
 
     server = request.getfixturevalue("postgres_server")
     template = request.getfixturevalue("pg_template")

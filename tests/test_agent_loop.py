@@ -9,11 +9,11 @@ from agent_fakes import ScriptedModel, assert_no_orphans, recall, repl, reply
 
 from scroll_core.agent import Session
 from scroll_core.errors import ContextOverflow, ModelError, ScrollError
-from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import ToolCall
 from scroll_core.profile import Profile
 from scroll_core.prompts import RECALL_TOOL, REPL_TOOL
+from scroll_core.store import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT
 from scroll_core.tokens import CharRatioCounter
 
 S = "agent-1"

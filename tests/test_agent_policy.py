@@ -6,12 +6,12 @@ import pytest
 from agent_fakes import ScriptedModel, assert_no_orphans, repl, reply
 
 from scroll_core.agent import Session
-from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.index import SEAM_BANNER
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
 from scroll_core.profile import Profile
 from scroll_core.prompts import ABSTENTION, RECALL_TOOL
+from scroll_core.store import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.tokens import CharRatioCounter
 
 S = "long-1"

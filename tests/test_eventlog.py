@@ -12,7 +12,7 @@ from scroll_core import (
     InvalidEvent,
     ScrollError,
 )
-from scroll_core.logschema import MIGRATIONS
+from scroll_core.store.sqlite_schema import MIGRATIONS
 from tests.backends import DB_ERRORS, mark, outside_connection
 
 

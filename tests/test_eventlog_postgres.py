@@ -16,15 +16,15 @@ import psycopg
 import pytest
 
 from scroll_core import PayloadCorrupt
-from scroll_core.eventstore import EventStore, open_event_store
-from scroll_core.pglog import PgEventLog, redact
-from scroll_core.pgschema import SEQ_LOCK, WRITER_ROLE
+from scroll_core.store import EventStore, open_event_store
+from scroll_core.store.pg_log import PgEventLog, redact
+from scroll_core.store.pg_schema import SEQ_LOCK, WRITER_ROLE
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WRITER = """
 import sys
-from scroll_core.pglog import PgEventLog
+from scroll_core.store.pg_log import PgEventLog
 from scroll_core.tokens import CharRatioCounter
 url, name, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 log = PgEventLog(url, token_counter=CharRatioCounter())
@@ -299,7 +299,7 @@ def test_the_console_serves_a_session_another_process_wrote_to_postgres(
     ],
 )
 def test_sqlite_placeholders_become_psycopg_ones_outside_literals(sql, params, expected):
-    from scroll_core.pgscoped import to_pg_params
+    from scroll_core.store.pg_scoped import to_pg_params
 
     text, bound = to_pg_params(sql, params)
     if expected is None:
@@ -310,7 +310,7 @@ def test_sqlite_placeholders_become_psycopg_ones_outside_literals(sql, params, e
 
 
 def test_the_hosts_own_ms_reads_are_scoped_by_the_database_not_only_by_its_sql(pg_url):
-    from scroll_core.pgscoped import PgScopedReader
+    from scroll_core.store.pg_scoped import PgScopedReader
 
     with PgEventLog(pg_url) as log:
         mine = log.append(session_id="a", agent_id="alpha", kind="k", content="shared word")
@@ -333,7 +333,7 @@ def test_the_hosts_own_ms_reads_are_scoped_by_the_database_not_only_by_its_sql(p
 BIG_VALUE = """
 import json, resource, sys
 from scroll_core.kernel.ms import MsCapability
-from scroll_core.pglog import PgEventLog
+from scroll_core.store.pg_log import PgEventLog
 
 log = PgEventLog(sys.argv[1], reader_url=sys.argv[2])
 ms = MsCapability(log, agent_id='main', session_id='s', byte_budget=4096, sql_time_limit_s=60)

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scroll_core.errors import ContextWindowUnfit, ScrollError
-from scroll_core.eventlog import EventLog
 from scroll_core.eviction import compress
 from scroll_core.headlines import NO_MILESTONE
 from scroll_core.index import SEAM_BANNER
 from scroll_core.profile import Profile
+from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 from scroll_core.view import FOLD_MARK, ContextState, Prefix, build_view
 from tests.conftest import open_store

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import GatewayConversation, parse_chat_request
 from scroll_core.models import ModelReply, ToolCall, Usage
 from scroll_core.profile import Profile
+from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 
 HEADLINE = "⟦memo | status: answered; next: wait | anchors: memo⟧"

@@ -13,7 +13,6 @@ from gateway_upstream import message_events
 
 from bench._gateway_data import claude_code_messages, completion_for, locomo_exchanges
 from scroll_core.errors import ConfigError, ModelError
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import (
     AnthropicUpstream,
     GatewayConversation,
@@ -27,6 +26,7 @@ from scroll_core.gateway.upstream import parse_completion
 from scroll_core.models import ModelReply
 from scroll_core.profile import Profile
 from scroll_core.prompts import RECALL_TOOL, recall_tool_definition
+from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 
 

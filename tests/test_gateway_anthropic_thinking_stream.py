@@ -21,8 +21,8 @@ from gateway_clients import an, make_key
 from gateway_upstream import HEADLINE, a_message, a_thinking, a_tool_use
 
 from dashboard.eventlog import get_event_log
-from scroll_core.eventlog import KIND_MODEL_TURN
 from scroll_core.prompts import RECALL_TOOL
+from scroll_core.store import KIND_MODEL_TURN
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

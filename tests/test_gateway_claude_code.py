@@ -19,7 +19,7 @@ import pytest
 from gateway_clients import agent_cli, logged_messages, make_key
 from gateway_upstream import HEADLINE, a_message, a_text, a_tool_use, completion, text, tool_call
 
-from scroll_core.eventlog import EventLog
+from scroll_core.store import EventLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

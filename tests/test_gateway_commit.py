@@ -12,9 +12,9 @@ from contextlib import contextmanager
 import pytest
 from test_gateway_core import ScriptedUpstream, assistant_of, conversation, request, user
 
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import ClientReply
 from scroll_core.gateway.conversation import REQUEST_SPAN
+from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 
 SESSION = "gw:alice:s"

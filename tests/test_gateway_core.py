@@ -8,7 +8,6 @@ import json
 import pytest
 
 from scroll_core.errors import ContextOverflow, GatewayRequestInvalid, ModelError
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import (
     ClientMessage,
     GatewayConversation,
@@ -22,6 +21,7 @@ from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import ModelReply, ToolCall, Usage
 from scroll_core.profile import Profile
 from scroll_core.prompts import RECALL_TOOL
+from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 
 HEADLINE = "⟦chat | status: answered; next: wait | anchors: test⟧"

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 import pytest
 
 from dashboard.gateway.service import Gate
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import GatewayConversation, parse_chat_request
 from scroll_core.models import ModelReply, Usage
 from scroll_core.profile import Profile
+from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 
 HEADLINE = "⟦chat | status: answered; next: wait | anchors: test⟧"

@@ -9,13 +9,13 @@ import json
 import pytest
 
 from bench._gateway_data import claude_code_messages, completion_for, locomo_exchanges
-from scroll_core.eventlog import EventLog
 from scroll_core.gateway import GatewayConversation, parse_chat_request, parse_messages_request
 from scroll_core.gateway.upstream import parse_completion
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import ModelReply
 from scroll_core.profile import Profile
 from scroll_core.prompts import RECALL_TOOL
+from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 
 

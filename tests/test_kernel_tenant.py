@@ -16,7 +16,7 @@ import pytest
 from scroll_core import AgentNotReadable, EventLog, QueryRefused, ScopedReader
 from scroll_core.kernel import Kernel, KernelConfig, bwrap_status
 from scroll_core.kernel.ms import MsCapability
-from scroll_core.scoped import BY_SESSION_VIEW
+from scroll_core.store.sqlite_scoped import BY_SESSION_VIEW
 from tests.conftest import BACKENDS, open_store
 
 BWRAP_OK, BWRAP_WHY = bwrap_status()

@@ -10,9 +10,9 @@ from django.core.management import CommandError, call_command
 
 from dashboard.runs.models import CompressEvent, RunRecord, TuningProfile
 from scroll_core.agent import Session
-from scroll_core.eventlog import KIND_CONTEXT_MSG
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
+from scroll_core.store import KIND_CONTEXT_MSG
 
 S = "replay-cmd"
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from scroll_core.agent import Session
-from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
 from scroll_core.profile import Profile
@@ -21,6 +20,7 @@ from scroll_core.replay import (
     replay,
     reproduction,
 )
+from scroll_core.store import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.tokens import CharRatioCounter
 from tests.conftest import BACKENDS, open_store
 

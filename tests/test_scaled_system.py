@@ -56,7 +56,7 @@ def _task(run: int) -> str:
 def eventlog_url(postgres_server):
     """A database of its own for the Event Log, migrated (as a deployment would before
     starting its processes), and the login model SQL runs as."""
-    from scroll_core.pglog import PgEventLog
+    from scroll_core.store.pg_log import PgEventLog
     from tests.conftest import pg_reader_url
 
     url = fresh_database(postgres_server.url)

@@ -10,8 +10,9 @@ import pytest
 from search_corpus import add, ranked
 
 from scroll_core import ConfigError, SearchTuning
-from scroll_core.query_dates import date_mentions, named_dates
-from scroll_core.search import RANK_FEATURES, SQLITE, SearchFilters, search_features
+from scroll_core.store.query_dates import date_mentions, named_dates
+from scroll_core.store.search import RANK_FEATURES, SearchFilters, search_features
+from scroll_core.store.sqlite_search import SQLITE
 
 AT = {name: i for i, name in enumerate(RANK_FEATURES)}
 SHIPPED = SearchTuning()
@@ -26,7 +27,7 @@ def log(store):
 def _features(log, query, tuning=SHIPPED, **filters):
     dialect = SQLITE
     if log.backend == "postgres":
-        from scroll_core.pglog import PG_DIALECT
+        from scroll_core.store.pg_search import PG_DIALECT
 
         dialect = PG_DIALECT
     return search_features(

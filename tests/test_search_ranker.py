@@ -10,7 +10,8 @@ import pytest
 from search_corpus import add, ranked
 
 from scroll_core import EventLog, SearchTuning
-from scroll_core.search import RANK_FEATURES, SearchFilters, search_features
+from scroll_core.store.search import RANK_FEATURES, SearchFilters, search_features
+from scroll_core.store.sqlite_search import SQLITE
 
 HAND = replace(SearchTuning(), ranker_weights=())
 # The hand formula's own weights written as a ranker: own 1, neighbours ±1 and ±2.
@@ -68,7 +69,7 @@ def test_features_are_one_tuple_per_turn_read_and_shares_stay_in_range(tmp_path)
     with EventLog(tmp_path / "f.sqlite3") as log:
         _chat(log)
         features = search_features(
-            log._reader(), "glacier lake cabin", 10, SearchFilters(), SearchTuning()
+            log._reader(), "glacier lake cabin", 10, SearchFilters(), SearchTuning(), SQLITE
         )
         assert features and all(len(v) == len(RANK_FEATURES) for v in features.values())
         at = {name: i for i, name in enumerate(RANK_FEATURES)}
@@ -77,8 +78,11 @@ def test_features_are_one_tuple_per_turn_read_and_shares_stay_in_range(tmp_path)
             assert 0.0 <= values[at["coverage"]] <= values[at["window_coverage"]] <= 1.0
         assert max(v[at["own"]] for v in features.values()) == 1.0
         # Nothing to match, or only stop words: nothing read.
-        assert search_features(log._reader(), "zebra", 10, SearchFilters(), SearchTuning()) == {}
-        assert search_features(log._reader(), "", 10, SearchFilters(), SearchTuning()) == {}
+        for nothing in ("zebra", ""):
+            read = search_features(
+                log._reader(), nothing, 10, SearchFilters(), SearchTuning(), SQLITE
+            )
+            assert read == {}
 
 
 @pytest.fixture
@@ -137,7 +141,7 @@ def test_a_term_most_turns_read_hold_weighs_less_in_the_rare_shares(tmp_path):
     with EventLog(tmp_path / "r.sqlite3") as log:
         (rare,) = add(log, "an otter in the river", session="a")
         common = add(log, *(f"the river bend number {i}" for i in range(6)), session="b")
-        features = search_features(log._reader(), "otter river", 10, SearchFilters(), HAND)
+        features = search_features(log._reader(), "otter river", 10, SearchFilters(), HAND, SQLITE)
         at = {name: i for i, name in enumerate(RANK_FEATURES)}
         only_common = features[common[0]]
         assert only_common[at["coverage"]] == 0.5

@@ -11,7 +11,7 @@ from search_corpus import add
 from search_corpus import ranked as _ranked
 
 from scroll_core import SearchTuning
-from scroll_core.ftsquery import exact_pattern, exact_pieces
+from scroll_core.store.fts_query import exact_pattern, exact_pieces
 
 # The hand formula with nothing on but bm25 (the learned ranker and speaker match off too).
 PLAIN = replace(

@@ -9,14 +9,14 @@ import pytest
 from search_corpus import add, ranked
 
 from scroll_core import ConfigError, SearchTuning
-from scroll_core.search import (
+from scroll_core.store.search import (
     RANK_FEATURES,
-    SQLITE,
     SearchDialect,
     SearchFilters,
     TermStats,
     search_features,
 )
+from scroll_core.store.sqlite_search import SQLITE
 
 AT = {name: i for i, name in enumerate(RANK_FEATURES)}
 SHIPPED = SearchTuning()
@@ -31,7 +31,7 @@ def log(store):
 
 def _dialect(log):
     if log.backend == "postgres":
-        from scroll_core.pglog import PG_DIALECT
+        from scroll_core.store.pg_search import PG_DIALECT
 
         return PG_DIALECT
     return SQLITE
@@ -167,7 +167,7 @@ def test_an_agents_scoped_search_weighs_terms_by_the_whole_log_too(log):
     for i in range(20):
         log.append(session_id="o", kind="chat_turn", content=f"beta other {i}", agent_id="other")
     if log.backend == "postgres":
-        from scroll_core.pgscoped import PgScopedReader as Reader
+        from scroll_core.store.pg_scoped import PgScopedReader as Reader
     else:
         from scroll_core import ScopedReader as Reader
     log.search_tuning = LOG_RARITY

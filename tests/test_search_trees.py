@@ -1,6 +1,6 @@
 """The tree ranker (``SearchTuning.ranker_trees``): a LambdaMART model shipped as JSON and
-walked in pure Python (``scroll_core.rank_trees``), its fit (``bench/_tree_fit.py``), and a bad
-model file named when the tuning is built."""
+walked in pure Python (``scroll_core.store.rank_trees``), its fit (``bench/_tree_fit.py``), and
+a bad model file named when the tuning is built."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from search_corpus import add, ranked
 from bench._ranker_fit import Question
 from bench._tree_fit import GRID, fit_trees, model_json, tree_recalls
 from scroll_core import ConfigError, EventLog, SearchTuning
-from scroll_core.rank_trees import FORMAT, SHIPPED_TREES, load_trees, trees_from_dict
-from scroll_core.search import TREE_FEATURES, SearchFilters, search_features
+from scroll_core.store.rank_trees import FORMAT, SHIPPED_TREES, load_trees, trees_from_dict
+from scroll_core.store.search import TREE_FEATURES, SearchFilters, search_features
+from scroll_core.store.sqlite_search import SQLITE
 
 
 def _shipped() -> SearchTuning:
@@ -177,7 +178,13 @@ def test_tree_features_extend_the_rank_features_and_stay_in_range(tmp_path):
         add(log, "which lake did you swim in", "the cold lake by the cabin", session="a")
         add(log, *(f"filler turn number {i}" for i in range(6)), session="c")
         features = search_features(
-            log._reader(), "glacier lake cabin", 10, SearchFilters(), SearchTuning(), trees=True
+            log._reader(),
+            "glacier lake cabin",
+            10,
+            SearchFilters(),
+            SearchTuning(),
+            SQLITE,
+            trees=True,
         )
     at = {name: i for i, name in enumerate(TREE_FEATURES)}
     assert features and all(len(v) == len(TREE_FEATURES) for v in features.values())

@@ -1,4 +1,4 @@
-"""The per-session summary table (logschema m002): kept by the append path, refused to
+"""The per-session summary table (sqlite_schema m002): kept by the append path, refused to
 everyone else, and always equal to a GROUP BY over the events."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scroll_core import EventLog, InvalidEvent
-from scroll_core.logschema import _DEDUP_TAKEN, m001_initial
+from scroll_core.store.sqlite_schema import _DEDUP_TAKEN, m001_initial
 from tests.backends import outside_connection
 from tests.conftest import REPO, open_store
 
@@ -208,7 +208,7 @@ def test_the_dedup_refusal_keeps_sqlites_own_words():
 
 
 def test_the_migration_backfills_a_log_written_before_it(tmp_path):
-    """SQLite only: logschema m002 backfills SQLite logs written before the summary existed;
+    """SQLite only: sqlite_schema m002 backfills SQLite logs written before the summary existed;
     PostgreSQL logs have had it since their first migration."""
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)

@@ -17,10 +17,10 @@ from dashboard.telemetry.alerts import AlertEngine
 from dashboard.telemetry.cost import SpanArithmetic, call_costs, session_cost
 from dashboard.telemetry.models import AlertRule, ModelPrice, SpanRecord
 from scroll_core.agent import Session
-from scroll_core.eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
 from scroll_core.models.policy import POLICY_NAME
+from scroll_core.store import KIND_CONTEXT_MSG, KIND_MODEL_TURN
 
 S = "inspect-1"
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 from dashboard.console import live
 from dashboard.runs.models import RunRecord, TuningProfile
 from dashboard.telemetry.models import Alert, AlertRule
-from scroll_core.eventlog import EventLog
+from scroll_core.store import EventLog
 
 NINES = "9" * 30
 

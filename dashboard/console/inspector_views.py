@@ -26,8 +26,8 @@ from dashboard.runs.inforce import Recorded, load_recorded
 from dashboard.runs.models import CompressEvent
 from dashboard.telemetry.cost import call_costs
 from dashboard.telemetry.models import SpanRecord
-from scroll_core.logschema import SQLITE_INT_MAX
 from scroll_core.replay import CallPoint, CompressPoint, TraceError, inspect_call
+from scroll_core.store.schema_common import SQLITE_INT_MAX
 
 __all__ = ["session_call", "session_call_at", "trace_tree", "urlpatterns"]
 

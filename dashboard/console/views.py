@@ -49,9 +49,8 @@ from dashboard.telemetry import alerts as alert_rules
 from dashboard.telemetry.cost import cost_context
 from dashboard.telemetry.models import Alert, SpanRecord
 from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
-from scroll_core.eventlog import Hit, SessionSummary
-from scroll_core.eventstore import EventStore
-from scroll_core.logschema import SQLITE_INT_MAX
+from scroll_core.store import EventStore, Hit, SessionSummary
+from scroll_core.store.schema_common import SQLITE_INT_MAX
 
 SEARCH_HITS = 50
 # How deep a console search ranks: beyond it the count reads "200+ hits".

@@ -43,10 +43,10 @@ from dashboard.runs.notify import push_session
 from dashboard.runs.profiles import core_profile
 from scroll_core import telemetry
 from scroll_core.agent import Session, StepRecord
-from scroll_core.eventlog import KIND_CONTEXT_MSG
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.models import POLICY_NAME, OpenAICompatibleModel, PolicyModel
 from scroll_core.profile import Profile
+from scroll_core.store import KIND_CONTEXT_MSG
 
 __all__ = [
     "LEASE_S",

@@ -25,8 +25,8 @@ from dashboard.runs.inforce import load_recorded
 from dashboard.runs.models import CompressEvent, ProfileChange
 from dashboard.telemetry.models import ModelPrice
 from scroll_core.errors import ScrollError
-from scroll_core.eventlog import KIND_MODEL_TURN, Event
 from scroll_core.replay import ReplayResult, Trace, replay
+from scroll_core.store import KIND_MODEL_TURN, Event
 from scroll_core.view import MESSAGE_OVERHEAD_TOKENS
 
 __all__ = [

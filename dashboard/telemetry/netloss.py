@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from dashboard.eventlog import get_event_log
-from scroll_core.eventlog import KIND_MODEL_TURN, Event
+from scroll_core.store import KIND_MODEL_TURN, Event
 from scroll_core.view import MESSAGE_OVERHEAD_TOKENS
 
 __all__ = ["block_range", "block_size", "reread_tokens"]

@@ -34,8 +34,6 @@ from ..errors import (
     ModelError,
     ScrollError,
 )
-from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
-from ..eventstore import EventStore
 from ..eviction import compress
 from ..headlines import parse_headline
 from ..kernel.manager import KernelManager
@@ -44,6 +42,7 @@ from ..kernel.results import NamespaceDigest
 from ..models.base import ChatModel, ModelReply, ToolCall, Usage
 from ..profile import Profile
 from ..prompts import RECALL_TOOL, system_prompt, tool_definitions
+from ..store import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventStore
 from ..telemetry import span
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..eventstore import EventStore
 from ..headlines import parse_headline
 from ..models.base import ModelReply, ToolCall
 from ..profile import Profile
+from ..store import EventStore
 from ..telemetry import chat_span, span, usage
 
 __all__ = ["fresh_profile", "traced_call", "unique_call"]

@@ -22,12 +22,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import GatewayRequestInvalid, ScrollError
-from ..eventlog import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
-from ..eventstore import EventStore
 from ..kernel.ms import MsCapability
 from ..models.base import ToolCall
 from ..profile import Profile
 from ..prompts import RECALL_TOOL, gateway_prompt, recall_tool_definition
+from ..store import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventStore
 from ..telemetry import span
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix

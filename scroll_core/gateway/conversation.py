@@ -41,8 +41,6 @@ from typing import Any
 from ..agent.cells import AgentKernel, CellOutcome, run_cell
 from ..agent.steps import fresh_profile, traced_call, unique_call
 from ..errors import ContextOverflow, ScrollError
-from ..eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT
-from ..eventstore import EventStore
 from ..eviction import CompressRecord, compress
 from ..headlines import parse_headline
 from ..kernel.manager import KernelManager
@@ -51,6 +49,7 @@ from ..kernel.results import NamespaceDigest
 from ..models.base import ModelReply, ToolCall, Usage
 from ..profile import Profile
 from ..prompts import RECALL_TOOL
+from ..store import KIND_MODEL_TURN, KIND_TOOL_RESULT, EventStore
 from ..telemetry import session_scope, span, usage
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView

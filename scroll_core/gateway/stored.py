@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..eventlog import Event
 from ..models.base import ToolCall
+from ..store import Event
 from ._types import ClientMessage, StoredPlace
 
 __all__ = [

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import IngestError
-from ..eventlog import Seqs
+from ..store import Seqs
 from ..timeutil import format_ts, parse_ts
 
 __all__ = [

@@ -1,9 +1,10 @@
 """``ms``: the Event Log as the kernel sees it, served by the host.
 
 The kernel never touches the log file. Each ``ms.*`` call travels over the pipe and runs
-here. The agent is the tenant: every read goes through ``scoped`` connections that see only
-the session's own agent and the agents an operator granted it (``readable_agents``), so no
-argument, SQL text or forged seq widens it. ``sql_query`` runs on a read-only scoped
+here. The agent is the tenant: every read goes through scoped connections
+(``store.sqlite_scoped``, ``store.pg_scoped``) that see only the session's own agent and the
+agents an operator granted it (``readable_agents``), so no argument, SQL text or forged seq
+widens it. ``sql_query`` runs on a read-only scoped
 connection whose authorizer allows only SELECT, READ of the scoped views and FUNCTION, with
 a row cap, a byte budget counted while rows are fetched, explicit truncation flags and a time
 limit. Memory spans the agent's sessions; ``scope="session"`` narrows search to the current
@@ -23,25 +24,17 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import AgentNotReadable, QueryRefused
-from ..eventlog import EventLog
-from ..eventstore import EventStore
-from ..scoped import (
-    FTS_REFUSED,
-    SCOPED_TABLES,
-    ScopedEvent,
-    ScopedReader,
-    open_scoped,
-    refuse_unless_reading,
-    scope_agents,
-)
-from ..sqldialect import dialect_notes
+from ..store import EventLog, EventStore
+from ..store.dialect_notes import dialect_notes
+from ..store.scoped_common import FTS_REFUSED, ScopedEvent, refuse_unless_reading, scope_agents
+from ..store.sqlite_scoped import SCOPED_TABLES, ScopedReader, open_scoped
 from ..telemetry import span
 from ..timeutil import parse_ts
 from .protocol import to_wire
 
 if TYPE_CHECKING:
-    from ..pglog import PgEventLog
-    from ..pgscoped import PgModelSql, PgScopedReader
+    from ..store.pg_log import PgEventLog
+    from ..store.pg_scoped import PgModelSql, PgScopedReader
 
 __all__ = ["MsCall", "MsCapability", "QueryRefused"]
 
@@ -270,7 +263,7 @@ class MsCapability:
                 if isinstance(self.log, EventLog):
                     self._scoped = ScopedReader(self.log, agents)
                 else:
-                    from ..pgscoped import PgScopedReader  # psycopg only where it is used
+                    from ..store.pg_scoped import PgScopedReader  # psycopg only where it is used
 
                     self._scoped = PgScopedReader(cast("PgEventLog", self.log), agents)
             return self._scoped
@@ -571,7 +564,7 @@ class MsCapability:
             if self._pg_sql is None or self._pg_sql.agents != reader.agents:
                 if self._pg_sql is not None:
                     self._pg_sql.close()
-                from ..pgscoped import PgModelSql
+                from ..store.pg_scoped import PgModelSql
 
                 self._pg_sql = PgModelSql(cast("PgEventLog", self.log), reader.agents)
             return self._pg_sql.query(

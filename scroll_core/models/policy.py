@@ -37,9 +37,9 @@ from typing import Any
 
 from .. import headlines
 from ..errors import ConfigError
-from ..ftsquery import STOP_WORDS, query_terms
 from ..index import SEAM_BANNER
 from ..prompts import ABSTENTION, RECALL_TOOL, REPL_TOOL, TOOL_NAMES
+from ..store.fts_query import STOP_WORDS, query_terms
 from ..tokens import CharRatioCounter, TokenCounter
 from ..view import DIGEST_HEADER
 from .base import ModelReply, ToolCall, Usage, message_text

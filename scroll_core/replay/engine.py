@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from ..errors import ContextWindowUnfit, ScrollError
-from ..eventlog import KIND_MODEL_TURN
-from ..eventstore import EventStore
 from ..eviction import CompressRecord, compress, split_point
 from ..profile import Profile
 from ..prompts import RECALL_TOOL, system_prompt, tool_definitions
+from ..store import KIND_MODEL_TURN, EventStore
 from ..tokens import TokenCounter, default_counter
 from ..view import ContextState, Prefix, ViewEntry, WorkingView, build_view
 from .source import DigestStandIn, SizedCounter, TraceLog

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from ..eventlog import Event
+from ..store import Event
 from ..tokens import TokenCounter
 from ..view import DIGEST_HEADER
 

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ScrollError
-from ..eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
-from ..eventstore import EventStore
+from ..store import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventStore
 from ..tokens import TokenCounter
 
 __all__ = [

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..eventlog import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
 from ..index import SEAM_BANNER, IndexBlock
 from ..profile import Profile
+from ..store import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event
 from ..tokens import TokenCounter
 from ..view import ContextState, WorkingView, digest_section
 from .engine import CallView, replay

@@ -1,4 +1,4 @@
-"""Numbered schema migrations of the Event Log.
+"""Numbered schema migrations of the Event Log on SQLite (see ``pg_schema`` for PostgreSQL).
 
 Each migration runs once, inside one transaction together with the row that records it in
 ``_scroll_migrations``. Shipped migrations are never edited: a later one adds columns, it
@@ -10,26 +10,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-__all__ = ["APPEND_ONLY_MESSAGE", "MIGRATIONS", "SQLITE_INT_MAX", "migrate", "sqlite_int"]
+from .schema_common import APPEND_ONLY_MESSAGE
 
-APPEND_ONLY_MESSAGE = "scroll event log is append-only"
-# SQLite stores INTEGER in 64 bits; a bigger Python int cannot even be bound as a parameter.
-SQLITE_INT_MAX = 2**63 - 1
+__all__ = ["MIGRATIONS", "migrate"]
+
 # Worded as SQLite words the unique index's own refusal, so a writer that reads "this dedup
 # key is taken" from the error keeps doing so when the trigger below answers first.
 _DEDUP_TAKEN = (
     "UNIQUE constraint failed: events.session_id, events.dedup_key "
     "(a repeated dedup key never replaces its event)"
 )
-
-
-def sqlite_int(value: int) -> int:
-    """``value`` as an int SQLite can bind, clamped to its 64-bit range.
-
-    For seq cursors and limits clamping keeps the meaning: no seq lies beyond the range, so
-    "after 10**30" and "after SQLITE_INT_MAX" select the same nothing.
-    """
-    return max(-SQLITE_INT_MAX - 1, min(SQLITE_INT_MAX, int(value)))
 
 
 def m001_initial(db: sqlite3.Connection) -> None:

@@ -1,6 +1,6 @@
 """A gradient-boosted tree ranker shipped as data, scored without the library that fitted it.
 
-The model is a JSON file of regression trees (``scroll_core/ranker_trees.json``, written by
+The model is a JSON file of regression trees (``scroll_core/store/ranker_trees.json``, written by
 ``bench/_tree_fit.py`` from LightGBM's LambdaMART fit on LoCoMo's dev split). A turn's score
 is the sum of one leaf value per tree, in tree order; at an inner node the walk goes left when
 ``feature value <= threshold`` (LightGBM's numerical rule). No numpy or LightGBM at query time:
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["FORMAT", "SHIPPED_TREES", "TreeRanker", "load_trees", "trees_from_dict"]
 

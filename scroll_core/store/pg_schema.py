@@ -1,4 +1,4 @@
-"""Numbered schema migrations of the Event Log on PostgreSQL (see ``logschema`` for SQLite).
+"""Numbered schema migrations of the Event Log on PostgreSQL (see ``sqlite_schema`` for SQLite).
 
 The same rules as on SQLite: each migration runs once, in one transaction together with the
 row recording it in ``_scroll_migrations``, and a shipped migration is never edited. DDL is
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .logschema import APPEND_ONLY_MESSAGE
+from .schema_common import APPEND_ONLY_MESSAGE
 
 __all__ = [
     "APPEND_ONLY_SQLSTATE",
@@ -47,7 +47,7 @@ READER_ROLE = "scroll_reader"
 HOST_READER_ROLE = "scroll_host_reader"
 # English snowball stemming with no stop-word list: like FTS5's porter tokenizer, every
 # word is indexed and counts towards a document's length (stop words are dropped from the
-# query, by ``ftsquery``, on both backends).
+# query, by ``fts_query``, on both backends).
 TS_CONFIG = "scroll_english"
 
 Migration = Callable[[Any, str], None]

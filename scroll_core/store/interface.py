@@ -14,10 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, Protocol, Self, runtime_checkable
 
-from .eventlog import Event, EventLog, Hit, Seqs, SessionSummary
+from ..tokens import TokenCounter
 from .payloads import PayloadSource
-from .search import SearchTuning
-from .tokens import TokenCounter
+from .records import Event, Seqs, SessionSummary
+from .search import Hit, SearchTuning
+from .sqlite_log import EventLog
 
 __all__ = ["EventStore", "is_postgres_url", "open_event_store"]
 
@@ -139,7 +140,7 @@ def open_event_store(
     the database, where every machine reaches them).
     """
     if is_postgres_url(target):
-        from .pglog import PgEventLog  # psycopg is only needed by deployments that use it
+        from .pg_log import PgEventLog  # psycopg is only needed by deployments that use it
 
         return PgEventLog(str(target), **options)
     return EventLog(target, payload_dir=payload_dir, **options)

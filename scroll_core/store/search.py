@@ -2,8 +2,9 @@
 
 Two steps, so the cost follows the number of hits and not the number of matches:
 
-1. FTS5 ranks the matches by bm25 and hands back the best ``candidates`` seqs (joining the
-   events table only when a filter needs its columns).
+1. The backend's full-text index ranks the matches by BM25 and hands back the best
+   ``candidates`` seqs (``SearchDialect``: FTS5 in ``sqlite_search``, BM25 in SQL over a
+   tsvector index in ``pg_search``).
 2. The candidates and the turns next to them are read once; each turn's score becomes its
    own bm25 plus a share of the bm25 of the turns beside it in the same session. A reply
    rarely repeats the words of the question it answers, so evidence often sits one turn
@@ -20,19 +21,18 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Any
 
-from . import ftsquery
-from .errors import ConfigError, InvalidEvent
-from .logschema import sqlite_int
+from ..errors import ConfigError, InvalidEvent
+from ..timeutil import format_ts
+from . import fts_query
 from .query_dates import named_dates
 from .rank_trees import SHIPPED_TREES, TreeRanker, load_trees
-from .timeutil import format_ts
+from .schema_common import sqlite_int
 
 __all__ = [
     "RANK_FEATURES",
@@ -151,7 +151,7 @@ class SearchTuning:
     term_rarity: str = "read"
     # A gradient-boosted tree ranker (LambdaMART) over ``TREE_FEATURES``: when set, a turn's
     # score is the model's and replaces both the linear ranker and the hand formula. ``""``
-    # is off; ``"shipped"`` is ``scroll_core/ranker_trees.json`` (fitted on LoCoMo's dev
+    # is off; ``"shipped"`` is ``scroll_core/store/ranker_trees.json`` (fitted on LoCoMo's dev
     # split alone, ``python bench/retrieval.py --fit-ranker --fit trees``); anything else is
     # the path of such a file. The model is loaded and checked here, so a bad file is a
     # ``ConfigError`` when the tuning is built, never a search that quietly ranks otherwise.
@@ -229,7 +229,7 @@ class SearchFilters:
 
 # A filter with nothing to match (``kind=[]``) is the clause ``0``; PostgreSQL wants a boolean.
 _FALSE_CLAUSE = re.compile(r" AND 0(?= AND |$)")
-_HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at"
+HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at"
 
 
 @dataclass(frozen=True)
@@ -363,17 +363,18 @@ def run_search(
     k: int,
     filters: SearchFilters,
     tuning: SearchTuning,
-    dialect: SearchDialect | None = None,
+    dialect: SearchDialect,
     stats: TermStats | None = None,
 ) -> list[Hit]:
-    """The top ``k`` hits for ``query``; ``stats`` caches whole-log term statistics when
-    ``tuning.term_rarity`` asks for them (a fresh count each search without it)."""
-    dialect = dialect or SQLITE
+    """The top ``k`` hits for ``query`` on a connection of ``dialect``'s backend
+    (``sqlite_search.SQLITE``, ``pg_search.PG_DIALECT``); ``stats`` caches whole-log term
+    statistics when ``tuning.term_rarity`` asks for them (a fresh count each search without
+    it)."""
     k = max(0, sqlite_int(k))
     if k == 0:
         return []
     text = query if isinstance(query, str) else str(query)
-    terms = ftsquery.query_terms(text)
+    terms = fts_query.query_terms(text)
     if not terms:
         return dialect.list_range(db, k, filters) if filters.has_dates else []
     rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
@@ -405,7 +406,7 @@ def run_search(
     hits = []
     for seq, score in ranked:
         r = rows[seq]
-        snippet = ftsquery.make_snippet(r[7], terms)
+        snippet = fts_query.make_snippet(r[7], terms)
         hits.append(
             Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in matched)
         )
@@ -418,15 +419,14 @@ def search_features(
     k: int,
     filters: SearchFilters,
     tuning: SearchTuning,
-    dialect: SearchDialect | None = None,
+    dialect: SearchDialect,
     stats: TermStats | None = None,
     trees: bool = False,
 ) -> dict[int, tuple[float, ...]]:
     """``RANK_FEATURES`` (``TREE_FEATURES`` when ``trees``) of every turn a search for
     ``query`` reads (what a ranker is fitted on; ``bench/_ranker_fit.py``,
     ``bench/_tree_fit.py``); empty when nothing matches."""
-    dialect = dialect or SQLITE
-    terms = ftsquery.query_terms(query)
+    terms = fts_query.query_terms(query)
     if not terms or k <= 0:
         return {}
     rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
@@ -498,7 +498,7 @@ def _read_pool(
     rows = {
         row[0]: row
         for row in db.execute(
-            f"SELECT {_HIT_COLUMNS}, e.content, e.headline FROM events e "
+            f"SELECT {HIT_COLUMNS}, e.content, e.headline FROM events e "
             f"WHERE {in_pool} AND e.searchable = 1{dialect.sql(filters.sql)}",
             (*pool_params, *filters.params),
         ).fetchall()
@@ -546,7 +546,7 @@ def _rescored(
 ) -> dict[int, float]:
     """The candidates' bm25 after the switches that rescore a turn on its own text: term
     features, exact pieces, speaker match, feedback."""
-    exact = ftsquery.exact_pieces(text) if tuning.exact_weight else []
+    exact = fts_query.exact_pieces(text) if tuning.exact_weight else []
     if (len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight)) or exact:
         base = _term_features(rows, base, terms, exact, tuning)
     if tuning.speaker_weight:
@@ -585,10 +585,10 @@ def _window_shares(
     as a passage: a question and its answer rarely repeat each other's words); then both
     again with each term weighted by its rarity: among the turns read (``RANK_FEATURES``),
     or as given (``_term_rarity``)."""
-    prefixes = [ftsquery.stem_prefix(t) for t in terms]
+    prefixes = [fts_query.stem_prefix(t) for t in terms]
     # The snippet's pattern (compiled once per query) finds the words in C: splitting every
     # turn read into tokens in Python cost more than the rest of the search.
-    pattern = ftsquery.term_words(terms)
+    pattern = fts_query.term_words(terms)
     seen: dict[str, int | None] = {}
     held = {
         seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", pattern, prefixes, seen)
@@ -672,7 +672,7 @@ def _rank_features(
         name = row[5]
         if name not in speakers:
             speakers[name] = (
-                1.0 if name and wanted_terms.intersection(ftsquery.tokens(name)) else 0.0
+                1.0 if name and wanted_terms.intersection(fts_query.tokens(name)) else 0.0
             )
         speaker = speakers[name]
         own, window, rare_own, rare_window = shares[seq]
@@ -685,32 +685,6 @@ def _rank_features(
             asking.get(seq, 0.0), answers, on_day, in_month,
         )  # fmt: skip
     return out
-
-
-def _candidates(
-    db: sqlite3.Connection,
-    terms: list[str],
-    limit: int,
-    filters: SearchFilters,
-    tuning: SearchTuning,
-) -> dict[int, float]:
-    weights = ", ".join(str(float(w)) for w in tuning.rank_weights)
-    rank = f"bm25(events_fts, {weights})"
-    if filters.sql:
-        sql = (
-            f"SELECT e.seq, -{rank} AS score FROM events_fts JOIN events e "
-            f"ON e.seq = events_fts.rowid WHERE events_fts MATCH ?{filters.sql} "
-            "ORDER BY score DESC, e.seq LIMIT ?"
-        )
-    else:
-        # Rank inside FTS5 alone: joining every match to the events table first would cost
-        # a lookup per match rather than per candidate.
-        sql = (
-            f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
-            "ORDER BY score DESC, rowid LIMIT ?"
-        )
-    match = ftsquery.match_expression(terms)
-    return dict(db.execute(sql, (match, *filters.params, limit)).fetchall())
 
 
 def _feedback(
@@ -730,7 +704,7 @@ def _feedback(
     large log costs a hundred times a plain search."""
     top = sorted(base.items(), key=lambda item: (-item[1], item[0]))[: tuning.feedback_docs]
     total = sum(score for _, score in top) or 1.0
-    prefixes = tuple(ftsquery.stem_prefix(t) for t in terms)
+    prefixes = tuple(fts_query.stem_prefix(t) for t in terms)
     words_of: dict[int, set[str]] = {}
     weights: dict[str, float] = {}
     for seq, score in top:
@@ -764,8 +738,8 @@ def _feedback(
 def _feedback_words(row: tuple[Any, ...], prefixes: tuple[str, ...]) -> list[str]:
     return [
         w
-        for w in ftsquery.tokens(f"{row[7] or ''} {row[8] or ''}")
-        if len(w) > 2 and w not in ftsquery.STOP_WORDS and not w.startswith(prefixes)
+        for w in fts_query.tokens(f"{row[7] or ''} {row[8] or ''}")
+        if len(w) > 2 and w not in fts_query.STOP_WORDS and not w.startswith(prefixes)
     ]
 
 
@@ -780,12 +754,12 @@ def _term_features(
     together two of them stand, and how many of the query's exact pieces (numbers, dates,
     versions, identifiers) it holds verbatim. A term is found by its stem prefix (the
     snippet's rule), a stand-in for FTS5's porter stemmer that needs no second index."""
-    prefixes = [ftsquery.stem_prefix(t) for t in terms]
+    prefixes = [fts_query.stem_prefix(t) for t in terms]
     heads = {p[:4] for p in prefixes}
     head_sizes = {min(len(p), 4) for p in prefixes}
     spread = max(1, len(terms) - 1)
     features = len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight)
-    verbatim = ftsquery.exact_pattern(exact) if exact else None
+    verbatim = fts_query.exact_pattern(exact) if exact else None
     out = dict(base)
     for seq, score in base.items():
         row = rows.get(seq)
@@ -795,7 +769,7 @@ def _term_features(
         factor = 1.0
         if features:
             positions: list[tuple[int, int]] = []  # (token index, term index)
-            for at, token in enumerate(ftsquery.tokens(text)):
+            for at, token in enumerate(fts_query.tokens(text)):
                 # Most tokens are turned away by a set lookup or two, before any prefix scan.
                 if not any(token[:n] in heads for n in head_sizes):
                     continue
@@ -826,7 +800,7 @@ def _speaker_match(
     out = dict(base)
     for seq, score in base.items():
         row = rows.get(seq)
-        if row is not None and row[5] and wanted.intersection(ftsquery.tokens(row[5])):
+        if row is not None and row[5] and wanted.intersection(fts_query.tokens(row[5])):
             out[seq] = score * (1.0 + weight)
     return out
 
@@ -857,48 +831,10 @@ def _diversify(
     return picked
 
 
-def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[Hit]:
-    sql = (
-        f"SELECT {_HIT_COLUMNS}, 0.0, substr(e.content, 1, {ftsquery.SNIPPET_CHARS}), "
-        f"e.headline FROM events e WHERE e.searchable = 1{filters.sql} ORDER BY e.seq LIMIT ?"
-    )
-    return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
-
-
-def _doc_count(db: sqlite3.Connection) -> int:
-    """Documents in the FTS5 index: the first varint of its averages record (row 1 of
-    ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
-    row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
-    if row is None or not row[0]:
-        return 0
-    return _varint(bytes(row[0]))
-
-
-def _varint(block: bytes) -> int:
-    """SQLite's varint at the start of ``block``: big-endian 7-bit groups while the high bit
-    is set, a ninth byte giving all its 8 bits."""
-    value = 0
-    for i, byte in enumerate(block[:9]):
-        if i == 8:
-            return (value << 8) | byte
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value
-    return value
-
-
-def _doc_freq(db: sqlite3.Connection, terms: list[str]) -> list[int]:
-    """Documents holding each term, matched by FTS5 itself (so stemmed as a search is)."""
-    sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
-    return [int(db.execute(sql, (ftsquery.quote_term(t),)).fetchone()[0]) for t in terms]
-
-
-SQLITE = SearchDialect("?", _candidates, _list_range, doc_count=_doc_count, doc_freq=_doc_freq)
-
-
 def neighbour_seqs(
-    db: sqlite3.Connection,
+    db: Any,
     hits: Sequence[Hit],
+    dialect: SearchDialect,
     reach: int = 1,
     before_seq: int | None = None,
 ) -> list[Hit]:
@@ -908,20 +844,17 @@ def neighbour_seqs(
     reach = max(0, sqlite_int(reach))
     if reach == 0:
         return list(hits)
-    limit = "" if before_seq is None else " AND seq < ?"
-    bound: tuple[Any, ...] = () if before_seq is None else (sqlite_int(before_seq),)
+    mark = dialect.mark
+    bound = "" if before_seq is None else f" AND seq < {mark}"
+    extra: tuple[Any, ...] = () if before_seq is None else (sqlite_int(before_seq),)
     filled = []
     for hit in hits:
-        older = db.execute(
-            "SELECT seq FROM events WHERE session_id = ? AND seq < ? AND searchable = 1"
-            f"{limit} ORDER BY seq DESC LIMIT ?",
-            (hit.session_id, hit.seq, *bound, reach),
-        ).fetchall()
-        newer = db.execute(
-            "SELECT seq FROM events WHERE session_id = ? AND seq > ? AND searchable = 1"
-            f"{limit} ORDER BY seq LIMIT ?",
-            (hit.session_id, hit.seq, *bound, reach),
-        ).fetchall()
-        seqs = sorted(row[0] for row in (*older, *newer))
-        filled.append(replace(hit, neighbours=tuple(seqs)))
+        rows: list[Any] = []
+        for op, order in (("<", "DESC"), (">", "ASC")):
+            rows += db.execute(
+                f"SELECT seq FROM events WHERE session_id = {mark} AND seq {op} {mark}"
+                f" AND searchable = 1{bound} ORDER BY seq {order} LIMIT {mark}",
+                (hit.session_id, hit.seq, *extra, reach),
+            ).fetchall()
+        filled.append(replace(hit, neighbours=tuple(sorted(row[0] for row in rows))))
     return filled

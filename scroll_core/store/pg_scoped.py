@@ -1,4 +1,5 @@
-"""The tenant boundary of ``ms`` on the PostgreSQL Event Log (``scoped`` is SQLite's).
+"""The tenant boundary of ``ms`` on the PostgreSQL Event Log (``sqlite_scoped`` is SQLite's,
+``scoped_common`` what both share).
 
 Two paths, as on SQLite:
 
@@ -10,7 +11,7 @@ Two paths, as on SQLite:
 - ``PgModelSql`` runs the SQL a model writes, on its own connection logged in as a member
   of ``scroll_reader`` (``reader_url``): SELECT on ``events`` and ``session_stats`` only,
   row-level security showing only the agents the host registered for that connection's
-  backend pid (``pgschema.m002_ms_reader`` says why a pid and not a setting), every call in
+  backend pid (``pg_schema.m002_ms_reader`` says why a pid and not a setting), every call in
   its own READ ONLY transaction with a ``statement_timeout``, rolled back afterwards, and
   rows streamed through a server-side cursor so the row cap and byte budget stop the fetch;
   a row over the byte budget on its own is sized and withheld by the server (``_capped``).
@@ -18,7 +19,6 @@ Two paths, as on SQLite:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import threading
 import uuid
@@ -28,25 +28,25 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import errors as pgerrors
 
-from .errors import QueryRefused
-from .eventlog import SessionSummary
-from .pglog import PG_DIALECT
-from .pgschema import HOST_READER_ROLE
-from .scoped import FTS_REFUSED, ScopedEvent, ScopedReads, refuse_unless_reading, scope_agents
-from .search import Hit, SearchFilters, run_search
+from ..errors import QueryRefused
+from .pg_schema import HOST_READER_ROLE
+from .pg_search import PG_DIALECT
+from .records import SessionSummary
+from .schema_common import sqlite_int
+from .scoped_common import (
+    FTS_REFUSED,
+    SUMMARY_COLUMNS,
+    ScopedReads,
+    refuse_unless_reading,
+    scope_agents,
+)
 
 if TYPE_CHECKING:
-    from .pglog import PgEventLog
+    from .pg_log import PgEventLog
 
 __all__ = ["PgModelSql", "PgScopedReader", "to_pg_params"]
 
 _FETCH = 50
-_EVENT_COLUMNS = (
-    "seq, session_id, agent_id, kind, role, name, substr(content, 1, %s), tool_call_id, "
-    "tool_input, payload_ref, payload_size, payload_media, headline, metadata, created_at, "
-    "tokens, dedup_key, length(content)"
-)
-_SUMMARY_COLUMNS = "session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at"
 # A quoted literal, quoted identifier, dollar-quoted string or comment (skipped when
 # placeholders are translated), or one of the characters that are translated.
 _SQL_TOKENS = re.compile(
@@ -60,7 +60,7 @@ class PgScopedReader(ScopedReads):
     """Every non-SQL read ``ms`` makes on PostgreSQL, narrowed to ``agents``."""
 
     views = ("events", "session_stats")
-    mark = "%s"
+    dialect = PG_DIALECT
 
     def __init__(self, log: PgEventLog, agents: Sequence[str]) -> None:
         self.log = log
@@ -73,41 +73,18 @@ class PgScopedReader(ScopedReads):
             _release(self.log, self._db)
 
     def _integer(self, value: Any) -> int:
-        return _bigint(value)
+        return sqlite_int(value)
 
-    def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, tuple(params)).fetchall()
-
-    def _events(
-        self,
-        where: str,
-        params: Sequence[Any],
-        char_budget: int,
-        limit: int | None = None,
-        *,
-        view: str = "events",
-    ) -> list[ScopedEvent]:
+    def _scope(self) -> tuple[str, tuple[Any, ...]]:
         # Row-level security scopes the rows; the agent term is also bound in every statement.
-        sql = f"SELECT seq FROM {view} WHERE agent_id = ANY(%s) AND {where} ORDER BY seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        one = f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = %s AND agent_id = ANY(%s)"
-        agents = list(self.agents)
-
-        def row_at(left: int, seq: int) -> Any:
-            rows = self._rows(one, (left, seq, agents))
-            return rows[0] if rows else None
-
-        seqs = [seq for (seq,) in self._rows(sql, (agents, *params))]
-        return self._cut_to_budget(seqs, char_budget, row_at)
+        return "agent_id = ANY(%s) AND ", (list(self.agents),)
 
     def sessions(self, agents: Sequence[str] | None = None) -> list[SessionSummary]:
-        wanted = self.agents if agents is None else tuple(a for a in agents if a in self.agents)
+        wanted = self._wanted(agents)
         if not wanted:
             return []
         rows = self._rows(
-            f"SELECT {_SUMMARY_COLUMNS} FROM session_stats WHERE agent_id = ANY(%s) "
+            f"SELECT {SUMMARY_COLUMNS} FROM session_stats WHERE agent_id = ANY(%s) "
             "ORDER BY last_seq DESC",
             (list(wanted),),
         )
@@ -115,7 +92,7 @@ class PgScopedReader(ScopedReads):
 
     def session(self, session_id: str) -> SessionSummary | None:
         rows = self._rows(
-            f"SELECT {_SUMMARY_COLUMNS} FROM session_stats "
+            f"SELECT {SUMMARY_COLUMNS} FROM session_stats "
             "WHERE session_id = %s AND agent_id = ANY(%s)",
             (str(session_id), list(self.agents)),
         )
@@ -135,33 +112,6 @@ class PgScopedReader(ScopedReads):
             for col, kind, nullable in rows
         )
         return f"CREATE TABLE {name} ({columns})"
-
-    def _ranked(
-        self, query: str, k: int, filters: SearchFilters, neighbours: int, before_seq: int | None
-    ) -> list[Hit]:
-        hits = run_search(
-            self._db, query, k, filters, self.log.search_tuning, PG_DIALECT, self.log.term_stats
-        )
-        return self._with_neighbours(hits, neighbours, before_seq)
-
-    def _with_neighbours(self, hits: list[Hit], reach: int, before_seq: int | None) -> list[Hit]:
-        """Each hit with up to ``reach`` searchable turns on each side in its session, read
-        through this reader's connection (row-level security keeps them in scope)."""
-        if reach <= 0:
-            return hits
-        bound = "" if before_seq is None else " AND seq < %s"
-        extra: tuple[Any, ...] = () if before_seq is None else (_bigint(before_seq),)
-        filled = []
-        for hit in hits:
-            rows = []
-            for op, order in (("<", "DESC"), (">", "ASC")):
-                rows += self._db.execute(
-                    f"SELECT seq FROM events WHERE session_id = %s AND seq {op} %s"
-                    f" AND searchable = 1{bound} ORDER BY seq {order} LIMIT %s",
-                    (hit.session_id, hit.seq, *extra, int(reach)),
-                ).fetchall()
-            filled.append(dataclasses.replace(hit, neighbours=tuple(sorted(r[0] for r in rows))))
-        return filled
 
 
 class PgModelSql:
@@ -357,10 +307,6 @@ def to_pg_params(sql: str, params: Any) -> tuple[str, Any]:
         return token.replace("%", "%%")
 
     return _SQL_TOKENS.sub(swap, sql), params if named else list(params)
-
-
-def _bigint(value: Any) -> int:
-    return max(-(2**63), min(2**63 - 1, int(value)))
 
 
 def _first_line(exc: BaseException) -> str:

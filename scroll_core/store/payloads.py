@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import PayloadCorrupt, PayloadMissing
+from ..errors import PayloadCorrupt, PayloadMissing
 
 __all__ = [
     "ArtifactRef",

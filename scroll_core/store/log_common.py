@@ -1,88 +1,52 @@
-"""The Event Log: an append-only, searchable record of everything an agent saw and did.
+"""What the two backends of the Event Log share: ``sqlite_log.EventLog`` and
+``pg_log.PgEventLog`` are each an ``_EventLogBase``.
 
-Every message, model turn and tool result is appended under an immutable, monotonically
-increasing ``seq``. The database refuses UPDATE and DELETE on its own (see ``logschema``),
-large contents move to the content-addressed payload store behind lazy handles, and an
-FTS5 index over content and headline answers BM25 searches.
-
-One write path, many readers: all writes go through a single connection guarded by a lock
-and ``BEGIN IMMEDIATE`` (so several processes can share one file under WAL); each thread
-reads through its own ``query_only`` connection.
+The base validates events, routes large contents to the payload store, counts tokens
+(overlapping the writes of a large batch), turns rows into ``Event``s, and runs every read
+and search as one statement written once in the backend's parameter mark. A backend
+supplies its connections, the appending transaction (``_append_numbered``), the limits of a
+search (``_limited``), its search dialect, and the maintenance of its full-text index.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
 import threading
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import date, datetime
-from pathlib import Path
 from typing import Any, Self
 
-from .errors import (
-    AppendOnlyViolation,
-    EventLogError,
-    EventNotFound,
-    InvalidEvent,
-    SearchIndexCorrupt,
-    SearchTimeout,
-)
-from .logschema import APPEND_ONLY_MESSAGE, migrate, sqlite_int
-from .payloads import (
-    MEDIA_BYTES,
-    MEDIA_TEXT,
-    ArtifactRef,
-    PayloadSource,
-    PayloadStore,
-    ToolResultRef,
-    encode_payload,
-    ref_of,
-)
-from .search import Hit, SearchFilters, SearchTuning, TermStats, run_search
-from .telemetry import SESSION, span
-from .timeutil import format_ts, now_ts
-from .tokens import TokenCounter, default_counter
+from ..errors import EventNotFound, InvalidEvent
+from ..telemetry import SESSION, span
+from ..timeutil import format_ts, now_ts
+from ..tokens import TokenCounter, default_counter
+from .payloads import PayloadSource, encode_payload, ref_of
+from .records import Event, Seqs, SessionSummary
+from .schema_common import sqlite_int
+from .search import Hit, SearchDialect, SearchFilters, SearchTuning, TermStats, run_search
 
-__all__ = [
-    "KIND_CONTEXT_MSG",
-    "KIND_MODEL_TURN",
-    "KIND_TOOL_RESULT",
-    "Event",
-    "EventLog",
-    "Hit",
-    "SessionSummary",
-]
+__all__ = ["DEFAULT_PAYLOAD_THRESHOLD", "EVENT_COLUMNS", "coverage_problems", "keys_by_session"]
 
-KIND_CONTEXT_MSG = "context_msg"
-KIND_MODEL_TURN = "model_turn"
-KIND_TOOL_RESULT = "tool_result"
 
 # Above the default print cap (32,000 characters plus its notice), so whatever a kernel cell
 # prints is stored inline and shown whole in the working view; larger contents (imported
 # tool outputs, artifacts) move to the payload store behind a preview of this length.
 DEFAULT_PAYLOAD_THRESHOLD = 32768
-BUSY_TIMEOUT_S = 30.0
 # Rows per INSERT of a large batch; token counting of other chunks overlaps it.
 _PIPELINE_CHUNK = 50
-# SQLite VM instructions between two checks of a search's time or step limit.
-_PROGRESS_STEPS = 1000
-# What SQLite says when a (session_id, dedup_key) pair is already taken.
-_DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
 
 
-_EVENT_COLUMNS = (
+EVENT_COLUMNS = (
     "seq, session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, "
     "payload_ref, payload_size, payload_media, headline, metadata, created_at, tokens, dedup_key"
 )
-# The per-session summary the append path keeps (logschema m002), one row per session.
-_SUMMARY_SELECT = (
+# The per-session summary the append path keeps, one row per session (sqlite_schema m002,
+# pg_schema m001).
+SUMMARY_SELECT = (
     "SELECT session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at "
     "FROM session_stats"
 )
@@ -104,83 +68,6 @@ _APPEND_KEYS = frozenset(
         "searchable",
     }
 )
-
-
-@dataclass(frozen=True)
-class Event:
-    """One row of the log, exactly as stored."""
-
-    seq: int
-    session_id: str
-    agent_id: str
-    kind: str
-    role: str | None
-    name: str | None
-    content: str
-    tool_call_id: str | None
-    tool_input: Any
-    payload_ref: str | None
-    payload_size: int | None
-    payload_media: str | None
-    headline: str | None
-    metadata: dict[str, Any]
-    created_at: str
-    tokens: int
-    dedup_key: str | None
-    _store: PayloadSource | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def payload(self) -> ToolResultRef | ArtifactRef | None:
-        """A lazy handle on the full payload, or None when the content is all there is."""
-        if self.payload_ref is None or self._store is None:
-            return None
-        handle = ArtifactRef if self.payload_media == MEDIA_BYTES else ToolResultRef
-        return handle(
-            self.payload_ref, self.payload_size or 0, self.payload_media or "", self._store
-        )
-
-    @property
-    def is_preview(self) -> bool:
-        """True when ``content`` is a bounded preview of a larger text payload."""
-        return self.payload_ref is not None and self.payload_media == MEDIA_TEXT
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "session_id": self.session_id,
-            "agent_id": self.agent_id,
-            "kind": self.kind,
-            "role": self.role,
-            "name": self.name,
-            "content": self.content,
-            "tool_call_id": self.tool_call_id,
-            "tool_input": self.tool_input,
-            "payload_ref": self.payload_ref,
-            "payload_size": self.payload_size,
-            "headline": self.headline,
-            "metadata": self.metadata,
-            "created_at": self.created_at,
-            "tokens": self.tokens,
-        }
-
-
-class Seqs(list[int]):
-    """The seqs of an append, in input order; ``inserted`` counts the events that were new
-    (the rest repeated a dedup key already in the log)."""
-
-    inserted: int = 0
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    session_id: str
-    agent_id: str
-    events: int
-    tokens: int
-    first_seq: int
-    last_seq: int
-    first_at: str
-    last_at: str
 
 
 @dataclass(frozen=True)
@@ -222,10 +109,12 @@ class _Prepared:
 
 class _EventLogBase(ABC):
     """What every backend of the Event Log shares: validating events, routing large
-    contents to the payload store, counting tokens, and turning rows into ``Event``s.
+    contents to the payload store, counting tokens, turning rows into ``Event``s, and the
+    reads and the search, each one statement in the backend's parameter mark.
 
-    A backend supplies ``payloads``, its connections and ``_append_numbered`` (the
-    transaction) and the reads.
+    A backend supplies ``payloads``, its connections (``_reader``; ``_writer`` and
+    ``_readers`` for ``close``), ``_append_numbered`` (the transaction), ``_limited`` (a
+    reader bounded by a search's limits), ``_dialect`` and the full-text maintenance.
     """
 
     payloads: PayloadSource
@@ -244,6 +133,9 @@ class _EventLogBase(ABC):
     # Whether a text column can hold NUL (SQLite's can; PostgreSQL's text cannot, so there
     # content with NUL goes whole to the payload store like text that is not UTF-8).
     _text_holds_nul: bool = True
+    # How the backend's SQL marks a parameter and ranks BM25 candidates (``sqlite_search``,
+    # ``pg_search``).
+    _dialect: SearchDialect
 
     def _init_common(
         self,
@@ -262,6 +154,17 @@ class _EventLogBase(ABC):
     @abstractmethod
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
         """Validate, store and number ``numbered`` (index, event) in one transaction."""
+
+    @abstractmethod
+    def _reader(self) -> Any:
+        """This thread's read-only connection (``EventLogError`` once the log is closed)."""
+
+    @abstractmethod
+    def _limited(
+        self, time_limit_s: float | None, step_limit: int | None
+    ) -> AbstractContextManager[Any]:
+        """A reader connection on which what runs inside the block stops with
+        ``SearchTimeout`` once it passes the limits the backend can apply."""
 
     def close(self) -> None:
         """Release the backend's connections (and the token-counting thread); idempotent."""
@@ -495,156 +398,24 @@ class _EventLogBase(ABC):
             _store=self.payloads,
         )
 
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._reader().execute(sql, tuple(params)).fetchall()
 
-class EventLog(_EventLogBase):
-    """The SQLite Event Log: open, create or migrate the log at ``path``.
-
-    ``payload_dir`` defaults to a ``payloads`` folder beside the database. Content longer
-    than ``payload_threshold`` characters is stored whole in the payload store and the row
-    keeps the first ``payload_threshold`` characters as its preview.
-    """
-
-    backend = "sqlite"
-
-    @property
-    def location(self) -> str:
-        """Where the log is, for messages: its file."""
-        return str(self.path)
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        payload_dir: str | os.PathLike[str] | None = None,
-        payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
-        token_counter: TokenCounter | None = None,
-        search_tuning: SearchTuning | None = None,
-    ) -> None:
-        self._init_common(payload_threshold, token_counter, search_tuning)
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.payloads = PayloadStore(
-            Path(payload_dir) if payload_dir else self.path.parent / "payloads"
-        )
-        self._write_lock = threading.RLock()
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
-        self._closed = False
-        self._writer = self._connect()
-        self._writer.execute("PRAGMA journal_mode=WAL")
-        migrate(self._writer)
-
-    # ------------------------------------------------------------------ connections
-    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
-        db = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
-        )
-        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-        db.execute("PRAGMA synchronous=NORMAL")
-        if readonly:
-            db.execute("PRAGMA query_only=1")
-        return db
-
-    def _reader(self) -> sqlite3.Connection:
-        if self._closed:
-            raise EventLogError(f"event log {self.path} is closed")
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = self._connect(readonly=True)
-            self._local.db = db
-            with self._write_lock:  # only to guard the list; close() releases them all
-                self._readers.append(db)
-        return db
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        if self._closed:
-            raise EventLogError(f"event log {self.path} is closed")
-        with self._write_lock:
-            db = self._writer
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-
-    def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
-        seqs = Seqs()
-        prepared = self._prepare_batch(numbered)
-        try:
-            with self._write() as db:
-                for chunk, (rows, _) in enumerate(prepared.chunks):
-                    chunk_seqs, inserted = self._insert_rows(db, rows, prepared.counts(chunk))
-                    seqs.extend(chunk_seqs)
-                    seqs.inserted += inserted
-        except sqlite3.IntegrityError as exc:
-            if APPEND_ONLY_MESSAGE in str(exc):
-                raise AppendOnlyViolation(str(exc)) from exc
-            raise InvalidEvent(f"the log refused the batch: {exc}") from exc
-        finally:
-            prepared.cancel()
-        return seqs
-
-    def _insert_rows(
-        self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]
-    ) -> tuple[list[int], int]:
-        """INSERT what is new in ``rows``; return every row's seq (the existing seq for a
-        repeated dedup key) and how many were new. Runs inside the caller's transaction."""
-        before = _sequence(db)
-        # Fast path: insert everything at once. A repeated dedup key (a re-import, or a key
-        # repeated inside the batch) trips the unique index and stops executemany at that
-        # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
-        # would be simpler, but it makes FTS5 flush its pending index on every chunk.)
-        try:
-            self._execute_insert(db, [(*r.values, n) for r, n in zip(rows, counts, strict=True)])
-        except sqlite3.IntegrityError as exc:
-            if _DEDUP_CONFLICT not in str(exc):
-                raise
-            done = _sequence(db) - before
-            rest = rows[done:]
-            existing = _existing_keys(db, rest)
-            fresh, rest_slots = _plan(rest, existing)
-            self._execute_insert(db, [(*rest[i].values, counts[done + i]) for i in fresh])
-            slots = [*range(done), *(s if isinstance(s, tuple) else done + s for s in rest_slots)]
-            inserted = done + len(fresh)
-        else:
-            slots, existing, inserted = list(range(len(rows))), {}, len(rows)
-        # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT hands out
-        # consecutive seqs; check it rather than trust it.
-        if _sequence(db) - before != inserted:
-            raise EventLogError("seq allocation was not contiguous; batch rolled back")
-        return [existing[s] if isinstance(s, tuple) else before + 1 + s for s in slots], inserted
-
-    @staticmethod
-    def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
-        db.executemany(
-            "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
-            "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
-            "metadata, created_at, dedup_key, searchable, tokens) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            values,
-        )
-
-    # ------------------------------------------------------------------ reading
     def get(self, seq: int) -> Event:
         """The event with this seq; ``EventNotFound`` when there is none (out of range too)."""
         if sqlite_int(seq) != int(seq):
             raise EventNotFound(int(seq))
-        row = (
-            self._reader()
-            .execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq = ?", (int(seq),))
-            .fetchone()
-        )
-        if row is None:
+        mark = self._dialect.mark
+        rows = self._rows(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq = {mark}", (int(seq),))
+        if not rows:
             raise EventNotFound(seq)
-        return self._event(row)
+        return self._event(rows[0])
 
     def range(self, lo: int, hi: int) -> list[Event]:
         """Events with ``lo <= seq <= hi`` in seq order."""
-        rows = self._reader().execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq",
+        mark = self._dialect.mark
+        rows = self._rows(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq BETWEEN {mark} AND {mark} ORDER BY seq",
             (sqlite_int(lo), sqlite_int(hi)),
         )
         return [self._event(r) for r in rows]
@@ -653,41 +424,41 @@ class EventLog(_EventLogBase):
         self, session_id: str, after_seq: int = 0, limit: int | None = 100
     ) -> list[Event]:
         """A session's events with seq greater than ``after_seq``, oldest first."""
-        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq"
+        mark = self._dialect.mark
+        sql = (
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = {mark} AND seq > {mark} "
+            "ORDER BY seq"
+        )
         params: tuple[Any, ...] = (session_id, sqlite_int(after_seq))
         if limit is not None:
-            sql += " LIMIT ?"
-            params += (sqlite_int(limit),)
-        return [self._event(r) for r in self._reader().execute(sql, params)]
+            sql += f" LIMIT {mark}"
+            params += (max(0, sqlite_int(limit)),)
+        return [self._event(r) for r in self._rows(sql, params)]
 
     def session_events_before(
         self, session_id: str, before_seq: int, limit: int = 100
     ) -> list[Event]:
         """The ``limit`` events of a session just before ``before_seq``, oldest first."""
-        rows = (
-            self._reader()
-            .execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq < ? "
-                "ORDER BY seq DESC LIMIT ?",
-                (session_id, sqlite_int(before_seq), sqlite_int(limit)),
-            )
-            .fetchall()
+        mark = self._dialect.mark
+        rows = self._rows(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = {mark} AND seq < {mark} "
+            f"ORDER BY seq DESC LIMIT {mark}",
+            (session_id, sqlite_int(before_seq), max(0, sqlite_int(limit))),
         )
         return [self._event(r) for r in reversed(rows)]
 
     def session(self, session_id: str) -> SessionSummary | None:
         """One session's summary, or None when the log has no event of it."""
-        row = (
-            self._reader()
-            .execute(f"{_SUMMARY_SELECT} WHERE session_id = ?", (session_id,))
-            .fetchone()
+        rows = self._rows(
+            f"{SUMMARY_SELECT} WHERE session_id = {self._dialect.mark}", (session_id,)
         )
-        return SessionSummary(*row) if row else None
+        return SessionSummary(*rows[0]) if rows else None
 
     def by_tool_call(self, tool_call_id: str) -> list[Event]:
         """The events that carry ``tool_call_id`` (the call and its result), in seq order."""
-        rows = self._reader().execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events WHERE tool_call_id = ? ORDER BY seq",
+        rows = self._rows(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_call_id = {self._dialect.mark} "
+            "ORDER BY seq",
             (tool_call_id,),
         )
         return [self._event(r) for r in rows]
@@ -699,25 +470,25 @@ class EventLog(_EventLogBase):
         come back. Read from the summary table, so the cost follows the number of sessions
         returned, not the number of events.
         """
-        sql = f"{_SUMMARY_SELECT} WHERE last_seq > ? ORDER BY last_seq DESC"
+        mark = self._dialect.mark
+        sql = f"{SUMMARY_SELECT} WHERE last_seq > {mark} ORDER BY last_seq DESC"
         params: tuple[Any, ...] = (sqlite_int(after_seq),)
         if limit is not None:
-            sql += " LIMIT ?"
+            sql += f" LIMIT {mark}"
             params += (max(0, sqlite_int(limit)),)
-        return [SessionSummary(*r) for r in self._reader().execute(sql, params)]
+        return [SessionSummary(*r) for r in self._rows(sql, params)]
 
     def count(self, session_id: str | None = None) -> int:
         """How many events the log holds, in all or in one session."""
         sql = "SELECT coalesce(sum(events), 0) FROM session_stats"
         if session_id is None:
-            row = self._reader().execute(sql).fetchone()
-        else:
-            row = self._reader().execute(f"{sql} WHERE session_id = ?", (session_id,)).fetchone()
-        return int(row[0])
+            return int(self._rows(sql)[0][0])
+        return int(
+            self._rows(f"{sql} WHERE session_id = {self._dialect.mark}", (session_id,))[0][0]
+        )
 
     def last_seq(self) -> int:
-        row = self._reader().execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
-        return int(row[0])
+        return int(self._rows("SELECT coalesce(max(seq), 0) FROM events")[0][0])
 
     # ------------------------------------------------------------------ search
     def search(
@@ -744,8 +515,11 @@ class EventLog(_EventLogBase):
         included). ``speaker`` keeps events whose ``name`` (speaker or tool) is one given.
         An empty query with a date bound lists that range in seq order.
 
-        ``time_limit_s`` (seconds) and ``step_limit`` (SQLite VM instructions, checked every
-        1000) interrupt a search that runs past them with ``SearchTimeout``.
+        ``time_limit_s`` (seconds) interrupts a search that runs past it with
+        ``SearchTimeout`` on either backend (SQLite checks it every 1000 VM instructions;
+        PostgreSQL makes it the ``statement_timeout`` of the search's statements).
+        ``step_limit`` counts SQLite VM instructions, checked every 1000; PostgreSQL has no
+        equivalent, so there it is accepted and not applied (bound a search by time there).
         """
         with span(
             "scroll.search",
@@ -757,132 +531,37 @@ class EventLog(_EventLogBase):
             since=since,
             until=until,
         ) as traced:
-            db = self._reader()
-            with _limited(db, time_limit_s, step_limit):
+            filters = SearchFilters(
+                session_id, agent_id, kind, since, until, before_seq, speaker=speaker
+            )
+            with self._limited(time_limit_s, step_limit) as db:
                 hits = run_search(
-                    db,
-                    query,
-                    k,
-                    SearchFilters(
-                        session_id, agent_id, kind, since, until, before_seq, speaker=speaker
-                    ),
-                    self.search_tuning,
-                    stats=self.term_stats,
+                    db, query, k, filters, self.search_tuning, self._dialect, self.term_stats
                 )
             if traced.recording:
                 traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
             return hits
 
-    # ------------------------------------------------------------------ FTS maintenance
-    def fts_check(self) -> int:
-        """Check the full-text index; return how many events it covers.
 
-        Raises ``SearchIndexCorrupt`` when FTS5's own integrity check fails or when the
-        index does not hold exactly the searchable events. (FTS5's check against the content
-        table cannot be used: events marked not searchable are meant to be missing.)
-        """
-        with span("scroll.fts", operation="check"), self._write() as db:
-            try:
-                db.execute("INSERT INTO events_fts(events_fts) VALUES ('integrity-check')")
-                missing = db.execute(
-                    "SELECT count(*), min(seq) FROM events WHERE searchable = 1 "
-                    "AND seq NOT IN (SELECT id FROM events_fts_docsize)"
-                ).fetchone()
-                extra = db.execute(
-                    "SELECT count(*), min(id) FROM events_fts_docsize "
-                    "WHERE id NOT IN (SELECT seq FROM events WHERE searchable = 1)"
-                ).fetchone()
-                covered = db.execute("SELECT count(*) FROM events_fts_docsize").fetchone()[0]
-            except sqlite3.DatabaseError as exc:
-                raise SearchIndexCorrupt(
-                    f"the full-text index failed its integrity check ({exc}); "
-                    "rebuild it with `manage.py scroll_fts rebuild`"
-                ) from exc
-        problems = []
-        if missing[0]:
-            problems.append(f"{missing[0]} searchable event(s) missing, first seq {missing[1]}")
-        if extra[0]:
-            problems.append(f"{extra[0]} entry(ies) for no searchable event, first {extra[1]}")
-        if problems:
-            raise SearchIndexCorrupt(
-                "the full-text index does not match the events: "
-                + "; ".join(problems)
-                + "; rebuild it with `manage.py scroll_fts rebuild`"
-            )
-        return int(covered)
-
-    def fts_rebuild(self) -> int:
-        """Rebuild the full-text index from the searchable events; return how many it holds.
-
-        FTS5's own 'rebuild' would index every row of the content table, the recall tool's
-        unsearchable cells included, so the index is emptied and refilled from the events
-        the insert trigger would have indexed. Events are only read.
-        """
-        with span("scroll.fts", operation="rebuild"), self._write() as db:
-            db.execute("INSERT INTO events_fts(events_fts) VALUES ('delete-all')")
-            cursor = db.execute(
-                "INSERT INTO events_fts(rowid, content, headline, name) "
-                "SELECT seq, content, coalesce(headline, ''), coalesce(name, '') "
-                "FROM events WHERE searchable = 1 ORDER BY seq"
-            )
-            return int(cursor.rowcount)
-
-    def fts_optimize(self) -> None:
-        """Merge the full-text index's segments into one (faster queries, after bulk loads)."""
-        with span("scroll.fts", operation="optimize"), self._write() as db:
-            db.execute("INSERT INTO events_fts(events_fts) VALUES ('optimize')")
-
-
-@contextmanager
-def _limited(
-    db: sqlite3.Connection, time_limit_s: float | None, step_limit: int | None
-) -> Iterator[None]:
-    """Interrupt what ``db`` runs inside the block once it passes either limit."""
-    if time_limit_s is None and step_limit is None:
-        yield
-        return
-    deadline = None if time_limit_s is None else time.monotonic() + max(0.0, time_limit_s)
-    steps = 0
-
-    def over() -> int:
-        nonlocal steps
-        steps += _PROGRESS_STEPS
-        if step_limit is not None and steps > step_limit:
-            return 1
-        return 1 if deadline is not None and time.monotonic() >= deadline else 0
-
-    db.set_progress_handler(over, _PROGRESS_STEPS)
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        if "interrupted" not in str(exc):
-            raise
-        limit = f"{time_limit_s:g} s" if time_limit_s is not None else ""
-        if step_limit is not None and steps > step_limit:
-            limit = f"{step_limit} SQLite steps"
-        raise SearchTimeout(limit) from None
-    finally:
-        db.set_progress_handler(None, 0)
-
-
-def _existing_keys(db: sqlite3.Connection, rows: list[_Row]) -> dict[tuple[str, str], int]:
-    """The seqs of dedup keys in ``rows`` that the log already holds."""
+def keys_by_session(rows: list[_Row]) -> dict[str, list[str]]:
+    """The dedup keys ``rows`` carry, per session, sorted and each once (what an append
+    looks up in the log before it inserts)."""
     by_session: dict[str, set[str]] = {}
     for row in rows:
         if row.dedup_key is not None:
             by_session.setdefault(row.session_id, set()).add(row.dedup_key)
-    found: dict[tuple[str, str], int] = {}
-    for session_id, keys in by_session.items():
-        ordered = sorted(keys)
-        for i in range(0, len(ordered), 500):
-            part = ordered[i : i + 500]
-            marks = ", ".join("?" * len(part))
-            sql = (
-                f"SELECT dedup_key, seq FROM events WHERE session_id = ? AND dedup_key IN ({marks})"
-            )
-            for key, seq in db.execute(sql, (session_id, *part)):
-                found[(session_id, key)] = seq
-    return found
+    return {session_id: sorted(keys) for session_id, keys in by_session.items()}
+
+
+def coverage_problems(missing: Sequence[Any], extra: Sequence[Any]) -> list[str]:
+    """What ``fts_check`` reports of the full-text index against the searchable events,
+    from the (count, first seq) of the events it is missing and of its extra entries."""
+    problems = []
+    if missing[0]:
+        problems.append(f"{missing[0]} searchable event(s) missing, first seq {missing[1]}")
+    if extra[0]:
+        problems.append(f"{extra[0]} entry(ies) for no searchable event, first {extra[1]}")
+    return problems
 
 
 def _plan(
@@ -908,11 +587,6 @@ def _plan(
             slots.append(len(fresh))
             fresh.append(index)
     return fresh, slots
-
-
-def _sequence(db: sqlite3.Connection) -> int:
-    row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-    return int(row[0]) if row else 0
 
 
 def _has_surrogates(text: str) -> bool:
@@ -948,7 +622,7 @@ def _optional_text(event: Mapping[str, Any], key: str, where: str) -> str | None
 
 def _refuse_nul(value: str, key: str, where: str) -> None:
     # The short fields are names and ids, not content: PostgreSQL text cannot hold NUL, and
-    # an agent id with one could never be read back (``scoped.scope_agents``). Both backends
+    # an agent id with one could never be read back (``scoped_common.scope_agents``). Both backends
     # refuse it alike rather than one storing what the other cannot.
     if "\x00" in value:
         raise InvalidEvent(f"{where}: {key} contains NUL (0x00), which the log cannot store")

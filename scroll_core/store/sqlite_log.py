@@ -1,0 +1,296 @@
+"""The Event Log: an append-only, searchable record of everything an agent saw and did.
+
+Every message, model turn and tool result is appended under an immutable, monotonically
+increasing ``seq``. The database refuses UPDATE and DELETE on its own (see ``sqlite_schema``),
+large contents move to the content-addressed payload store behind lazy handles, and an
+FTS5 index over content and headline answers BM25 searches.
+
+One write path, many readers: all writes go through a single connection guarded by a lock
+and ``BEGIN IMMEDIATE`` (so several processes can share one file under WAL); each thread
+reads through its own ``query_only`` connection.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..errors import (
+    AppendOnlyViolation,
+    EventLogError,
+    InvalidEvent,
+    SearchIndexCorrupt,
+    SearchTimeout,
+)
+from ..telemetry import span
+from ..tokens import TokenCounter
+from .log_common import (
+    DEFAULT_PAYLOAD_THRESHOLD,
+    _EventLogBase,
+    _plan,
+    _Row,
+    coverage_problems,
+    keys_by_session,
+)
+from .payloads import PayloadStore
+from .records import Seqs
+from .schema_common import APPEND_ONLY_MESSAGE
+from .search import SearchTuning
+from .sqlite_schema import migrate
+from .sqlite_search import SQLITE
+
+__all__ = ["BUSY_TIMEOUT_S", "EventLog"]
+
+BUSY_TIMEOUT_S = 30.0
+# SQLite VM instructions between two checks of a search's time or step limit.
+_PROGRESS_STEPS = 1000
+# What SQLite says when a (session_id, dedup_key) pair is already taken.
+_DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
+
+
+class EventLog(_EventLogBase):
+    """The SQLite Event Log: open, create or migrate the log at ``path``.
+
+    ``payload_dir`` defaults to a ``payloads`` folder beside the database. Content longer
+    than ``payload_threshold`` characters is stored whole in the payload store and the row
+    keeps the first ``payload_threshold`` characters as its preview.
+    """
+
+    backend = "sqlite"
+    _dialect = SQLITE
+
+    @property
+    def location(self) -> str:
+        """Where the log is, for messages: its file."""
+        return str(self.path)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        payload_dir: str | os.PathLike[str] | None = None,
+        payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
+        token_counter: TokenCounter | None = None,
+        search_tuning: SearchTuning | None = None,
+    ) -> None:
+        self._init_common(payload_threshold, token_counter, search_tuning)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.payloads = PayloadStore(
+            Path(payload_dir) if payload_dir else self.path.parent / "payloads"
+        )
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._closed = False
+        self._writer = self._connect()
+        self._writer.execute("PRAGMA journal_mode=WAL")
+        migrate(self._writer)
+
+    # ------------------------------------------------------------------ connections
+    def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+        )
+        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        db.execute("PRAGMA synchronous=NORMAL")
+        if readonly:
+            db.execute("PRAGMA query_only=1")
+        return db
+
+    def _reader(self) -> sqlite3.Connection:
+        if self._closed:
+            raise EventLogError(f"event log {self.path} is closed")
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._connect(readonly=True)
+            self._local.db = db
+            with self._write_lock:  # only to guard the list; close() releases them all
+                self._readers.append(db)
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self._closed:
+            raise EventLogError(f"event log {self.path} is closed")
+        with self._write_lock:
+            db = self._writer
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
+        seqs = Seqs()
+        prepared = self._prepare_batch(numbered)
+        try:
+            with self._write() as db:
+                for chunk, (rows, _) in enumerate(prepared.chunks):
+                    chunk_seqs, inserted = self._insert_rows(db, rows, prepared.counts(chunk))
+                    seqs.extend(chunk_seqs)
+                    seqs.inserted += inserted
+        except sqlite3.IntegrityError as exc:
+            if APPEND_ONLY_MESSAGE in str(exc):
+                raise AppendOnlyViolation(str(exc)) from exc
+            raise InvalidEvent(f"the log refused the batch: {exc}") from exc
+        finally:
+            prepared.cancel()
+        return seqs
+
+    def _insert_rows(
+        self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]
+    ) -> tuple[list[int], int]:
+        """INSERT what is new in ``rows``; return every row's seq (the existing seq for a
+        repeated dedup key) and how many were new. Runs inside the caller's transaction."""
+        before = _sequence(db)
+        # Fast path: insert everything at once. A repeated dedup key (a re-import, or a key
+        # repeated inside the batch) trips the unique index and stops executemany at that
+        # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
+        # would be simpler, but it makes FTS5 flush its pending index on every chunk.)
+        try:
+            self._execute_insert(db, [(*r.values, n) for r, n in zip(rows, counts, strict=True)])
+        except sqlite3.IntegrityError as exc:
+            if _DEDUP_CONFLICT not in str(exc):
+                raise
+            done = _sequence(db) - before
+            rest = rows[done:]
+            existing = _existing_keys(db, rest)
+            fresh, rest_slots = _plan(rest, existing)
+            self._execute_insert(db, [(*rest[i].values, counts[done + i]) for i in fresh])
+            slots = [*range(done), *(s if isinstance(s, tuple) else done + s for s in rest_slots)]
+            inserted = done + len(fresh)
+        else:
+            slots, existing, inserted = list(range(len(rows))), {}, len(rows)
+        # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT hands out
+        # consecutive seqs; check it rather than trust it.
+        if _sequence(db) - before != inserted:
+            raise EventLogError("seq allocation was not contiguous; batch rolled back")
+        return [existing[s] if isinstance(s, tuple) else before + 1 + s for s in slots], inserted
+
+    @staticmethod
+    def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
+        db.executemany(
+            "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
+            "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
+            "metadata, created_at, dedup_key, searchable, tokens) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values,
+        )
+
+    # ------------------------------------------------------------------ search
+    @contextmanager
+    def _limited(
+        self, time_limit_s: float | None, step_limit: int | None
+    ) -> Iterator[sqlite3.Connection]:
+        """This thread's reader, interrupted once what runs inside the block passes either
+        limit (checked every ``_PROGRESS_STEPS`` VM instructions)."""
+        db = self._reader()
+        if time_limit_s is None and step_limit is None:
+            yield db
+            return
+        deadline = None if time_limit_s is None else time.monotonic() + max(0.0, time_limit_s)
+        steps = 0
+
+        def over() -> int:
+            nonlocal steps
+            steps += _PROGRESS_STEPS
+            if step_limit is not None and steps > step_limit:
+                return 1
+            return 1 if deadline is not None and time.monotonic() >= deadline else 0
+
+        db.set_progress_handler(over, _PROGRESS_STEPS)
+        try:
+            yield db
+        except sqlite3.OperationalError as exc:
+            if "interrupted" not in str(exc):
+                raise
+            limit = f"{time_limit_s:g} s" if time_limit_s is not None else ""
+            if step_limit is not None and steps > step_limit:
+                limit = f"{step_limit} SQLite steps"
+            raise SearchTimeout(limit) from None
+        finally:
+            db.set_progress_handler(None, 0)
+
+    # ------------------------------------------------------------------ FTS maintenance
+    def fts_check(self) -> int:
+        """Check the full-text index; return how many events it covers.
+
+        Raises ``SearchIndexCorrupt`` when FTS5's own integrity check fails or when the
+        index does not hold exactly the searchable events. (FTS5's check against the content
+        table cannot be used: events marked not searchable are meant to be missing.)
+        """
+        with span("scroll.fts", operation="check"), self._write() as db:
+            try:
+                db.execute("INSERT INTO events_fts(events_fts) VALUES ('integrity-check')")
+                missing = db.execute(
+                    "SELECT count(*), min(seq) FROM events WHERE searchable = 1 "
+                    "AND seq NOT IN (SELECT id FROM events_fts_docsize)"
+                ).fetchone()
+                extra = db.execute(
+                    "SELECT count(*), min(id) FROM events_fts_docsize "
+                    "WHERE id NOT IN (SELECT seq FROM events WHERE searchable = 1)"
+                ).fetchone()
+                covered = db.execute("SELECT count(*) FROM events_fts_docsize").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                raise SearchIndexCorrupt(
+                    f"the full-text index failed its integrity check ({exc}); "
+                    "rebuild it with `manage.py scroll_fts rebuild`"
+                ) from exc
+        problems = coverage_problems(missing, extra)
+        if problems:
+            raise SearchIndexCorrupt(
+                "the full-text index does not match the events: "
+                + "; ".join(problems)
+                + "; rebuild it with `manage.py scroll_fts rebuild`"
+            )
+        return int(covered)
+
+    def fts_rebuild(self) -> int:
+        """Rebuild the full-text index from the searchable events; return how many it holds.
+
+        FTS5's own 'rebuild' would index every row of the content table, the recall tool's
+        unsearchable cells included, so the index is emptied and refilled from the events
+        the insert trigger would have indexed. Events are only read.
+        """
+        with span("scroll.fts", operation="rebuild"), self._write() as db:
+            db.execute("INSERT INTO events_fts(events_fts) VALUES ('delete-all')")
+            cursor = db.execute(
+                "INSERT INTO events_fts(rowid, content, headline, name) "
+                "SELECT seq, content, coalesce(headline, ''), coalesce(name, '') "
+                "FROM events WHERE searchable = 1 ORDER BY seq"
+            )
+            return int(cursor.rowcount)
+
+    def fts_optimize(self) -> None:
+        """Merge the full-text index's segments into one (faster queries, after bulk loads)."""
+        with span("scroll.fts", operation="optimize"), self._write() as db:
+            db.execute("INSERT INTO events_fts(events_fts) VALUES ('optimize')")
+
+
+def _existing_keys(db: sqlite3.Connection, rows: list[_Row]) -> dict[tuple[str, str], int]:
+    """The seqs of dedup keys in ``rows`` that the log already holds."""
+    found: dict[tuple[str, str], int] = {}
+    for session_id, ordered in keys_by_session(rows).items():
+        for i in range(0, len(ordered), 500):
+            part = ordered[i : i + 500]
+            marks = ", ".join("?" * len(part))
+            sql = (
+                f"SELECT dedup_key, seq FROM events WHERE session_id = ? AND dedup_key IN ({marks})"
+            )
+            for key, seq in db.execute(sql, (session_id, *part)):
+                found[(session_id, key)] = seq
+    return found
+
+
+def _sequence(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    return int(row[0]) if row else 0

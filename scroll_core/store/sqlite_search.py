@@ -1,0 +1,81 @@
+"""Search on the SQLite Event Log: FTS5 ranks the BM25 candidates (``pg_search`` is
+PostgreSQL's).
+
+``SQLITE`` is the ``SearchDialect`` that ``search.run_search`` is given on SQLite: FTS5's own
+``bm25()`` with the tuning's column weights over the porter-stemmed ``events_fts`` index,
+the listing of a date range, and the whole-log term statistics read from FTS5's own records.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from . import fts_query
+from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning
+
+__all__ = ["SQLITE"]
+
+
+def _candidates(
+    db: sqlite3.Connection,
+    terms: list[str],
+    limit: int,
+    filters: SearchFilters,
+    tuning: SearchTuning,
+) -> dict[int, float]:
+    weights = ", ".join(str(float(w)) for w in tuning.rank_weights)
+    rank = f"bm25(events_fts, {weights})"
+    if filters.sql:
+        sql = (
+            f"SELECT e.seq, -{rank} AS score FROM events_fts JOIN events e "
+            f"ON e.seq = events_fts.rowid WHERE events_fts MATCH ?{filters.sql} "
+            "ORDER BY score DESC, e.seq LIMIT ?"
+        )
+    else:
+        # Rank inside FTS5 alone: joining every match to the events table first would cost
+        # a lookup per match rather than per candidate.
+        sql = (
+            f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
+            "ORDER BY score DESC, rowid LIMIT ?"
+        )
+    match = fts_query.match_expression(terms)
+    return dict(db.execute(sql, (match, *filters.params, limit)).fetchall())
+
+
+def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[Hit]:
+    sql = (
+        f"SELECT {HIT_COLUMNS}, 0.0, substr(e.content, 1, {fts_query.SNIPPET_CHARS}), "
+        f"e.headline FROM events e WHERE e.searchable = 1{filters.sql} ORDER BY e.seq LIMIT ?"
+    )
+    return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
+
+
+def _doc_count(db: sqlite3.Connection) -> int:
+    """Documents in the FTS5 index: the first varint of its averages record (row 1 of
+    ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
+    row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return 0
+    return _varint(bytes(row[0]))
+
+
+def _varint(block: bytes) -> int:
+    """SQLite's varint at the start of ``block``: big-endian 7-bit groups while the high bit
+    is set, a ninth byte giving all its 8 bits."""
+    value = 0
+    for i, byte in enumerate(block[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return value
+
+
+def _doc_freq(db: sqlite3.Connection, terms: list[str]) -> list[int]:
+    """Documents holding each term, matched by FTS5 itself (so stemmed as a search is)."""
+    sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
+    return [int(db.execute(sql, (fts_query.quote_term(t),)).fetchone()[0]) for t in terms]
+
+
+SQLITE = SearchDialect("?", _candidates, _list_range, doc_count=_doc_count, doc_freq=_doc_freq)

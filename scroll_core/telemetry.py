@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
@@ -79,6 +80,14 @@ INSTRUMENTATION_NAME = "scroll"
 MAX_ATTRIBUTE_CHARS = 1024
 # Sequence attributes (hit seqs, block keys) keep at most this many items.
 MAX_ATTRIBUTE_ITEMS = 64
+# An exception event keeps at most this many characters of the message and of the stack trace,
+# with a marker saying how many were cut. A cell makes a message as long as any argument it
+# passes a host function (ms.days_between('x' * 3_900_000, ...) raised with the whole string
+# in it), and every span is kept in memory, exported and stored by the console.
+MAX_EXCEPTION_CHARS = 4096
+# The SDK's own cap on any attribute value, for what does not pass through this module (span
+# events of other instrumentation): OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT overrides it.
+MAX_ANY_ATTRIBUTE_CHARS = 16_384
 
 # GenAI semantic conventions (gen_ai.*), spelled out so no other module needs the package.
 SESSION = "gen_ai.conversation.id"
@@ -267,11 +276,11 @@ class SpanHandle:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         try:
             if exc is not None and exc_type is not None:
-                self._otel.record_exception(exc)
+                record_exception(self._otel, exc)
                 self._otel.set_status(
                     otel_trace.Status(
                         otel_trace.StatusCode.ERROR,
-                        f"{exc_type.__name__}: {exc}"[:MAX_ATTRIBUTE_CHARS],
+                        f"{exc_type.__name__}: {_message_of(exc)}"[:MAX_ATTRIBUTE_CHARS],
                     )
                 )
                 self._otel.set_attribute(ERROR_TYPE, exc_type.__name__)
@@ -485,6 +494,44 @@ def usage(
 
 
 # ---------------------------------------------------------------------------- attribute values
+def cut(text: str, limit: int) -> str:
+    """``text`` in at most about ``limit`` characters: its head and tail around a marker that
+    says how many characters were cut (the start and the end of a stack trace are the parts
+    that say what happened)."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    return f"{text[:head]} …[{len(text) - limit:,} characters cut]… {text[-tail:]}"
+
+
+def _message_of(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ raises still leaves its event and status
+        return f"<unprintable {type(exc).__name__}>"
+
+
+def record_exception(otel_span: Any, exc: BaseException) -> None:
+    """The OpenTelemetry ``exception`` event (type, message, stack trace), each value cut to
+    ``MAX_EXCEPTION_CHARS``: the SDK's ``record_exception`` keeps them whole."""
+    message = _message_of(exc)
+    module, qualname = type(exc).__module__, type(exc).__qualname__
+    try:
+        stacktrace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:
+        stacktrace = f"{qualname}: {message}"
+    otel_span.add_event(
+        "exception",
+        {
+            "exception.type": f"{module}.{qualname}" if module != "builtins" else qualname,
+            "exception.message": cut(message, MAX_EXCEPTION_CHARS),
+            "exception.stacktrace": cut(stacktrace, MAX_EXCEPTION_CHARS),
+            "exception.escaped": "False",
+        },
+    )
+
+
 def _coerce(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float)):
         return value
@@ -695,7 +742,7 @@ def _tracer_provider(service_name: str | None) -> tuple[TracerProvider, Any]:
     If something else already installed an SDK provider globally, that one is used."""
     global _PROVIDER, _SWITCH
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
     if _PROVIDER is not None:
         return _PROVIDER, _SWITCH
@@ -707,7 +754,16 @@ def _tracer_provider(service_name: str | None) -> tuple[TracerProvider, Any]:
         attributes: dict[str, Any] = {}
         if service_name or not os.environ.get("OTEL_SERVICE_NAME"):
             attributes["service.name"] = service_name or "scroll"
-        provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+        limits = SpanLimits(
+            max_attribute_length=(
+                None
+                if os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+                else MAX_ANY_ATTRIBUTE_CHARS
+            )
+        )
+        provider = TracerProvider(
+            resource=Resource.create(attributes), span_limits=limits, shutdown_on_exit=False
+        )
         if isinstance(existing, otel_trace.ProxyTracerProvider):
             otel_trace.set_tracer_provider(provider)
     provider.add_span_processor(switch)

@@ -261,3 +261,31 @@ def test_a_wrong_argument_is_refused_in_the_same_words_on_both_backends(kernel, 
 def test_ints_of_any_kind_still_address_events(kernel):
     out = run(kernel, "print(ms.expand(1).seq, len(ms.search('zebra', k=True + 1)))")
     assert out.split() == ["1", "2"]
+
+
+def test_a_huge_argument_in_a_failing_call_leaves_spans_of_bounded_size(kernel, ring):
+    # Issue 31: each failing call recorded an exception event holding the whole argument
+    # (~7.8 MB), which the console kept, exported and stored.
+    import json
+
+    code = (
+        "x = 'x' * 3_900_000\n"
+        "failed = 0\n"
+        "for _ in range(3):\n"
+        "    try:\n"
+        "        ms.days_between(x, '2020-01-01')\n"
+        "    except Exception:\n"
+        "        failed += 1\n"
+        "print(failed)"
+    )
+    assert run(kernel, code) == "3\n"
+    records = ring.records()
+    assert records
+    assert max(len(json.dumps(r.to_dict(), default=str)) for r in records) < 40_000
+    messages = [
+        e["attributes"].get("exception.message", "")
+        for r in records
+        for e in r.events
+        if e["name"] == "exception"
+    ]
+    assert messages and all("characters cut]" in m for m in messages)

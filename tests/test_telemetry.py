@@ -480,3 +480,48 @@ def test_a_timed_out_cell_and_its_restart_are_traced(tel):
     (restart,) = tel.ring.records("scroll.kernel.restart")
     assert restart.parent_id == cell.span_id
     assert restart.attributes["scroll.restarts"] == 1
+
+
+def test_an_exception_event_keeps_a_bounded_message_and_stack_trace_with_a_marker(tel):
+    huge = "x" * 3_900_000
+    with pytest.raises(ValueError), span("scroll.days_between"):
+        raise ValueError(f"not a date: {huge!r}")
+    (record,) = tel.ring.records("scroll.days_between")
+    (event,) = record.events
+    attributes = event["attributes"]
+    assert attributes["exception.type"] == "ValueError"
+    for name in ("exception.message", "exception.stacktrace"):
+        assert len(attributes[name]) < telemetry.MAX_EXCEPTION_CHARS + 100
+        assert "characters cut]" in attributes[name]
+    assert attributes["exception.message"].startswith("not a date: 'xxx")
+    # The end of the stack trace (the exception's own line) is kept as well as the start.
+    assert attributes["exception.stacktrace"].rstrip().endswith("xxx'")
+    assert len(record.status_message) <= telemetry.MAX_ATTRIBUTE_CHARS
+
+
+def test_an_exception_that_cannot_be_printed_still_leaves_its_event(tel):
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    with pytest.raises(Unprintable), span("scroll.expand"):
+        raise Unprintable
+    (record,) = tel.ring.records("scroll.expand")
+    assert record.events[0]["attributes"]["exception.message"].startswith("<unprintable")
+
+
+def test_a_short_exception_is_kept_whole():
+    assert telemetry.cut("short", 10) == "short"
+    text = "a" * 50 + "b" * 50
+    cut = telemetry.cut(text, 20)
+    assert cut.startswith("a" * 10) and cut.endswith("b" * 10) and "80 characters cut" in cut
+
+
+def test_other_instrumentation_s_event_values_are_capped_by_the_sdk_limits(tel):
+    from opentelemetry import trace as otel_trace
+
+    tracer = otel_trace.get_tracer("someone-else")
+    with tracer.start_as_current_span("their.span") as theirs:
+        theirs.add_event("big", {"value": "y" * 1_000_000})
+    (record,) = tel.ring.records("their.span")
+    assert len(record.events[0]["attributes"]["value"]) == telemetry.MAX_ANY_ATTRIBUTE_CHARS

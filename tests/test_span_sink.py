@@ -101,6 +101,26 @@ def test_retention_prunes_the_oldest_spans(sink, settings):
 
 
 @pytest.mark.django_db
+def test_retention_in_bytes_prunes_the_oldest_heavy_spans_and_counts_them(sink, settings):
+    settings.SCROLL_SPAN_RETENTION = 1000  # the count alone would keep every one
+    settings.SCROLL_SPAN_RETENTION_BYTES = 50_000
+    sink.process([_core(name=f"heavy{i}", blob="z" * 1000) for i in range(10)])
+    sink.process([_core(name=f"light{i}") for i in range(3)])
+    sizes = dict(SpanRecord.objects.values_list("name", "size_bytes"))
+    assert sizes["heavy0"] > 1000 and sizes["light0"] < 200
+
+    assert sink.prune() == 0  # ~10 kB: under the budget
+    settings.SCROLL_SPAN_RETENTION_BYTES = 3_500
+    pruned = sink.prune()
+
+    kept = list(SpanRecord.objects.order_by("id").values_list("name", flat=True))
+    assert kept[-3:] == ["light0", "light1", "light2"]  # the newest stay
+    assert kept[0].startswith("heavy") and len(kept) == 13 - pruned
+    assert sum(SpanRecord.objects.values_list("size_bytes", flat=True)) <= 3_500
+    assert sink.stats()["pruned_for_bytes"] == pruned > 0
+
+
+@pytest.mark.django_db
 def test_a_span_id_seen_twice_is_stored_once(sink):
     span = _core()
     sink.process([span])

@@ -6,6 +6,7 @@ Every model keeps the table it had when the console was one app (``db_table``).
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,8 +19,13 @@ from django.utils import timezone
 __all__ = ["Alert", "AlertRule", "ModelPrice", "SpanRecord"]
 
 
+def _json_size(*values: Any) -> int:
+    return sum(len(json.dumps(v, default=str, ensure_ascii=False).encode()) for v in values)
+
+
 class SpanRecord(models.Model):
-    """A finished span, kept for the Traces page (oldest pruned past SCROLL_SPAN_RETENTION)."""
+    """A finished span, kept for the Traces page (oldest pruned past SCROLL_SPAN_RETENTION
+    spans or SCROLL_SPAN_RETENTION_BYTES bytes, whichever comes first)."""
 
     trace_id = models.CharField(max_length=32, db_index=True)
     span_id = models.CharField(max_length=16, unique=True)
@@ -34,6 +40,9 @@ class SpanRecord(models.Model):
     status_message = models.TextField(blank=True)
     attributes = models.JSONField(default=dict, blank=True)
     events = models.JSONField(default=list, blank=True)
+    # What the row's attributes, events and status message weigh as JSON (0 for rows stored
+    # before this was counted): retention in bytes sums it.
+    size_bytes = models.PositiveIntegerField(default=0)
 
     class Meta:
         db_table = "dashboard_spanrecord"
@@ -64,6 +73,7 @@ class SpanRecord(models.Model):
             status_message=record.status_message or "",
             attributes=record.attributes,
             events=record.events,
+            size_bytes=_json_size(record.attributes, record.events, record.status_message or ""),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db.models import F, Sum, Window
 
 from dashboard import groups
 from dashboard.push import send_groups, spans_message
@@ -36,6 +37,7 @@ __all__ = [
 log = logging.getLogger("dashboard.telemetry.spans")
 
 DEFAULT_RETENTION = 50_000
+DEFAULT_RETENTION_BYTES = 200_000_000
 DEFAULT_QUEUE_SIZE = 10_000
 BATCH = 200
 # The worker waits this long after a span for more before processing the batch: a burst
@@ -49,6 +51,12 @@ PRUNE_EVERY = 500
 def span_retention() -> int:
     """How many spans are kept (settings.SCROLL_SPAN_RETENTION, default 50,000)."""
     return max(1, int(getattr(settings, "SCROLL_SPAN_RETENTION", DEFAULT_RETENTION)))
+
+
+def span_retention_bytes() -> int:
+    """How many bytes of spans are kept (settings.SCROLL_SPAN_RETENTION_BYTES, default 200 MB):
+    a cell can make spans heavy, so a count alone does not bound the console's database."""
+    return max(1, int(getattr(settings, "SCROLL_SPAN_RETENTION_BYTES", DEFAULT_RETENTION_BYTES)))
 
 
 class ConsoleSpanSink:
@@ -68,6 +76,8 @@ class ConsoleSpanSink:
         self.dropped = 0
         self.stored = 0
         self.errors = 0
+        # Spans pruned before the count retention reached them, to stay under the bytes.
+        self.pruned_for_bytes = 0
         self._since_prune = 0
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -169,13 +179,40 @@ class ConsoleSpanSink:
         return stored
 
     def prune(self) -> int:
-        """Delete the oldest spans beyond the retention; returns how many went."""
+        """Delete the oldest spans beyond the retention in spans, then beyond the retention
+        in bytes; returns how many went."""
         keep = span_retention()
         newest = SpanRecord.objects.order_by("-id").values_list("id", flat=True).first()
         if newest is None:
             return 0
         deleted, _ = SpanRecord.objects.filter(id__lte=newest - keep).delete()
+        over = self._newest_over_bytes(span_retention_bytes())
+        if over is not None:
+            by_bytes, _ = SpanRecord.objects.filter(id__lte=over).delete()
+            self.pruned_for_bytes += by_bytes
+            deleted += by_bytes
+            log.warning(
+                "console: %d spans pruned to keep the stored spans under %d bytes "
+                "(SCROLL_SPAN_RETENTION_BYTES)",
+                by_bytes,
+                span_retention_bytes(),
+            )
         return deleted
+
+    @staticmethod
+    def _newest_over_bytes(budget: int) -> int | None:
+        """The id of the newest span that no longer fits in ``budget`` bytes counted from the
+        newest span down (it and everything older go); None when all fit."""
+        if (SpanRecord.objects.aggregate(total=Sum("size_bytes"))["total"] or 0) <= budget:
+            return None
+        running = Window(Sum("size_bytes"), order_by=F("id").desc())
+        return (
+            SpanRecord.objects.annotate(running=running)
+            .filter(running__gt=budget)
+            .order_by("-id")
+            .values_list("id", flat=True)
+            .first()
+        )
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued span is processed (tests, shutdown)."""
@@ -194,6 +231,7 @@ class ConsoleSpanSink:
             "stored": self.stored,
             "dropped": self.dropped,
             "errors": self.errors,
+            "pruned_for_bytes": self.pruned_for_bytes,
             "queued": self._queue.qsize(),
         }
 

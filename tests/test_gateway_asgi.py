@@ -55,6 +55,44 @@ def test_a_body_over_the_limit_is_refused_in_the_providers_shape_without_reachin
     assert len(upstream.requests) == 1  # only the small one
 
 
+def test_a_body_nested_too_deep_is_a_400_in_the_providers_shape_not_a_500(gateway, upstream):
+    # Issue 31: a body nested 200,000 deep raised RecursionError in the JSON parser (a 500).
+    key = make_key(upstream)
+    deep = b'{"model": "gpt-test", "messages": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    with httpx.Client(base_url=gateway, headers={"authorization": f"Bearer {key}"}) as http:
+        for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
+            answer = http.post(path, content=deep, headers={"content-type": "application/json"})
+            assert answer.status_code == 400, (path, answer.text[:300])
+            said = answer.json()
+            error = said["error"]
+            assert "nested deeper" in error["message"], path
+            if path == "/v1/messages":
+                assert said["type"] == "error" and error["type"] == "invalid_request_error"
+        # The same depth inside a tool call's arguments string (the parser decodes those too).
+        arguments = "[" * 200_000 + "]" * 200_000
+        history = {
+            "model": "gpt-test",
+            "messages": [
+                {"role": "user", "content": "go"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": arguments},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "done"},
+            ],
+        }
+        served = http.post("/v1/chat/completions", json=history)
+        assert served.status_code in (200, 400), served.text[:300]
+    assert len(upstream.requests) <= 1  # only the history, if it was served
+
+
 def test_server_timing_reports_each_stage_of_a_served_request(gateway, upstream):
     raw = oa(gateway, make_key(upstream)).chat.completions.with_raw_response.create(
         model="gpt-test", messages=[{"role": "user", "content": "hello"}]

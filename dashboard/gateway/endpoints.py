@@ -180,7 +180,7 @@ async def _posted(request: Request, api: str) -> tuple[GatewayKey, Any] | Respon
 def _body(request: Request, api: str) -> tuple[Any, Response | None]:
     """The decoded JSON body (its size was checked when it was read)."""
     try:
-        return json.loads(request.body or b"null"), None
+        return gateway_json.loads(request.body or b"null"), None
     except (ValueError, UnicodeDecodeError) as exc:
         return None, _error(api, 400, f"the body is not JSON: {exc}", param="body")
 

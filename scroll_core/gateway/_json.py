@@ -15,7 +15,18 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps"]
+__all__ = ["dumps", "loads"]
+
+
+def loads(raw: str | bytes) -> Any:
+    """``json.loads`` for what a client sends: a document nested deeper than the parser can
+    follow (``[[[[...`` 200,000 deep) is a ``JSONDecodeError`` like any other malformed body,
+    which the endpoints answer with a 400, instead of a ``RecursionError`` (a 500)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        raise json.JSONDecodeError("nested deeper than the gateway reads", text[:64], 0) from None
 
 
 def dumps(value: Any) -> bytes:

@@ -12,6 +12,7 @@ from bisect import bisect_right
 from collections.abc import Mapping
 from typing import Any
 
+from ._json import loads
 from .anthropic_api import anthropic_tool, anthropic_tool_choice
 from .upstream import CACHE_PARAM
 
@@ -44,7 +45,7 @@ def _call_input(call: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(raw, dict):
         return raw
     try:
-        decoded = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+        decoded = loads(raw) if isinstance(raw, str) and raw.strip() else {}
     except json.JSONDecodeError:
         return {"arguments": raw}  # kept as the model wrote it
     return decoded if isinstance(decoded, dict) else {"arguments": decoded}

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import GatewayRequestInvalid
 from ..models.base import ToolCall
+from ._json import loads
 from ._types import ClientMessage, ClientReply, ClientRequest
 
 __all__ = [
@@ -107,7 +108,7 @@ def decode_call(call_id: str, name: str, raw: Any) -> ToolCall:
     if not isinstance(raw, str):
         return ToolCall(call_id, name, {}, str(raw), "arguments must be a JSON string")
     try:
-        decoded = json.loads(raw)
+        decoded = loads(raw)
     except json.JSONDecodeError as exc:
         return ToolCall(call_id, name, {}, raw, f"not JSON: {exc}")
     if not isinstance(decoded, dict):

@@ -47,6 +47,10 @@ SCOPES = ("agent", "session")
 DEFAULT_SQL_TIME_LIMIT_S = 2.0
 MAX_EXPAND = 500
 MAX_SQL_CHARS = 100_000
+# A search query and a date are short; a longer one is refused before it costs the host any
+# work (a 3.5 MB query took 5.35 s of host time the cell's timeout cannot interrupt).
+MAX_QUERY_CHARS = 2_000
+MAX_DATE_CHARS = 64
 MAX_SEQS_RECORDED = 1000
 ALL = "*"
 # The span each ms call opens (a child of the cell's ``execute_tool`` span); the rest are
@@ -327,6 +331,13 @@ class MsCapability:
     ) -> tuple[list[dict[str, Any]], list[int]]:
         if not isinstance(query, str):
             raise TypeError("query must be a str")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"query longer than {MAX_QUERY_CHARS:,} characters")
+        for label, value in (("since", since), ("until", until), ("on", on)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{label} must be a date (a str)")
+            if value is not None and len(value) > MAX_DATE_CHARS:
+                raise ValueError(f"{label} is not a date: longer than {MAX_DATE_CHARS} characters")
         k = _whole(k, "k")
         if session is not None and not isinstance(session, str):
             raise TypeError("session must be a session id (a str)")
@@ -637,4 +648,8 @@ def _day(value: Any) -> date:
         return value.date()
     if isinstance(value, date):
         return value
-    return parse_ts(str(value)).date()
+    if not isinstance(value, str):
+        raise TypeError(f"a date must be a str, not {type(value).__name__}")
+    if len(value) > MAX_DATE_CHARS:
+        raise ValueError(f"not a date: longer than {MAX_DATE_CHARS} characters")
+    return parse_ts(value).date()

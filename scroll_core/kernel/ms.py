@@ -333,10 +333,10 @@ class MsCapability:
             raise TypeError("query must be a str")
         if len(query) > MAX_QUERY_CHARS:
             raise ValueError(f"query longer than {MAX_QUERY_CHARS:,} characters")
-        for label, value in (("since", since), ("until", until), ("on", on)):
-            if value is not None and not isinstance(value, str):
+        for label, when in (("since", since), ("until", until), ("on", on)):
+            if when is not None and not isinstance(when, str):
                 raise TypeError(f"{label} must be a date (a str)")
-            if value is not None and len(value) > MAX_DATE_CHARS:
+            if when is not None and len(when) > MAX_DATE_CHARS:
                 raise ValueError(f"{label} is not a date: longer than {MAX_DATE_CHARS} characters")
         k = _whole(k, "k")
         if session is not None and not isinstance(session, str):

@@ -5,9 +5,11 @@ thousands deep (built with relative ``dir_fd`` opens, so no path is ever long), 
 The host's clean-up must still remove the folder, and the session's next cell must get a
 fresh kernel and run, not raise on every later cell.
 
-These tests build hostile trees in ``tmp_path`` and remove them with ``remove_tree`` (in
-this process, and as an unprivileged owner where the test runs as root, since root reads
-and writes through any mode).
+The first half builds hostile trees in ``tmp_path`` and removes them with ``remove_tree``
+(in this process, and as an unprivileged owner where the test runs as root, since root
+reads and writes through any mode); the second half runs a real kernel on each tier. The
+``bwrap`` tier's scratch is a tmpfs inside the sandbox, gone with it, so only the
+``process`` tier leaves a host folder to check; on both the next cell must run.
 """
 
 from __future__ import annotations
@@ -25,11 +27,16 @@ from pathlib import Path
 
 import pytest
 
-from scroll_core.kernel import scratch
+from scroll_core.kernel import Kernel, KernelConfig, bwrap_status, client, scratch
 from scroll_core.kernel.scratch import remove_tree
 from tests import hostile_trees
-from tests.hostile_trees import BUILDERS, build, snapshot
+from tests.hostile_trees import BUILDERS, DEPTH, build, snapshot
 
+BWRAP_OK, BWRAP_WHY = bwrap_status()
+TIERS = [
+    "process",
+    pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP_OK, reason=BWRAP_WHY)),
+]
 NOBODY = 65534
 SCRATCH_PY = Path(scratch.__file__)
 
@@ -230,3 +237,116 @@ def test_an_unexpected_failure_is_logged_not_raised(root, monkeypatch, caplog):
         patch.setattr(scratch, "_clear", broken)
         assert remove_tree(tree) is False
     assert "RecursionError" in caplog.text
+
+
+# -- a real kernel on each tier ----------------------------------------------------------------
+
+# Run inside the kernel: the os module as a cell can use it, one descriptor held at a time.
+DEEP_CHAIN = f"""
+import os
+fd = os.open('.', os.O_RDONLY | os.O_DIRECTORY)
+for _ in range({DEPTH}):
+    os.mkdir('d', dir_fd=fd)
+    below = os.open('d', os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    os.close(fd)
+    fd = below
+os.close(fd)
+print('built', {DEPTH})
+"""
+
+
+@pytest.fixture(params=TIERS)
+def kernel(request: pytest.FixtureRequest) -> Iterator[Kernel]:
+    config = KernelConfig(sandbox=request.param, timeout_s=60, grace_s=0.5, memory_mb=512)
+    with Kernel(config) as k:
+        yield k
+
+
+def _host_scratch(kernel: Kernel) -> str | None:
+    spec = kernel._spec
+    assert spec is not None
+    return spec.host_scratch
+
+
+def _depth(root: str) -> int:
+    """How deep the chain ``d/d/d/...`` below ``root`` goes, read with relative opens."""
+    depth = 0
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while True:
+            try:
+                below = os.open("d", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                return depth
+            os.close(fd)
+            fd = below
+            depth += 1
+    finally:
+        os.close(fd)
+
+
+def test_a_kernel_that_dies_over_a_deep_chain_is_replaced_and_its_scratch_removed(kernel):
+    folder = _host_scratch(kernel)
+    built = kernel.execute(DEEP_CHAIN)
+    assert built.status == "ok", built.observation()
+    assert built.stdout == f"built {DEPTH}\n"
+    if folder is not None:  # the process tier's scratch is a host folder
+        assert _depth(folder) == DEPTH
+
+    died = kernel.execute("import os\nos._exit(3)")
+    assert died.status == "killed" and died.variables_lost
+
+    after = kernel.execute("print(6 * 7)")
+    assert after.status == "ok", after.observation()
+    assert after.stdout == "42\n"
+    assert kernel.alive
+    if folder is not None:
+        assert not os.path.lexists(folder)
+        assert _host_scratch(kernel) != folder
+
+
+def test_a_kernel_killed_by_the_host_over_a_deep_chain_is_replaced(kernel):
+    folder = _host_scratch(kernel)
+    assert kernel.execute(DEEP_CHAIN).stdout == f"built {DEPTH}\n"
+    kernel._terminate()  # killed from outside, between cells
+    assert kernel._proc is not None
+    kernel._proc.wait(timeout=30)
+
+    after = kernel.execute("print('fresh')")
+    assert after.stdout == "fresh\n"
+    assert after.variables_lost
+    if folder is not None:
+        assert not os.path.lexists(folder)
+
+
+def test_closing_a_kernel_over_a_deep_chain_removes_its_scratch(kernel):
+    folder = _host_scratch(kernel)
+    assert kernel.execute(DEEP_CHAIN).stdout == f"built {DEPTH}\n"
+    kernel.close()
+    assert not kernel.alive
+    if folder is not None:
+        assert not os.path.lexists(folder)
+
+
+def test_a_kernel_whose_clean_up_raises_is_still_replaced_whole(monkeypatch):
+    """Whatever fails while the old process is cleaned up, nothing of it is kept: the
+    session's next cell starts a fresh kernel instead of failing the same way again."""
+    config = KernelConfig(sandbox="process", timeout_s=30, grace_s=0.5, memory_mb=512)
+    with Kernel(config) as kernel:
+        folder = _host_scratch(kernel)
+        assert folder is not None
+
+        def failing(path: str) -> bool:
+            raise RuntimeError("clean-up failed")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(client, "remove_tree", failing)
+            with pytest.raises(RuntimeError, match="clean-up failed"):
+                kernel.execute("import os\nos._exit(3)")
+            assert kernel._proc is None and kernel._spec is None
+        try:
+            after = kernel.execute("print('fresh')")
+            assert after.status == "ok" and after.stdout == "fresh\n"
+            assert _host_scratch(kernel) != folder
+        finally:
+            assert remove_tree(folder)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from scroll_core.kernel import Kernel, KernelConfig, bwrap_status, client, scratch
+from scroll_core.kernel import Kernel, KernelConfig, bwrap_status, client, sandbox, scratch
 from scroll_core.kernel.scratch import remove_tree
 from tests import hostile_trees
 from tests.hostile_trees import BUILDERS, DEPTH, build, snapshot
@@ -350,3 +350,11 @@ def test_a_kernel_whose_clean_up_raises_is_still_replaced_whole(monkeypatch):
             assert _host_scratch(kernel) != folder
         finally:
             assert remove_tree(folder)
+
+
+def test_the_worker_copy_is_removed_at_exit_without_recursion(monkeypatch):
+    registered = []
+    monkeypatch.setattr(sandbox.atexit, "register", lambda *call: registered.append(call))
+    root = sandbox._copy_worker()
+    assert registered == [(remove_tree, root)]
+    assert remove_tree(root) and not os.path.lexists(root)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -43,6 +42,7 @@ from .sandbox import (
     resolve_tier,
     sandbox_attributes,
 )
+from .scratch import remove_tree
 from .spawner import spawn
 
 __all__ = ["Kernel", "KernelStatus"]
@@ -110,7 +110,12 @@ class Kernel:
     def _start(self) -> None:
         began = time.perf_counter()
         spec = launch_spec(self.tier, self.config)
-        proc = spawn(spec.argv, spec.env, spec.cwd, spec.user)
+        try:
+            proc = spawn(spec.argv, spec.env, spec.cwd, spec.user)
+        except BaseException:
+            if spec.host_scratch:  # made for a process that never started
+                remove_tree(spec.host_scratch)
+            raise
         self._spec, self._proc = spec, proc
         assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdin is not None
@@ -543,23 +548,31 @@ class Kernel:
         return message
 
     def _kill(self) -> None:
-        proc = self._proc
-        if proc is not None:
-            if proc.poll() is None:
-                with contextlib.suppress(OSError):
-                    proc.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
+        """Stop the process and forget it whole: the next cell starts a fresh kernel.
+
+        Every piece of the old process's state is cleared before anything that could
+        raise, so a failure below never leaves the kernel half-reset (a ``_spec`` kept
+        would make every later cell of the session fail the same way). The scratch folder
+        goes last, with ``remove_tree``: whatever a cell built there, it does not raise."""
+        proc, spec = self._proc, self._spec
         self._proc = None
+        self._spec = None
         self._reader = None
         self._writer = None
-        if self._spec is not None and self._spec.host_scratch:
-            shutil.rmtree(self._spec.host_scratch, ignore_errors=True)
-        self._spec = None
+        try:
+            if proc is not None:
+                if proc.poll() is None:
+                    with contextlib.suppress(OSError):
+                        proc.kill()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=5)
+                for stream in (proc.stdin, proc.stdout, proc.stderr):
+                    if stream is not None:
+                        with contextlib.suppress(OSError):
+                            stream.close()
+        finally:
+            if spec is not None and spec.host_scratch:
+                remove_tree(spec.host_scratch)
 
     def _diag(self) -> str:
         tail = b"".join(self._stderr_tail).decode("utf-8", "replace").strip()

@@ -36,6 +36,7 @@ from typing import Any
 from ..errors import SandboxUnavailable
 from .child import confine
 from .config import KernelConfig
+from .scratch import remove_tree
 
 __all__ = [
     "TIER_STRENGTH",
@@ -266,7 +267,7 @@ def _copy_worker() -> str:
     os.chmod(target, 0o755)
     for file in target.iterdir():
         os.chmod(file, 0o644)
-    atexit.register(shutil.rmtree, root, True)
+    atexit.register(remove_tree, root)
     return root
 
 

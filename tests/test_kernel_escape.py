@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import socket
 import sqlite3
 import threading
@@ -23,6 +24,8 @@ from scroll_core.kernel import Kernel, KernelConfig, bwrap_status
 from scroll_core.kernel.ms import MsCapability
 
 BWRAP_OK, BWRAP_WHY = bwrap_status()
+# execve and execveat on x86_64 and aarch64.
+EXEC_NR = {"aarch64": (221, 281)}.get(platform.machine().lower(), (59, 322))
 TIERS = [
     "process",
     pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP_OK, reason=BWRAP_WHY)),
@@ -209,6 +212,19 @@ ATTEMPTS: dict[str, str] = {
     ),
     "ctypes_system": "import ctypes; ctypes.CDLL(None).system(b'touch $canary')",
     "ctypes_raw": "import _ctypes; print('ESCAPED', _ctypes)",
+    # The launch stage's one exec went through execveat(RLIMIT_NOFILE, "", AT_EMPTY_PATH);
+    # an absolute path in that form ignores the descriptor. test_kernel_layers runs these
+    # (and os_execv) without the audit hook, where only the kernel stops them.
+    "execveat_absolute_path": (
+        "import ctypes, sys\nargv = (ctypes.c_char_p * 4)(sys.executable.encode(), b'-c', "
+        "b\"open('$canary', 'w')\", None)\n"
+        "ctypes.CDLL(None).syscall($execveat, 256, sys.executable.encode(), argv, None, 0x1000)"
+    ),
+    "execve_raw": (
+        "import ctypes, sys\nargv = (ctypes.c_char_p * 4)(sys.executable.encode(), b'-c', "
+        "b\"open('$canary', 'w')\", None)\n"
+        "ctypes.CDLL(None).syscall($execve, sys.executable.encode(), argv, None)"
+    ),
     "subinterpreter": "import _xxsubinterpreters as s; print('ESCAPED', s.create())",
     "fresh_posix_module": (
         "import sys; del sys.modules['posix']; import posix\nprint('ESCAPED', posix.pidfd_open)"
@@ -391,6 +407,8 @@ def test_escape_attempt_fails_and_the_host_is_unharmed(kernel, host, name):
         port=host["listener"].port,
         canary=host["canary"],
         token=TOKEN,
+        execve=EXEC_NR[0],
+        execveat=EXEC_NR[1],
     )
     result = kernel.execute(code, timeout=1.0 if name in SLOW else 5.0)
     seen = result.observation() + " ".join(result.denials)

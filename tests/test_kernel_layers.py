@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +39,7 @@ TIERS = [
 TOKEN = "tok-91c2e7-layers-secret"
 ROOT = os.geteuid() == 0
 LANDLOCK = sandbox.landlock_status()[0] > 0
+NO_EXEC = confine.no_exec_offered()[0]
 # What a path the bwrap namespace never mounts answers, next to the layers' own errno.
 GONE = {errno.ENOENT}
 
@@ -136,10 +141,14 @@ def test_the_kernel_really_runs_without_the_audit_hook(bare):
 
 def test_the_interpreter_cannot_be_executed_again(bare, host):
     # The launch stage exec'd the worker through descriptor number RLIMIT_NOFILE, the one
-    # execveat seccomp allows; no descriptor with that number can exist any more.
+    # execveat seccomp lets through; no descriptor with that number can exist any more, and
+    # the filter's listener, which let that one exec continue, is gone: the kernel answers
+    # ENOSYS before it even looks at the descriptor. glibc's fexecve then tries
+    # /proc/self/fd/N with execve (EPERM), and says ENOSYS where /proc is not mounted (bwrap).
     limit = bare.config.open_files
     assert attempt(bare, f"import os; os.dup2(0, {limit})") == errno.EBADF
-    assert attempt(bare, f"import os; os.execve({limit}, ['sh'], {{}})") == errno.EBADF
+    refused = attempt(bare, f"import os; os.execve({limit}, ['sh'], {{}})")
+    assert refused == (errno.ENOSYS if bare.tier == "bwrap" else errno.EPERM)
     code = "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))"
     assert bare.execute(f"try:\n    {code}\nexcept ValueError as e:\n    print(e)").stdout == (
         "not allowed to raise maximum limit\n"
@@ -173,6 +182,87 @@ def test_no_process_environment_can_be_read_through_proc(bare, host, pid):
 )
 def test_no_shell_and_no_new_process_is_started(bare, host, code):
     assert attempt(bare, code.replace("$canary", str(host["canary"]))) == errno.EPERM
+    assert_unharmed(host, bare)
+
+
+# The image a successful exec would start: it leaves a marker in scratch and on stderr.
+NEW_IMAGE = (
+    "import os; open(os.getcwd() + '/exec-marker', 'w').write('ran'); "
+    "os.write(2, b'NEW IMAGE RAN\\n')"
+)
+NEEDS_NO_EXEC = pytest.mark.skipif(not NO_EXEC, reason="no seccomp user notification here")
+EXEC_NR = {"x86_64": (59, 322), "aarch64": (221, 281)}.get(confine.machine(), (-1, -1))
+RAW_EXEC = (
+    "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    f"argv = [sys.executable, '-I', '-S', '-c', {NEW_IMAGE!r}]\n"
+    "args = (ctypes.c_char_p * 6)(*[a.encode() for a in argv], None)\n"
+    "env = (ctypes.c_char_p * 1)(None)\npath = sys.executable.encode()\n"
+    "if libc.syscall($call) != 0:\n    raise OSError(ctypes.get_errno(), 'exec')"
+)
+
+
+@pytest.mark.skipif(EXEC_NR[0] < 0, reason="no syscall numbers for this machine")
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        # The red team's form: with an absolute path the kernel ignores the descriptor, so
+        # the one execveat the launch stage needed would run any file Landlock allows.
+        pytest.param(
+            f"{EXEC_NR[1]}, $exec_fd, path, args, env, 0x1000", errno.ENOSYS, marks=NEEDS_NO_EXEC
+        ),
+        # The launch stage's own form: its listener is gone, the kernel answers ENOSYS.
+        pytest.param(
+            f"{EXEC_NR[1]}, $exec_fd, b'', args, env, 0x1000", errno.ENOSYS, marks=NEEDS_NO_EXEC
+        ),
+        (f"{EXEC_NR[1]}, -100, path, args, env, 0", errno.EPERM),  # AT_FDCWD
+        (f"{EXEC_NR[1]}, 0, path, args, env, 0x1000", errno.EPERM),
+        (f"{EXEC_NR[0]}, path, args, env", errno.EPERM),  # execve
+        (None, errno.EPERM),  # os.execv
+    ],
+    ids=[
+        "execveat_absolute_path",
+        "execveat_exec_fd",
+        "execveat_fdcwd",
+        "execveat_other_fd",
+        "execve_raw",
+        "os_execv",
+    ],
+)
+def test_nothing_is_executed_after_launch(bare, host, call, expected):
+    # Only the launch stage's one exec was ever allowed; the worker runs no new image in any
+    # form, and the kernel that tried is the same process afterwards.
+    if call is None:
+        code = f"import os, sys; os.execv(sys.executable, ['python', '-c', {NEW_IMAGE!r}])"
+    else:
+        code = RAW_EXEC.replace("$call", call.replace("$exec_fd", str(bare.config.open_files)))
+    pid, restarts, stderr = bare.pid, bare.restarts, bare._stderr_tail
+    body = "\n".join("    " + line for line in code.splitlines())
+    result = bare.execute(f"try:\n{body}\nexcept OSError as e:\n    print('errno', e.errno)")
+    if bare.restarts != restarts:  # the worker is gone: let its stderr drain
+        time.sleep(1)
+    seen = b"".join(stderr).decode("utf-8", "replace")
+    assert "NEW IMAGE RAN" not in seen and (bare.pid, bare.restarts) == (pid, restarts), (
+        result,
+        seen,
+    )
+    assert result.status == "ok" and result.stdout == f"errno {expected}\n", result
+    assert bare.execute("import os; print(os.path.exists('exec-marker'))").stdout == "False\n"
+    assert_unharmed(host, bare)
+
+
+@pytest.mark.skipif(EXEC_NR[0] < 0, reason="no syscall numbers for this machine")
+def test_no_seccomp_listener_of_its_own_can_let_an_exec_through(bare, host):
+    # A newer filter's listener would be asked first; seccomp() refuses to create one (a
+    # kernel that got that far with no program would answer EFAULT, not EPERM).
+    nr = confine.SECCOMP_SYSCALL[confine.machine()]
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"if libc.syscall({nr}, 1, 0x8, None) != 0:\n"
+        "    raise OSError(ctypes.get_errno(), 'seccomp')"
+    )
+    assert attempt(bare, code) == errno.EPERM
+    assert "no_exec" in bare.layers or not NO_EXEC
     assert_unharmed(host, bare)
 
 
@@ -265,6 +355,10 @@ def test_status_and_every_span_name_the_tier_and_its_layers(tier, with_hook):
     expected = {"no_new_privs", "seccomp", "audit_hook"}
     if LANDLOCK:
         expected.add("landlock")
+    if NO_EXEC:
+        expected.add("no_exec")
+    else:
+        assert any(m.startswith("no_exec") for m in status.missing_layers)
     if tier == "bwrap":
         expected |= {"namespaces", "uid"}
     elif ROOT:
@@ -291,8 +385,41 @@ def test_a_kernel_that_cannot_install_a_required_layer_does_not_start(monkeypatc
         Kernel(KernelConfig(sandbox="process", start_timeout_s=10))
 
 
+FALLBACK = """
+import json, os, sys
+from scroll_core.kernel.child import confine
+confine._LISTENER_FLAGS |= 1 << 30  # a flag no kernel knows, as the 5.7 ones before 5.7
+offered = confine.no_exec_offered()[0]
+fd = os.open(sys.executable, os.O_RDONLY)
+active, missing, listener = confine.install(
+    scratch=os.getcwd(), read_roots=[], require=["seccomp"], exec_fd=fd
+)
+try:
+    confine.install(scratch=os.getcwd(), read_roots=[], require=["no_exec"], exec_fd=fd)
+    refused = ""
+except RuntimeError as exc:
+    refused = str(exc)
+print(json.dumps([offered, active, sorted(missing), listener, refused]))
+"""
+
+
+@pytest.mark.skipif(confine.machine() not in confine.SECCOMP_SYSCALL, reason="no filter here")
+def test_without_seccomp_user_notification_no_exec_is_reported_missing(tmp_path):
+    # The filter still goes on (with a plain allow for the launch stage's exec form), the
+    # layer is reported missing, and a host that requires it gets no kernel.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", FALLBACK], cwd=tmp_path, env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    offered, active, missing, listener, refused = json.loads(done.stdout)
+    assert offered is False and listener == -1
+    assert "seccomp" in active and "no_exec" not in active and "no_exec" in missing
+    assert refused.startswith("kernel layers required but not installed: no_exec (")
+
+
 # -- the seccomp program itself, run by a classic-BPF interpreter -----------------------
-ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026
+ALLOW, EPERM, ENOSYS, NOTIFY = 0x7FFF0000, 0x00050001, 0x00050026, 0x7FC00000
 X86_64, I386, AARCH64 = 0xC000003E, 0x40000003, 0xC00000B7
 
 
@@ -349,20 +476,37 @@ PTR = 0x7FFF_0000_1000
         (157, X86_64, (4, 1), EPERM),  # prctl(PR_SET_DUMPABLE, 1)
         (157, X86_64, (38, 1), ALLOW),  # prctl(PR_SET_NO_NEW_PRIVS, 1)
         (426, X86_64, (), EPERM),  # io_uring_enter
-        (322, X86_64, (EXEC_FD, PTR, PTR, PTR, 0x1000), ALLOW),  # the launch stage's exec
+        # The launch stage's exec, or an absolute path with the same descriptor and flag:
+        # the listener decides, and it lets one exec through, the launch stage's.
+        (322, X86_64, (EXEC_FD, PTR, PTR, PTR, 0x1000), NOTIFY),
         (322, X86_64, (3, PTR, PTR, PTR, 0x1000), EPERM),  # any other descriptor
         (322, X86_64, (EXEC_FD, PTR, PTR, PTR, 0), EPERM),  # a path relative to it
         (322, X86_64, ((-100) & 0xFFFFFFFF, PTR, PTR, PTR, 0), EPERM),  # AT_FDCWD
+        (317, X86_64, (1, 0x8, PTR), EPERM),  # seccomp(): a listener that would say continue
+        (317, X86_64, (1, 0x1 | 0x8 | 0x10, PTR), EPERM),
+        (317, X86_64, (1, 0x1, PTR), ALLOW),  # a stricter filter of its own is harmless
     ],
 )
 def test_the_x86_64_seccomp_filter_decides_each_call(nr, arch, args, expected):
-    program = confine.seccomp_program(PID, "x86_64", EXEC_FD)
+    program = confine.seccomp_program(PID, "x86_64", EXEC_FD, exec_once=True)
     assert run_filter(program, nr, arch, *args) == expected
 
 
+def test_without_a_listener_the_filter_allows_the_exec_form_and_nothing_else():
+    # The fallback for kernels without seccomp user notification (no_exec missing).
+    program = confine.seccomp_program(PID, "x86_64", EXEC_FD)
+    assert run_filter(program, 322, X86_64, EXEC_FD, PTR, PTR, PTR, 0x1000) == ALLOW
+    assert run_filter(program, 322, X86_64, 3, PTR, PTR, PTR, 0x1000) == EPERM
+    assert run_filter(program, 59, X86_64) == EPERM
+    assert run_filter(program, 317, X86_64, 1, 0x8, PTR) == EPERM
+
+
 def test_the_aarch64_filter_checks_its_own_arch_and_numbers():
-    program = confine.seccomp_program(PID, "aarch64")
+    program = confine.seccomp_program(PID, "aarch64", EXEC_FD, exec_once=True)
     assert run_filter(program, 221, AARCH64) == EPERM  # execve
+    assert run_filter(program, 281, AARCH64, EXEC_FD, PTR, PTR, PTR, 0x1000) == NOTIFY
+    assert run_filter(program, 281, AARCH64, 3, PTR, PTR, PTR, 0x1000) == EPERM
+    assert run_filter(program, 277, AARCH64, 1, 0x8, PTR) == EPERM  # seccomp NEW_LISTENER
     assert run_filter(program, 220, AARCH64, 17) == EPERM  # clone(SIGCHLD)
     assert run_filter(program, 220, AARCH64, THREAD) == ALLOW
     assert run_filter(program, 63, AARCH64) == ALLOW  # read

@@ -16,7 +16,7 @@ from dashboard.runs.profiles import save_profile
 from dashboard.runs.runner import split_task
 from dashboard.runs.worker import Worker
 from dashboard.runs.worker_commands import send
-from scroll_core.kernel import KernelConfig, KernelManager
+from scroll_core.kernel import KernelConfig, KernelManager, sandbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -177,6 +177,7 @@ def test_kernel_pages_show_the_weaker_tier_and_its_layers(runner, client, django
     try:
         (status,) = runner_module.kernel_statuses()
         assert "seccomp" in status["layers"] and "audit_hook" in status["layers"]
+        assert ("no_exec" in status["layers"]) == sandbox.no_exec_status()[0]
         kernels = client.get(reverse("kernels")).content.decode()
         session = client.get(reverse("session", args=[run.session_id])).content.decode()
     finally:

@@ -10,11 +10,12 @@ other's scratch or signal each other through file permissions alone, and one ker
 threads do not count against another's process limit.
 
 On both tiers the interpreter first runs ``child/launch.py``: it applies the rlimits, puts
-the kernel-enforced layers of ``child/confine.py`` on (``no_new_privs``, seccomp, Landlock
-where offered), then execs the worker, which adds the audit hook on top as a first fence.
-The layers the host expects are sent as ``require``; a kernel that cannot install them
-does not start. ``auto`` takes ``bwrap`` when it works and falls back to ``process`` only
-when the operator allowed it (``SCROLL_SANDBOX_FALLBACK=process``); otherwise it raises
+the kernel-enforced layers of ``child/confine.py`` on (``no_new_privs``, seccomp,
+``no_exec`` where the kernel has seccomp user notification, Landlock where offered), then
+execs the worker, which adds the audit hook on top as a first fence. The layers the host
+expects are sent as ``require``; a kernel that cannot install them does not start.
+``auto`` takes ``bwrap`` when it works and falls back to ``process`` only when the operator
+allowed it (``SCROLL_SANDBOX_FALLBACK=process``); otherwise it raises
 ``SandboxUnavailable``.
 """
 
@@ -45,6 +46,7 @@ __all__ = [
     "landlock_status",
     "launch_spec",
     "layers_of",
+    "no_exec_status",
     "resolve_tier",
     "sandbox_attributes",
 ]
@@ -115,6 +117,12 @@ def bwrap_status() -> tuple[bool, str]:
 def landlock_status() -> tuple[int, str]:
     """The Landlock ABI the running kernel offers (0 when none) and a sentence saying so."""
     return confine.landlock_abi()
+
+
+@functools.lru_cache(maxsize=1)
+def no_exec_status() -> tuple[bool, str]:
+    """Whether the running kernel can refuse every exec after the launch stage's one."""
+    return confine.no_exec_offered()
 
 
 def resolve_tier(requested: str, fallback: str = "none") -> str:
@@ -200,6 +208,8 @@ def _confine(
     require = ["no_new_privs"]
     if confine.machine() in confine.SECCOMP_SYSCALL:
         require.append("seccomp")
+        if no_exec_status()[0]:
+            require.append("no_exec")
     if landlock_status()[0] > 0:
         require.append("landlock")
     if uid is not None:

@@ -9,8 +9,9 @@ the worker):
 - Landlock, where the running kernel offers it: the runtime read-only, scratch writable,
   nothing else (no ``/proc``, no ``/etc``, no home, no Event Log); TCP bind/connect and
   signals/abstract sockets outside the process are scoped away where the ABI has them;
-- a seccomp filter: ``execve`` and ``execveat`` (except ``execveat`` of the one descriptor
-  ``launch`` uses to exec the worker, which nothing after it can reopen), process-creating
+- a seccomp filter: ``execve`` and ``execveat`` (except ``execveat(exec_fd, ...,
+  AT_EMPTY_PATH)``, the form ``launch`` uses to exec the worker, which the filter hands to
+  a listener that dies with that exec: see "no exec after launch" below), process-creating
   ``clone``/``fork``/``vfork`` (threads, ``clone`` with ``CLONE_THREAD``, stay allowed:
   the worker has a reader thread and cells may start threads), sockets, ``ptrace``,
   ``process_vm_*``, ``mknod``, ``mount``, namespaces, ``keyctl``, ``bpf``,
@@ -20,6 +21,20 @@ the worker):
   ``CAP_SYS_RESOURCE``). Denied calls fail with ``EPERM`` so Python raises a plain
   ``PermissionError``; ``clone3`` fails with ``ENOSYS`` so glibc falls back to ``clone``,
   whose flags the filter can read.
+
+No exec after launch (layer ``no_exec``). A seccomp filter cannot read the path an
+``execveat`` names, and with an absolute path the kernel ignores the descriptor, so an
+allowed ``execveat(exec_fd, "/usr/bin/python3", ..., AT_EMPTY_PATH)`` would run any file
+Landlock lets it. The filter therefore never allows that form: it returns
+``SECCOMP_RET_USER_NOTIF``, and the listener it was installed with lives only in the launch
+stage. A thread there answers exactly one notification, the launch stage's own exec, with
+"continue"; the exec then kills that thread and closes the listener (close-on-exec), and
+from then on the kernel fails every notified call with ``ENOSYS``, whatever its path. The
+worker cannot install a listener of its own to answer in its place: the filter refuses
+``seccomp()`` with ``SECCOMP_FILTER_FLAG_NEW_LISTENER``. (A second filter installed by the
+worker after the exec would need ``ctypes`` there, which the worker must not have.) Kernels
+older than Linux 5.7 lack the flags this needs; the launch stage then installs the filter
+with a plain allow for that form and reports ``no_exec`` missing.
 
 Why a hand-built classic BPF program instead of libseccomp: the kernel runs ``python -I -S``
 with an empty environment, where neither Debian's ``python3-seccomp`` (only in
@@ -37,7 +52,7 @@ from __future__ import annotations
 import os
 import platform
 import struct
-from typing import Any
+from typing import Any, NoReturn
 
 # prctl options
 _PR_SET_DUMPABLE = 4
@@ -47,9 +62,21 @@ _PR_GET_NO_NEW_PRIVS = 39
 # seccomp
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
+_SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+_SECCOMP_FILTER_FLAG_TSYNC_ESRCH = 1 << 4
+_LISTENER_FLAGS = (
+    _SECCOMP_FILTER_FLAG_TSYNC
+    | _SECCOMP_FILTER_FLAG_TSYNC_ESRCH
+    | _SECCOMP_FILTER_FLAG_NEW_LISTENER
+)
 _RET_ALLOW = 0x7FFF0000
+_RET_USER_NOTIF = 0x7FC00000
 _RET_ERRNO = 0x00050000
-_EPERM, _ENOSYS = 1, 38
+_EPERM, _EINTR, _EFAULT, _EINVAL, _ENOSYS = 1, 4, 14, 22, 38
+# struct seccomp_notif (80 bytes) and seccomp_notif_resp (24); _IOWR('!', 0 and 1, ...).
+_NOTIF_SIZE, _NOTIF_RESP_SIZE = 80, 24
+_NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101
+_NOTIF_FLAG_CONTINUE = 1
 _LD_ABS_W = 0x20
 _JEQ, _JGE, _JSET = 0x15, 0x35, 0x45
 _RET = 0x06
@@ -109,7 +136,7 @@ _X86_64 = _Arch(
         "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
         "fspick": 433, "mount_setattr": 442, "quotactl": 179, "iopl": 172, "ioperm": 173,
-        "syslog": 103, "uselib": 134, "prctl": 157,
+        "syslog": 103, "uselib": 134, "prctl": 157, "seccomp": 317,
     },
 )  # fmt: skip
 _AARCH64 = _Arch(
@@ -131,13 +158,15 @@ _AARCH64 = _Arch(
         "delete_module": 106, "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89,
         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
         "fspick": 433, "mount_setattr": 442, "quotactl": 60, "syslog": 116, "prctl": 167,
+        "seccomp": 277,
     },
 )  # fmt: skip
 _ARCHES = {"x86_64": _X86_64, "aarch64": _AARCH64}
 LANDLOCK_SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
 SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 
-# Always denied with EPERM. Signals, clone, prlimit64 and prctl get argument checks instead.
+# Always denied with EPERM. Signals, clone, prlimit64, prctl, seccomp and execveat get
+# argument checks instead.
 _DENIED = (
     "execve", "fork", "vfork", "socket", "socketpair", "connect", "bind",
     "listen", "accept", "accept4", "ptrace", "process_vm_readv", "process_vm_writev",
@@ -156,12 +185,16 @@ def machine() -> str:
     return platform.machine().lower()
 
 
-def seccomp_program(pid: int, arch_name: str | None = None, exec_fd: int = -1) -> bytes:
+def seccomp_program(
+    pid: int, arch_name: str | None = None, exec_fd: int = -1, *, exec_once: bool = False
+) -> bytes:
     """The filter as ``struct sock_filter[]`` bytes for ``arch_name`` (default: this one).
 
     ``pid`` is the kernel's own pid: ``kill``/``tgkill`` may target only it (or its own
-    process group, which is only itself), ``prlimit64`` only it. ``execveat`` is allowed
-    only as ``execveat(exec_fd, "", ..., AT_EMPTY_PATH)``.
+    process group, which is only itself), ``prlimit64`` only it. ``execveat`` gets past the
+    filter only as ``execveat(exec_fd, <any path>, ..., AT_EMPTY_PATH)``, and with
+    ``exec_once`` not even then: that form goes to the filter's listener (``no_exec``).
+    ``seccomp()`` may not create a listener.
     """
     arch = _ARCHES[arch_name or machine()]
     nr = arch.nr
@@ -189,12 +222,16 @@ def seccomp_program(pid: int, arch_name: str | None = None, exec_fd: int = -1) -
     op(_JEQ, nr["tgkill"], "own_pid", 0)
     op(_JEQ, nr["prctl"], "prctl", 0)
     op(_JEQ, nr["execveat"], "execveat", 0)
+    op(_JEQ, nr["seccomp"], "seccomp", 0)
     op(_RET, _RET_ALLOW)
     label["execveat"] = len(prog)
     op(_LD_ABS_W, arg_lo(0))
     op(_JEQ, exec_fd & 0xFFFFFFFF, 0, "deny")
     op(_LD_ABS_W, arg_lo(4))
-    op(_JEQ, _AT_EMPTY_PATH, "allow", "deny")
+    op(_JEQ, _AT_EMPTY_PATH, "exec", "deny")
+    label["seccomp"] = len(prog)
+    op(_LD_ABS_W, arg_lo(1))  # flags: a listener of its own could answer "continue"
+    op(_JSET, _SECCOMP_FILTER_FLAG_NEW_LISTENER, "deny", "allow")
     label["clone"] = len(prog)
     op(_LD_ABS_W, arg_lo(0))
     op(_JSET, _CLONE_NAMESPACES, "deny", 0)
@@ -225,6 +262,8 @@ def seccomp_program(pid: int, arch_name: str | None = None, exec_fd: int = -1) -
     op(_RET, _RET_ERRNO | _EPERM)
     label["enosys"] = len(prog)
     op(_RET, _RET_ERRNO | _ENOSYS)
+    label["exec"] = len(prog)
+    op(_RET, _RET_USER_NOTIF if exec_once else _RET_ALLOW)
 
     out = bytearray()
     for index, (code, jt, jf, k) in enumerate(prog):
@@ -254,19 +293,44 @@ def landlock_abi() -> tuple[int, str]:
         del libc, ctypes
 
 
+def no_exec_offered() -> tuple[bool, str]:
+    """Whether this kernel can enforce ``no_exec`` (seccomp user notification), and why not.
+
+    Asks ``seccomp()`` to validate the flags the launch stage will use with no program at
+    all: a kernel that knows them fails on the missing program (``EFAULT``), one that does
+    not fails on the flags (``EINVAL``). Nothing is installed either way.
+    """
+    arch = machine()
+    if arch not in _ARCHES:
+        return False, f"no seccomp filter is written for {arch}"
+    libc, ctypes = _libc()
+    try:
+        ctypes.set_errno(0)
+        libc.syscall(SECCOMP_SYSCALL[arch], _SECCOMP_SET_MODE_FILTER, _LISTENER_FLAGS, None)
+        err = ctypes.get_errno()
+    finally:
+        del libc, ctypes
+    if err == _EFAULT:
+        return True, "seccomp user notification (a one-exec listener)"
+    return False, f"no seccomp user notification with TSYNC_ESRCH, Linux 5.7+ ({os.strerror(err)})"
+
+
 def install(
     *, scratch: str, read_roots: list[str], require: list[str], exec_fd: int = -1
-) -> tuple[list[str], dict[str, str]]:
-    """Put every layer this kernel offers on the process; return (active, missing).
+) -> tuple[list[str], dict[str, str], int]:
+    """Put every layer this kernel offers on the process; return (active, missing, listener).
 
     ``read_roots`` (directories or files) become read-only, ``scratch`` read-write.
     Must run while the process has a single thread (Landlock binds only the calling
     thread) and before any user code. ``exec_fd`` is the one descriptor ``execveat`` may
-    still run (the worker's interpreter). Raises ``RuntimeError`` when a layer named in
-    ``require`` cannot be installed: a kernel never starts weaker than the host expects.
+    still run (the worker's interpreter), and only once: ``listener`` (or -1 without
+    ``no_exec``) goes to ``exec_worker``, which answers that one exec. Raises
+    ``RuntimeError`` when a layer named in ``require`` cannot be installed: a kernel never
+    starts weaker than the host expects.
     """
     active: list[str] = []
     missing: dict[str, str] = {}
+    listener = -1
     libc, ctypes = _libc()
     _prctl(libc, ctypes, _PR_SET_NO_NEW_PRIVS, 1)
     if libc.prctl(_PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1:
@@ -279,11 +343,27 @@ def install(
         missing["landlock"] = why
     arch = machine()
     if arch in _ARCHES:
-        program = seccomp_program(os.getpid(), arch, exec_fd)
-        _seccomp(libc, ctypes, program, SECCOMP_SYSCALL[arch])
+        why_not = "no exec descriptor was given"
+        if exec_fd >= 0:
+            program = seccomp_program(os.getpid(), arch, exec_fd, exec_once=True)
+            fd = _seccomp(libc, ctypes, program, SECCOMP_SYSCALL[arch], listen=True)
+            listener = max(fd, -1)
+            if fd < 0:
+                why_not = (
+                    f"seccomp refused a listener ({os.strerror(-fd)}); "
+                    "user notification with TSYNC_ESRCH needs Linux 5.7+"
+                )
+        if listener < 0:
+            program = seccomp_program(os.getpid(), arch, exec_fd)
+            _seccomp(libc, ctypes, program, SECCOMP_SYSCALL[arch])
         active.append("seccomp")
+        if listener >= 0:
+            active.append("no_exec")
+        else:
+            missing["no_exec"] = why_not
     else:
         missing["seccomp"] = f"no seccomp filter is written for {arch}"
+        missing["no_exec"] = missing["seccomp"]
     names = {a.split(":")[0] for a in active}
     absent = [r for r in require if r not in names]
     if absent:
@@ -291,7 +371,57 @@ def install(
             "kernel layers required but not installed: "
             + ", ".join(f"{a} ({missing.get(a, 'failed')})" for a in absent)
         )
-    return active, missing
+    return active, missing, listener
+
+
+def exec_worker(exec_fd: int, argv: list[str], env: dict[str, str], listener: int) -> NoReturn:
+    """``execveat(exec_fd, "", argv, env, AT_EMPTY_PATH)``: the one exec; returns only on failure.
+
+    With a ``listener`` a thread answers this exec's notification with "continue" (and
+    nothing else); the exec then ends that thread and closes the listener. The exec goes
+    through ``ctypes``, which lets go of the GIL that thread needs (``os.execve`` keeps it).
+    Without one (no ``no_exec``) it is a plain ``os.execve``. Raises ``OSError`` when the
+    exec fails.
+    """
+    if listener < 0:
+        os.execve(exec_fd, argv, env)
+    import threading
+
+    libc, ctypes = _libc()
+    nr = _ARCHES[machine()].nr["execveat"]  # a listener exists only where a filter does
+    threading.Thread(
+        target=_answer_one_exec, args=(libc, ctypes, listener, nr, os.getpid()), daemon=True
+    ).start()
+    encoded = [os.fsencode(a) for a in argv]
+    c_argv = (ctypes.c_char_p * (len(encoded) + 1))(*encoded, None)
+    pairs = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
+    c_env = (ctypes.c_char_p * (len(pairs) + 1))(*pairs, None)
+    libc.syscall(nr, exec_fd, b"", c_argv, c_env, _AT_EMPTY_PATH)
+    raise OSError(ctypes.get_errno(), "execveat of the worker's interpreter")
+
+
+def _answer_one_exec(libc: Any, ctypes: Any, listener: int, execveat: int, pid: int) -> None:
+    """Let this process's own ``execveat`` continue; refuse anything else. Then stop."""
+    notif = ctypes.create_string_buffer(_NOTIF_SIZE)
+    try:
+        while True:
+            ctypes.memset(notif, 0, _NOTIF_SIZE)  # the kernel wants it zeroed
+            if libc.ioctl(listener, ctypes.c_ulong(_NOTIF_RECV), notif) != 0:
+                if ctypes.get_errno() == _EINTR:
+                    continue
+                return
+            ident, who, _, call = struct.unpack_from("<QIIi", notif.raw)
+            ours = who == pid and call == execveat
+            answer = struct.pack(
+                "<QqiI", ident, 0, 0 if ours else -_EPERM, _NOTIF_FLAG_CONTINUE if ours else 0
+            )
+            resp = ctypes.create_string_buffer(answer, _NOTIF_RESP_SIZE)
+            if libc.ioctl(listener, ctypes.c_ulong(_NOTIF_SEND), resp) != 0 or ours:
+                return
+    finally:
+        # Answered, or failed: either way nothing more is let through. Closing the listener
+        # makes any exec still waiting fail with ENOSYS instead of hanging.
+        os.close(listener)
 
 
 def _libc() -> tuple[Any, Any]:
@@ -355,7 +485,13 @@ def _landlock(libc: Any, ctypes: Any, abi: int, scratch: str, roots: list[str]) 
         os.close(ruleset)
 
 
-def _seccomp(libc: Any, ctypes: Any, program: bytes, seccomp_nr: int) -> None:
+def _seccomp(
+    libc: Any, ctypes: Any, program: bytes, seccomp_nr: int, *, listen: bool = False
+) -> int:
+    """Install ``program``; with ``listen`` return its listener, or ``-errno`` if refused.
+
+    A refused listener installs nothing: the caller falls back to a filter without one.
+    """
     filters = ctypes.create_string_buffer(program, len(program))
 
     class _Prog(ctypes.Structure):
@@ -363,6 +499,10 @@ def _seccomp(libc: Any, ctypes: Any, program: bytes, seccomp_nr: int) -> None:
 
     prog = _Prog(len(program) // 8, ctypes.cast(filters, ctypes.c_void_p))
     # TSYNC: every thread of the process gets the filter, not only the calling one.
-    flags = _SECCOMP_FILTER_FLAG_TSYNC
-    if libc.syscall(seccomp_nr, _SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(prog)) != 0:
+    flags = _LISTENER_FLAGS if listen else _SECCOMP_FILTER_FLAG_TSYNC
+    result = libc.syscall(seccomp_nr, _SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(prog))
+    if listen and result < 0:
+        return -(ctypes.get_errno() or _EINVAL)  # EINVAL: flags this kernel does not know
+    if result != 0 and not listen:
         raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER)")
+    return int(result) if listen else -1

@@ -6,12 +6,15 @@ replaces itself with a fresh interpreter running the worker. Layers survive ``ex
 ``ctypes`` does not, so no ``_ctypes`` type is left for a cell to find through
 ``object.__subclasses__()``.
 
-The filter denies ``execve`` outright and allows ``execveat`` only on one descriptor,
+The filter denies ``execve`` outright and lets ``execveat`` through only on one descriptor,
 numbered exactly at the ``RLIMIT_NOFILE`` limit: this stage opens the interpreter there
 (close-on-exec) before lowering the limit. After the exec that descriptor is closed and no
 process under the filter can create a descriptor with that number (``dup2`` and ``fcntl``
-refuse numbers at or over the limit, and the filter refuses raising it), so nothing can be
-executed again.
+refuse numbers at or over the limit, and the filter refuses raising it). That alone does not
+stop an absolute path, which the kernel resolves without looking at the descriptor, so the
+filter does not allow even that form: it hands it to a listener only this stage holds, which
+lets exactly this stage's exec continue and is closed by it (``no_exec`` in ``confine``).
+After the exec nothing can be executed again, in any form.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def main() -> None:
             if value is not None:
                 resource.setrlimit(which, (int(value), int(value)))
         layers, missing = _uid(options)
-        active, absent = confine.install(
+        active, absent, listener = confine.install(
             scratch=str(options["scratch"]),
             read_roots=[str(p) for p in options.get("read_roots") or []],
             require=[r for r in options.get("require") or [] if r != "uid"],
@@ -59,7 +62,12 @@ def main() -> None:
         os._exit(EXIT_REFUSED)
     report = json.dumps({"layers": layers + active, "missing": {**missing, **absent}})
     argv = [python, "-I", "-S", "-c", str(options["boot"]), report]
-    os.execve(exec_fd, argv, dict(os.environ))
+    try:
+        confine.exec_worker(exec_fd, argv, dict(os.environ), listener)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: no thread to answer the exec
+        sys.stderr.write(f"scroll kernel: {exc}\n")
+        sys.stderr.flush()
+    os._exit(EXIT_REFUSED)
 
 
 def _open_interpreter(python: str, limit: int) -> int:

@@ -279,3 +279,13 @@ def test_an_operator_saves_a_profile_but_not_one_above_the_upper_bounds(operator
     saved = _replay_save(operator, "tuned", exec_timeout_s="120")
     assert saved.status_code == 302
     assert TuningProfile.objects.get(name="tuned").exec_timeout_s == 120.0
+
+
+@pytest.mark.parametrize("task", ["---", "---\n---\n  ---  \n", "\n---\n\n"])
+def test_a_task_of_only_turn_separators_is_refused_in_the_form_not_a_500(operator, runner, task):
+    page = operator.get(reverse("runs")).content.decode()
+    assert "splits the task into turns" in page  # the form says what --- does
+    refused = operator.post(reverse("runs"), _start_form(task=task))
+    assert refused.status_code == 400
+    assert "at least one non-empty turn" in refused.content.decode()
+    assert not RunRecord.objects.exists()

@@ -539,6 +539,8 @@ def _start_run(request: HttpRequest, runner: Any) -> tuple[RunRecord | None, str
         )
     except SandboxUnavailable as exc:
         return None, f"Not started: {exc}"
+    except ValueError as exc:  # a task of only "---" lines has no turn to run
+        return None, f"Not started: {exc} (a line of only --- splits the task into turns)."
     return run, ""
 
 

@@ -564,3 +564,26 @@ def test_an_operators_grant_lets_one_agent_read_another(clog, kernel):
     bob.handle(request(user("what did alice say?")), upstream, model="up")
     printed = next(m for m in upstream.requests[1]["messages"] if m["role"] == "tool")["content"]
     assert "gw:alice:s" in printed
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "says"),
+    [
+        (None, "is required (a positive integer)"),
+        ("ten", "must be a positive integer, not str"),
+        (True, "must be a positive integer, not bool"),
+        (2.5, "must be a positive integer, not float"),
+        (0, "must be a positive integer, not 0"),
+        (-3, "must be a positive integer, not -3"),
+    ],
+)
+def test_an_anthropic_max_tokens_of_the_wrong_type_or_value_is_named_as_such(max_tokens, says):
+    from scroll_core.gateway import parse_messages_request
+
+    body = {"model": "claude", "messages": [{"role": "user", "content": "hi"}]}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    with pytest.raises(GatewayRequestInvalid) as caught:
+        parse_messages_request(body)
+    assert caught.value.param == "max_tokens"
+    assert says in str(caught.value)

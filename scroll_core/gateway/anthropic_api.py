@@ -348,11 +348,13 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
     model = body.get("model")
     _need(isinstance(model, str) and bool(model.strip()), "model", "is required (a string)")
     max_tokens = body.get("max_tokens", 1 if counting else None)
+    _need(max_tokens is not None, "max_tokens", "is required (a positive integer)")
     _need(
-        isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0,
+        isinstance(max_tokens, int) and not isinstance(max_tokens, bool),
         "max_tokens",
-        "is required (a positive integer)",
+        f"must be a positive integer, not {type(max_tokens).__name__}",
     )
+    _need(max_tokens > 0, "max_tokens", f"must be a positive integer, not {max_tokens}")
     stream = body.get("stream", False)
     _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
     marks: list[list[Any]] = []

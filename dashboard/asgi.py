@@ -58,7 +58,7 @@ application = RecordServerLoop(
                 ),
             }
         ),
-        {**gateway.ROUTES, **conversation_endpoints.ROUTES},
+        {**gateway.ROUTES, **conversation_endpoints.ROUTES, **gateway.FALLBACK},
         body_limit=gateway.body_limit,
         too_large=gateway.too_large,
         host_check=HostCheck(settings.ALLOWED_HOSTS, debug=settings.DEBUG),

@@ -156,3 +156,25 @@ def test_a_spent_budget_holds_while_the_consoles_record_lags_and_an_admin_reset_
     key.tokens_used = 0  # the operator refills the budget in admin
     key.save()
     ask(client, [{"role": "user", "content": "three"}])
+
+
+def test_an_unknown_v1_route_is_a_404_in_the_clients_api_shape_not_the_consoles_page(
+    gateway, upstream
+):
+    key = make_key(upstream)
+    with httpx.Client(base_url=gateway) as http:
+        openai_shape = http.get("/v1/embeddings", headers={"authorization": f"Bearer {key}"})
+        assert openai_shape.status_code == 404
+        assert openai_shape.headers["content-type"].startswith("application/json")
+        error = openai_shape.json()["error"]
+        assert error["code"] == "not_found" and "GET /v1/embeddings" in error["message"]
+        anthropic_shape = http.post(
+            "/v1/messages/batches", json={}, headers={"x-api-key": key, "anthropic-version": "1"}
+        )
+        assert anthropic_shape.status_code == 404
+        said = anthropic_shape.json()
+        assert said["type"] == "error" and said["error"]["type"] == "not_found_error"
+        # Routes that exist still answer, and pages outside /v1/ are still the console's.
+        assert http.get("/v1/models", headers={"authorization": f"Bearer {key}"}).status_code == 200
+        assert "text/html" in http.get("/no-such-page/").headers["content-type"]
+    assert not upstream.requests

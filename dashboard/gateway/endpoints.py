@@ -719,6 +719,17 @@ async def models(request: Request) -> Response:
     return _json(openai_api.models_list(key.client_models()))
 
 
+async def unknown_route(request: Request) -> Response:
+    """Any other path under ``/v1/``: a 404 in the shape of the API the client speaks (an
+    Anthropic client sends ``anthropic-version`` or ``x-api-key``), never the console's HTML
+    page, which no client's error handling reads."""
+    anthropic = "anthropic-version" in request.headers or "x-api-key" in request.headers
+    api = "anthropic" if anthropic else "openai"
+    return _error(api, 404, f"{request.method} {request.path}: no such endpoint", code="not_found")
+
+
+# Routes ending in "/*" answer every path under them, the first that matches in this order.
+# The conversations' routes (conversation_endpoints.ROUTES) go between these and FALLBACK.
 ROUTES = {
     "/v1/chat/completions": chat_completions,
     "/v1/models": models,
@@ -728,3 +739,5 @@ ROUTES = {
     "/v1/messages": messages,
     "/v1/messages/count_tokens": count_tokens,
 }
+# Matched after every other route: any other path under /v1/.
+FALLBACK = {"/v1/*": unknown_route}

@@ -22,7 +22,7 @@ run: install
 	$(BIN)/python manage.py migrate --noinput
 	@echo ""
 	@echo "  Scroll console: http://$(HOST):$(PORT)/  (log in as admin; the password is"
-	@echo "  printed below when the account is first created, and kept in var/admin_password)"
+	@echo "  printed below when the account is first created, and kept in $${SCROLL_DATA_DIR:-var}/admin_password)"
 	@echo ""
 	SCROLL_DEMO=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
 

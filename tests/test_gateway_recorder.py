@@ -60,3 +60,42 @@ def test_a_failed_request_marks_the_session_failed_with_its_error(recorder):
     assert run.status == RunRecord.FAILED and "boom" in run.error and run.turns == 1
     key.refresh_from_db()
     assert key.requests == 1  # a failed request spent nothing
+
+
+def test_a_gateway_session_names_its_agent_and_runs_no_task_code(
+    recorder, client, django_user_model
+):
+    # Issue 29: the Runs page showed an empty agent column and the session page
+    # "task code: runs" for gateway sessions.
+    key, _ = GatewayKey.issue(agent_id="carol", upstream_base_url="http://127.0.0.1:9/v1")
+    recorder.submit(_job(key, "gw:carol:c", 1, "hello"))
+    assert recorder.flush(30)
+    run = RunRecord.objects.get(session_id="gw:carol:c")
+    assert (run.agent_id, run.task_code) == ("carol", False)
+
+    client.force_login(django_user_model.objects.create_user("op", password="pw-op-123456"))
+    runs = client.get("/runs/").content.decode()
+    assert "<td>carol</td>" in runs
+    page = client.get("/sessions/gw:carol:c/").content.decode()
+    assert "none: a gateway session" in page
+
+
+def test_gateway_sessions_recorded_before_get_their_agent_from_the_migration():
+    import importlib
+
+    from django.apps import apps as django_apps
+    from django.db import connection
+
+    migration = importlib.import_module(
+        "dashboard.runs.migrations.0002_gateway_runs_name_their_agent"
+    )
+    RunRecord.objects.create(
+        session_id="gw:dave:d", kind="gateway", task="gateway: agent dave through openai (m)"
+    )
+    RunRecord.objects.create(session_id="task:x", kind="task", task="do it", agent_id="")
+    with connection.schema_editor() as editor:
+        migration.name_agents(django_apps, editor)
+    old = RunRecord.objects.get(session_id="gw:dave:d")
+    assert (old.agent_id, old.task_code) == ("dave", False)
+    task = RunRecord.objects.get(session_id="task:x")
+    assert (task.agent_id, task.task_code) == ("", True)  # other runs untouched

@@ -177,6 +177,9 @@ def _record(jobs: Sequence[Job]) -> RunRecord:
                 "task": f"gateway: agent {first.agent_id} through {first.api} "
                 f"({first.client_model})",
                 "kind": GATEWAY_KIND,
+                "agent_id": first.agent_id,
+                # The client runs its own tools; Scroll runs no code of the task's.
+                "task_code": False,
                 "profile_id": first.profile_id,
                 "model_name": first.model,
                 "started_at": timezone.now(),

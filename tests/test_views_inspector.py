@@ -238,7 +238,8 @@ def test_a_trace_page_draws_its_spans_as_a_tree_with_a_waterfall(run, op, settin
                  "scroll.turn": 1, "scroll.step": 0})  # fmt: skip
     _span(t, "0000000000000003", "0000000000000001", "execute_tool repl_exec",
           600_000_000, 900_000_000, status="error")  # fmt: skip
-    _span(t, "0000000000000004", "0000000000000003", "scroll.expand", 700_000_000, 800_000_000)
+    _span(t, "0000000000000004", "0000000000000003", "scroll.expand", 700_000_000, 800_000_000,
+          status="unset")  # fmt: skip
     response = op.get(f"/traces/{t}/")
     assert response.status_code == 200
     rows = response.context["rows"]
@@ -247,7 +248,10 @@ def test_a_trace_page_draws_its_spans_as_a_tree_with_a_waterfall(run, op, settin
         ("execute_tool repl_exec", 1), ("scroll.expand", 2),
     ]  # fmt: skip
     assert (rows[1]["offset"], rows[1]["width"]) == (10.0, 50.0)
+    # The tree says what the Traces list says: a span with no error recorded is "ok".
+    assert [r["status"] for r in rows] == ["ok", "ok", "error", "ok"]
     page = response.content.decode()
+    assert ">unset<" not in page and 'class="status status-ok">ok<' in page
     assert "gen_ai.usage.input_tokens" in page and 'x="10.0"' in page
     assert response.context["errors"] == 1 and "Grafana" not in page
     settings.SCROLL_GRAFANA_URL = "https://grafana.example"

@@ -182,6 +182,8 @@ def _tree(spans: list[SpanRecord]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "span": span,
+                # As the Traces list says it: OpenTelemetry's "unset" is "ok" to an operator.
+                "status": live.status_label(span.status),
                 "depth": depth,
                 "indent": min(depth, 12),
                 "offset": round(100 * (span.start_ns - start) / width, 3),

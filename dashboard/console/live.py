@@ -47,7 +47,7 @@ def _iso_from_ns(ns: int | None) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _status_label(status: str | None) -> str:
+def status_label(status: str | None) -> str:
     # OpenTelemetry's UNSET means no error was recorded: to an operator that is "ok".
     return "error" if status == "error" else "ok"
 
@@ -68,7 +68,7 @@ def span_row(span: dict[str, Any]) -> dict[str, Any]:
         "end_ns": int(span.get("end_ns") or 0),
         "ended_at": _iso_from_ns(span.get("end_ns")),
         "duration_ms": duration,
-        "status": _status_label(span.get("status")),
+        "status": status_label(span.get("status")),
         "status_message": span.get("status_message") or "",
         "error": span.get("status") == "error",
         "slow": duration >= DEFAULT_SLOW_MS,

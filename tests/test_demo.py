@@ -8,7 +8,7 @@ from django.core.management import call_command
 
 from dashboard.apps import startup_wanted
 from dashboard.console.console_admin import ensure_admin, password_file
-from dashboard.runs import demo
+from dashboard.runs import demo, demo_data
 from dashboard.runs import runner as runner_module
 from dashboard.runs.models import CompressEvent, RunRecord, TuningProfile
 from dashboard.runs.worker import Worker
@@ -17,14 +17,14 @@ from scroll_core.prompts import ABSTENTION
 
 
 def test_the_logs_are_the_same_every_time_and_tell_the_story():
-    assert demo.service_logs("payments-api", "13:30", "14:10") == demo.service_logs(
+    assert demo_data.service_logs("payments-api", "13:30", "14:10") == demo_data.service_logs(
         "payments-api", "13:30", "14:10"
     )
-    spike = "\n".join(demo.service_logs("payments-api", "13:50", "14:30"))
+    spike = "\n".join(demo_data.service_logs("payments-api", "13:50", "14:30"))
     assert "PoolTimeoutError" in spike and "size=8" in spike
-    morning = "\n".join(demo.service_logs("payments-api", "09:00", "10:00"))
+    morning = "\n".join(demo_data.service_logs("payments-api", "09:00", "10:00"))
     assert "PoolTimeoutError" not in morning
-    assert demo.config_changes()[0].startswith("2024-03-12T09:14Z CFG-2291 by dana.k")
+    assert demo_data.config_changes()[0].startswith("2024-03-12T09:14Z CFG-2291 by dana.k")
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_the_logs_are_the_same_every_time_and_tell_the_story():
 )
 def test_bad_log_requests_get_a_clear_error(args, words):
     with pytest.raises(ValueError, match=words):
-        demo.service_logs(*args)
+        demo_data.service_logs(*args)
 
 
 def test_the_task_text_splits_back_into_the_turns():

@@ -17,17 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard.runs.demo_data import DAY, config_changes, deploys, host_functions, service_logs
-
 __all__ = [
-    "DAY",
     "DEMO_PROFILE",
     "RECALL_QUESTIONS",
     "TURNS",
-    "config_changes",
-    "deploys",
-    "host_functions",
-    "service_logs",
     "start_demo",
     "start_demo_once",
     "task_text",

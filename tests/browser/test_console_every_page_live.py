@@ -101,7 +101,7 @@ def _figure_points(page: Watched) -> int:
 def test_every_live_figure_changes_without_reload_and_every_page_is_clean(
     browser, asgi_server, staff, live_runner, console_log
 ):
-    from dashboard.runs import demo
+    from dashboard.runs import demo, demo_data
     from dashboard.runs.models import RunRecord, TuningProfile
     from dashboard.telemetry.models import SpanRecord
 
@@ -121,7 +121,7 @@ def test_every_live_figure_changes_without_reload_and_every_page_is_clean(
         None,
         kind="demo",
         turns=[first, *demo.TURNS],
-        host_functions=demo.host_functions() | {"ops.hold": hold},
+        host_functions=demo_data.host_functions() | {"ops.hold": hold},
         pause_s=0.2,
     )
     assert holding.wait(60), "the run should reach its first cell"

@@ -289,10 +289,13 @@ class Session:
         self, record: StepRecord, view: WorkingView, messages: list[dict[str, Any]], attempt: int
     ) -> ModelReply:
         """One model call as a ``chat {model}`` span (see ``steps.traced_call``)."""
+        tools = self.prefix.tool_list()
         return traced_call(
             self.model.name,
-            lambda: self.model.complete(messages, self.prefix.tool_list()),
+            lambda: self.model.complete(messages, tools),
             session=self.session_id,
+            request=lambda: {"model": self.model.name, "messages": messages, "tools": tools},
+            view=view.report.to_dict(),
             compacted=bool(self.state.index.blocks),
             turn=record.turn,
             step=record.step,

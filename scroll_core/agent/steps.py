@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import wire
 from ..headlines import parse_headline
 from ..models.base import ModelReply, ToolCall
 from ..profile import Profile
@@ -37,28 +38,49 @@ def fresh_profile(
 
 
 def traced_call(
-    model: str, call: Callable[[], ModelReply], *, session: str, **attributes: Any
+    model: str,
+    call: Callable[[], ModelReply],
+    *,
+    session: str,
+    source: str = "run",
+    request: Callable[[], dict[str, Any]] | None = None,
+    view: dict[str, Any] | None = None,
+    **attributes: Any,
 ) -> ModelReply:
     """Run ``call`` (one model call) as a ``chat {model}`` span: GenAI's usage attributes,
-    the finish reason, and the headline the console's headline-quality alert reads."""
-    with chat_span(model, session=session, **attributes) as traced:
-        reply = call()
-        if traced.recording:
-            parsed = parse_headline(reply.content)
-            traced.set_attributes(
-                usage(
-                    reply.usage.input_tokens,
-                    reply.usage.output_tokens,
-                    response_model=reply.model or None,
-                    finish_reasons=[reply.finish_reason],
+    the finish reason, and the headline the console's headline-quality alert reads.
+
+    Inside ``wire.collecting`` the call is also captured for the record: what the transport
+    sent (``request()`` for a model served in process), the reply, the usage, ``view`` (the
+    working view's section sizes) and the span it ran in; ``source`` says whose loop made
+    it (``run``, ``gateway``)."""
+    with wire.calling(
+        model, session=session, source=source, request=request, view=view,
+        turn=attributes.get("turn"), step=attributes.get("step"),
+        attempt=attributes.get("attempt", 1),
+    ) as captured:  # fmt: skip
+        with chat_span(model, session=session, **attributes) as traced:
+            if captured is not None:
+                captured.trace_id, captured.span_id = traced.trace_id, traced.span_id
+            reply = call()
+            if captured is not None:
+                captured.reply, captured.usage = wire.reply_record(reply)
+            if traced.recording:
+                parsed = parse_headline(reply.content)
+                traced.set_attributes(
+                    usage(
+                        reply.usage.input_tokens,
+                        reply.usage.output_tokens,
+                        response_model=reply.model or None,
+                        finish_reasons=[reply.finish_reason],
+                    )
                 )
-            )
-            traced.set(
-                tool_calls=len(reply.tool_calls),
-                headline=parsed.stored,
-                headline_quality=parsed.quality,
-            )
-        return reply
+                traced.set(
+                    tool_calls=len(reply.tool_calls),
+                    headline=parsed.stored,
+                    headline_quality=parsed.quality,
+                )
+            return reply
 
 
 def unique_call(call: ToolCall, log: EventStore, fresh_id: str) -> ToolCall:

@@ -552,6 +552,9 @@ class GatewayConversation(HistoryLog):
                     model,
                     partial(self._complete, upstream, messages, prefix, model, request, step),
                     session=self.session_id,
+                    source="gateway",
+                    request=partial(_in_process_request, model, messages, prefix),
+                    view=view.report.to_dict(),
                     compacted=bool(self.state.index.blocks),
                     step=step,
                     attempt=attempt,
@@ -657,6 +660,13 @@ class GatewayConversation(HistoryLog):
             digest=self.digest,
             tools=(RECALL_TOOL,),
         )
+
+
+def _in_process_request(
+    model: str, messages: list[dict[str, Any]], prefix: Prefix
+) -> dict[str, Any]:
+    """What the record keeps as sent to an upstream that wrote no bytes (one in process)."""
+    return {"model": model, "messages": messages, "tools": prefix.tool_list()}
 
 
 def _client_finish(reply: ModelReply, client_calls: list[ToolCall]) -> str:

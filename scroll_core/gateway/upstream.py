@@ -32,6 +32,7 @@ import httpx
 from ..errors import ContextOverflow, ModelError
 from ..models.base import ModelReply, ToolCall, Usage
 from ..models.openai_compat import is_context_overflow
+from ..wire import note_sent
 from ._json import dumps
 from .openai_api import decode_call
 
@@ -123,11 +124,13 @@ class HttpUpstream:
         body = self.request_body(
             messages, tools, model=model, params=params, stream=on_text is not None
         )
+        content = dumps(body)
+        note_sent(self.url, content)
         try:
             with self._client.stream(
                 "POST",
                 self.url,
-                content=dumps(body),
+                content=content,
                 headers=self.headers(params),
                 timeout=self.timeout,
             ) as response:

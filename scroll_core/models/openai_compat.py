@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import openai
 
 from ..errors import ConfigError, ContextOverflow, ModelError
+from ..wire import note_sent
 from .base import ModelReply, ToolCall, Usage
 
 __all__ = ["DEFAULT_CONTEXT_SIZE", "OpenAICompatibleModel", "is_context_overflow"]
@@ -57,6 +58,26 @@ _OVERFLOW_TEXT = re.compile(
     r"too large for model|exceeds? (?:the )?(?:model'?s? )?(?:max(?:imum)? )?(?:token|context)",
     re.IGNORECASE,
 )
+
+
+def _recording_client(openai: Any) -> type:
+    """The client library's own HTTP client class, closed when it is collected as the
+    library's default one is (a model nobody closed must not leak its sockets)."""
+
+    class RecordingHttpClient(openai.DefaultHttpxClient):  # type: ignore[misc,name-defined]
+        def __del__(self) -> None:
+            if not self.is_closed:
+                try:
+                    self.close()
+                except Exception:  # interpreter shutdown: nothing left to tell
+                    pass
+
+    return RecordingHttpClient
+
+
+def _note_request(request: Any) -> None:
+    """httpx's request hook: the body as it is sent, for the record (``wire``)."""
+    note_sent(str(request.url), request.read())
 
 
 def is_context_overflow(status: int | None, code: str | None, message: str) -> bool:
@@ -119,8 +140,16 @@ class OpenAICompatibleModel:
         # `import scroll_core` (CLI, benches, kernel host) would otherwise pay.
         import openai
 
+        # The record keeps each request's exact bytes: an event hook sees them as they go.
+        http = _recording_client(openai)(
+            timeout=self.timeout, event_hooks={"request": [_note_request]}
+        )
         self._client = openai.OpenAI(
-            api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+            api_key=key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,
+            http_client=http,
         )
 
     def __repr__(self) -> str:

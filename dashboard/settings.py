@@ -226,6 +226,7 @@ INSTALLED_APPS = [
     "dashboard",
     # One app per concern; imports point down this list's reverse (see pyproject.toml's
     # import-linter contracts): the console reads the gateway, telemetry and runs.
+    "dashboard.record",
     "dashboard.runs",
     "dashboard.telemetry",
     "dashboard.gateway",

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import close_old_connections, connections, transaction
@@ -26,9 +26,11 @@ from django.utils import timezone
 
 from dashboard.gateway import stored_responses
 from dashboard.gateway.models import GatewayKey
+from dashboard.record.store import store_calls
 from dashboard.runs.models import CompressEvent, RunRecord
 from dashboard.runs.notify import push_session
 from scroll_core.gateway import ClientReply
+from scroll_core.wire import WireCall
 
 __all__ = ["GATEWAY_KIND", "LINGER_S", "IndexSnapshot", "Job", "Recorder"]
 
@@ -60,6 +62,7 @@ class Job:
     error: str
     report: dict[str, Any] | None
     index: Any
+    calls: list[WireCall] = field(default_factory=list)  # the upstream calls, as sent
 
 
 class IndexSnapshot:
@@ -214,6 +217,7 @@ def _record(jobs: Sequence[Job]) -> RunRecord:
                 run.last_report = job.report
             run.status = RunRecord.DONE if reply is not None else RunRecord.FAILED
         CompressEvent.objects.bulk_create(rows)
+        store_calls(call for job in jobs for call in job.calls)
         for key_id, (tokens, requests) in spent.items():
             GatewayKey.objects.filter(pk=key_id).update(
                 tokens_used=F("tokens_used") + tokens,

@@ -64,7 +64,7 @@ from dashboard.runs.models import KernelState, RunRecord, TuningProfile
 from dashboard.runs.profiles import core_profile
 from dashboard.runs.worker import PROCESS_TOKEN
 from dashboard.runs.workstate import GATEWAY_OWNER_PREFIX
-from scroll_core import telemetry
+from scroll_core import telemetry, wire
 from scroll_core.gateway import (
     ClientReply,
     ClientRequest,
@@ -604,6 +604,7 @@ class GatewayService:
             stages.lap("session")
         reply: ClientReply | None = None
         error = ""
+        calls = wire.WireLog()  # what went upstream, for the record
 
         def spend(final: ClientReply) -> None:
             spent = final.usage.input_tokens + final.usage.output_tokens
@@ -620,11 +621,12 @@ class GatewayService:
                 answered(final)
 
         try:
-            reply = conversation.handle(
-                request, upstream, model=model, stages=stages, on_text=on_text,
-                idle=self.gate.released, answered=answer if answered is not None else None,
-                on_block=on_block,
-            )  # fmt: skip
+            with wire.collecting(calls):
+                reply = conversation.handle(
+                    request, upstream, model=model, stages=stages, on_text=on_text,
+                    idle=self.gate.released, answered=answer if answered is not None else None,
+                    on_block=on_block,
+                )  # fmt: skip
             if answered is None:
                 spend(reply)
                 stored_responses.store_reply(key, request, session_id, reply)
@@ -640,7 +642,7 @@ class GatewayService:
             job = Job(key.pk, key.agent_id, key.profile_id, session_id, model, request.api,
                        request.model, conversation.requests, reply, error,
                        view.report.to_dict() if view is not None else None,
-                       IndexSnapshot(conversation.index))  # fmt: skip
+                       IndexSnapshot(conversation.index), calls.drain())  # fmt: skip
             self.recorder.submit(job)
             if stages is not None:
                 stages.lap("bookkeeping")

@@ -38,10 +38,11 @@ from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
 from dashboard.runs.grants import readable_by
+from dashboard.record.store import store_calls
 from dashboard.runs.models import CompressEvent, KernelState, RunRecord, SessionIndex, WorkerCommand
 from dashboard.runs.notify import push_session
 from dashboard.runs.profiles import core_profile
-from scroll_core import telemetry
+from scroll_core import telemetry, wire
 from scroll_core.agent import Session, StepRecord
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.models import POLICY_NAME, OpenAICompatibleModel, PolicyModel
@@ -187,6 +188,7 @@ class _Live:
         self.handover = False
         self.session: Session | None = None
         self.last_status = ""
+        self.calls = wire.WireLog()  # model calls made since the last step was recorded
 
 
 class Worker:
@@ -403,7 +405,7 @@ class Worker:
         options = run.options or {}
         pause_s = float(options.get("pause_s", 0.0))
         functions = self._host_functions(run)
-        with telemetry.session_scope(live.session_id):
+        with telemetry.session_scope(live.session_id), wire.collecting(live.calls):
             if functions:
                 kernel = session.kernel
                 assert kernel is not None
@@ -466,6 +468,7 @@ class Worker:
         with transaction.atomic():
             self._save(live, *COUNTERS)
             CompressEvent.objects.bulk_create(rows)
+            store_calls(live.calls.drain())
             if rows and index is not None:
                 _save_index(live.session_id, index)
         if record.tools:
@@ -481,8 +484,18 @@ class Worker:
             _pinned.pop(live.session_id, None)
         if session is not None:
             session.close()
+            # The model's HTTP connections are the worker's (it made the model): closed
+            # now, not whenever the collector gets to them.
+            close_model = getattr(session.model, "close", None)
+            if callable(close_model):
+                close_model()
         if self._kernels is not None:
             self._kernels.release(live.session_id)
+        if len(live.calls) and not live.lost:  # a failed call ends the run before its step
+            try:
+                store_calls(live.calls.drain())
+            except Exception:
+                log.exception("worker: recording the last calls of %s failed", live.session_id)
         if live.lost:
             log.warning("worker %s: %s continues elsewhere", self.id, live.session_id)
             return

@@ -1,0 +1,133 @@
+"""Writing captured calls (``scroll_core.wire.WireCall``) into the record.
+
+Calls are numbered per session in the order they are stored. Each request is encoded against
+the previous call of its session (its message digests are cached here per session, and read
+back from the record after a restart), every ``KEYFRAME_EVERY``-th call whole; blobs already
+stored are not written again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from django.db import transaction
+from django.db.models import Max
+
+from dashboard.record.models import WireBlob, WireCall
+from dashboard.record.read import message_digests
+from scroll_core import wire
+
+__all__ = ["forget", "store_calls"]
+
+# Sessions whose last call's message digests are kept in memory (a miss reads the record).
+_CACHED_SESSIONS = 256
+_last: OrderedDict[str, tuple[int, list[str]]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def forget() -> None:
+    """Drop the in-memory digests (tests that reset the database call it)."""
+    with _lock:
+        _last.clear()
+
+
+def _previous(session_id: str) -> tuple[int, list[str]]:
+    """The session's last stored index (-1: none) and that call's message digests."""
+    with _lock:
+        hit = _last.get(session_id)
+    last = WireCall.objects.filter(session_id=session_id).aggregate(n=Max("index"))["n"]
+    if last is None:
+        return -1, []
+    if hit is not None and hit[0] == last:
+        return hit
+    return last, message_digests(session_id, last)
+
+
+def _remember(session_id: str, index: int, digests: list[str]) -> None:
+    with _lock:
+        _last[session_id] = (index, digests)
+        _last.move_to_end(session_id)
+        while len(_last) > _CACHED_SESSIONS:
+            _last.popitem(last=False)
+
+
+def store_calls(calls: Iterable[wire.WireCall]) -> list[WireCall]:
+    """Store ``calls`` (in order; several sessions may be mixed) in one transaction."""
+    by_session: dict[str, list[wire.WireCall]] = {}
+    for call in calls:
+        by_session.setdefault(call.session_id, []).append(call)
+    rows: list[WireCall] = []
+    with transaction.atomic():
+        for session_id, group in by_session.items():
+            rows += _store_session(session_id, group)
+    return rows
+
+
+def _store_session(session_id: str, calls: Sequence[wire.WireCall]) -> list[WireCall]:
+    index, previous = _previous(session_id)
+    rows: list[WireCall] = []
+    blobs: dict[str, str] = {}
+    for call in calls:
+        index += 1
+        keyframe = index % wire.KEYFRAME_EVERY == 0
+        enc = wire.encode(call.body, previous, keyframe=keyframe)
+        if enc.encoding != "raw":
+            previous = enc.message_digests
+        blobs.update(enc.blobs)
+        rows.append(
+            WireCall(
+                session_id=session_id,
+                index=index,
+                source=call.source,
+                model=call.model[:200],
+                url=call.url[:500],
+                turn=call.turn,
+                step=call.step,
+                attempt=call.attempt,
+                sends=min(call.sends, 32767),
+                started_at=dt.datetime.fromtimestamp(call.started_at, tz=dt.timezone.utc),
+                duration_ms=call.duration_ms,
+                status=call.status,
+                error=call.error,
+                encoding=enc.encoding,
+                keyframe=keyframe or enc.encoding == "raw",
+                request=enc.fields,
+                body_bytes=len(call.body),
+                reply=call.reply,
+                usage=call.usage,
+                view=call.view,
+                trace_id=call.trace_id,
+                span_id=call.span_id,
+            )
+        )
+    known = set(WireBlob.objects.filter(digest__in=list(blobs)).values_list("digest", flat=True))
+    fresh = {d: text for d, text in blobs.items() if d not in known}
+    WireBlob.objects.bulk_create(
+        [WireBlob(digest=d, body=text) for d, text in fresh.items()], ignore_conflicts=True
+    )
+    # What each call added: its own fields, and the blobs it was the first to bring.
+    seen: set[str] = set()
+    for row in rows:
+        added = len(json.dumps(row.request, separators=(",", ":")))
+        for d in _referenced(row):
+            if d in fresh and d not in seen:
+                seen.add(d)
+                added += len(fresh[d].encode("utf-8", "surrogatepass"))
+        row.stored_bytes = added
+    WireCall.objects.bulk_create(rows)
+    _remember(session_id, index, previous)
+    return rows
+
+
+def _referenced(row: WireCall) -> list[str]:
+    out: list[str] = []
+    for _name, kind, item in row.request:
+        if kind == "b":
+            out.append(item)
+        elif kind == "m":
+            out += [p for p in item if isinstance(p, str)]
+    return out

@@ -28,13 +28,14 @@ stacking them; ``reset`` turns everything off again (tests use it between cases)
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, field
 from functools import wraps
@@ -344,6 +345,21 @@ def enabled() -> bool:
     return _ENABLED
 
 
+_QUIET: ContextVar[bool] = ContextVar("scroll_telemetry_quiet", default=False)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """No spans in this block: what only reads (replaying a recorded session for the
+    inspector, the replay lab, cost arithmetic) runs the same code as a live session, and
+    must not add its compresses and evictions to that session's history."""
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
 def span(
     name: str,
     attributes: Mapping[str, Any] | None = None,
@@ -359,7 +375,7 @@ def span(
     failed with ``error.type`` and is re-raised. Yields a ``SpanHandle`` (or a no-op with
     the same methods and ``recording = False`` while telemetry is off).
     """
-    if not _ENABLED:
+    if not _ENABLED or _QUIET.get():
         return _NOOP
     clean = _clean_kwargs(attrs)
     if attributes:

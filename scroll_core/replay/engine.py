@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from .. import telemetry
 from ..errors import ContextWindowUnfit, ScrollError
 from ..eviction import CompressRecord, compress, split_point
 from ..profile import Profile
@@ -283,15 +284,18 @@ def replay(
             "(another system prompt or print cap): views differ by that much"
         )
     source = TraceLog(trace.session_id, trace.events, counter)
-    if policy in ("scroll", "flat"):
-        used = list(profiles) if profiles else [profile] * len(trace.compresses)
-        if policy == "flat":
-            used = [p.replace(tier_cap=FLAT_TIER_CAP) for p in used]
-        _run_compressing(trace, used, prefix, source, sized, result, observe)
-    elif policy == "none":
-        _run_unmanaged(trace, profile, prefix, source, sized, result)
-    else:
-        _run_summarise(trace, profile, prefix, source, sized, result, summary or SummaryOptions())
+    # A replay only reads: the compresses it runs are not the session's (no spans).
+    with telemetry.quiet():
+        if policy in ("scroll", "flat"):
+            used = list(profiles) if profiles else [profile] * len(trace.compresses)
+            if policy == "flat":
+                used = [p.replace(tier_cap=FLAT_TIER_CAP) for p in used]
+            _run_compressing(trace, used, prefix, source, sized, result, observe)
+        elif policy == "none":
+            _run_unmanaged(trace, profile, prefix, source, sized, result)
+        else:
+            summary = summary or SummaryOptions()
+            _run_summarise(trace, profile, prefix, source, sized, result, summary)
     return result
 
 

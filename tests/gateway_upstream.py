@@ -217,6 +217,7 @@ class ScriptedUpstream:
     def __init__(self) -> None:
         self.script: list[Item] = []
         self.requests: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []  # each request body exactly as it arrived
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
         self.release = threading.Event()  # set to cut every slow reply short
@@ -228,8 +229,10 @@ class ScriptedUpstream:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"null")
+                raw = self.rfile.read(length)
+                body = json.loads(raw or b"null")
                 with upstream._lock:
+                    upstream.raw.append(raw)
                     upstream.requests.append(body)
                     upstream.headers.append({k.lower(): v for k, v in self.headers.items()})
                     upstream.paths.append(self.path)

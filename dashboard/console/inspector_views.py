@@ -21,6 +21,9 @@ from django.views.decorators.http import require_GET
 
 from dashboard.console import live
 from dashboard.console.inspector_links import call_url_for_span
+from dashboard.console.recorded_views import render_recorded_call, sent_body
+from dashboard.record.models import WireCall
+from dashboard.record.read import has_record
 from dashboard.console.views import _grafana_trace_url
 from dashboard.runs.inforce import Recorded, load_recorded
 from dashboard.runs.models import CompressEvent
@@ -84,7 +87,15 @@ def _call_after_compress(recorded: Recorded, row_id: int, session_id: str) -> in
 @login_required
 @require_GET
 def session_call_at(request: HttpRequest, session_id: str) -> HttpResponse:
-    """Find a call by the compress before it, by its turn and step, or by its seq."""
+    """Find a call by its span, the compress before it, its turn and step, or its seq."""
+    span_id = request.GET.get("span", "").strip()
+    if span_id and has_record(session_id):
+        found = WireCall.objects.filter(session_id=session_id, span_id=span_id).first()
+        if found is None:
+            raise Http404("No recorded call ran in that span")
+        return redirect("session_call", session_id, found.index)
+    if has_record(session_id) and request.GET.get("compress") is None:
+        return redirect("session_call", session_id, _recorded_index(request, session_id))
     recorded = _get_recorded(session_id)
     calls = recorded.trace.calls
     if not calls:
@@ -109,6 +120,21 @@ def session_call_at(request: HttpRequest, session_id: str) -> HttpResponse:
     return redirect("session_call", session_id, index)
 
 
+def _recorded_index(request: HttpRequest, session_id: str) -> int:
+    """A recorded call by turn and step (its last attempt), else the session's last."""
+    rows = WireCall.objects.filter(session_id=session_id)
+    turn = _get_int(request, "turn")
+    if turn is not None:
+        rows = rows.filter(turn=turn)
+        step = _get_int(request, "step")
+        if step is not None:
+            rows = rows.filter(step=step)
+    found = rows.order_by("-index").values_list("index", flat=True).first()
+    if found is None:
+        raise Http404("No recorded model call there")
+    return found
+
+
 def _section_rows(window: Any) -> list[dict[str, Any]]:
     total = window.total or 1
     return [
@@ -124,6 +150,8 @@ def _events_url(session_id: str, lo: int) -> str:
 @login_required
 @require_GET
 def session_call(request: HttpRequest, session_id: str, call: int) -> HttpResponse:
+    if has_record(session_id):  # what was sent, as sent
+        return render_recorded_call(request, session_id, call)
     recorded = _get_recorded(session_id)
     trace = recorded.trace
     try:
@@ -159,6 +187,7 @@ def session_call(request: HttpRequest, session_id: str, call: int) -> HttpRespon
             None,
         ),
         "messages_json": json.dumps(window.messages, ensure_ascii=False, indent=1),
+        "rebuilt": True,  # no call record: the page says so in a banner
     }
     return render(request, "dashboard/call.html", ctx)
 
@@ -224,5 +253,10 @@ def trace_tree(request: HttpRequest, trace_id: str) -> HttpResponse:
 urlpatterns = [
     path("sessions/<path:session_id>/calls/", session_call_at, name="session_call_at"),
     path("sessions/<path:session_id>/calls/<int:call>/", session_call, name="session_call"),
+    path(
+        "sessions/<path:session_id>/calls/<int:call>/sent.json",
+        sent_body,
+        name="session_call_sent",
+    ),
     path("traces/<str:trace_id>/", trace_tree, name="trace"),
 ]

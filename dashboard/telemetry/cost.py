@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from dashboard.eventlog import get_event_log
+from dashboard.record.models import WireCall
 from dashboard.runs.inforce import load_recorded
 from dashboard.runs.models import CompressEvent, ProfileChange
 from dashboard.telemetry.models import ModelPrice
@@ -169,10 +170,39 @@ def session_cost(session_id: str) -> SessionCost:
     except ScrollError as exc:
         out.error = str(exc)
         return out
+    recorded = recorded_call_tokens(session_id)
+    if recorded:  # what the upstream billed, call by call, not a rebuilt view
+        calls = recorded
     prices = _prices()
     out.calls = [price_call(c, prices.get(c.model)) for c in calls]
     out.unpriced = sorted({c.model for c in calls if c.model not in prices})
     out.spans = list(spans)
+    return out
+
+
+# The usage counts of cache reads, by the names providers and the record give them.
+_CACHE_READ = ("cache_read_tokens", "cache_read_input_tokens", "cached_tokens")
+
+
+def recorded_call_tokens(session_id: str) -> list[CallCost]:
+    """The session's calls from the call record: tokens as the upstream reported them (its
+    cache reads as cached), the model as requested. Empty when the session has no record."""
+    out = []
+    for row in WireCall.objects.filter(session_id=session_id).order_by("index"):
+        usage = row.usage or {}
+        cached = next((int(usage[k]) for k in _CACHE_READ if usage.get(k)), 0)
+        out.append(
+            CallCost(
+                call=row.index,
+                seq=0,
+                turn=row.turn,
+                step=row.step,
+                model=row.model,
+                input_tokens=int(usage.get("input_tokens", 0)),
+                cached_tokens=cached,
+                output_tokens=int(usage.get("output_tokens", 0)),
+            )
+        )
     return out
 
 

@@ -1,0 +1,119 @@
+"""The call inspector for sessions with a call record (``dashboard.record``): what went
+upstream exactly as sent, the reply, the upstream's usage and its price, and what changed
+since the call before. Nothing on these pages is rebuilt; ``inspector_views`` dispatches
+here when the session has a record and keeps the replayed window for older sessions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from dashboard.console import live
+from dashboard.record.models import WireCall
+from dashboard.record.read import RecordedCall, recorded_call
+from dashboard.telemetry.cost import call_costs
+from dashboard.telemetry.models import SpanRecord
+from scroll_core.models.base import message_text
+from scroll_core.wire import RecordDecodeError
+
+__all__ = ["render_recorded_call", "sent_body"]
+
+PREVIEW_CHARS = 4000
+
+
+def _load(session_id: str, index: int) -> RecordedCall:
+    try:
+        return recorded_call(session_id, index)
+    except RecordDecodeError as exc:
+        raise Http404(str(exc)) from None
+
+
+def _text(message: Any) -> str:
+    if not isinstance(message, dict):
+        return json.dumps(message, ensure_ascii=False)
+    text = message_text(message)
+    if not text and message.get("content"):  # blocks without text: tool uses, results
+        text = json.dumps(message["content"], ensure_ascii=False)
+    calls = message.get("tool_calls") or []
+    names = [c.get("function", {}).get("name", "") for c in calls if isinstance(c, dict)]
+    if names:
+        text = (text + "\n" if text else "") + "→ " + ", ".join(names)
+    return text
+
+
+def _message_rows(call: RecordedCall) -> list[dict[str, Any]]:
+    new = set(call.new_positions)
+    rows = []
+    for i, message in enumerate(call.messages):
+        text = _text(message)
+        rows.append(
+            {
+                "position": i,
+                "role": message.get("role", "?") if isinstance(message, dict) else "?",
+                "new": i in new,
+                "chars": len(text),
+                "text": text[:PREVIEW_CHARS],
+                "cut": len(text) > PREVIEW_CHARS,
+            }
+        )
+    return rows
+
+
+def render_recorded_call(request: HttpRequest, session_id: str, index: int) -> HttpResponse:
+    call = _load(session_id, index)
+    row = call.row
+    total = WireCall.objects.filter(session_id=session_id).count()
+    span = SpanRecord.objects.filter(span_id=row.span_id).first() if row.span_id else None
+    request_fields = {k: v for k, v in (call.request or {}).items() if k not in ("messages",)}
+    ctx = {
+        "ws_url": live.ws_url("/ws/alerts/"),
+        "session_id": session_id,
+        "row": row,
+        "call": call,
+        "calls": total,
+        "previous": index - 1 if index > 0 else None,
+        "next": index + 1 if index + 1 < total else None,
+        "span": span,
+        "trace_id": row.trace_id,
+        "cost": call_costs(session_id).get(index),
+        "rows": _message_rows(call),
+        "new_count": len(call.new_positions),
+        "sections": sorted(
+            ((k, v) for k, v in (row.view or {}).items() if k in _SECTIONS), key=_section_order
+        ),
+        "params": json.dumps(
+            {k: v for k, v in request_fields.items() if k not in ("tools", "system")},
+            ensure_ascii=False,
+            indent=1,
+        ),
+        "tools": [
+            t.get("function", t).get("name", "?") if isinstance(t, dict) else "?"
+            for t in request_fields.get("tools") or []
+        ],
+        "reply_json": json.dumps(row.reply, ensure_ascii=False, indent=1) if row.reply else "",
+        "usage": sorted((row.usage or {}).items()),
+    }
+    return render(request, "dashboard/call_recorded.html", ctx)
+
+
+_SECTIONS = ("prefix", "index", "digest", "folded", "tail", "total")
+
+
+def _section_order(item: tuple[str, Any]) -> int:
+    return _SECTIONS.index(item[0])
+
+
+@login_required
+@require_GET
+def sent_body(request: HttpRequest, session_id: str, call: int) -> HttpResponse:
+    """The request body of a recorded call, the very bytes the upstream received."""
+    recorded = _load(session_id, call)
+    response = HttpResponse(recorded.body, content_type="application/json")
+    response["Content-Disposition"] = f'inline; filename="call-{call}.json"'
+    return response

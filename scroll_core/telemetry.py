@@ -98,6 +98,9 @@ RESPONSE_MODEL = "gen_ai.response.model"
 PROVIDER = "gen_ai.provider.name"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+# Parts of INPUT_TOKENS (which counts them): read from the provider's prompt cache, written to it.
+CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 COMPACTED = "gen_ai.conversation.compacted"
 TOOL_NAME = "gen_ai.tool.name"
@@ -498,11 +501,16 @@ def usage(
     *,
     response_model: str | None = None,
     finish_reasons: Sequence[str] | None = None,
+    cache_read_input_tokens: int | None = None,
+    cache_creation_input_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """GenAI usage attributes for ``SpanHandle.set_attributes``."""
+    """GenAI usage attributes for ``SpanHandle.set_attributes`` (the cache counts are parts
+    of ``input_tokens``, left out when the provider did not report them)."""
     found = {
         INPUT_TOKENS: input_tokens,
         OUTPUT_TOKENS: output_tokens,
+        CACHE_READ_INPUT_TOKENS: cache_read_input_tokens,
+        CACHE_CREATION_INPUT_TOKENS: cache_creation_input_tokens,
         RESPONSE_MODEL: response_model,
         FINISH_REASONS: list(finish_reasons) if finish_reasons is not None else None,
     }

@@ -75,11 +75,25 @@ def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def completion(
-    content: str | None = None, tool_calls: list[dict] | None = None, *, prompt=120, out=12
+    content: str | None = None,
+    tool_calls: list[dict] | None = None,
+    *,
+    prompt=120,
+    out=12,
+    cached: int | None = None,
 ) -> Reply:
+    """A ``chat.completion``; ``cached``: the part of ``prompt`` the prompt cache served
+    (``usage.prompt_tokens_details.cached_tokens``, left out when None)."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": out,
+        "total_tokens": prompt + out,
+    }
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
     return Reply(
         200,
         {
@@ -94,11 +108,7 @@ def completion(
                     "finish_reason": "tool_calls" if tool_calls else "stop",
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": out,
-                "total_tokens": prompt + out,
-            },
+            "usage": usage,
         },
     )
 
@@ -120,10 +130,21 @@ def error(status: int, message: str, code: str | None = None) -> Reply:
 
 
 def a_message(
-    blocks: list[dict[str, Any]], stop_reason: str | None = None, *, prompt=120, out=12
+    blocks: list[dict[str, Any]],
+    stop_reason: str | None = None,
+    *,
+    prompt=120,
+    out=12,
+    cache_read: int | None = None,
+    cache_write: int | None = None,
 ) -> Reply:
-    """An Anthropic ``message`` reply with these content blocks."""
+    """An Anthropic ``message`` reply with these content blocks; ``prompt`` is its
+    ``input_tokens``, which leave out ``cache_read`` and ``cache_write`` (sent when given)."""
     calls = any(b["type"] == "tool_use" for b in blocks)
+    usage: dict[str, Any] = {"input_tokens": prompt, "output_tokens": out}
+    if cache_read is not None or cache_write is not None:
+        usage["cache_creation_input_tokens"] = cache_write or 0
+        usage["cache_read_input_tokens"] = cache_read or 0
     return Reply(
         200,
         {
@@ -134,7 +155,7 @@ def a_message(
             "content": blocks,
             "stop_reason": stop_reason or ("tool_use" if calls else "end_turn"),
             "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": out},
+            "usage": usage,
         },
     )
 
@@ -161,7 +182,8 @@ def message_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         **body,
         "content": [],
         "stop_reason": None,
-        "usage": {"input_tokens": body["usage"]["input_tokens"], "output_tokens": 1},
+        # message_start carries the input counts, the cache's among them; output comes last.
+        "usage": {**body["usage"], "output_tokens": 1},
     }
     out: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": head}),

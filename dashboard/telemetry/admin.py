@@ -33,12 +33,16 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
 @admin.register(ModelPrice)
 class ModelPriceAdmin(admin.ModelAdmin):
-    """Prices per million tokens; each call, session and agent shows its cost from these."""
+    """Prices per million tokens; each call, session and agent shows its cost from these, and
+    from genai-prices' defaults for a model without a row."""
 
     list_display = (
-        "model", "input_per_mtok", "cached_input_per_mtok", "output_per_mtok", "currency"
+        "model", "input_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok",
+        "output_per_mtok", "currency",
     )  # fmt: skip
-    list_editable = ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok")
+    list_editable = (
+        "input_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok", "output_per_mtok"
+    )  # fmt: skip
     search_fields = ("model",)
 
 

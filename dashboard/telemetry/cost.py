@@ -1,9 +1,12 @@
 """What a session's model calls cost, and what its evictions cost in prefill.
 
 Tokens come from the recorded run replayed under the profiles in force (dashboard.runs.inforce):
-each call's prompt (the provider's count when the log has it, else the view), the part a
-prefix cache serves (what is unchanged since the call before: replay's ``total - prefill``)
-and the output. Prices are ``ModelPrice`` rows per million tokens.
+each call's prompt (the provider's count when the log has it, else the view), the part the
+provider's prompt cache read and the part it wrote (the provider's counts when it reported them;
+else the reads are estimated as what is unchanged since the call before, replay's
+``total - prefill``, and no writes) and the output. A model's ``ModelPrice`` row prices its
+calls (source "admin"); a model without one gets genai-prices' default price
+(``scroll_core.pricing``); a model known to neither has no cost.
 
 The prefix-cache arithmetic (seed, section 4b): with a working prefix KV cache a span kept in
 the view is prefilled once (``keep = W``, its tokens), while an evicted span costs its index
@@ -14,7 +17,7 @@ tokens``). Eviction is a net loss for a span once ``offload > keep``.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -26,8 +29,11 @@ from dashboard.runs.inforce import load_recorded
 from dashboard.runs.models import CompressEvent, ProfileChange
 from dashboard.telemetry.models import ModelPrice
 from scroll_core.errors import ScrollError
+from scroll_core.models import Usage
+from scroll_core.pricing import price_call
 from scroll_core.replay import ReplayResult, Trace, replay
 from scroll_core.store import KIND_MODEL_TURN, Event
+from scroll_core.timeutil import parse_ts
 from scroll_core.view import MESSAGE_OVERHEAD_TOKENS
 
 __all__ = [
@@ -40,12 +46,16 @@ __all__ = [
     "session_cost",
 ]
 
-MILLION = Decimal(1_000_000)
-
 
 @dataclass(frozen=True)
 class CallCost:
-    """One model call's tokens and, when its model has a price, its cost."""
+    """One model call's tokens and, when its model has a price, its cost.
+
+    ``input_tokens`` is the whole prompt; ``cached_tokens`` (read from the prompt cache) and
+    ``cache_write_tokens`` (written to it) are parts of it, the provider's counts or, with
+    ``cached_estimated``, the reads estimated from the view (and no writes). ``price_source``
+    says what priced ``cost``: "admin" (a ``ModelPrice`` row), "genai-prices <version>", or
+    "" when nothing did."""
 
     call: int
     seq: int
@@ -57,10 +67,19 @@ class CallCost:
     output_tokens: int
     cost: Decimal | None = None
     currency: str = ""
+    cache_write_tokens: int = 0
+    cached_estimated: bool = True
+    price_source: str = ""
+    created_at: str = ""  # when the call was made: a default price is the one in force then
 
     @property
     def uncached_tokens(self) -> int:
-        return self.input_tokens - self.cached_tokens
+        return max(0, self.input_tokens - self.cached_tokens - self.cache_write_tokens)
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(self.input_tokens, self.output_tokens, self.cached_tokens,
+                     self.cache_write_tokens)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -140,15 +159,14 @@ def _prices() -> dict[str, ModelPrice]:
     return {p.model: p for p in ModelPrice.objects.all()}
 
 
-def price_call(call: CallCost, price: ModelPrice | None) -> CallCost:
-    if price is None:
+def _priced(call: CallCost, row: ModelPrice | None) -> CallCost:
+    """``call`` with its cost: at its model's admin row when there is one, else at
+    genai-prices' default price then; unchanged when neither knows the model."""
+    at = parse_ts(call.created_at) if call.created_at else None
+    cost = price_call(call.usage, call.model, rates=row.rates() if row else None, at=at)
+    if cost is None:
         return call
-    cost = (
-        Decimal(call.uncached_tokens) * price.input_per_mtok
-        + Decimal(call.cached_tokens) * price.cached_input_per_mtok
-        + Decimal(call.output_tokens) * price.output_per_mtok
-    ) / MILLION
-    return CallCost(**{**call.__dict__, "cost": cost, "currency": price.currency})
+    return replace(call, cost=cost.amount, currency=cost.currency, price_source=cost.source)
 
 
 def session_cost(session_id: str) -> SessionCost:
@@ -174,23 +192,19 @@ def session_cost(session_id: str) -> SessionCost:
     if recorded:  # what the upstream billed, call by call, not a rebuilt view
         calls = recorded
     prices = _prices()
-    out.calls = [price_call(c, prices.get(c.model)) for c in calls]
-    out.unpriced = sorted({c.model for c in calls if c.model not in prices})
+    out.calls = [_priced(c, prices.get(c.model)) for c in calls]
+    out.unpriced = sorted({c.model for c in out.calls if c.cost is None})
     out.spans = list(spans)
     return out
 
 
-# The usage counts of cache reads, by the names providers and the record give them.
-_CACHE_READ = ("cache_read_tokens", "cache_read_input_tokens", "cached_tokens")
-
-
 def recorded_call_tokens(session_id: str) -> list[CallCost]:
     """The session's calls from the call record: tokens as the upstream reported them (its
-    cache reads as cached), the model as requested. Empty when the session has no record."""
+    cache reads and writes as such: a provider that reports none bills none), the model as
+    requested, priced at its date. Empty when the session has no record."""
     out = []
     for row in WireCall.objects.filter(session_id=session_id).order_by("index"):
         usage = row.usage or {}
-        cached = next((int(usage[k]) for k in _CACHE_READ if usage.get(k)), 0)
         out.append(
             CallCost(
                 call=row.index,
@@ -198,9 +212,12 @@ def recorded_call_tokens(session_id: str) -> list[CallCost]:
                 turn=row.turn,
                 step=row.step,
                 model=row.model,
-                input_tokens=int(usage.get("input_tokens", 0)),
-                cached_tokens=cached,
-                output_tokens=int(usage.get("output_tokens", 0)),
+                input_tokens=_count(usage.get("input_tokens")) or 0,
+                cached_tokens=_count(usage.get("cache_read_input_tokens")) or 0,
+                output_tokens=_count(usage.get("output_tokens")) or 0,
+                cache_write_tokens=_count(usage.get("cache_creation_input_tokens")) or 0,
+                cached_estimated=False,
+                created_at=row.started_at.isoformat(),
             )
         )
     return out
@@ -256,21 +273,34 @@ def _call(
     event = by_seq.get(seq)
     meta: dict[str, Any] = event.metadata if event is not None else {}
     raw = meta.get("usage")
-    usage: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    # Scroll's own loop logs usage under "usage"; the gateway logs its counts beside the rest.
+    usage: dict[str, Any] = raw if isinstance(raw, dict) else meta
     given = usage.get("input_tokens")
     prompt = given if isinstance(given, int) and given > 0 else total
     out = usage.get("output_tokens")
     output = out if isinstance(out, int) and out > 0 else (event.tokens if event else 0)
+    read = _count(usage.get("cache_read_input_tokens"))
+    written = _count(usage.get("cache_creation_input_tokens"))
+    estimated = read is None and written is None
+    if estimated:
+        read = max(0, min(prompt, total - prefill))
     return CallCost(
         call=index,
         seq=seq,
         turn=turn,
         step=step,
-        model=str(meta.get("model") or (event.metadata.get("model") if event else "") or ""),
+        model=str(meta.get("model") or ""),
         input_tokens=prompt,
-        cached_tokens=max(0, min(prompt, total - prefill)),
+        cached_tokens=read or 0,
         output_tokens=output,
+        cache_write_tokens=written or 0,
+        cached_estimated=estimated,
+        created_at=event.created_at if event is not None else "",
     )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _spans(trace: Trace, result: ReplayResult, by_seq: dict[int, Event]) -> list[SpanArithmetic]:

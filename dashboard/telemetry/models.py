@@ -16,7 +16,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-__all__ = ["Alert", "AlertRule", "ModelPrice", "SpanRecord"]
+from scroll_core.pricing import Rates
+
+__all__ = ["ADMIN_SOURCE", "Alert", "AlertRule", "ModelPrice", "SpanRecord"]
+
+# The price source of a call priced by a ModelPrice row.
+ADMIN_SOURCE = "admin"
 
 
 def _json_size(*values: Any) -> int:
@@ -195,11 +200,15 @@ class Alert(models.Model):
 
 
 class ModelPrice(models.Model):
-    """What one model costs, per million tokens: fresh input, cached input, output.
+    """What one model costs, per million tokens: fresh input, cached input (read from the
+    provider's prompt cache), cache writes, output. A row overrides genai-prices' default
+    price for its model (``scroll_core.pricing``).
 
     A call's cost: its uncached prompt tokens at ``input``, the prompt tokens a prefix cache
-    serves (the part of the view unchanged since the call before) at ``cached_input``, and its
-    output at ``output``. Models without a row show no cost.
+    serves (the provider's count, else the part of the view unchanged since the call before)
+    at ``cached_input``, the tokens it wrote to the cache at ``cache_write`` (blank: at
+    ``input``), and its output at ``output``. Models with neither a row nor a default price
+    show no cost.
     """
 
     model = models.CharField(
@@ -212,6 +221,12 @@ class ModelPrice(models.Model):
     cached_input_per_mtok = models.DecimalField(
         "cached input per 1M tokens", max_digits=12, decimal_places=4, default=0,
         validators=[MinValueValidator(0)],
+    )  # fmt: skip
+    cache_write_per_mtok = models.DecimalField(
+        "cache write per 1M tokens", max_digits=12, decimal_places=4, null=True, blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Tokens written to the prompt cache (Anthropic bills them above the input "
+        "price). Blank: at the input price.",
     )  # fmt: skip
     output_per_mtok = models.DecimalField(
         "output per 1M tokens", max_digits=12, decimal_places=4, default=0,
@@ -226,3 +241,14 @@ class ModelPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model} ({self.currency})"
+
+    def rates(self) -> Rates:
+        """This row as the rates ``scroll_core.pricing`` prices a call at (source "admin")."""
+        return Rates(
+            input_per_mtok=self.input_per_mtok,
+            cache_read_per_mtok=self.cached_input_per_mtok,
+            output_per_mtok=self.output_per_mtok,
+            cache_write_per_mtok=self.cache_write_per_mtok,
+            currency=self.currency,
+            source=ADMIN_SOURCE,
+        )

@@ -57,6 +57,9 @@ class ModelCallRecord:
     output_tokens: int = 0
     view_tokens: int = 0
     view: dict[str, Any] = field(default_factory=dict)
+    # Parts of input_tokens the provider's prompt cache read and wrote (None: not reported).
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
     messages: int = 0
     finish_reason: str | None = None
     tool_calls: int = 0
@@ -73,6 +76,8 @@ class ModelCallRecord:
             "duration_ms": _ms(self.duration_ms),
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "view_tokens": self.view_tokens,
             "view": dict(self.view),
             "messages": self.messages,

@@ -327,6 +327,8 @@ class Session:
             **base,
             input_tokens=outcome.usage.input_tokens,
             output_tokens=outcome.usage.output_tokens,
+            cache_read_input_tokens=outcome.usage.cache_read_input_tokens,
+            cache_creation_input_tokens=outcome.usage.cache_creation_input_tokens,
             finish_reason=outcome.finish_reason,
             tool_calls=len(outcome.tool_calls),
             provider_attempts=outcome.attempts,
@@ -348,6 +350,11 @@ class Session:
                 "output_tokens": reply.usage.output_tokens,
             },
         }
+        if reply.usage.cache_reported:  # else the console estimates them from the view
+            metadata["usage"].update(
+                cache_read_input_tokens=reply.usage.cache_read_input_tokens or 0,
+                cache_creation_input_tokens=reply.usage.cache_creation_input_tokens or 0,
+            )
         if parsed.quality == "malformed" and parsed.raw:
             metadata["headline_raw"] = parsed.raw
         # What replay needs to rebuild this call's view from the log alone: the compresses a

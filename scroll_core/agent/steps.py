@@ -73,6 +73,8 @@ def traced_call(
                         reply.usage.output_tokens,
                         response_model=reply.model or None,
                         finish_reasons=[reply.finish_reason],
+                        cache_read_input_tokens=reply.usage.cache_read_input_tokens,
+                        cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
                     )
                 )
                 traced.set(

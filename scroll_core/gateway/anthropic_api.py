@@ -413,7 +413,16 @@ def _content(reply: ClientReply) -> list[dict[str, Any]]:
 
 
 def _usage(reply: ClientReply) -> dict[str, int]:
-    return {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
+    used = reply.usage
+    if not used.cache_reported:
+        return {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens}
+    # Anthropic's input_tokens leaves out what the cache read and wrote.
+    return {
+        "input_tokens": used.uncached_input_tokens,
+        "cache_creation_input_tokens": used.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": used.cache_read_input_tokens or 0,
+        "output_tokens": used.output_tokens,
+    }
 
 
 def message_object(reply: ClientReply, *, message_id: str | None = None) -> dict[str, Any]:

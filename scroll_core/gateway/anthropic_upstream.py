@@ -27,7 +27,8 @@ kept; "prompt is too long" is a ``ContextOverflow``) and swaps the format:
   per session between calls (``TurnFold``): a view that only grew converts its new
   messages alone;
 - the reply: text blocks (joined), ``tool_use`` blocks as tool calls, the stop reason as a
-  finish reason (``anthropic_api.FINISH``), usage with cached input counted as input;
+  finish reason (``anthropic_api.FINISH``), usage with cached input counted as input and
+  the cache's reads and writes kept apart (``Usage``);
 - the stream: ``message_start`` (model, input usage), ``content_block_start`` /
   ``content_block_delta`` (``text_delta`` handed to ``on_text`` as it arrives,
   ``input_json_delta`` put together per block; thinking blocks put together and, with
@@ -89,16 +90,26 @@ UPSTREAM_FORMATS: tuple[UpstreamFormat, ...] = ("openai", "anthropic")
 
 
 def _usage(raw: Any, into: Usage | None = None) -> Usage:
+    """A Messages ``usage`` as a ``Usage``, over ``into`` (what the stream said before: the
+    counts an event leaves out keep their values). Anthropic's ``input_tokens`` leaves out the
+    tokens read from the prompt cache and written to it; ``Usage.input_tokens`` counts them."""
     raw = raw if isinstance(raw, dict) else {}
     base = into or Usage()
-    fields = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    given = [raw.get(f) for f in fields]
-    prompt = sum(int(v or 0) for v in given) if any(v is not None for v in given) else None
+    read = _count(raw, "cache_read_input_tokens", base.cache_read_input_tokens)
+    written = _count(raw, "cache_creation_input_tokens", base.cache_creation_input_tokens)
+    uncached = _count(raw, "input_tokens", base.uncached_input_tokens) or 0
     output = raw.get("output_tokens")
     return Usage(
-        input_tokens=base.input_tokens if prompt is None else prompt,
+        input_tokens=uncached + (read or 0) + (written or 0),
         output_tokens=base.output_tokens if output is None else int(output),
+        cache_read_input_tokens=read,
+        cache_creation_input_tokens=written,
     )
+
+
+def _count(raw: dict[str, Any], name: str, before: int | None) -> int | None:
+    value = raw.get(name)
+    return before if value is None else int(value)
 
 
 def _malformed(exc: GatewayRequestInvalid, model: str) -> ModelError:

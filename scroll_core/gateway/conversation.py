@@ -74,8 +74,7 @@ BUDGET_NOTICE = "[scroll: the recall step budget ran out before the model answer
 @dataclass
 class _Loop:
     stats: GatewayStats
-    usage_in: int = 0
-    usage_out: int = 0
+    usage: Usage = field(default_factory=Usage)  # summed over the loop's upstream calls
     compressions: list[tuple[str, CompressRecord]] = field(default_factory=list)
 
 
@@ -274,7 +273,13 @@ class GatewayConversation(HistoryLog):
             traced.set(**{k: v for k, v in reply.stats.to_dict().items() if k != "session_id"})
             traced.set(**{f"stage_{k}_ms": round(v, 3) for k, v in self._stages.ms.items()})
             traced.set_attributes(
-                usage(reply.usage.input_tokens, reply.usage.output_tokens, response_model=model)
+                usage(
+                    reply.usage.input_tokens,
+                    reply.usage.output_tokens,
+                    response_model=model,
+                    cache_read_input_tokens=reply.usage.cache_read_input_tokens,
+                    cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
+                )
             )
             return reply
 
@@ -421,6 +426,9 @@ class GatewayConversation(HistoryLog):
                 "output_tokens": reply.usage.output_tokens,
                 "view_tokens": view.tokens,
             }
+            if reply.usage.cache_reported:  # else the console estimates them from the view
+                meta["cache_read_input_tokens"] = reply.usage.cache_read_input_tokens or 0
+                meta["cache_creation_input_tokens"] = reply.usage.cache_creation_input_tokens or 0
             if reply.thinking:  # sent back with this turn in every later view
                 meta["thinking"] = list(reply.thinking)
             if parsed.quality != "ok":
@@ -470,7 +478,7 @@ class GatewayConversation(HistoryLog):
                     tool_calls=tuple(client_calls),
                     finish_reason=finish,
                     model=request.model,
-                    usage=Usage(loop.usage_in, loop.usage_out),
+                    usage=loop.usage,
                     stats=loop.stats,
                     compressions=tuple(loop.compressions),
                     thinking=reply.thinking,
@@ -569,8 +577,7 @@ class GatewayConversation(HistoryLog):
                     raise
                 view = self._compress(loop, prefix, "overflow", force=True)
                 continue
-            loop.usage_in += reply.usage.input_tokens
-            loop.usage_out += reply.usage.output_tokens
+            loop.usage += reply.usage
             self._stages.lap("trace")
             return reply, view
         raise AssertionError("unreachable")  # pragma: no cover

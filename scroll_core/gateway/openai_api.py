@@ -223,12 +223,16 @@ def chat_completion(
     }
 
 
-def _usage(reply: ClientReply) -> dict[str, int]:
-    return {
-        "prompt_tokens": reply.usage.input_tokens,
-        "completion_tokens": reply.usage.output_tokens,
-        "total_tokens": reply.usage.input_tokens + reply.usage.output_tokens,
+def _usage(reply: ClientReply) -> dict[str, Any]:
+    used = reply.usage
+    out: dict[str, Any] = {
+        "prompt_tokens": used.input_tokens,
+        "completion_tokens": used.output_tokens,
+        "total_tokens": used.input_tokens + used.output_tokens,
     }
+    if used.cache_reported:  # OpenAI's prompt_tokens already counts them
+        out["prompt_tokens_details"] = {"cached_tokens": used.cache_read_input_tokens or 0}
+    return out
 
 
 def new_id() -> str:

@@ -450,7 +450,8 @@ def reply_items(request: ClientRequest, reply: ClientReply) -> list[dict[str, An
 def usage(reply: ClientReply) -> dict[str, Any]:
     return {
         "input_tokens": reply.usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        # Like prompt_tokens, input_tokens already counts them.
+        "input_tokens_details": {"cached_tokens": reply.usage.cache_read_input_tokens or 0},
         "output_tokens": reply.usage.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": reply.usage.input_tokens + reply.usage.output_tokens,

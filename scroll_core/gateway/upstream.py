@@ -30,8 +30,8 @@ from typing import Any, Protocol
 import httpx
 
 from ..errors import ContextOverflow, ModelError
-from ..models.base import ModelReply, ToolCall, Usage
-from ..models.openai_compat import is_context_overflow
+from ..models.base import ModelReply, ToolCall
+from ..models.openai_compat import chat_usage, is_context_overflow
 from ..wire import note_sent
 from ._json import dumps
 from .openai_api import decode_call
@@ -363,10 +363,7 @@ def _assembled(
     return ModelReply(
         content="".join(text),
         tool_calls=tool_calls,
-        usage=Usage(
-            input_tokens=int(usage.get("prompt_tokens") or 0),
-            output_tokens=int(usage.get("completion_tokens") or 0),
-        ),
+        usage=chat_usage(usage),
         finish_reason=finish or ("tool_calls" if tool_calls else "stop"),
         model=answered,
     )
@@ -413,10 +410,7 @@ def parse_completion(data: Any, model: str) -> ModelReply:
     return ModelReply(
         content=content or "",
         tool_calls=tuple(calls),
-        usage=Usage(
-            input_tokens=int(usage.get("prompt_tokens") or 0),
-            output_tokens=int(usage.get("completion_tokens") or 0),
-        ),
+        usage=chat_usage(usage),
         finish_reason=str(choice.get("finish_reason") or ("tool_calls" if calls else "stop")),
         model=str(data.get("model") or model),
     )

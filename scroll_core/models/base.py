@@ -45,10 +45,52 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens the provider billed for one call (0 when it did not say)."""
+    """Tokens the provider billed for one call (0 when it did not say).
+
+    ``input_tokens`` is every prompt token of the call, the ones served from the provider's
+    prompt cache and the ones written to it included: OpenAI's ``prompt_tokens`` as it comes,
+    Anthropic's ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``. It
+    means the same whichever provider answered (and is what OpenTelemetry's
+    ``gen_ai.usage.input_tokens`` asks for).
+
+    ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` are the parts of
+    ``input_tokens`` that the provider read from its prompt cache (billed at the cache price)
+    and wrote to it (Anthropic bills those above the input price; OpenAI writes none it
+    bills). ``None`` when the provider did not say, which is not the same as 0: a caller may
+    then estimate them. ``uncached_input_tokens`` is the rest, billed at the input price.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        """The prompt tokens neither read from the cache nor written to it."""
+        cached = (self.cache_read_input_tokens or 0) + (self.cache_creation_input_tokens or 0)
+        return max(0, self.input_tokens - cached)
+
+    @property
+    def cache_reported(self) -> bool:
+        """Whether the provider said how much of the prompt its cache read or wrote."""
+        return self.cache_read_input_tokens is not None or (
+            self.cache_creation_input_tokens is not None
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        """Two calls' usage summed (the gateway's recall loop answers with its calls' sum); a
+        cache count stays ``None`` only when neither call reported it."""
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            _add(self.cache_read_input_tokens, other.cache_read_input_tokens),
+            _add(self.cache_creation_input_tokens, other.cache_creation_input_tokens),
+        )
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return None if a is None and b is None else (a or 0) + (b or 0)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from ..errors import ConfigError, ContextOverflow, ModelError
 from ..wire import note_sent
 from .base import ModelReply, ToolCall, Usage
 
-__all__ = ["DEFAULT_CONTEXT_SIZE", "OpenAICompatibleModel", "is_context_overflow"]
+__all__ = ["DEFAULT_CONTEXT_SIZE", "OpenAICompatibleModel", "chat_usage", "is_context_overflow"]
 
 DEFAULT_CONTEXT_SIZE = 8192
 DEFAULT_TIMEOUT_S = 120.0
@@ -234,18 +234,34 @@ class OpenAICompatibleModel:
         choice = choices[0]
         message = choice.message
         calls = tuple(_tool_call(call, i) for i, call in enumerate(message.tool_calls or []))
-        usage = getattr(response, "usage", None)
         return ModelReply(
             content=message.content or "",
             tool_calls=calls,
-            usage=Usage(
-                input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-            ),
+            usage=chat_usage(getattr(response, "usage", None)),
             finish_reason=str(choice.finish_reason or ("tool_calls" if calls else "stop")),
             model=str(getattr(response, "model", "") or self.name),
             attempts=attempts,
         )
+
+
+def chat_usage(raw: Any) -> Usage:
+    """A Chat Completions ``usage`` (decoded JSON or the ``openai`` package's object) as a
+    ``Usage``. ``prompt_tokens`` already counts the tokens the prompt cache served, and
+    ``prompt_tokens_details.cached_tokens`` says how many; servers that leave the details out
+    (most local ones) leave the cache counts ``None``. OpenAI bills no cache writes."""
+    details = _field(raw, "prompt_tokens_details")
+    cached = _field(details, "cached_tokens")
+    return Usage(
+        input_tokens=int(_field(raw, "prompt_tokens") or 0),
+        output_tokens=int(_field(raw, "completion_tokens") or 0),
+        cache_read_input_tokens=None if cached is None else int(cached),
+    )
+
+
+def _field(value: Any, name: str) -> Any:
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)
 
 
 def _context_size(value: int | None, env: Mapping[str, str]) -> int:

@@ -148,8 +148,8 @@ def calling(
 
 
 def reply_record(reply: Any) -> tuple[dict[str, Any], dict[str, int]]:
-    """A ``ModelReply`` as the record keeps it, and its usage (every count the provider
-    reported, zero counts left out but input and output)."""
+    """A ``ModelReply`` as the record keeps it, and its usage: every count the provider
+    reported (``Usage``'s names; a count it did not report is left out)."""
     record: dict[str, Any] = {
         "content": reply.content,
         "finish_reason": reply.finish_reason,
@@ -161,6 +161,6 @@ def reply_record(reply: Any) -> tuple[dict[str, Any], dict[str, int]]:
         record["thinking"] = list(reply.thinking)
     counts: dict[str, int] = {}
     for name, value in dataclasses.asdict(reply.usage).items():
-        if isinstance(value, int) and (value or name in ("input_tokens", "output_tokens")):
+        if isinstance(value, int):
             counts[name] = value
     return record, counts

@@ -34,7 +34,8 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, field
 from functools import wraps
@@ -641,8 +642,8 @@ def configure(
         provider, switch = _tracer_provider(service_name)
         resource = provider.resource
 
-        otlp_traces = _wanted(otlp, _TRACES_ENDPOINT)
-        otlp_metrics = _wanted(otlp, _METRICS_ENDPOINT)
+        otlp_traces = _wanted(otlp, _TRACES_ENDPOINT, "OTEL_TRACES_EXPORTER")
+        otlp_metrics = _wanted(otlp, _METRICS_ENDPOINT, "OTEL_METRICS_EXPORTER")
         processors: list[Any] = [_SinkProcessor(all_sinks)] if all_sinks else []
         if otlp_traces:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -655,9 +656,8 @@ def configure(
             )
 
             interval = metric_interval_ms or _env_int("OTEL_METRIC_EXPORT_INTERVAL", 60_000)
-            readers.append(
-                PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
-            )
+            exporter = _refusal_guard(OTLPMetricExporter(), _signal_endpoint("metrics"))
+            readers.append(PeriodicExportingMetricReader(exporter, export_interval_millis=interval))
         meter_provider = MeterProvider(
             resource=resource, metric_readers=readers, shutdown_on_exit=False
         )
@@ -713,22 +713,43 @@ def _shutdown_state() -> None:
         log.exception("telemetry: meter provider shutdown failed")
 
 
-def _wanted(otlp: bool | None, signal_variable: str) -> bool:
+def _wanted(otlp: bool | None, signal_variable: str, exporter_variable: str) -> bool:
+    """Whether a signal goes out over OTLP: when its endpoint or the base one is set, unless
+    ``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` names no ``otlp`` (``none`` turns the
+    signal off, as the SDK's own variables mean; Scroll exports nothing else)."""
     if otlp is not None:
         return otlp
+    names = {n.strip().lower() for n in os.environ.get(exporter_variable, "").split(",")} - {""}
+    if names - {"otlp", "none"}:
+        log.warning(
+            "telemetry: %s=%s: Scroll exports only otlp (or none); the others are ignored",
+            exporter_variable,
+            os.environ[exporter_variable],
+        )
+    if names and "otlp" not in names:
+        return False
     return bool(
         os.environ.get(_ENDPOINT, "").strip() or os.environ.get(signal_variable, "").strip()
     )
 
 
-def _env_int(name: str, default: int) -> int:
+def _signal_endpoint(signal: str) -> str:
+    """Where the OTLP exporter of ``signal`` sends, by the SDK's rule (for messages)."""
+    own = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "").strip()
+    if own:
+        return own
+    base = os.environ.get(_ENDPOINT, "").strip() or "http://localhost:4318"
+    return f"{base.rstrip('/')}/v1/{signal}"
+
+
+def _env_int(name: str, default: int, unit: str = "milliseconds") -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a whole number of milliseconds") from None
+        raise ConfigError(f"{name}={raw!r} is not a whole number of {unit}") from None
     if value < 1:
         raise ConfigError(f"{name} must be at least 1")
     return value
@@ -809,6 +830,108 @@ def _make_switch() -> Any:
             return ok
 
     return _SwitchProcessor()
+
+
+class _HeldRecords(logging.Filter):
+    """Holds back what a logger logs on one thread while ``holding``, for the caller to read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        held = getattr(self._local, "held", None)
+        if held is None:
+            return True
+        held.append(record)
+        return False
+
+    @contextmanager
+    def holding(self) -> Iterator[list[logging.LogRecord]]:
+        held: list[logging.LogRecord] = []
+        self._local.held = held
+        try:
+            yield held
+        finally:
+            self._local.held = None
+
+
+def _refused(held: Sequence[logging.LogRecord]) -> int | None:
+    """The HTTP status of a refusal among an exporter's records: a 4xx that trying again will
+    not change (not 408, 413 or 429), found among the numbers its messages were made with."""
+    for record in held:
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:
+            if isinstance(arg, int) and 400 <= arg < 500 and arg not in (408, 413, 429):
+                return arg
+    return None
+
+
+def _refusal_guard(inner: Any, endpoint: str) -> Any:
+    """``inner`` (the OTLP metric exporter), told about once when its backend fails.
+
+    The SDK logs an error for every failed export: Arize Phoenix answers ``/v1/metrics`` with
+    405, so the base endpoint alone meant one error a minute (45 in a session). Here the
+    exporter's own records are held back during each export: a refusal (a lasting 4xx) is
+    one warning that says what to set, and no metrics are sent again in this process; other
+    failures are one warning until an export works again."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class _MetricRefusalGuard(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__(
+                preferred_temporality=inner._preferred_temporality,
+                preferred_aggregation=inner._preferred_aggregation,
+            )
+            self.refused: int | None = None
+            self.failing = False
+            self._held = _HeldRecords()
+            self._logger = logging.getLogger(type(inner).__module__)
+            self._logger.addFilter(self._held)
+
+        def export(
+            self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any
+        ) -> MetricExportResult:
+            if self.refused is not None:
+                return MetricExportResult.FAILURE
+            with self._held.holding() as held:
+                result = inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            if result == MetricExportResult.SUCCESS:
+                if self.failing:
+                    log.info("telemetry: metrics reach %s again", endpoint)
+                self.failing = False
+                return result
+            said = "; ".join(r.getMessage() for r in held) or "no reason given"
+            self.refused = _refused(held)
+            if self.refused is not None:
+                log.warning(
+                    "telemetry: %s refuses OTLP metrics (HTTP %s: %s); Scroll sends it no "
+                    "more metrics until it restarts, and spans go on as before. Set "
+                    "OTEL_METRICS_EXPORTER=none (or only OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) "
+                    "for a backend that takes only traces, such as Arize Phoenix, or "
+                    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT for a collector that takes metrics",
+                    endpoint,
+                    self.refused,
+                    said,
+                )
+            elif not self.failing:
+                self.failing = True
+                log.warning(
+                    "telemetry: exporting metrics to %s failed (%s); trying again each "
+                    "interval without saying so until it works",
+                    endpoint,
+                    said,
+                )
+            return result
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return bool(inner.force_flush(timeout_millis=timeout_millis))
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            self._logger.removeFilter(self._held)
+            inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    return _MetricRefusalGuard()
 
 
 class _SinkProcessor:

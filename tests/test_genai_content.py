@@ -56,10 +56,14 @@ def test_leading_system_messages_are_the_system_instructions_and_the_rest_the_in
         {
             "role": "assistant",
             "parts": [
-                {"type": "tool_call", "id": "call_w1", "name": "get_weather",
-                 "arguments": {"city": "Paris"}},
+                {
+                    "type": "tool_call",
+                    "id": "call_w1",
+                    "name": "get_weather",
+                    "arguments": {"city": "Paris"},
+                },
             ],
-        },  # fmt: skip
+        },
         {
             "role": "tool",
             "parts": [{"type": "tool_call_response", "id": "call_w1", "response": "sunny, 21C"}],
@@ -88,9 +92,10 @@ def test_the_reply_says_why_it_stopped_in_the_conventions_words():
         {"type": "text", "content": "Checking."},
         {"type": "tool_call", "id": "c1", "name": "f", "arguments": "{not json"},
     ]
-    assert output_messages({"role": "assistant", "content": "x"}, "end_turn")[0][
-        "finish_reason"
-    ] == "stop"
+    assert (
+        output_messages({"role": "assistant", "content": "x"}, "end_turn")[0]["finish_reason"]
+        == "stop"
+    )
 
 
 def test_content_that_fits_is_sent_whole():
@@ -174,18 +179,15 @@ def test_the_byte_cap_is_read_and_checked():
 
 
 _texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=3000)
+_roles = st.sampled_from(["user", "assistant", "tool"])
 _messages = st.lists(
-    st.builds(lambda role, text: {"role": role, "content": text},
-              st.sampled_from(["user", "assistant", "tool"]), _texts),  # fmt: skip
-    max_size=60,
+    st.builds(lambda role, text: {"role": role, "content": text}, _roles, _texts), max_size=60
 )
 
 
 @settings(max_examples=60, deadline=None)
 @given(messages=_messages, limit=st.integers(min_value=1024, max_value=8192))
-def test_any_conversation_fits_its_cap_as_valid_json_and_is_whole_when_it_can_be(
-    messages, limit
-):
+def test_any_conversation_fits_its_cap_as_valid_json_and_is_whole_when_it_can_be(messages, limit):
     items = input_messages(messages)
     text, cut = to_json(items, limit)
     assert size(text) <= limit

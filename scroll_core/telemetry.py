@@ -64,6 +64,7 @@ __all__ = [
     "enabled",
     "force_flush",
     "memory_span",
+    "otel_resource",
     "reset",
     "session_scope",
     "span",
@@ -116,6 +117,11 @@ SPAN_COMPRESS = "scroll.compress"
 SPAN_EVICT = "scroll.evict"
 SPAN_FOLD = "scroll.fold"
 SPAN_KERNEL_RESTART = "scroll.kernel.restart"
+
+# The resource: the service, and the project Arize Phoenix files spans under.
+SERVICE_NAME = "service.name"
+PROJECT = "openinference.project.name"
+PROJECT_VARIABLE = "SCROLL_TRACE_PROJECT"
 
 _ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 _TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -762,7 +768,6 @@ def _tracer_provider(service_name: str | None) -> tuple[TracerProvider, Any]:
     provider per ``configure`` there is one, and ``configure`` swaps what its processor feeds.
     If something else already installed an SDK provider globally, that one is used."""
     global _PROVIDER, _SWITCH
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
     if _PROVIDER is not None:
@@ -772,9 +777,6 @@ def _tracer_provider(service_name: str | None) -> tuple[TracerProvider, Any]:
     if isinstance(existing, TracerProvider):
         provider = existing
     else:
-        attributes: dict[str, Any] = {}
-        if service_name or not os.environ.get("OTEL_SERVICE_NAME"):
-            attributes["service.name"] = service_name or "scroll"
         limits = SpanLimits(
             max_attribute_length=(
                 None
@@ -783,13 +785,36 @@ def _tracer_provider(service_name: str | None) -> tuple[TracerProvider, Any]:
             )
         )
         provider = TracerProvider(
-            resource=Resource.create(attributes), span_limits=limits, shutdown_on_exit=False
+            resource=otel_resource(service_name), span_limits=limits, shutdown_on_exit=False
         )
         if isinstance(existing, otel_trace.ProxyTracerProvider):
             otel_trace.set_tracer_provider(provider)
     provider.add_span_processor(switch)
     _PROVIDER, _SWITCH = provider, switch
     return provider, switch
+
+
+def otel_resource(service_name: str | None = None) -> Any:
+    """The resource every span and metric carries (an SDK ``Resource``).
+
+    ``service.name``: ``service_name``, else ``OTEL_SERVICE_NAME`` (or ``service.name`` in
+    ``OTEL_RESOURCE_ATTRIBUTES``), else ``scroll``. ``openinference.project.name``, the
+    project Arize Phoenix files the spans under: ``SCROLL_TRACE_PROJECT``, else the one in
+    ``OTEL_RESOURCE_ATTRIBUTES``, else the service name. Langfuse picks its project by the
+    API keys in ``OTEL_EXPORTER_OTLP_HEADERS`` and its environment by
+    ``deployment.environment.name`` (``OTEL_RESOURCE_ATTRIBUTES``), which pass through."""
+    from opentelemetry.sdk.resources import Resource
+
+    found = Resource.create()  # the SDK's own attributes and the two variables
+    name = service_name or str(found.attributes.get(SERVICE_NAME, ""))
+    if not name or name.startswith("unknown_service"):
+        name = INSTRUMENTATION_NAME
+    project = (
+        os.environ.get(PROJECT_VARIABLE, "").strip()
+        or str(found.attributes.get(PROJECT, ""))
+        or name
+    )
+    return found.merge(Resource({SERVICE_NAME: name, PROJECT: project}))
 
 
 # ---------------------------------------------------------------------------- processors

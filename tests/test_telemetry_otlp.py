@@ -211,6 +211,7 @@ def test_spans_and_metrics_reach_an_otlp_http_receiver(exporting, receiver, tmp_
         for kv in receiver.traces[0].resource_spans[0].resource.attributes
     }
     assert resource["service.name"] == "scroll"
+    assert resource["openinference.project.name"] == "scroll"
     assert receiver.content_types == {"application/x-protobuf"}
 
     metrics = receiver.metric_names()
@@ -310,3 +311,26 @@ def test_a_backend_that_refuses_metrics_is_one_warning_not_one_a_minute(
     said = loud[0].getMessage()
     assert loud[0].name == "scroll.telemetry" and "HTTP 405" in said
     assert f"{phoenix_like.endpoint}/v1/metrics" in said and "OTEL_METRICS_EXPORTER=none" in said
+
+
+def test_the_resource_names_the_service_and_the_project_backends_file_spans_under(
+    no_otel_env, monkeypatch
+):
+    def resource(service_name=None):
+        return dict(telemetry.otel_resource(service_name).attributes)
+
+    found = resource()
+    assert found["service.name"] == "scroll" and found["openinference.project.name"] == "scroll"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "support-bot")
+    found = resource()
+    assert (found["service.name"], found["openinference.project.name"]) == ("support-bot",) * 2
+    monkeypatch.setenv(
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "openinference.project.name=from-attributes,deployment.environment.name=staging",
+    )
+    found = resource()
+    assert found["openinference.project.name"] == "from-attributes"
+    assert found["deployment.environment.name"] == "staging"  # Langfuse's environment
+    monkeypatch.setenv("SCROLL_TRACE_PROJECT", "scroll-prod")
+    assert resource()["openinference.project.name"] == "scroll-prod"
+    assert resource("given")["service.name"] == "given"

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
 
+from . import genai_content
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ __all__ = [
     "SpanRecord",
     "SpanSink",
     "Telemetry",
+    "chat_input",
+    "chat_output",
     "chat_span",
     "configure",
     "current",
@@ -88,7 +91,8 @@ MAX_ATTRIBUTE_ITEMS = 64
 # in it), and every span is kept in memory, exported and stored by the console.
 MAX_EXCEPTION_CHARS = 4096
 # The SDK's own cap on any attribute value, for what does not pass through this module (span
-# events of other instrumentation): OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT overrides it.
+# events of other instrumentation), raised to the message content cap when that is larger
+# (genai_content.max_bytes, 64 KiB by default): OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT overrides it.
 MAX_ANY_ATTRIBUTE_CHARS = 16_384
 
 # GenAI semantic conventions (gen_ai.*), spelled out so no other module needs the package.
@@ -255,6 +259,13 @@ class SpanHandle:
         if clean:
             self._otel.set_attributes(clean)
 
+    def set_content(self, attributes: Mapping[str, Any]) -> None:
+        """Set attributes whole, without the 1,024-character cut of ``set_attributes``: for
+        message content (``chat_input``/``chat_output``), capped already and JSON that a cut
+        would break."""
+        if attributes:
+            self._otel.set_attributes(dict(attributes))
+
     def event(self, name: str, **attrs: Any) -> None:
         self._otel.add_event(name, _clean_kwargs(attrs))
 
@@ -326,6 +337,9 @@ class _NoopSpan:
         pass
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        pass
+
+    def set_content(self, attributes: Mapping[str, Any]) -> None:
         pass
 
     def event(self, name: str, **attrs: Any) -> None:
@@ -500,6 +514,46 @@ def usage(
     return {k: v for k, v in found.items() if v is not None}
 
 
+def chat_input(model: str, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a ``chat`` span says of the messages sent, for ``SpanHandle.set_content``: the
+    GenAI conventions' ``gen_ai.system_instructions`` and ``gen_ai.input.messages`` with
+    OpenInference's mirrors (``scroll_core.genai_content``). Empty unless telemetry is on and
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``."""
+    if not _ENABLED or not genai_content.capture_enabled():
+        return {}
+    return genai_content.input_attributes(model, messages, _content_limit())
+
+
+def chat_output(
+    reply: Mapping[str, Any],
+    finish_reason: str,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+) -> dict[str, Any]:
+    """``chat_input``'s counterpart for the reply (an assistant message in the Chat
+    Completions shape): ``gen_ai.output.messages``, its mirrors and OpenInference's token
+    counts. Empty while content capture is off."""
+    if not _ENABLED or not genai_content.capture_enabled():
+        return {}
+    return genai_content.output_attributes(
+        reply,
+        finish_reason,
+        _content_limit(),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+    )
+
+
+def _content_limit() -> int:
+    """Each content attribute's byte cap: the configured one, within the SDK's attribute
+    length limit (fixed when the provider was made) so the SDK never cuts the JSON. Bytes of
+    UTF-8 are never fewer than characters, so a byte cap under the limit fits it."""
+    cap = genai_content.max_bytes()
+    state = _STATE
+    limit = state.attribute_chars if state is not None else None
+    return cap if limit is None else min(cap, limit)
+
+
 # ---------------------------------------------------------------------------- attribute values
 def cut(text: str, limit: int) -> str:
     """``text`` in at most about ``limit`` characters: its head and tail around a marker that
@@ -592,6 +646,8 @@ class Telemetry:
     sinks: tuple[SpanSink, ...]
     otlp_traces: bool
     otlp_metrics: bool
+    # The SDK's cap on any attribute value, in characters (None: none that Scroll knows of).
+    attribute_chars: int | None = None
 
     def force_flush(self, timeout_ms: int = 10_000) -> bool:
         traced_ok = self.tracer_provider.force_flush(timeout_ms)
@@ -602,6 +658,7 @@ class Telemetry:
 _LOCK = threading.RLock()
 _STATE: Telemetry | None = None
 _PROVIDER: TracerProvider | None = None
+_ATTRIBUTE_CHARS: int | None = None  # the provider's attribute length limit
 _SWITCH: Any = None  # _SwitchProcessor, built lazily with the SDK
 _ATEXIT = False
 
@@ -677,6 +734,7 @@ def configure(
             sinks=all_sinks,
             otlp_traces=otlp_traces,
             otlp_metrics=otlp_metrics,
+            attribute_chars=_ATTRIBUTE_CHARS,
         )
         _STATE = state
         _TRACER = provider.get_tracer(INSTRUMENTATION_NAME)
@@ -767,25 +825,24 @@ def _tracer_provider(service_name: str | None) -> tuple[TracerProvider, Any]:
     OpenTelemetry lets the global provider be set only once per process, so instead of a new
     provider per ``configure`` there is one, and ``configure`` swaps what its processor feeds.
     If something else already installed an SDK provider globally, that one is used."""
-    global _PROVIDER, _SWITCH
+    global _PROVIDER, _SWITCH, _ATTRIBUTE_CHARS
     from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
     if _PROVIDER is not None:
         return _PROVIDER, _SWITCH
     switch = _make_switch()
     existing = otel_trace.get_tracer_provider()
+    from_env = _env_int("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", 0, unit="characters") or None
     if isinstance(existing, TracerProvider):
-        provider = existing
+        provider, _ATTRIBUTE_CHARS = existing, from_env
     else:
-        limits = SpanLimits(
-            max_attribute_length=(
-                None
-                if os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
-                else MAX_ANY_ATTRIBUTE_CHARS
-            )
-        )
+        # Room for message content whole (its own cap keeps it valid JSON), the SDK's cut
+        # for any other value; OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT decides both when set.
+        _ATTRIBUTE_CHARS = from_env or max(MAX_ANY_ATTRIBUTE_CHARS, genai_content.max_bytes())
         provider = TracerProvider(
-            resource=otel_resource(service_name), span_limits=limits, shutdown_on_exit=False
+            resource=otel_resource(service_name),
+            span_limits=SpanLimits(max_attribute_length=None if from_env else _ATTRIBUTE_CHARS),
+            shutdown_on_exit=False,
         )
         if isinstance(existing, otel_trace.ProxyTracerProvider):
             otel_trace.set_tracer_provider(provider)

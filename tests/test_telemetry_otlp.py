@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import threading
 import time
@@ -311,6 +312,52 @@ def test_a_backend_that_refuses_metrics_is_one_warning_not_one_a_minute(
     said = loud[0].getMessage()
     assert loud[0].name == "scroll.telemetry" and "HTTP 405" in said
     assert f"{phoenix_like.endpoint}/v1/metrics" in said and "OTEL_METRICS_EXPORTER=none" in said
+
+
+def chat_over_otlp(receiver, messages):
+    from scroll_core.agent.steps import traced_call
+    from scroll_core.models import ModelReply, Usage
+
+    traced_call(
+        "up-model",
+        lambda: ModelReply("done", usage=Usage(1200, 3), model="up-model-0001"),
+        session="s1",
+        messages=messages,
+    )
+    assert telemetry.force_flush() is True
+    (chat,) = [s for s in receiver.spans() if s.name == "chat up-model"]
+    return attributes(chat)
+
+
+def test_message_content_reaches_the_backend_whole_past_the_old_16k_limit(
+    exporting, receiver, monkeypatch
+):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    long = "the zebra facts " * 2500  # 40,000 characters: more than 16,384, less than the cap
+    sent = chat_over_otlp(receiver, [{"role": "system", "content": "Be exact."},
+                                     {"role": "user", "content": long}])  # fmt: skip
+    assert json.loads(sent["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": long}]}
+    ]
+    assert json.loads(sent["gen_ai.system_instructions"]) == [
+        {"type": "text", "content": "Be exact."}
+    ]
+    assert json.loads(sent["gen_ai.output.messages"])[0]["parts"][0]["content"] == "done"
+    assert sent["llm.token_count.prompt"] == 1200 and sent["openinference.span.kind"] == "LLM"
+
+
+def test_a_cap_above_the_attribute_limit_is_held_to_it_so_the_json_stays_whole(
+    exporting, receiver, monkeypatch
+):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    monkeypatch.setenv("SCROLL_GENAI_CONTENT_MAX_BYTES", str(10 * exporting.attribute_chars))
+    long = "y" * (3 * exporting.attribute_chars)
+    sent = chat_over_otlp(receiver, [{"role": "user", "content": long}])
+    text = sent["gen_ai.input.messages"]
+    assert len(text.encode()) <= exporting.attribute_chars
+    content = json.loads(text)[0]["parts"][0]["content"]
+    assert content.startswith("yyy") and "characters cut]…" in content
+    assert sent["scroll.input_cut_bytes"] > 2 * exporting.attribute_chars
 
 
 def test_the_resource_names_the_service_and_the_project_backends_file_spans_under(

@@ -293,6 +293,7 @@ class Session:
             self.model.name,
             lambda: self.model.complete(messages, self.prefix.tool_list()),
             session=self.session_id,
+            messages=messages,
             compacted=bool(self.state.index.blocks),
             turn=record.turn,
             step=record.step,

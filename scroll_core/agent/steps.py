@@ -4,14 +4,14 @@ call as a ``chat`` span, and a tool call's id kept unique in the log."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..headlines import parse_headline
 from ..models.base import ModelReply, ToolCall
 from ..profile import Profile
 from ..store import EventStore
-from ..telemetry import chat_span, span, usage
+from ..telemetry import chat_input, chat_output, chat_span, span, usage
 
 __all__ = ["fresh_profile", "traced_call", "unique_call"]
 
@@ -37,11 +37,20 @@ def fresh_profile(
 
 
 def traced_call(
-    model: str, call: Callable[[], ModelReply], *, session: str, **attributes: Any
+    model: str,
+    call: Callable[[], ModelReply],
+    *,
+    session: str,
+    messages: Sequence[Mapping[str, Any]] = (),
+    **attributes: Any,
 ) -> ModelReply:
     """Run ``call`` (one model call) as a ``chat {model}`` span: GenAI's usage attributes,
-    the finish reason, and the headline the console's headline-quality alert reads."""
+    the finish reason, and the headline the console's headline-quality alert reads. With
+    content capture on (``telemetry.chat_input``), also ``messages`` (what ``call`` sends)
+    and the reply, set before the call so that a failed one still shows what it sent."""
     with chat_span(model, session=session, **attributes) as traced:
+        if traced.recording:
+            traced.set_content(chat_input(model, messages))
         reply = call()
         if traced.recording:
             parsed = parse_headline(reply.content)
@@ -51,6 +60,14 @@ def traced_call(
                     reply.usage.output_tokens,
                     response_model=reply.model or None,
                     finish_reasons=[reply.finish_reason],
+                )
+            )
+            traced.set_content(
+                chat_output(
+                    reply.to_message(),
+                    reply.finish_reason,
+                    reply.usage.input_tokens,
+                    reply.usage.output_tokens,
                 )
             )
             traced.set(

@@ -552,6 +552,7 @@ class GatewayConversation(HistoryLog):
                     model,
                     partial(self._complete, upstream, messages, prefix, model, request, step),
                     session=self.session_id,
+                    messages=messages,
                     compacted=bool(self.state.index.blocks),
                     step=step,
                     attempt=attempt,

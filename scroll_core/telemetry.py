@@ -16,7 +16,14 @@ child span (an ``ms.expand`` inside a cell) to its session without looking up it
 * spans go to the ``SpanSink`` objects given (the console persists them and pushes them to
   Channels groups) and to a bounded in-memory ``RingSink``, as plain ``SpanRecord`` values;
 * the standard OTLP/HTTP exporters run whenever ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the
-  per-signal ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``..._METRICS_ENDPOINT`` is set;
+  per-signal ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``..._METRICS_ENDPOINT`` is set (and
+  ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` is not ``none``); a backend that
+  refuses metrics is told about in one warning, not one per export;
+* the resource names the service and the project Arize Phoenix files spans under
+  (``otel_resource``);
+* ``chat`` spans carry the messages of their call only when
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (``chat_input``,
+  ``chat_output``, built by ``genai_content``);
 * counters, histograms and gauges (view tokens, evictions, folds, expands, retrievals per
   evicted block, kernel restarts, model token usage) are derived from finished spans, so
   instrumented code only writes spans.

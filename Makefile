@@ -5,10 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+PHOENIX_VERSION ?= 20.26.1
+PHOENIX_VENV := .phoenix-venv
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run run-uvicorn worker test test-embedded test-scaled lint fmt typecheck bench
+.PHONY: install run run-uvicorn worker test test-embedded test-scaled lint fmt typecheck bench phoenix
 
 install: $(STAMP)
 
@@ -57,6 +60,16 @@ test-embedded: install
 
 test-scaled: install
 	$(BIN)/python -m tests.servers $(BIN)/pytest $(PYTEST_ARGS) -m console_backend
+
+# Arize Phoenix for tests/test_phoenix.py, which reads a gateway session's spans back from it,
+# in a virtualenv of its own (git ignores it): its many pinned dependencies are not Scroll's.
+# Without it that test skips, except under CI=true, where .ci/run installs it first.
+phoenix: $(PHOENIX_STAMP)
+
+$(PHOENIX_STAMP):
+	@test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix==$(PHOENIX_VERSION)
+	@touch $@
 
 lint: install
 	$(BIN)/ruff check .

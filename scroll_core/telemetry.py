@@ -16,7 +16,14 @@ child span (an ``ms.expand`` inside a cell) to its session without looking up it
 * spans go to the ``SpanSink`` objects given (the console persists them and pushes them to
   Channels groups) and to a bounded in-memory ``RingSink``, as plain ``SpanRecord`` values;
 * the standard OTLP/HTTP exporters run whenever ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the
-  per-signal ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``..._METRICS_ENDPOINT`` is set;
+  per-signal ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``..._METRICS_ENDPOINT`` is set (and
+  ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` is not ``none``); a backend that
+  refuses metrics is told about in one warning, not one per export;
+* the resource names the service and the project Arize Phoenix files spans under
+  (``otel_resource``);
+* ``chat`` spans carry the messages of their call only when
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (``chat_input``,
+  ``chat_output``, built by ``genai_content``);
 * counters, histograms and gauges (view tokens, evictions, folds, expands, retrievals per
   evicted block, kernel restarts, model token usage) are derived from finished spans, so
   instrumented code only writes spans.
@@ -44,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
 
+from . import genai_content
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -58,12 +66,15 @@ __all__ = [
     "SpanRecord",
     "SpanSink",
     "Telemetry",
+    "chat_input",
+    "chat_output",
     "chat_span",
     "configure",
     "current",
     "enabled",
     "force_flush",
     "memory_span",
+    "otel_resource",
     "reset",
     "session_scope",
     "span",
@@ -87,7 +98,8 @@ MAX_ATTRIBUTE_ITEMS = 64
 # in it), and every span is kept in memory, exported and stored by the console.
 MAX_EXCEPTION_CHARS = 4096
 # The SDK's own cap on any attribute value, for what does not pass through this module (span
-# events of other instrumentation): OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT overrides it.
+# events of other instrumentation), raised to the message content cap when that is larger
+# (genai_content.max_bytes, 64 KiB by default): OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT overrides it.
 MAX_ANY_ATTRIBUTE_CHARS = 16_384
 
 # GenAI semantic conventions (gen_ai.*), spelled out so no other module needs the package.
@@ -119,6 +131,11 @@ SPAN_COMPRESS = "scroll.compress"
 SPAN_EVICT = "scroll.evict"
 SPAN_FOLD = "scroll.fold"
 SPAN_KERNEL_RESTART = "scroll.kernel.restart"
+
+# The resource: the service, and the project Arize Phoenix files spans under.
+SERVICE_NAME = "service.name"
+PROJECT = "openinference.project.name"
+PROJECT_VARIABLE = "SCROLL_TRACE_PROJECT"
 
 _ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 _TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -252,6 +269,13 @@ class SpanHandle:
         if clean:
             self._otel.set_attributes(clean)
 
+    def set_content(self, attributes: Mapping[str, Any]) -> None:
+        """Set attributes whole, without the 1,024-character cut of ``set_attributes``: for
+        message content (``chat_input``/``chat_output``), capped already and JSON that a cut
+        would break."""
+        if attributes:
+            self._otel.set_attributes(dict(attributes))
+
     def event(self, name: str, **attrs: Any) -> None:
         self._otel.add_event(name, _clean_kwargs(attrs))
 
@@ -323,6 +347,9 @@ class _NoopSpan:
         pass
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        pass
+
+    def set_content(self, attributes: Mapping[str, Any]) -> None:
         pass
 
     def event(self, name: str, **attrs: Any) -> None:
@@ -517,6 +544,46 @@ def usage(
     return {k: v for k, v in found.items() if v is not None}
 
 
+def chat_input(model: str, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a ``chat`` span says of the messages sent, for ``SpanHandle.set_content``: the
+    GenAI conventions' ``gen_ai.system_instructions`` and ``gen_ai.input.messages`` with
+    OpenInference's mirrors (``scroll_core.genai_content``). Empty unless telemetry is on and
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``."""
+    if not _ENABLED or not genai_content.capture_enabled():
+        return {}
+    return genai_content.input_attributes(model, messages, _content_limit())
+
+
+def chat_output(
+    reply: Mapping[str, Any],
+    finish_reason: str,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+) -> dict[str, Any]:
+    """``chat_input``'s counterpart for the reply (an assistant message in the Chat
+    Completions shape): ``gen_ai.output.messages``, its mirrors and OpenInference's token
+    counts. Empty while content capture is off."""
+    if not _ENABLED or not genai_content.capture_enabled():
+        return {}
+    return genai_content.output_attributes(
+        reply,
+        finish_reason,
+        _content_limit(),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+    )
+
+
+def _content_limit() -> int:
+    """Each content attribute's byte cap: the configured one, within the SDK's attribute
+    length limit (fixed when the provider was made) so the SDK never cuts the JSON. Bytes of
+    UTF-8 are never fewer than characters, so a byte cap under the limit fits it."""
+    cap = genai_content.max_bytes()
+    state = _STATE
+    limit = state.attribute_chars if state is not None else None
+    return cap if limit is None else min(cap, limit)
+
+
 # ---------------------------------------------------------------------------- attribute values
 def cut(text: str, limit: int) -> str:
     """``text`` in at most about ``limit`` characters: its head and tail around a marker that
@@ -609,6 +676,8 @@ class Telemetry:
     sinks: tuple[SpanSink, ...]
     otlp_traces: bool
     otlp_metrics: bool
+    # The SDK's cap on any attribute value, in characters (None: none that Scroll knows of).
+    attribute_chars: int | None = None
 
     def force_flush(self, timeout_ms: int = 10_000) -> bool:
         traced_ok = self.tracer_provider.force_flush(timeout_ms)
@@ -619,6 +688,7 @@ class Telemetry:
 _LOCK = threading.RLock()
 _STATE: Telemetry | None = None
 _PROVIDER: TracerProvider | None = None
+_ATTRIBUTE_CHARS: int | None = None  # the provider's attribute length limit
 _SWITCH: Any = None  # _SwitchProcessor, built lazily with the SDK
 _ATEXIT = False
 
@@ -665,8 +735,8 @@ def configure(
         provider, switch = _tracer_provider(service_name)
         resource = provider.resource
 
-        otlp_traces = _wanted(otlp, _TRACES_ENDPOINT)
-        otlp_metrics = _wanted(otlp, _METRICS_ENDPOINT)
+        otlp_traces = _wanted(otlp, _TRACES_ENDPOINT, "OTEL_TRACES_EXPORTER")
+        otlp_metrics = _wanted(otlp, _METRICS_ENDPOINT, "OTEL_METRICS_EXPORTER")
         processors: list[Any] = [_SinkProcessor(all_sinks)] if all_sinks else []
         if otlp_traces:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -679,9 +749,8 @@ def configure(
             )
 
             interval = metric_interval_ms or _env_int("OTEL_METRIC_EXPORT_INTERVAL", 60_000)
-            readers.append(
-                PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
-            )
+            exporter = _refusal_guard(OTLPMetricExporter(), _signal_endpoint("metrics"))
+            readers.append(PeriodicExportingMetricReader(exporter, export_interval_millis=interval))
         meter_provider = MeterProvider(
             resource=resource, metric_readers=readers, shutdown_on_exit=False
         )
@@ -695,6 +764,7 @@ def configure(
             sinks=all_sinks,
             otlp_traces=otlp_traces,
             otlp_metrics=otlp_metrics,
+            attribute_chars=_ATTRIBUTE_CHARS,
         )
         _STATE = state
         _TRACER = provider.get_tracer(INSTRUMENTATION_NAME)
@@ -737,22 +807,43 @@ def _shutdown_state() -> None:
         log.exception("telemetry: meter provider shutdown failed")
 
 
-def _wanted(otlp: bool | None, signal_variable: str) -> bool:
+def _wanted(otlp: bool | None, signal_variable: str, exporter_variable: str) -> bool:
+    """Whether a signal goes out over OTLP: when its endpoint or the base one is set, unless
+    ``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` names no ``otlp`` (``none`` turns the
+    signal off, as the SDK's own variables mean; Scroll exports nothing else)."""
     if otlp is not None:
         return otlp
+    names = {n.strip().lower() for n in os.environ.get(exporter_variable, "").split(",")} - {""}
+    if names - {"otlp", "none"}:
+        log.warning(
+            "telemetry: %s=%s: Scroll exports only otlp (or none); the others are ignored",
+            exporter_variable,
+            os.environ[exporter_variable],
+        )
+    if names and "otlp" not in names:
+        return False
     return bool(
         os.environ.get(_ENDPOINT, "").strip() or os.environ.get(signal_variable, "").strip()
     )
 
 
-def _env_int(name: str, default: int) -> int:
+def _signal_endpoint(signal: str) -> str:
+    """Where the OTLP exporter of ``signal`` sends, by the SDK's rule (for messages)."""
+    own = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "").strip()
+    if own:
+        return own
+    base = os.environ.get(_ENDPOINT, "").strip() or "http://localhost:4318"
+    return f"{base.rstrip('/')}/v1/{signal}"
+
+
+def _env_int(name: str, default: int, unit: str = "milliseconds") -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a whole number of milliseconds") from None
+        raise ConfigError(f"{name}={raw!r} is not a whole number of {unit}") from None
     if value < 1:
         raise ConfigError(f"{name} must be at least 1")
     return value
@@ -764,35 +855,53 @@ def _tracer_provider(service_name: str | None) -> tuple[TracerProvider, Any]:
     OpenTelemetry lets the global provider be set only once per process, so instead of a new
     provider per ``configure`` there is one, and ``configure`` swaps what its processor feeds.
     If something else already installed an SDK provider globally, that one is used."""
-    global _PROVIDER, _SWITCH
-    from opentelemetry.sdk.resources import Resource
+    global _PROVIDER, _SWITCH, _ATTRIBUTE_CHARS
     from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
     if _PROVIDER is not None:
         return _PROVIDER, _SWITCH
     switch = _make_switch()
     existing = otel_trace.get_tracer_provider()
+    from_env = _env_int("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", 0, unit="characters") or None
     if isinstance(existing, TracerProvider):
-        provider = existing
+        provider, _ATTRIBUTE_CHARS = existing, from_env
     else:
-        attributes: dict[str, Any] = {}
-        if service_name or not os.environ.get("OTEL_SERVICE_NAME"):
-            attributes["service.name"] = service_name or "scroll"
-        limits = SpanLimits(
-            max_attribute_length=(
-                None
-                if os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
-                else MAX_ANY_ATTRIBUTE_CHARS
-            )
-        )
+        # Room for message content whole (its own cap keeps it valid JSON), the SDK's cut
+        # for any other value; OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT decides both when set.
+        _ATTRIBUTE_CHARS = from_env or max(MAX_ANY_ATTRIBUTE_CHARS, genai_content.max_bytes())
         provider = TracerProvider(
-            resource=Resource.create(attributes), span_limits=limits, shutdown_on_exit=False
+            resource=otel_resource(service_name),
+            span_limits=SpanLimits(max_attribute_length=None if from_env else _ATTRIBUTE_CHARS),
+            shutdown_on_exit=False,
         )
         if isinstance(existing, otel_trace.ProxyTracerProvider):
             otel_trace.set_tracer_provider(provider)
     provider.add_span_processor(switch)
     _PROVIDER, _SWITCH = provider, switch
     return provider, switch
+
+
+def otel_resource(service_name: str | None = None) -> Any:
+    """The resource every span and metric carries (an SDK ``Resource``).
+
+    ``service.name``: ``service_name``, else ``OTEL_SERVICE_NAME`` (or ``service.name`` in
+    ``OTEL_RESOURCE_ATTRIBUTES``), else ``scroll``. ``openinference.project.name``, the
+    project Arize Phoenix files the spans under: ``SCROLL_TRACE_PROJECT``, else the one in
+    ``OTEL_RESOURCE_ATTRIBUTES``, else the service name. Langfuse picks its project by the
+    API keys in ``OTEL_EXPORTER_OTLP_HEADERS`` and its environment by
+    ``deployment.environment.name`` (``OTEL_RESOURCE_ATTRIBUTES``), which pass through."""
+    from opentelemetry.sdk.resources import Resource
+
+    found = Resource.create()  # the SDK's own attributes and the two variables
+    name = service_name or str(found.attributes.get(SERVICE_NAME, ""))
+    if not name or name.startswith("unknown_service"):
+        name = INSTRUMENTATION_NAME
+    project = (
+        os.environ.get(PROJECT_VARIABLE, "").strip()
+        or str(found.attributes.get(PROJECT, ""))
+        or name
+    )
+    return found.merge(Resource({SERVICE_NAME: name, PROJECT: project}))
 
 
 # ---------------------------------------------------------------------------- processors
@@ -833,6 +942,108 @@ def _make_switch() -> Any:
             return ok
 
     return _SwitchProcessor()
+
+
+class _HeldRecords(logging.Filter):
+    """Holds back what a logger logs on one thread while ``holding``, for the caller to read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        held = getattr(self._local, "held", None)
+        if held is None:
+            return True
+        held.append(record)
+        return False
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[list[logging.LogRecord]]:
+        held: list[logging.LogRecord] = []
+        self._local.held = held
+        try:
+            yield held
+        finally:
+            self._local.held = None
+
+
+def _refused(held: Sequence[logging.LogRecord]) -> int | None:
+    """The HTTP status of a refusal among an exporter's records: a 4xx that trying again will
+    not change (not 408, 413 or 429), found among the numbers its messages were made with."""
+    for record in held:
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:
+            if isinstance(arg, int) and 400 <= arg < 500 and arg not in (408, 413, 429):
+                return arg
+    return None
+
+
+def _refusal_guard(inner: Any, endpoint: str) -> Any:
+    """``inner`` (the OTLP metric exporter), told about once when its backend fails.
+
+    The SDK logs an error for every failed export: Arize Phoenix answers ``/v1/metrics`` with
+    405, so the base endpoint alone meant one error a minute (45 in a session). Here the
+    exporter's own records are held back during each export: a refusal (a lasting 4xx) is
+    one warning that says what to set, and no metrics are sent again in this process; other
+    failures are one warning until an export works again."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class _MetricRefusalGuard(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__(
+                preferred_temporality=inner._preferred_temporality,
+                preferred_aggregation=inner._preferred_aggregation,
+            )
+            self.refused: int | None = None
+            self.failing = False
+            self._held = _HeldRecords()
+            self._logger = logging.getLogger(type(inner).__module__)
+            self._logger.addFilter(self._held)
+
+        def export(
+            self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any
+        ) -> MetricExportResult:
+            if self.refused is not None:
+                return MetricExportResult.FAILURE
+            with self._held.holding() as held:
+                result = inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            if result == MetricExportResult.SUCCESS:
+                if self.failing:
+                    log.info("telemetry: metrics reach %s again", endpoint)
+                self.failing = False
+                return result
+            said = "; ".join(r.getMessage() for r in held) or "no reason given"
+            self.refused = _refused(held)
+            if self.refused is not None:
+                log.warning(
+                    "telemetry: %s refuses OTLP metrics (HTTP %s: %s); Scroll sends it no "
+                    "more metrics until it restarts, and spans go on as before. Set "
+                    "OTEL_METRICS_EXPORTER=none (or only OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) "
+                    "for a backend that takes only traces, such as Arize Phoenix, or "
+                    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT for a collector that takes metrics",
+                    endpoint,
+                    self.refused,
+                    said,
+                )
+            elif not self.failing:
+                self.failing = True
+                log.warning(
+                    "telemetry: exporting metrics to %s failed (%s); trying again each "
+                    "interval without saying so until it works",
+                    endpoint,
+                    said,
+                )
+            return result
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return bool(inner.force_flush(timeout_millis=timeout_millis))
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            self._logger.removeFilter(self._held)
+            inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    return _MetricRefusalGuard()
 
 
 class _SinkProcessor:

@@ -1,10 +1,16 @@
-"""Throwaway PostgreSQL and Redis servers on loopback, for the tests that need real ones.
+"""Throwaway PostgreSQL, Redis and Arize Phoenix servers on loopback, for the tests that need
+real ones.
 
 Each server runs from Debian's packages (``postgresql``, ``redis-server``) in a temporary
 folder, listens on 127.0.0.1 on a free port and is stopped and removed at the end. As root
 (CI runs as root) PostgreSQL runs as the unprivileged ``postgres`` user, since it refuses
 to run as root. ``SCROLL_TEST_POSTGRES_URL`` / ``SCROLL_TEST_REDIS_URL`` point the tests at
 servers started elsewhere instead.
+
+Arize Phoenix runs from a virtualenv of its own, ``.phoenix-venv/`` at the top of the
+checkout (``make phoenix`` makes it; ``.ci/run`` does so beside the other setup), in a
+temporary working folder with everything that would reach the network turned off;
+``SCROLL_TEST_PHOENIX`` names another ``phoenix`` executable.
 
 Fixtures that use these call :func:`unavailable`: with ``CI=true`` a server that cannot
 start fails the run; elsewhere the test skips and says why.
@@ -21,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,9 +35,12 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["ServerUnavailable", "in_ci", "postgres", "redis", "unavailable"]
+__all__ = ["ServerUnavailable", "in_ci", "phoenix", "postgres", "redis", "unavailable"]
 
 START_TIMEOUT_S = 30.0
+# Phoenix migrates a fresh database and imports a large stack first: 36 s on 2 busy cores.
+PHOENIX_START_TIMEOUT_S = 240.0
+PHOENIX = Path(__file__).resolve().parents[1] / ".phoenix-venv" / "bin" / "phoenix"
 
 
 class ServerUnavailable(RuntimeError):
@@ -216,6 +226,66 @@ def redis() -> Iterator[Server]:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def phoenix() -> Iterator[Server]:
+    """A fresh Arize Phoenix on loopback: its URL takes OTLP/HTTP at ``/v1/traces`` and
+    answers its REST API under ``/v1``. Ready when ``/healthz`` answers."""
+    exe = Path(os.environ.get("SCROLL_TEST_PHOENIX") or PHOENIX)
+    if not exe.is_file():
+        raise ServerUnavailable(f"{exe} not found (make phoenix installs it)")
+    root = Path(tempfile.mkdtemp(prefix="scroll-phoenix-"))
+    log = root / "phoenix.log"
+    port, grpc_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_"))}
+    env.update(
+        PHOENIX_WORKING_DIR=str(root / "work"),
+        PHOENIX_HOST="127.0.0.1",
+        PHOENIX_PORT=str(port),
+        PHOENIX_GRPC_PORT=str(grpc_port),
+        # Nothing that would reach the network: usage telemetry, the docs assistant's MCP
+        # server, the code sandboxes' downloads.
+        PHOENIX_TELEMETRY_ENABLED="false",
+        PHOENIX_ALLOW_EXTERNAL_RESOURCES="false",
+        PHOENIX_DISABLE_AGENT_ASSISTANT="true",
+        PHOENIX_ALLOWED_SANDBOX_PROVIDERS="NONE",
+    )
+    url = f"http://127.0.0.1:{port}"
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [str(exe), "serve"], stdout=out, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + PHOENIX_START_TIMEOUT_S
+        while not _healthy(f"{url}/healthz"):
+            if proc.poll() is not None:
+                raise ServerUnavailable(f"Phoenix exited with {proc.returncode}: {_tail(log)}")
+            if time.monotonic() > deadline:
+                raise ServerUnavailable(
+                    f"Phoenix was not healthy after {PHOENIX_START_TIMEOUT_S:.0f} s: {_tail(log)}"
+                )
+            time.sleep(0.25)
+        yield Server(url, "127.0.0.1", port)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
 
 
 def main(argv: list[str]) -> int:

@@ -3,6 +3,8 @@ calls with the evicted block each expand read."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from agent_fakes import ScriptedModel, repl, reply
 from test_agent_policy import (  # noqa: F401  (the planted-fact history, on both backends)
@@ -12,6 +14,7 @@ from test_agent_policy import (  # noqa: F401  (the planted-fact history, on bot
 )
 
 from scroll_core.agent import Session
+from scroll_core.errors import ModelError
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import PolicyModel
 from scroll_core.profile import Profile
@@ -81,3 +84,58 @@ def test_folds_are_spans_with_what_they_saved(store, kernel, ring):
     assert folds
     assert all(attr(f, "scroll.tokens_saved") > 0 for f in folds)
     assert {attr(f, "scroll.mode") for f in folds} <= {"prefold", "live_fold"}
+
+
+CONTENT_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "input.value", "output.value")
+
+
+def test_chat_spans_carry_no_message_content_unless_asked(store, ring, monkeypatch):
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    model = ScriptedModel(reply("The answer is 42."))
+    with Session(store, model, session_id="quiet", system="A test agent.") as agent:
+        assert agent.ask("What is the answer?").ok
+    (chat,) = ring.records("chat scripted")
+    assert attr(chat, "gen_ai.usage.input_tokens") == 100
+    assert not [k for k in chat.attributes if k in CONTENT_KEYS or k.startswith("llm.")]
+
+
+def test_with_capture_on_a_chat_span_holds_what_was_sent_and_what_came_back(
+    store, ring, monkeypatch
+):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    model = ScriptedModel(reply("The answer is 42."))
+    with Session(store, model, session_id="told", system="A test agent.") as agent:
+        assert agent.ask("What is the answer?").ok
+    (chat,) = ring.records("chat scripted")
+    (sent,) = model.requests
+    instructions = json.loads(attr(chat, "gen_ai.system_instructions"))
+    assert instructions == [{"type": "text", "content": sent[0]["content"]}]
+    assert "A test agent." in instructions[0]["content"]
+    inputs = json.loads(attr(chat, "gen_ai.input.messages"))
+    assert [m["role"] for m in inputs] == [m["role"] for m in sent[1:]]
+    assert inputs[-1]["parts"][-1]["content"].endswith("What is the answer?")
+    (output,) = json.loads(attr(chat, "gen_ai.output.messages"))
+    assert output["finish_reason"] == "stop"
+    assert output["parts"][0]["content"].startswith("The answer is 42.")
+    assert attr(chat, "input.value") == attr(chat, "gen_ai.input.messages")
+    assert attr(chat, "output.value") == attr(chat, "gen_ai.output.messages")
+    assert attr(chat, "openinference.span.kind") == "LLM"
+    assert attr(chat, "llm.model_name") == "scripted"
+    assert attr(chat, "llm.token_count.total") == 110
+
+
+def test_a_failed_call_still_shows_what_it_sent_and_a_long_one_is_cut_to_the_cap(
+    store, ring, monkeypatch
+):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    monkeypatch.setenv("SCROLL_GENAI_CONTENT_MAX_BYTES", "2048")
+    model = ScriptedModel(ModelError("the provider is down"), context_size=8192)
+    with Session(store, model, session_id="failed", system="A test agent.") as agent:
+        assert not agent.ask("Summarise this: " + "lorem ipsum " * 1000).ok
+    (chat,) = ring.records("chat scripted")
+    assert chat.status == "error"
+    sent = attr(chat, "gen_ai.input.messages")
+    assert len(sent.encode()) <= 2048 and attr(chat, "scroll.input_cut_bytes") > 10_000
+    question = json.loads(sent)[-1]["parts"][-1]["content"]
+    assert question.startswith("Summarise this: lorem") and "characters cut]…" in question
+    assert attr(chat, "gen_ai.output.messages") is None

@@ -587,3 +587,30 @@ def test_an_anthropic_max_tokens_of_the_wrong_type_or_value_is_named_as_such(max
         parse_messages_request(body)
     assert caught.value.param == "max_tokens"
     assert says in str(caught.value)
+
+
+def test_with_content_capture_each_chat_span_holds_exactly_what_the_upstream_received(
+    clog, kernel, ring, monkeypatch
+):
+    from scroll_core.genai_content import input_messages, system_instructions
+
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    upstream = ScriptedUpstream(
+        with_calls("", call(RECALL_TOOL, {"code": "print(len(ms.search('x')))"}, "call_c")),
+        f"done\n{HEADLINE}",
+    )
+    conversation(clog, kernel).handle(request(user("show me")), upstream, model="up-model")
+    chats = ring.records("chat up-model")
+    assert len(chats) == len(upstream.requests) == 2
+    for chat, received in zip(chats, upstream.requests, strict=True):
+        sent = received["messages"]
+        assert json.loads(chat.attributes["gen_ai.input.messages"]) == input_messages(sent)
+        instructions = json.loads(chat.attributes["gen_ai.system_instructions"])
+        assert instructions == system_instructions(sent)
+        assert instructions[0]["content"].startswith("You are terse.")
+    first_reply = json.loads(chats[0].attributes["gen_ai.output.messages"])[0]
+    assert first_reply["finish_reason"] == "tool_call"
+    assert first_reply["parts"][0]["name"] == RECALL_TOOL
+    last_input = json.loads(chats[1].attributes["gen_ai.input.messages"])
+    assert last_input[-1]["parts"][0]["type"] == "tool_call_response"
+    assert last_input[-1]["parts"][0]["id"] == "call_c"

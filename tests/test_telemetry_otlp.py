@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import json
+import logging
 import threading
+import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -27,6 +31,12 @@ OTEL_VARIABLES = (
     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
     "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "SCROLL_TRACE_PROJECT",
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
 )
 
 
@@ -35,12 +45,14 @@ class Receiver(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self):
+    def __init__(self, refuse: dict[str, int] | None = None):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.content_types: set[str] = set()
         self.got = threading.Condition()
+        self.refuse = refuse or {}  # path -> the status it answers, as Phoenix does /v1/metrics
+        self.refused: list[str] = []
 
     @property
     def endpoint(self) -> str:
@@ -73,6 +85,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         self.server.content_types.add(self.headers.get("Content-Type", ""))
+        if self.path in self.server.refuse:
+            with self.server.got:
+                self.server.refused.append(self.path)
+                self.server.got.notify_all()
+            self.send_response(self.server.refuse[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path == "/v1/traces":
             request, reply = ExportTraceServiceRequest(), ExportTraceServiceResponse()
             request.ParseFromString(body)
@@ -99,15 +119,23 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def receiver():
-    server = Receiver()
+@contextmanager
+def serving(**options):
+    server = Receiver(**options)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def receiver():
+    with serving() as server:
+        yield server
 
 
 @pytest.fixture
@@ -184,6 +212,7 @@ def test_spans_and_metrics_reach_an_otlp_http_receiver(exporting, receiver, tmp_
         for kv in receiver.traces[0].resource_spans[0].resource.attributes
     }
     assert resource["service.name"] == "scroll"
+    assert resource["openinference.project.name"] == "scroll"
     assert receiver.content_types == {"application/x-protobuf"}
 
     metrics = receiver.metric_names()
@@ -211,3 +240,144 @@ def test_a_receiver_that_is_down_does_not_break_the_instrumented_code(monkeypatc
     finally:
         telemetry.reset()
     assert [r.name for r in state.ring.records()] == ["scroll.append"]
+
+
+@pytest.fixture
+def no_otel_env(monkeypatch):
+    for name in OTEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_each_signal_goes_to_its_own_endpoint(no_otel_env, monkeypatch):
+    with serving() as traces_at, serving() as metrics_at:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{traces_at.endpoint}/v1/traces")
+        monkeypatch.setenv(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"{metrics_at.endpoint}/v1/metrics"
+        )
+        state = telemetry.configure(ring_size=10)
+        try:
+            assert state.otlp_traces and state.otlp_metrics
+            with telemetry.span("scroll.expand", seq_lo=1, seq_hi=2):
+                pass
+            assert telemetry.force_flush() is True
+        finally:
+            telemetry.reset()
+    assert [s.name for s in traces_at.spans()] == ["scroll.expand"] and not traces_at.metrics
+    assert "scroll.expands" in metrics_at.metric_names() and not metrics_at.traces
+
+
+def test_metrics_exporter_none_sends_only_the_traces(no_otel_env, monkeypatch, receiver):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    state = telemetry.configure(ring_size=10, metric_interval_ms=20)
+    try:
+        assert state.otlp_traces and not state.otlp_metrics
+        with telemetry.span("scroll.expand"):
+            pass
+        assert telemetry.force_flush() is True
+    finally:
+        telemetry.reset()
+    assert [s.name for s in receiver.spans()] == ["scroll.expand"]
+    assert not receiver.metrics and not receiver.refused
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.delenv("OTEL_METRICS_EXPORTER")
+    state = telemetry.configure(ring_size=10)
+    telemetry.reset()
+    assert not state.otlp_traces and state.otlp_metrics
+
+
+def test_a_backend_that_refuses_metrics_is_one_warning_not_one_a_minute(
+    no_otel_env, monkeypatch, caplog
+):
+    # Arize Phoenix takes traces at /v1/traces and answers 405 to /v1/metrics.
+    with serving(refuse={"/v1/metrics": 405}) as phoenix_like:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", phoenix_like.endpoint)
+        state = telemetry.configure(ring_size=10, metric_interval_ms=20)
+        try:
+            assert state.otlp_metrics
+            with telemetry.span("scroll.expand"):
+                pass
+            with phoenix_like.got:
+                assert phoenix_like.got.wait_for(lambda: phoenix_like.refused, timeout=10)
+            time.sleep(0.5)  # some 25 export intervals more
+            with telemetry.span("scroll.expand"):
+                pass
+            assert telemetry.force_flush() is True
+        finally:
+            telemetry.reset()
+    assert phoenix_like.refused == ["/v1/metrics"], "asked once, then never again"
+    assert [s.name for s in phoenix_like.spans()] == ["scroll.expand", "scroll.expand"]
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(loud) == 1, [r.getMessage() for r in loud]
+    said = loud[0].getMessage()
+    assert loud[0].name == "scroll.telemetry" and "HTTP 405" in said
+    assert f"{phoenix_like.endpoint}/v1/metrics" in said and "OTEL_METRICS_EXPORTER=none" in said
+
+
+def chat_over_otlp(receiver, messages):
+    from scroll_core.agent.steps import traced_call
+    from scroll_core.models import ModelReply, Usage
+
+    traced_call(
+        "up-model",
+        lambda: ModelReply("done", usage=Usage(1200, 3), model="up-model-0001"),
+        session="s1",
+        messages=messages,
+    )
+    assert telemetry.force_flush() is True
+    (chat,) = [s for s in receiver.spans() if s.name == "chat up-model"]
+    return attributes(chat)
+
+
+def test_message_content_reaches_the_backend_whole_past_the_old_16k_limit(
+    exporting, receiver, monkeypatch
+):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    long = "the zebra facts " * 2500  # 40,000 characters: more than 16,384, less than the cap
+    sent = chat_over_otlp(receiver, [{"role": "system", "content": "Be exact."},
+                                     {"role": "user", "content": long}])  # fmt: skip
+    assert json.loads(sent["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": long}]}
+    ]
+    assert json.loads(sent["gen_ai.system_instructions"]) == [
+        {"type": "text", "content": "Be exact."}
+    ]
+    assert json.loads(sent["gen_ai.output.messages"])[0]["parts"][0]["content"] == "done"
+    assert sent["llm.token_count.prompt"] == 1200 and sent["openinference.span.kind"] == "LLM"
+
+
+def test_a_cap_above_the_attribute_limit_is_held_to_it_so_the_json_stays_whole(
+    exporting, receiver, monkeypatch
+):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    monkeypatch.setenv("SCROLL_GENAI_CONTENT_MAX_BYTES", str(10 * exporting.attribute_chars))
+    long = "y" * (3 * exporting.attribute_chars)
+    sent = chat_over_otlp(receiver, [{"role": "user", "content": long}])
+    text = sent["gen_ai.input.messages"]
+    assert len(text.encode()) <= exporting.attribute_chars
+    content = json.loads(text)[0]["parts"][0]["content"]
+    assert content.startswith("yyy") and "characters cut]…" in content
+    assert sent["scroll.input_cut_bytes"] > 2 * exporting.attribute_chars
+
+
+def test_the_resource_names_the_service_and_the_project_backends_file_spans_under(
+    no_otel_env, monkeypatch
+):
+    def resource(service_name=None):
+        return dict(telemetry.otel_resource(service_name).attributes)
+
+    found = resource()
+    assert found["service.name"] == "scroll" and found["openinference.project.name"] == "scroll"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "support-bot")
+    found = resource()
+    assert (found["service.name"], found["openinference.project.name"]) == ("support-bot",) * 2
+    monkeypatch.setenv(
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "openinference.project.name=from-attributes,deployment.environment.name=staging",
+    )
+    found = resource()
+    assert found["openinference.project.name"] == "from-attributes"
+    assert found["deployment.environment.name"] == "staging"  # Langfuse's environment
+    monkeypatch.setenv("SCROLL_TRACE_PROJECT", "scroll-prod")
+    assert resource()["openinference.project.name"] == "scroll-prod"
+    assert resource("given")["service.name"] == "given"

@@ -296,6 +296,7 @@ class Session:
             session=self.session_id,
             request=lambda: {"model": self.model.name, "messages": messages, "tools": tools},
             view=view.report.to_dict(),
+            messages=messages,
             compacted=bool(self.state.index.blocks),
             turn=record.turn,
             step=record.step,

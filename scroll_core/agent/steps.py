@@ -4,7 +4,7 @@ call as a ``chat`` span, and a tool call's id kept unique in the log."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import wire
@@ -12,7 +12,7 @@ from ..headlines import parse_headline
 from ..models.base import ModelReply, ToolCall
 from ..profile import Profile
 from ..store import EventStore
-from ..telemetry import chat_span, span, usage
+from ..telemetry import chat_input, chat_output, chat_span, span, usage
 
 __all__ = ["fresh_profile", "traced_call", "unique_call"]
 
@@ -45,10 +45,13 @@ def traced_call(
     source: str = "run",
     request: Callable[[], dict[str, Any]] | None = None,
     view: dict[str, Any] | None = None,
+    messages: Sequence[Mapping[str, Any]] = (),
     **attributes: Any,
 ) -> ModelReply:
     """Run ``call`` (one model call) as a ``chat {model}`` span: GenAI's usage attributes,
-    the finish reason, and the headline the console's headline-quality alert reads.
+    the finish reason, and the headline the console's headline-quality alert reads. With
+    content capture on (``telemetry.chat_input``), also ``messages`` (what ``call`` sends)
+    and the reply, set before the call so that a failed one still shows what it sent.
 
     Inside ``wire.collecting`` the call is also captured for the record: what the transport
     sent (``request()`` for a model served in process), the reply, the usage, ``view`` (the
@@ -62,6 +65,8 @@ def traced_call(
         with chat_span(model, session=session, **attributes) as traced:
             if captured is not None:
                 captured.trace_id, captured.span_id = traced.trace_id, traced.span_id
+            if traced.recording:
+                traced.set_content(chat_input(model, messages))
             reply = call()
             if captured is not None:
                 captured.reply, captured.usage = wire.reply_record(reply)
@@ -75,6 +80,14 @@ def traced_call(
                         finish_reasons=[reply.finish_reason],
                         cache_read_input_tokens=reply.usage.cache_read_input_tokens,
                         cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
+                    )
+                )
+                traced.set_content(
+                    chat_output(
+                        reply.to_message(),
+                        reply.finish_reason,
+                        reply.usage.input_tokens,
+                        reply.usage.output_tokens,
                     )
                 )
                 traced.set(

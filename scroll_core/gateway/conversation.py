@@ -563,6 +563,7 @@ class GatewayConversation(HistoryLog):
                     source="gateway",
                     request=partial(_in_process_request, model, messages, prefix),
                     view=view.report.to_dict(),
+                    messages=messages,
                     compacted=bool(self.state.index.blocks),
                     step=step,
                     attempt=attempt,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
 from gateway_clients import assistant_of, make_key, oa
 
@@ -33,7 +34,7 @@ def test_every_recorded_request_is_what_the_upstream_received_byte_for_byte(gate
     session = _evicting_session(gateway, upstream)
     calls = session_calls(session)
     assert len(calls) == len(upstream.raw) >= 24
-    for row, received in zip(calls, upstream.raw):
+    for row, received in zip(calls, upstream.raw, strict=True):
         assert recorded_call(session, row.index).body == received
         assert row.source == "gateway" and row.url.endswith("/chat/completions")
         assert row.sends == 1 and row.status == "ok"
@@ -69,8 +70,10 @@ def test_a_failed_upstream_call_is_recorded_with_its_error(gateway, upstream):
     key = make_key(upstream)
     upstream.then(error(500, "upstream exploded"))
     client = oa(gateway, key)
-    with pytest.raises(Exception):
-        client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "x"}]
+        )
     get_service().flush()
     row = WireCall.objects.get()
     assert row.status == "error" and "upstream exploded" in row.error
@@ -78,15 +81,13 @@ def test_a_failed_upstream_call_is_recorded_with_its_error(gateway, upstream):
     assert json.loads(upstream.raw[0])["messages"][-1]["content"].startswith("x")
 
 
-def test_the_inspector_shows_each_call_as_the_upstream_received_it(
-    gateway, upstream, admin_client
-):
+def test_the_inspector_shows_each_call_as_the_upstream_received_it(gateway, upstream, admin_client):
     import html
     import re
 
     session = _evicting_session(gateway, upstream, turns=12)
     calls = session_calls(session)
-    for row, received in zip(calls, upstream.raw):
+    for row, received in zip(calls, upstream.raw, strict=True):
         page = admin_client.get(f"/sessions/{session}/calls/{row.index}/")
         assert page.status_code == 200
         text = page.content.decode()

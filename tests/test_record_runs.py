@@ -36,7 +36,7 @@ def test_a_run_against_an_endpoint_records_the_bytes_it_received(runner, upstrea
     assert run.status == RunRecord.DONE, run.error
     calls = session_calls(run.session_id)
     assert len(calls) == len(upstream.raw) == 2
-    for row, received in zip(calls, upstream.raw):
+    for row, received in zip(calls, upstream.raw, strict=True):
         assert recorded_call(run.session_id, row.index).body == received
         assert row.source == "run" and row.url.endswith("/chat/completions") and row.sends == 1
         assert row.usage == {"input_tokens": 120, "output_tokens": 12}

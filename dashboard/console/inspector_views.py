@@ -22,9 +22,9 @@ from django.views.decorators.http import require_GET
 from dashboard.console import live
 from dashboard.console.inspector_links import call_url_for_span
 from dashboard.console.recorded_views import render_recorded_call, sent_body
+from dashboard.console.views import _grafana_trace_url
 from dashboard.record.models import WireCall
 from dashboard.record.read import has_record
-from dashboard.console.views import _grafana_trace_url
 from dashboard.runs.inforce import Recorded, load_recorded
 from dashboard.runs.models import CompressEvent
 from dashboard.telemetry.cost import call_costs

@@ -47,7 +47,7 @@ def _digests_along(rows: list[WireCall]) -> list[list[str] | None]:
     previous: list[str] | None = None
     for row in rows:
         digests: list[str] | None = None
-        for name, kind, item in row.request:
+        for _name, kind, item in row.request:
             if kind == "m":
                 digests = wire.expand_messages(item, previous)
         if row.encoding != "raw":

@@ -89,7 +89,7 @@ def _store_session(session_id: str, calls: Sequence[wire.WireCall]) -> list[Wire
                 step=call.step,
                 attempt=call.attempt,
                 sends=min(call.sends, 32767),
-                started_at=dt.datetime.fromtimestamp(call.started_at, tz=dt.timezone.utc),
+                started_at=dt.datetime.fromtimestamp(call.started_at, tz=dt.UTC),
                 duration_ms=call.duration_ms,
                 status=call.status,
                 error=call.error,

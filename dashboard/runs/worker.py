@@ -37,8 +37,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
-from dashboard.runs.grants import readable_by
 from dashboard.record.store import store_calls
+from dashboard.runs.grants import readable_by
 from dashboard.runs.models import CompressEvent, KernelState, RunRecord, SessionIndex, WorkerCommand
 from dashboard.runs.notify import push_session
 from dashboard.runs.profiles import core_profile

@@ -57,45 +57,45 @@ def traced_call(
     sent (``request()`` for a model served in process), the reply, the usage, ``view`` (the
     working view's section sizes) and the span it ran in; ``source`` says whose loop made
     it (``run``, ``gateway``)."""
-    with wire.calling(
+    capture = wire.calling(
         model, session=session, source=source, request=request, view=view,
         turn=attributes.get("turn"), step=attributes.get("step"),
         attempt=attributes.get("attempt", 1),
-    ) as captured:  # fmt: skip
-        with chat_span(model, session=session, **attributes) as traced:
-            if captured is not None:
-                captured.trace_id, captured.span_id = traced.trace_id, traced.span_id
-            if traced.recording:
-                traced.set_content(chat_input(model, messages))
-            reply = call()
-            if captured is not None:
-                captured.reply, captured.usage = wire.reply_record(reply)
-            if traced.recording:
-                parsed = parse_headline(reply.content)
-                traced.set_attributes(
-                    usage(
-                        reply.usage.input_tokens,
-                        reply.usage.output_tokens,
-                        response_model=reply.model or None,
-                        finish_reasons=[reply.finish_reason],
-                        cache_read_input_tokens=reply.usage.cache_read_input_tokens,
-                        cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
-                    )
+    )  # fmt: skip
+    with capture as captured, chat_span(model, session=session, **attributes) as traced:
+        if captured is not None:
+            captured.trace_id, captured.span_id = traced.trace_id, traced.span_id
+        if traced.recording:
+            traced.set_content(chat_input(model, messages))
+        reply = call()
+        if captured is not None:
+            captured.reply, captured.usage = wire.reply_record(reply)
+        if traced.recording:
+            parsed = parse_headline(reply.content)
+            traced.set_attributes(
+                usage(
+                    reply.usage.input_tokens,
+                    reply.usage.output_tokens,
+                    response_model=reply.model or None,
+                    finish_reasons=[reply.finish_reason],
+                    cache_read_input_tokens=reply.usage.cache_read_input_tokens,
+                    cache_creation_input_tokens=reply.usage.cache_creation_input_tokens,
                 )
-                traced.set_content(
-                    chat_output(
-                        reply.to_message(),
-                        reply.finish_reason,
-                        reply.usage.input_tokens,
-                        reply.usage.output_tokens,
-                    )
+            )
+            traced.set_content(
+                chat_output(
+                    reply.to_message(),
+                    reply.finish_reason,
+                    reply.usage.input_tokens,
+                    reply.usage.output_tokens,
                 )
-                traced.set(
-                    tool_calls=len(reply.tool_calls),
-                    headline=parsed.stored,
-                    headline_quality=parsed.quality,
-                )
-            return reply
+            )
+            traced.set(
+                tool_calls=len(reply.tool_calls),
+                headline=parsed.stored,
+                headline_quality=parsed.quality,
+            )
+        return reply
 
 
 def unique_call(call: ToolCall, log: EventStore, fresh_id: str) -> ToolCall:

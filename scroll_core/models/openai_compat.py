@@ -19,6 +19,7 @@ once as ``ModelError`` or ``ContextOverflow``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -67,10 +68,9 @@ def _recording_client(openai: Any) -> type:
     class RecordingHttpClient(openai.DefaultHttpxClient):  # type: ignore[misc,name-defined]
         def __del__(self) -> None:
             if not self.is_closed:
-                try:
+                # At interpreter shutdown there is nothing left to tell.
+                with contextlib.suppress(Exception):
                     self.close()
-                except Exception:  # interpreter shutdown: nothing left to tell
-                    pass
 
     return RecordingHttpClient
 

@@ -142,7 +142,7 @@ def _split(value: dict[str, Any], encoding: str, previous: Sequence[str] | None)
         if name == "messages" and isinstance(item, list):
             texts = [_compact(m) for m in item]
             digests = [digest(t) for t in texts]
-            enc.blobs.update(zip(digests, texts))
+            enc.blobs.update(zip(digests, texts, strict=True))
             enc.message_digests = digests
             enc.fields.append([name, "m", _pieces(digests, previous)])
             continue

@@ -4,55 +4,72 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='WireBlob',
+            name="WireBlob",
             fields=[
-                ('digest', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('body', models.TextField()),
+                ("digest", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("body", models.TextField()),
             ],
             options={
-                'verbose_name': 'record blob',
+                "verbose_name": "record blob",
             },
         ),
         migrations.CreateModel(
-            name='WireCall',
+            name="WireCall",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('session_id', models.CharField(max_length=200)),
-                ('index', models.PositiveIntegerField()),
-                ('source', models.CharField(choices=[('run', 'run'), ('gateway', 'gateway')], max_length=16)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('url', models.CharField(blank=True, max_length=500)),
-                ('turn', models.IntegerField(blank=True, null=True)),
-                ('step', models.IntegerField(blank=True, null=True)),
-                ('attempt', models.PositiveSmallIntegerField(default=1)),
-                ('sends', models.PositiveSmallIntegerField(default=0)),
-                ('started_at', models.DateTimeField()),
-                ('duration_ms', models.FloatField(default=0.0)),
-                ('status', models.CharField(choices=[('ok', 'ok'), ('error', 'error')], default='ok', max_length=8)),
-                ('error', models.TextField(blank=True)),
-                ('encoding', models.CharField(max_length=16)),
-                ('keyframe', models.BooleanField(default=False)),
-                ('request', models.JSONField()),
-                ('body_bytes', models.PositiveIntegerField(default=0)),
-                ('stored_bytes', models.PositiveIntegerField(default=0)),
-                ('reply', models.JSONField(blank=True, null=True)),
-                ('usage', models.JSONField(blank=True, default=dict)),
-                ('view', models.JSONField(blank=True, null=True)),
-                ('trace_id', models.CharField(blank=True, max_length=32)),
-                ('span_id', models.CharField(blank=True, db_index=True, max_length=16)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("session_id", models.CharField(max_length=200)),
+                ("index", models.PositiveIntegerField()),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("run", "run"), ("gateway", "gateway")], max_length=16
+                    ),
+                ),
+                ("model", models.CharField(blank=True, max_length=200)),
+                ("url", models.CharField(blank=True, max_length=500)),
+                ("turn", models.IntegerField(blank=True, null=True)),
+                ("step", models.IntegerField(blank=True, null=True)),
+                ("attempt", models.PositiveSmallIntegerField(default=1)),
+                ("sends", models.PositiveSmallIntegerField(default=0)),
+                ("started_at", models.DateTimeField()),
+                ("duration_ms", models.FloatField(default=0.0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("ok", "ok"), ("error", "error")], default="ok", max_length=8
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("encoding", models.CharField(max_length=16)),
+                ("keyframe", models.BooleanField(default=False)),
+                ("request", models.JSONField()),
+                ("body_bytes", models.PositiveIntegerField(default=0)),
+                ("stored_bytes", models.PositiveIntegerField(default=0)),
+                ("reply", models.JSONField(blank=True, null=True)),
+                ("usage", models.JSONField(blank=True, default=dict)),
+                ("view", models.JSONField(blank=True, null=True)),
+                ("trace_id", models.CharField(blank=True, max_length=32)),
+                ("span_id", models.CharField(blank=True, db_index=True, max_length=16)),
             ],
             options={
-                'verbose_name': 'recorded call',
-                'ordering': ['session_id', 'index'],
-                'constraints': [models.UniqueConstraint(fields=('session_id', 'index'), name='record_call_unique')],
+                "verbose_name": "recorded call",
+                "ordering": ["session_id", "index"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("session_id", "index"), name="record_call_unique"
+                    )
+                ],
             },
         ),
     ]

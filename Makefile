@@ -30,11 +30,12 @@ run: install
 	SCROLL_DEMO=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 # The same console under uvicorn (uvloop, httptools, websockets) instead of daphne: an option,
-# tested by tests/test_uvicorn_option.py and timed beside daphne by bench/gateway.py.
+# tested by tests/test_uvicorn_option.py and timed beside daphne by bench/gateway.py. Scroll
+# writes the request lines itself (dashboard/logs.py), so uvicorn's would repeat them.
 run-uvicorn: install
 	$(BIN)/python manage.py migrate --noinput
 	SCROLL_DEMO=1 $(BIN)/uvicorn --host $(HOST) --port $(PORT) --loop uvloop --http httptools \
-		--ws websockets --lifespan off dashboard.asgi:application
+		--ws websockets --lifespan off --no-access-log dashboard.asgi:application
 
 # A worker process, for web processes started with SCROLL_WORKERS=external (and Redis).
 worker: install

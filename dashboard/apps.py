@@ -20,6 +20,7 @@ import threading
 
 from django.apps import AppConfig
 from django.conf import settings
+from django.core.signals import got_request_exception
 
 log = logging.getLogger("dashboard.apps")
 
@@ -99,6 +100,8 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         # Registers the receiver that closes the Event Log when tests move its path.
         from dashboard import eventlog  # noqa: F401
+        from dashboard.logs import log_uncaught_exception
 
+        got_request_exception.connect(log_uncaught_exception, dispatch_uid="dashboard.logs")
         if startup_wanted():
             start_console()

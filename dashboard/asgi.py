@@ -27,6 +27,7 @@ from dashboard.gateway import conversation_endpoints  # noqa: E402
 from dashboard.gateway import endpoints as gateway  # noqa: E402
 from dashboard.gateway.asgi import GatewayRouter  # noqa: E402
 from dashboard.gateway.hosts import HostCheck  # noqa: E402
+from dashboard.logs import AccessLog  # noqa: E402
 from dashboard.push import remember_server_loop  # noqa: E402
 
 
@@ -47,20 +48,23 @@ http_app = (
 )
 
 # The gateway's /v1/ routes are answered before Django's middleware (see
-# dashboard.gateway.asgi for why); every other request goes on to the console.
-application = RecordServerLoop(
-    GatewayRouter(
-        ProtocolTypeRouter(
-            {
-                "http": http_app,
-                "websocket": AllowedHostsOriginValidator(
-                    AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-                ),
-            }
-        ),
-        {**gateway.ROUTES, **conversation_endpoints.ROUTES, **gateway.FALLBACK},
-        body_limit=gateway.body_limit,
-        too_large=gateway.too_large,
-        host_check=HostCheck(settings.ALLOWED_HOSTS, debug=settings.DEBUG),
+# dashboard.gateway.asgi for why); every other request goes on to the console. AccessLog
+# writes one line for every HTTP request, whichever of them answers it.
+application = AccessLog(
+    RecordServerLoop(
+        GatewayRouter(
+            ProtocolTypeRouter(
+                {
+                    "http": http_app,
+                    "websocket": AllowedHostsOriginValidator(
+                        AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+                    ),
+                }
+            ),
+            {**gateway.ROUTES, **conversation_endpoints.ROUTES, **gateway.FALLBACK},
+            body_limit=gateway.body_limit,
+            too_large=gateway.too_large,
+            host_check=HostCheck(settings.ALLOWED_HOSTS, debug=settings.DEBUG),
+        )
     )
 )

@@ -54,6 +54,8 @@ SCROLL_GATEWAY_RESPONSE_DAYS  how long a stored Responses API reply can be conti
 SCROLL_DEMO            "1" starts the built-in demo run when the server starts (`make run` sets it)
 SCROLL_DEMO_PAUSE      seconds between the demo's turns (default 4)
 SCROLL_STARTUP         "1"/"0" forces the serving start-up (telemetry sink, runner) on or off
+SCROLL_LOG_FORMAT      "json": log one JSON object per line; "text" (default)
+SCROLL_LOG_LEVEL       level of Scroll's own loggers, request lines included (default INFO)
 
 Deploying behind TLS (all off by default, so `make run` keeps working over plain HTTP; with
 all of them set, `manage.py check --deploy` has no cookie, HSTS or redirect warnings):
@@ -89,6 +91,8 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
+
+from dashboard.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -343,6 +347,9 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = SCROLL_DATA_DIR / "staticfiles"
 # The embedded default has no web server in front, so the ASGI app serves static files.
 SCROLL_SERVE_STATIC = _env_flag("SCROLL_SERVE_STATIC", True)
+
+# A line per request, a traceback per 500, on stderr (see dashboard.logs).
+LOGGING = logging_config(os.environ)
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"

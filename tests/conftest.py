@@ -401,6 +401,42 @@ def asgi_server():
 
 
 @pytest.fixture
+def operator(client, django_user_model):
+    """A logged-in client whose account holds the console's permissions only through the
+    Operators group."""
+    from django.contrib.auth.models import Group
+
+    from dashboard.runs.permissions import OPERATORS_GROUP
+
+    user = django_user_model.objects.create_user("operator", password="pw-operator-1")
+    user.groups.add(Group.objects.get(name=OPERATORS_GROUP))
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def live_runner(console_log):
+    """A worker of its own (one slot, a process-tier kernel pool), and telemetry feeding a
+    console span sink, for one test. Yields the worker and the sink."""
+    from dashboard.runs.worker import Worker
+    from dashboard.telemetry.spans import ConsoleSpanSink
+    from scroll_core import telemetry
+    from scroll_core.kernel import KernelConfig, KernelManager
+
+    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
+    runner = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
+    sink = ConsoleSpanSink()
+    telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
+    try:
+        yield runner, sink
+    finally:
+        runner.shutdown()
+        sink.flush(5.0)
+        telemetry.reset()
+        sink.close()
+
+
+@pytest.fixture
 def upstream():
     """A scripted loopback upstream, OpenAI- and Anthropic-format (tests/gateway_upstream.py)."""
     from gateway_upstream import ScriptedUpstream

@@ -129,6 +129,12 @@ def test_kernel_crash_or_timeout_raises_kernel_failure(engine, span):
     assert [a.rule.kind for a in engine.observe(span)] == ["kernel_failure"]
 
 
+def test_a_requested_kernel_restart_raises_nothing(engine):
+    # An operator's restart: the session's timeline records it (tests/test_kernel_actions.py).
+    assert engine.observe(_span("scroll.kernel.restart", **{"scroll.requested": True})) == []
+    assert not Alert.objects.exists()
+
+
 def test_context_window_unfit_raises(engine):
     changed = engine.observe(
         _span("scroll.compress", status="error", **{"error.type": "ContextWindowUnfit"})

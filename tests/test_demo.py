@@ -44,12 +44,19 @@ def test_the_task_text_splits_back_into_the_turns():
     assert runner_module.split_task(demo.task_text()) == list(demo.TURNS)
 
 
+def test_the_seeded_demo_profile_has_the_demos_knobs(db):
+    # The seed migrations write the knobs by hand; demo_profile() makes a missing one from
+    # DEMO_KNOBS. Both must give the demo that folds.
+    seeded = TuningProfile.objects.get(name=demo.DEMO_PROFILE)
+    assert {knob: getattr(seeded, knob) for knob in demo.DEMO_KNOBS} == demo.DEMO_KNOBS
+    assert demo.demo_profile() == seeded
+
+
 @pytest.mark.django_db(transaction=True)
-def test_the_demo_evicts_early_and_recalls_evicted_facts(console_log, monkeypatch):
+def test_the_demo_folds_and_evicts_early_and_recalls_evicted_facts(console_log, monkeypatch, ring):
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
     # scroll_demo runs the demo on this process's worker: one with process-tier kernels.
     monkeypatch.setattr(runner_module, "_embedded", Worker(slots=1, kernels=kernels).start())
-    TuningProfile.objects.get_or_create(name="demo", defaults={"context_size": 6000})
 
     call_command("scroll_demo")
 
@@ -59,8 +66,15 @@ def test_the_demo_evicts_early_and_recalls_evicted_facts(console_log, monkeypatc
     assert run.context_size == 6000
     assert run.evictions >= 3
     assert run.expands >= len(demo.RECALL_QUESTIONS)
-    first_eviction = CompressEvent.objects.filter(run=run, action="evict").order_by("id").first()
-    assert first_eviction.turn <= 4  # within the first few turns, i.e. the first minute
+    compresses = CompressEvent.objects.filter(run=run).order_by("id")
+    first_eviction = compresses.filter(action="evict").first()
+    # Within the first few turns, i.e. the first minute (the README's promise), for both.
+    assert first_eviction.turn <= 4
+    assert run.folds >= 3
+    first_fold = compresses.filter(folds__gt=0).first()
+    assert first_fold.turn <= 4
+    assert compresses.filter(action="prefold").exists()  # some compresses only fold
+    assert len(ring.records("scroll.fold", session_id=run.session_id)) >= 3
     answers = [
         e.content
         for e in console_log.session_events(run.session_id, limit=None)
@@ -85,7 +99,6 @@ def test_the_demo_started_three_times_recalls_only_its_own_session_each_time(
     agent, so each recalls its own incident and never an earlier demo's."""
     kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
     worker = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
-    TuningProfile.objects.get_or_create(name="demo", defaults={"context_size": 6000})
     try:
         _start_three_demos(console_log)
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 from gateway_clients import ask, make_key, oa
@@ -18,16 +17,6 @@ from dashboard.runs.models import KernelState
 from scroll_core.prompts import RECALL_TOOL
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def operator(client, django_user_model):
-    from dashboard.runs.permissions import OPERATORS_GROUP
-
-    user = django_user_model.objects.create_user("operator", password="pw-operator-1")
-    user.groups.add(Group.objects.get(name=OPERATORS_GROUP))
-    client.force_login(user)
-    return client
 
 
 def _recall_once(gateway, upstream, session: str) -> str:

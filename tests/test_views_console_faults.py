@@ -140,10 +140,12 @@ def test_profile_changes_interleave_with_compresses_by_time(db):
         f"compress-{before.pk}",
     ]
     # Live: only what came after the cursors.
-    entries, compress_after, change_after = session_live.timeline_after("s1", run, before.pk, 0)
+    entries, compress_after, change_after, action_after = session_live.timeline_after(
+        "s1", run, before.pk, 0, 0
+    )
     assert [e.dom_id for e in entries] == [f"compress-{after.pk}", f"profile-change-{change.pk}"]
-    assert (compress_after, change_after) == (after.pk, change.pk)
-    assert session_live.timeline_after("s1", run, compress_after, change_after)[0] == []
+    assert (compress_after, change_after, action_after) == (after.pk, change.pk, 0)
+    assert session_live.timeline_after("s1", run, compress_after, change_after, 0)[0] == []
 
 
 def test_a_malformed_timeline_page_is_a_404(client, console_log):

@@ -46,15 +46,6 @@ def viewer(client, django_user_model):
     return client
 
 
-@pytest.fixture
-def operator(client, django_user_model):
-    """A logged-in account that holds the permissions only through the Operators group."""
-    user = django_user_model.objects.create_user("operator", password="pw-operator-1")
-    user.groups.add(Group.objects.get(name=OPERATORS_GROUP))
-    client.force_login(user)
-    return client
-
-
 def _user_with(django_user_model, client, *codenames):
     user = django_user_model.objects.create_user("partial", password="pw-partial-1")
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))

@@ -362,6 +362,7 @@ class SessionConsumer(_LiveConsumer):
     session_id = ""
     compress_after: int | None = None
     change_after: int | None = None
+    action_after = 0
     show_none = False
     can_stop = False
     _refresher: asyncio.Task[None] | None = None
@@ -407,6 +408,7 @@ class SessionConsumer(_LiveConsumer):
             await super().spans_finished({"spans": spans})
         self.compress_after = live.int_cursor(query.get("compress_after"))
         self.change_after = live.int_cursor(query.get("change_after"))
+        self.action_after = live.int_cursor(query.get("action_after")) or 0
         self.show_none = query.get("none") == "1"
         self.can_stop = await self._can_stop()
         # Whatever changed between the page rendering and this socket connecting.
@@ -462,12 +464,15 @@ class SessionConsumer(_LiveConsumer):
         frames = session_live.render_parts(parts | {"can_stop": self.can_stop})
         if self.compress_after is not None and self.change_after is not None:
             seen = self.compress_after
-            entries, self.compress_after, self.change_after = session_live.timeline_after(
-                self.session_id,
-                parts["run"],
-                self.compress_after,
-                self.change_after,
-                show_none=self.show_none,
+            entries, self.compress_after, self.change_after, self.action_after = (
+                session_live.timeline_after(
+                    self.session_id,
+                    parts["run"],
+                    self.compress_after,
+                    self.change_after,
+                    self.action_after,
+                    show_none=self.show_none,
+                )
             )
             if entries:
                 frames.append(session_live.render_timeline(entries))

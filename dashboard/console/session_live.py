@@ -3,8 +3,9 @@
 
 Parts: the header figures, the index table, the kernel panel, the chart figures and the
 timeline. The timeline lists compress records (``compress none`` ones hidden unless asked
-for) and profile changes, newest first, ``TIMELINE_PAGE`` entries a page; live entries are
-the ones written after the socket's cursors (the newest compress and change ids it shows).
+for), profile changes and operators' kernel restarts and stops, newest first,
+``TIMELINE_PAGE`` entries a page; live entries are the ones written after the socket's
+cursors (the newest compress, change and kernel action ids it shows).
 """
 
 from __future__ import annotations
@@ -18,24 +19,26 @@ from typing import Any
 from django.template.loader import render_to_string
 
 from dashboard.console import session_panels
-from dashboard.runs.models import CompressEvent, ProfileChange, RunRecord
+from dashboard.runs.models import CompressEvent, KernelAction, ProfileChange, RunRecord
 
 TIMELINE_PAGE = 20
 _BLOCK_KEY = re.compile(r"^t(\d+):(-?\d+)-(-?\d+)$")
+# Entries at the same moment: a compress, then a profile change, then a kernel action.
+_KINDS = {"compress": 0, "profile": 1, "kernel": 2}
+_DOM_PREFIX = {"compress": "compress", "profile": "profile-change", "kernel": "kernel-action"}
 
 
 @dataclass(frozen=True)
 class TimelineEntry:
-    """One line of the timeline: a compress record or a profile change."""
+    """One line of the timeline: a compress record, a profile change or a kernel action."""
 
-    kind: str  # "compress" or "profile"
+    kind: str  # "compress", "profile" or "kernel"
     at: datetime
     item: Any
 
     @property
     def dom_id(self) -> str:
-        prefix = "compress" if self.kind == "compress" else "profile-change"
-        return f"{prefix}-{self.item.id}"
+        return f"{_DOM_PREFIX[self.kind]}-{self.item.id}"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class TimelinePage:
     show_none: bool
     compress_after: int
     change_after: int
+    action_after: int
 
 
 def _changes(run: RunRecord | None) -> list[ProfileChange]:
@@ -56,10 +60,13 @@ def _changes(run: RunRecord | None) -> list[ProfileChange]:
     return list(run.profile_changes().select_related("changed_by"))
 
 
-def _merge(compresses: list[CompressEvent], changes: list[ProfileChange]) -> list[TimelineEntry]:
+def _merge(
+    compresses: list[CompressEvent], changes: list[ProfileChange], actions: list[KernelAction]
+) -> list[TimelineEntry]:
     entries = [TimelineEntry("compress", c.at, c) for c in compresses]
     entries += [TimelineEntry("profile", ch.changed_at, ch) for ch in changes]
-    return sorted(entries, key=lambda e: (e.at, e.kind == "profile", e.item.id), reverse=True)
+    entries += [TimelineEntry("kernel", a.at, a) for a in actions]
+    return sorted(entries, key=lambda e: (e.at, _KINDS[e.kind], e.item.id), reverse=True)
 
 
 def timeline_page(
@@ -72,10 +79,12 @@ def timeline_page(
     shown = every if show_none else every.exclude(action="none")
     hidden = 0 if show_none else every.filter(action="none").count()
     changes = _changes(run)
-    # Enough of the newest compresses to fill this page whatever the changes take.
+    actions = KernelAction.objects.filter(session_id=session_id)
+    action_after = actions.order_by("-id").values_list("id", flat=True).first() or 0
+    # Enough of the newest compresses and actions to fill this page whatever the rest take.
     upto = page * TIMELINE_PAGE
     compresses = list(shown.order_by("-at", "-id")[: upto + 1])
-    merged = _merge(compresses, changes)
+    merged = _merge(compresses, changes, list(actions.order_by("-at", "-id")[: upto + 1]))
     entries = merged[upto - TIMELINE_PAGE : upto]
     return TimelinePage(
         entries=entries,
@@ -86,6 +95,7 @@ def timeline_page(
         show_none=show_none,
         compress_after=compress_after,
         change_after=max((ch.id for ch in changes), default=0),
+        action_after=action_after,
     )
 
 
@@ -94,9 +104,10 @@ def timeline_after(
     run: RunRecord | None,
     compress_after: int,
     change_after: int,
+    action_after: int,
     *,
     show_none: bool = False,
-) -> tuple[list[TimelineEntry], int, int]:
+) -> tuple[list[TimelineEntry], int, int, int]:
     """Entries written after the cursors (newest first) and the cursors that follow them."""
     rows = CompressEvent.objects.filter(session_id=session_id, id__gt=compress_after)
     compresses = list(rows.order_by("-id")[:200])
@@ -106,7 +117,11 @@ def timeline_after(
         compresses = [c for c in compresses if c.action != "none"]
     changes = [ch for ch in _changes(run) if ch.id > change_after]
     change_after = max([change_after] + [ch.id for ch in changes])
-    return _merge(compresses, changes), compress_after, change_after
+    actions = list(
+        KernelAction.objects.filter(session_id=session_id, id__gt=action_after).order_by("-id")
+    )
+    action_after = max([action_after] + [a.id for a in actions])
+    return _merge(compresses, changes, actions), compress_after, change_after, action_after
 
 
 # ------------------------------------------------------------------------ retrievals

@@ -35,7 +35,8 @@ from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.runs.grants import grants_for, readers_of
 from dashboard.runs.modelinfo import what_will_run
-from dashboard.runs.models import KernelState, RunRecord, TuningProfile
+from dashboard.runs.models import KernelAction, KernelState, RunRecord, TuningProfile
+from dashboard.runs.notify import push_session
 from dashboard.runs.permissions import (
     CONTROL_KERNEL,
     RUN_TASK_CODE,
@@ -299,6 +300,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
             # Only the newest timeline page takes live entries.
             compress_after=timeline.compress_after if timeline.page == 1 else None,
             change_after=timeline.change_after if timeline.page == 1 else None,
+            action_after=timeline.action_after if timeline.page == 1 else None,
             none="1" if timeline.show_none else None,
             # Only the newest page learns of newer events (its "newer" link appears).
             seq_after=(last_seq or after) if not has_newer else None,
@@ -475,6 +477,23 @@ KERNEL_ACTIONS = {
 }
 
 
+# An operator's restart or stop is recorded on the session's timeline (who, when, what).
+AUDITED_KERNEL_ACTIONS = frozenset({KernelAction.RESTART, KernelAction.STOP})
+
+
+def _audit_kernel_action(request: HttpRequest, action: str, session_id: str, answer: Any) -> None:
+    KernelAction.objects.create(
+        session_id=session_id,
+        action=action,
+        operator=request.user.get_username(),
+        done=answer.ok,
+        detail=(f"by worker {answer.worker}" if answer.ok else answer.error)[:400],
+    )
+    run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()
+    if run is not None:
+        push_session(run)  # an open session page shows the entry at once
+
+
 @login_required
 @permission_required(CONTROL_KERNEL, "restart or stop kernels")
 @require_POST
@@ -494,6 +513,8 @@ def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpRes
         )
         return redirect("kernels")
     answer = send(session_id, KERNEL_ACTIONS[action])
+    if action in AUDITED_KERNEL_ACTIONS:
+        _audit_kernel_action(request, action, session_id, answer)
     if not answer.ok:
         messages.error(request, f"Kernel of {session_id}: {action} not done: {answer.error}")
     elif action == "digest":

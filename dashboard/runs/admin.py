@@ -14,6 +14,7 @@ from dashboard.runs.models import (
     PROFILE_FIELDS,
     AgentGrant,
     CompressEvent,
+    KernelAction,
     ProfileChange,
     RunRecord,
     TuningProfile,
@@ -149,6 +150,13 @@ assert set(PROFILE_FIELDS) <= {
 class ProfileChangeAdmin(ReadOnlyAdmin):
     list_display = ("changed_at", "profile", "field", "old_value", "new_value", "changed_by")
     list_filter = ("profile", "field")
+
+
+@admin.register(KernelAction)
+class KernelActionAdmin(ReadOnlyAdmin):
+    list_display = ("at", "session_id", "action", "operator", "done", "detail")
+    list_filter = ("action", "done")
+    search_fields = ("session_id", "operator")
 
 
 @admin.register(RunRecord)

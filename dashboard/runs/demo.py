@@ -7,10 +7,11 @@ at 14:05 that only ends when the pool change is reverted at 14:41.
 
 The operator's turns (``TURNS``) ask the session to pull those logs step by step through
 host functions bound in the kernel as ``ops.*`` (``ops.config_changes()``, ``ops.deploys()``,
-``ops.logs(service, start, end)``). With the demo profile's 6,000-token window the early
-outputs are folded and evicted within the first minute; the last turns ask about facts from
-the first ones, which the policy model can only answer through ``ms.search`` and
-``ms.expand`` over the Event Log.
+``ops.logs(service, start, end)``). The demo profile (``DEMO_KNOBS``) has a 6,000-token
+window and keeps only the newest tool result whole, so from the third turn on (within the
+first minute) each compress folds earlier outputs into pointers or evicts them to the index;
+the last turns ask about facts from the first ones, which the policy model can only answer
+through ``ms.search`` and ``ms.expand`` over the Event Log.
 """
 
 from __future__ import annotations
@@ -18,15 +19,22 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "DEMO_KNOBS",
     "DEMO_PROFILE",
     "RECALL_QUESTIONS",
     "TURNS",
+    "demo_profile",
     "start_demo",
     "start_demo_once",
     "task_text",
 ]
 
 DEMO_PROFILE = "demo"
+# The demo profile's knobs (the seed migrations write the same): a small window, and only the
+# newest tool result protected from folding. With the default five protected, the demo's few
+# cells never left an unprotected result in the view, so it evicted but never folded.
+DEMO_KNOBS: dict[str, Any] = {"context_size": 6000, "protected_recent_tool_results": 1}
+DEMO_DESCRIPTION = "Small window for the built-in demo: folds and evictions within a minute."
 
 
 def _pull(service: str, start: str, end: str, why: str) -> str:
@@ -65,16 +73,26 @@ def task_text() -> str:
     return "\n---\n".join(TURNS)
 
 
+def demo_profile() -> Any:
+    """The demo's tuning profile, made with ``DEMO_KNOBS`` if it is missing (an operator's
+    edits to an existing one are kept)."""
+    from dashboard.runs.models import TuningProfile
+
+    profile, _ = TuningProfile.objects.get_or_create(
+        name=DEMO_PROFILE,
+        defaults={**DEMO_KNOBS, "description": DEMO_DESCRIPTION},
+    )
+    return profile
+
+
 def start_demo(*, pause_s: float = 4.0, session_id: str | None = None) -> Any:
     """Queue the demo run; returns its RunRecord. Any worker binds the ``ops.*`` functions
     (the ``demo`` host function set)."""
     from dashboard.runs import runner
-    from dashboard.runs.models import TuningProfile
 
-    profile = TuningProfile.objects.filter(name=DEMO_PROFILE).first()
     return runner.start_run(
         task_text(),
-        profile,
+        demo_profile(),
         None,
         kind="demo",
         turns=TURNS,

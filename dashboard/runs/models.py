@@ -1,5 +1,6 @@
-"""The tables of runs: tuning profiles and their audit, the runs the console started, their
-compress records, and (in modules of their own) agent grants and the workers' shared state.
+"""The tables of runs: tuning profiles and their audit, operators' kernel actions, the runs the
+console started, their compress records, and (in modules of their own) agent grants and the
+workers' shared state.
 
 Every model keeps the table it had when the console was one app (``db_table``), so moving it
 here moved no row.
@@ -25,6 +26,7 @@ __all__ = [
     "AgentGrant",
     "CompressEvent",
     "ConsoleMarker",
+    "KernelAction",
     "KernelState",
     "ProfileChange",
     "RunRecord",
@@ -193,6 +195,28 @@ class ProfileChange(models.Model):
             "old": self.old_value,
             "new": self.new_value,
         }
+
+
+class KernelAction(models.Model):
+    """An operator restarted or stopped a session's kernel from the Kernels page: who, when,
+    what, and what came of it. The session's timeline shows these; they raise no alert."""
+
+    RESTART, STOP = "restart", "stop"
+
+    session_id = models.CharField(max_length=200, db_index=True)
+    at = models.DateTimeField(default=timezone.now)
+    action = models.CharField(max_length=16, choices=[(RESTART, RESTART), (STOP, STOP)])
+    # The username as it was: the record outlives the account.
+    operator = models.CharField(max_length=150)
+    done = models.BooleanField(default=False)
+    # Done: the worker that did it. Not done: why not.
+    detail = models.CharField(max_length=400, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}: kernel {self.action} by {self.operator}"
 
 
 class RunRecord(models.Model):

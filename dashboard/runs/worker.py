@@ -589,10 +589,10 @@ class Worker:
         if action == WorkerCommand.RESTART_KERNEL:
             if self._kernel_row(live, session_id) is None:
                 raise LookupError(f"no kernel for session {session_id!r}")
-            kernel = self.kernels.get(session_id)
-            with telemetry.span("scroll.kernel.restart", session=session_id,
-                                kernel_tier=kernel.tier, by="staff"):  # fmt: skip
-                kernel.restart()
+            # The kernel's own scroll.kernel.restart span (marked requested) is the one; a
+            # second around it counted every console restart twice.
+            with telemetry.session_scope(session_id):
+                self.kernels.get(session_id).restart()
             row = self._record_kernel(live)
             return _jsonable_row(row or {})
         if action == WorkerCommand.STOP_KERNEL:

@@ -17,7 +17,9 @@ span_reread       ``scroll.blocks`` of expand/recall spans: the same evicted blo
 print_truncation  execute_tool spans with ``scroll.truncated``; threshold among the last
                   ``window`` cells of the session
 kernel_failure    execute_tool spans with ``scroll.status`` timeout or killed, a
-                  ``scroll.kernel.restart`` span, or ``error.type`` KernelError
+                  ``scroll.kernel.restart`` span that was not ``scroll.requested`` (an
+                  operator's restart is on the session's timeline, not an alert), or
+                  ``error.type`` KernelError
 context_unfit     ``error.type`` ContextWindowUnfit, or ``scroll.stop_reason`` context_unfit
 eviction_net_loss ``scroll.blocks`` with ``scroll.seq_lo``/``seq_hi``: a block whose re-reads
                   (after ``threshold`` of them) cost more prefill than keeping it would have
@@ -192,7 +194,9 @@ class AlertEngine:
                             "raw results instead of aggregating in the kernel",
                             count=count,
                         )
-            elif name == "scroll.kernel.restart" or error_type in KERNEL_ERRORS:
+            elif (
+                name == "scroll.kernel.restart" and not _attr(span, "scroll.requested")
+            ) or error_type in KERNEL_ERRORS:
                 fire(
                     AlertRule.KERNEL_FAILURE,
                     f"Kernel failure ({name}): {span.get('status_message') or 'restarted'}",

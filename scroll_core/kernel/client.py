@@ -154,16 +154,18 @@ class Kernel:
 
         Answers in bounded time even while a cell is stuck: a busy kernel is killed first,
         which ends the cell; if the cell still has not let go of the lock in time (a host
-        function is running), the kernel stays dead and the next cell starts a fresh one."""
+        function is running), the kernel stays dead and the next cell starts a fresh one.
+        Its ``scroll.kernel.restart`` span says ``scroll.requested``: asked for, not the
+        recovery from a kernel that died, timed out or stopped answering."""
         old_pid = self.pid
         if not self._take_lock("restarted"):
             with span(
                 "scroll.kernel.restart", kernel_tier=self.tier, **self.sandbox_attributes()
             ) as traced:
-                traced.set(deferred=True, old_pid=old_pid)
+                traced.set(deferred=True, old_pid=old_pid, requested=True)
             return
         try:
-            self._restart_locked()
+            self._restart_locked(requested=True)
         finally:
             self._lock.release()
 
@@ -206,11 +208,14 @@ class Kernel:
             with contextlib.suppress(OSError):
                 proc.kill()
 
-    def _restart_locked(self) -> None:
+    def _restart_locked(self, *, requested: bool = False) -> None:
         if self._closed:
             raise KernelError("kernel is closed")
         with span(
-            "scroll.kernel.restart", kernel_tier=self.tier, **self.sandbox_attributes()
+            "scroll.kernel.restart",
+            kernel_tier=self.tier,
+            requested=requested or None,
+            **self.sandbox_attributes(),
         ) as traced:
             old_pid = self.pid
             self._stopping = None

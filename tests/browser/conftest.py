@@ -95,25 +95,3 @@ def strict_page(browser, asgi_server, staff):
 def shoot(page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-
-
-@pytest.fixture
-def live_runner(console_log):
-    """A worker of its own (one slot, a process-tier kernel pool), and telemetry feeding a
-    console span sink, for one test. Yields the worker and the sink."""
-    from dashboard.runs.worker import Worker
-    from dashboard.telemetry.spans import ConsoleSpanSink
-    from scroll_core import telemetry
-    from scroll_core.kernel import KernelConfig, KernelManager
-
-    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    runner = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
-    sink = ConsoleSpanSink()
-    telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
-    try:
-        yield runner, sink
-    finally:
-        runner.shutdown()
-        sink.flush(5.0)
-        telemetry.reset()
-        sink.close()

@@ -102,12 +102,10 @@ def test_every_live_figure_changes_without_reload_and_every_page_is_clean(
     browser, asgi_server, staff, live_runner, console_log
 ):
     from dashboard.runs import demo, demo_data
-    from dashboard.runs.models import RunRecord, TuningProfile
+    from dashboard.runs.models import RunRecord
     from dashboard.telemetry.models import SpanRecord
 
-    profile, _ = TuningProfile.objects.get_or_create(
-        name=demo.DEMO_PROFILE, defaults={"context_size": 6000}
-    )
+    profile = demo.demo_profile()
     holding, gate = threading.Event(), threading.Event()
 
     def hold() -> str:

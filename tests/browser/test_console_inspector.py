@@ -22,10 +22,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def demo_run(live_runner):
     """The demo, run to its end (evicting on the way), its spans stored."""
     from dashboard.runs import demo
-    from dashboard.runs.models import RunRecord, TuningProfile
+    from dashboard.runs.models import RunRecord
 
     _, sink = live_runner
-    TuningProfile.objects.get_or_create(name=demo.DEMO_PROFILE, defaults={"context_size": 6000})
     run = demo.start_demo(pause_s=0.0)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:

@@ -91,9 +91,8 @@ def test_a_trigger_ratio_changed_in_admin_takes_effect_at_the_next_compress(page
 
 def test_the_demo_session_shows_evictions_in_the_index_panel(page, live_runner):
     from dashboard.runs import demo
-    from dashboard.runs.models import RunRecord, TuningProfile
+    from dashboard.runs.models import RunRecord
 
-    TuningProfile.objects.get_or_create(name=demo.DEMO_PROFILE, defaults={"context_size": 6000})
     run = demo.start_demo(pause_s=0.2)
 
     deadline = time.monotonic() + 120

@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.browser.conftest import shoot
+from tests.browser.conftest import SCREENSHOTS, shoot
 
 pytest.importorskip("playwright.sync_api")
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -50,6 +50,34 @@ OUT_OF_SCREEN = """(slack) => {
   }
   return found;
 }"""
+
+# A chart's legend covering its x axis (the budget chart's dates) or its plot, and a bar
+# slot with nothing drawn in it (a span never read back, drawn as a zero-height bar).
+CHART_FAULTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap(chart => {
+  const found = [];
+  const box = el => el.getBoundingClientRect();
+  const legend = chart.querySelector('.legend');
+  if (legend) {
+    const l = box(legend);
+    const covers = r => r.width > 0 && r.height > 0 && l.left < r.right && r.left < l.right
+      && l.top < r.bottom && r.top < l.bottom;
+    const parts = {'.xtick text': 'an x axis label', '.g-xtitle text': 'the x axis title',
+                   '.nsewdrag': 'the plot'};
+    Object.entries(parts).forEach(([selector, what]) => {
+      if (Array.from(chart.querySelectorAll(selector)).some(el => covers(box(el)))) {
+        found.push(`${chart.id}: its legend covers ${what}`);
+      }
+    });
+  }
+  const bars = chart.data.filter(t => t.type === 'bar');
+  if (bars.length) {
+    const slots = new Set(bars.flatMap(t => t.x)).size;
+    const drawn = Array.from(chart.querySelectorAll('.barlayer .point path'))
+      .filter(p => box(p).height >= 2).length;
+    if (drawn < slots) found.push(`${chart.id}: ${slots - drawn} of ${slots} bars not visible`);
+  }
+  return found;
+})"""
 
 # The narrowest visible element of a selector, and where the leftmost one starts.
 COLUMN = """(selector) => {
@@ -222,11 +250,15 @@ def test_every_console_page_fits_a_phone_screen(browser, asgi_server, phone_data
     def visit(path: str) -> None:
         page.goto(asgi_server + path)
         page.wait_for_load_state("load")
+        found = []
         if page.locator(".chart[data-figure]").count():
             page.wait_for_selector(".chart .main-svg", timeout=10_000)
+            found += page.evaluate(CHART_FAULTS)
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            charts = page.locator(".chart[data-figure]").first.locator("xpath=..")
+            charts.screenshot(path=str(SCREENSHOTS / f"{_shot_name(path, chat)}-charts.png"))
         # What an operator can unfold must fit as well (attributes, the raw JSON, costs).
         page.evaluate("document.querySelectorAll('main details').forEach(d => { d.open = true; })")
-        found = []
         for selector in COLUMNS.get(path, ()):
             column = page.evaluate(COLUMN, selector)
             if column is None:
@@ -275,7 +307,7 @@ def test_every_console_page_fits_a_phone_screen(browser, asgi_server, phone_data
     finally:
         context.close()
     report = "\n".join(
-        f"{path}: {len(found)} out of the screen, e.g. " + "; ".join(found[:6])
+        f"{path}: {len(found)} faults, e.g. " + "; ".join(found[:6])
         for path, found in problems.items()
     )
     assert not problems, f"at {WIDTH}px:\n{report}"

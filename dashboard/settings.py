@@ -341,6 +341,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Datetimes in admin (lists, read-only fields, history) carry their zone (dashboard/formats).
+FORMAT_MODULE_PATH = ["dashboard.formats"]
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]

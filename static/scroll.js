@@ -28,7 +28,34 @@
     while (body.children.length > MAX_LIVE_ROWS) body.removeChild(body.lastElementChild);
   }
 
+  // A stacked table (a card per row on a phone, static/scroll.css) names each cell by its
+  // column's header, so the header row stays the one place that says what a column is, and
+  // rows that arrive live are named like the rows the page drew.
+  function labelCells(root) {
+    root.querySelectorAll("table.stack").forEach(function (table) {
+      var head = table.tHead && table.tHead.rows[0];
+      if (!head) return;
+      var names = [];
+      Array.from(head.cells).forEach(function (th) {
+        for (var i = 0; i < th.colSpan; i++) names.push(th.textContent.trim());
+      });
+      Array.from(table.tBodies).forEach(function (body) {
+        Array.from(body.rows).forEach(function (row) {
+          var column = 0;
+          Array.from(row.cells).forEach(function (cell) {
+            var name = names[column];
+            column += cell.colSpan;
+            if (cell.tagName === "TD" && cell.colSpan === 1 && name && !cell.hasAttribute("data-label")) {
+              cell.setAttribute("data-label", name);
+            }
+          });
+        });
+      });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    labelCells(document);
     // plotly.min.js loads deferred too; charts draw once both are in.
     if (typeof Plotly === "undefined") {
       window.addEventListener("load", function () { drawCharts(document); });
@@ -78,7 +105,10 @@
     });
   }
 
-  document.addEventListener("htmx:afterSwap", function (evt) { drawCharts(evt.target.parentNode || document); });
+  document.addEventListener("htmx:afterSwap", function (evt) {
+    drawCharts(evt.target.parentNode || document);
+    labelCells(document);
+  });
   document.addEventListener("htmx:oobBeforeSwap", moveShown);
   document.addEventListener("htmx:oobAfterSwap", function (evt) {
     markEmpty();
@@ -90,6 +120,7 @@
   // charts whose figure changed (#session-figures) and mark empty tables.
   document.addEventListener("htmx:wsAfterMessage", function () {
     markEmpty();
+    labelCells(document);
     drawCharts(document);
   });
   // Live frames arrive over the socket, where htmx's ws extension swaps each top-level element

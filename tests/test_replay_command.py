@@ -197,3 +197,95 @@ def test_an_import_without_model_calls_says_why_it_cannot_replay(console_log, st
     page = staff_client.get("/replay/", {"session": "locomo:conv-x"})
     assert page.status_code == 200
     assert "Nothing to replay" in page.content.decode() and "report" not in page.context
+
+
+# ------------------------------------------------------------- starting from a saved profile
+def _lines(response) -> dict[str, dict]:
+    """The chart's trigger and C lines by name (the dashed ones, not the per-call traces)."""
+    data = response.context["budget"]["data"]
+    return {t["name"]: t for t in data if t["name"].startswith(("trigger", "C="))}
+
+
+def test_the_lab_starts_from_a_saved_profile_chosen_in_the_form(recorded_run, staff_client):
+    TuningProfile.objects.create(name="roomy", context_size=8000, trigger_ratio=0.7)
+
+    first = staff_client.get("/replay/", {"session": S})
+    page = first.content.decode()
+    assert '<select name="start"' in page and ">saved profile roomy</option>" in page
+    assert '<option value="" selected>the recorded profile (tight4k)</option>' in page
+
+    # The form, as the browser sends it: the recorded knobs, and roomy chosen above them.
+    knobs = {f: str(v) for f, v in first.context["knobs"].items()}
+    chosen = staff_client.get(
+        "/replay/", {"session": S, "start": "roomy", "knobs_from": "", **knobs}
+    )
+
+    assert chosen.status_code == 200
+    assert chosen.context["knobs"]["context_size"] == 8000
+    assert chosen.context["knobs"]["trigger_ratio"] == 0.7
+    assert chosen.context["report"]["replay"]["profile"]["context_size"] == 8000
+    page = chosen.content.decode()
+    assert 'starting from the saved profile <b id="knobs-source">roomy</b>' in page
+    assert '<option value="roomy" selected>' in page
+    assert '<input type="hidden" name="knobs_from" value="roomy">' in page
+
+
+def test_knobs_edited_after_choosing_a_saved_profile_are_kept(recorded_run, staff_client):
+    TuningProfile.objects.create(name="roomy", context_size=8000, trigger_ratio=0.7)
+
+    edited = staff_client.get(
+        "/replay/",
+        {"session": S, "start": "roomy", "knobs_from": "roomy", "trigger_ratio": "0.5"},
+    )
+
+    assert edited.context["knobs"]["trigger_ratio"] == "0.5"
+    assert edited.context["knobs"]["context_size"] == 8000
+    assert edited.context["report"]["replay"]["trigger_tokens"] == 4000
+
+
+def test_an_unknown_saved_profile_is_refused(recorded_run, staff_client):
+    response = staff_client.get("/replay/", {"session": S, "start": "nope"})
+    assert response.status_code == 400 and "no saved profile" in response.content.decode()
+
+
+def test_a_saved_profile_brings_the_lab_back_starting_from_it(recorded_run, staff_client):
+    knobs = {**TuningProfile.objects.get(name="tight4k").knobs(), "trigger_ratio": "0.6"}
+    saved = staff_client.post("/replay/", {"session": S, "save": "1", "name": "lab-6", **knobs})
+    assert saved.status_code == 302 and "start=lab-6" in saved["Location"]
+    again = staff_client.get(saved["Location"])
+    assert again.context["knobs"]["trigger_ratio"] == 0.6
+
+
+def test_the_charts_dashed_lines_say_whose_trigger_and_c_they_are(recorded_run, staff_client):
+    TuningProfile.objects.create(name="roomy", context_size=8000, trigger_ratio=0.7)
+
+    same = _lines(staff_client.get("/replay/", {"session": S}))
+    roomy = _lines(staff_client.get("/replay/", {"session": S, "start": "roomy"}))
+    edited = _lines(staff_client.get("/replay/", {"session": S, "trigger_ratio": "0.6"}))
+
+    # Replaying the recorded knobs: one trigger and one C line, both sides' own.
+    assert sorted(same) == [
+        "C=4,096 (recorded and replay: profile 'tight4k')",
+        "trigger 0.8 × C=4,096 (recorded and replay: profile 'tight4k')",
+    ]
+    assert same["trigger 0.8 × C=4,096 (recorded and replay: profile 'tight4k')"]["y"] == [
+        3276,
+        3276,
+    ]
+    # Another profile: each side's lines, named by their values and their profile.
+    assert sorted(roomy) == [
+        "C=4,096 (recorded: profile 'tight4k')",
+        "C=8,000 (replay: saved profile 'roomy')",
+        "trigger 0.7 × C=8,000 (replay: saved profile 'roomy')",
+        "trigger 0.8 × C=4,096 (recorded: profile 'tight4k')",
+    ]
+    assert roomy["trigger 0.7 × C=8,000 (replay: saved profile 'roomy')"]["y"] == [5600, 5600]
+    # Edited knobs say so; a C both sides share is one line with both names.
+    assert sorted(edited) == [
+        "C=4,096 (recorded: profile 'tight4k'; replay: knobs edited from profile 'tight4k')",
+        "trigger 0.6 × C=4,096 (replay: knobs edited from profile 'tight4k')",
+        "trigger 0.8 × C=4,096 (recorded: profile 'tight4k')",
+    ]
+    # Every line is in the legend: no unnamed shapes left on the plot.
+    layout = staff_client.get("/replay/", {"session": S}).context["budget"]["layout"]
+    assert not layout.get("shapes")

@@ -7,6 +7,7 @@ new tuning profile. Included from ``dashboard/urls.py``; login required, and sav
 from __future__ import annotations
 
 from typing import Any, cast
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -15,8 +16,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 
+from dashboard.console import session_panels
 from dashboard.eventlog import get_event_log
-from dashboard.runs.inforce import load_recorded
+from dashboard.runs.inforce import Recorded, load_recorded
 from dashboard.runs.models import PROFILE_FIELDS, TuningProfile
 from dashboard.runs.permissions import SAVE_PROFILE, denied
 from scroll_core.errors import ConfigError, ScrollError
@@ -77,7 +79,66 @@ def _evictions(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _budget_figure(report: dict[str, Any]) -> dict[str, Any]:
+def _get_start(name: str) -> TuningProfile | None:
+    """The saved profile the knobs start from ("" or unknown: None, and the recorded one)."""
+    if not name:
+        return None
+    return TuningProfile.objects.filter(name=name).first()
+
+
+def _knobs(source: Any, start_name: str, base: Profile) -> dict[str, Any]:
+    """The knobs to replay: the form's, over those of ``base``. The form says which profile
+    its knobs were filled from (``knobs_from``); when another one is chosen since, its knobs
+    replace the form's, so the knobs shown are always a profile's or edits of them."""
+    if source.get("knobs_from", start_name) != start_name:
+        return {f: getattr(base, f) for f in PROFILE_FIELDS}
+    return {f: source.get(f, getattr(base, f)) for f in PROFILE_FIELDS}
+
+
+def _limit(side: dict[str, Any], what: str) -> tuple[str, int]:
+    """One side's trigger or C: its legend label (its values) and its height in tokens."""
+    size = side["profile"]["context_size"]
+    if what == "C":
+        return f"C={size:,}", size
+    return f"trigger {side['profile']['trigger_ratio']:g} × C={size:,}", side["trigger_tokens"]
+
+
+def _limit_lines(report: dict[str, Any], whose: dict[str, str]) -> list[dict[str, Any]]:
+    """Trigger and C of the recorded run and of the replay, each a dashed line named in the
+    legend by its values and whose knobs they are; one line where both sides agree."""
+    calls = report["replay"]["per_call"] or report["recorded"]["per_call"]
+    x = [calls[0]["call"], calls[-1]["call"]] if calls else [0, 0]
+    lines: list[dict[str, Any]] = []
+    for what, color in (("trigger", "#c80"), ("C", "#c00")):
+        recorded, replayed = _limit(report["recorded"], what), _limit(report["replay"], what)
+        if recorded != replayed:
+            named = [
+                (*recorded, f"recorded: {whose['recorded']}", "dash"),
+                (*replayed, f"replay: {whose['replay']}", "dot"),
+            ]
+        elif whose["recorded"] == whose["replay"]:
+            named = [(*replayed, f"recorded and replay: {whose['replay']}", "dash")]
+        else:
+            owners = f"recorded: {whose['recorded']}; replay: {whose['replay']}"
+            named = [(*replayed, owners, "dash")]
+        lines += [
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{label} ({owners})",
+                "x": x,
+                "y": [y, y],
+                "line": {"dash": dash, "color": color, "width": 1.5},
+                "hoverinfo": "name",
+            }
+            for label, y, owners, dash in named
+        ]
+    return lines
+
+
+def _budget_figure(report: dict[str, Any], whose: dict[str, str]) -> dict[str, Any]:
+    """View and prefill tokens per call, recorded and replayed, under their trigger and C
+    (``whose``: the recorded and the replayed knobs' owner, as the legend names them)."""
     traces = []
     for side, dash in (("recorded", "solid"), ("replay", "dot")):
         calls = report[side]["per_call"]
@@ -101,30 +162,29 @@ def _budget_figure(report: dict[str, Any]) -> dict[str, Any]:
                 "line": {"dash": dash, "width": 1},
             }
         )
-    shapes = [
-        {
-            "type": "line",
-            "xref": "paper",
-            "x0": 0,
-            "x1": 1,
-            "y0": y,
-            "y1": y,
-            "line": {"dash": "dash", "color": color},
-        }
-        for y, color in (
-            (report["replay"]["trigger_tokens"], "#c80"),
-            (report["replay"]["context_size"], "#c00"),
-        )
-    ]
     layout = {
-        "title": {"text": "view tokens per model call (trigger and C dashed)"},
-        "height": 320,
+        "height": 440,
         "xaxis": {"title": {"text": "model call"}},
         "yaxis": {"title": {"text": "tokens"}},
-        "shapes": shapes,
-        "margin": {"t": 40, "r": 10},
+        "legend": dict(session_panels.LEGEND_ABOVE),
+        "margin": {"t": 30, "r": 10},
     }
-    return {"data": traces, "layout": layout}
+    return {"data": traces + _limit_lines(report, whose), "layout": layout}
+
+
+def _whose(
+    recorded: Recorded, start: TuningProfile | None, base: Profile, knobs: Profile
+) -> dict[str, str]:
+    """Whose trigger and C each side's lines are: the recorded profile (as it ended, when it
+    was tuned while the run ran), and the profile the replayed knobs started from (``base``:
+    the saved ``start``, else the recorded one), and whether they were edited since."""
+    ended = " as it ended" if recorded.changes else ""
+    own = f"profile '{recorded.profile_name}'{ended}"
+    source = own if start is None else f"saved profile '{start.name}'"
+    return {
+        "recorded": own,
+        "replay": source if knobs == base else f"knobs edited from {source}",
+    }
 
 
 @login_required
@@ -154,13 +214,19 @@ def replay_page(request: HttpRequest) -> HttpResponse:
         context["error"] = str(exc)
         return render(request, "dashboard/replay.html", context, status=400)
     recorded_profile = recorded.final
-    knobs = {f: source.get(f, getattr(recorded_profile, f)) for f in PROFILE_FIELDS}
-    context.update(
-        recorded_profile_name=recorded.profile_name,
-        recorded_changes=recorded.changes,
-        knobs=knobs,
-        knob_rows=_knob_rows(knobs),
-    )
+    start_name = source.get("start", "")
+    start = _get_start(start_name)
+    context.update(recorded_profile_name=recorded.profile_name, recorded_changes=recorded.changes)
+    if start_name and start is None:
+        context["error"] = f"no saved profile {start_name!r}"
+        return render(request, "dashboard/replay.html", context, status=400)
+    try:
+        base = start.to_core() if start is not None else recorded_profile
+    except ConfigError as exc:
+        context["error"] = f"saved profile {start_name!r}: {exc}"
+        return render(request, "dashboard/replay.html", context, status=400)
+    knobs = _knobs(source, start_name, base)
+    context.update(start=start, knobs=knobs, knob_rows=_knob_rows(knobs))
     try:
         profile = Profile.from_mapping(knobs)
     except ConfigError as exc:
@@ -179,7 +245,9 @@ def replay_page(request: HttpRequest) -> HttpResponse:
             return render(request, "dashboard/replay.html", context, status=400)
         row.save()
         messages.success(request, f"saved profile {row.name!r}")
-        return redirect(f"{reverse('replay')}?session={session_id}&policy={context['policy']}")
+        # Back to the lab, its knobs now from the profile just saved.
+        query = urlencode({"session": session_id, "policy": context["policy"], "start": row.name})
+        return redirect(f"{reverse('replay')}?{query}")
     if not recorded.trace.calls:
         context["error"] = (
             f"Nothing to replay: {session_id} has no model calls (no assistant turns in the "
@@ -213,7 +281,7 @@ def replay_page(request: HttpRequest) -> HttpResponse:
     context.update(
         report=report,
         figures=[(_FIGURE_LABELS[f], report["recorded"][f], report["replay"][f]) for f in figures],
-        budget=_budget_figure(report),
+        budget=_budget_figure(report, _whose(recorded, start, base, profile)),
         evictions=_evictions(report),
         nothing_to_check=not report["reproduction"]["checked"]
         and not report["reproduction"]["calls_checked"],

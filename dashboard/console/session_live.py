@@ -155,11 +155,17 @@ def retrievals_per_block(
     return rows
 
 
+# A never-read span is drawn as a grey stub this share of the y axis high: its count is 0,
+# which as a bar has no height and shows nothing.
+NEVER_READ_STUB = 0.05
+NEVER_READ_COLOR = "#8f99a3"
+
+
 def retrieval_figure(rows: list[tuple[str, int]]) -> dict[str, Any]:
-    """One bar per evicted span, never-retrieved ones drawn (grey, labelled 0)."""
+    """One bar per evicted span (its retrievals), and a grey stub on each span never read."""
     layout: dict[str, Any] = {
-        "margin": {"t": 10, "r": 10, "b": 80, "l": 50},
-        "height": 240,
+        "margin": {"t": 30, "r": 10, "b": 80, "l": 50},
+        "height": 260,
         "uirevision": "keep",
         "xaxis": {"title": {"text": "evicted span (tier:seq range)"}, "type": "category"},
         "yaxis": {"title": {"text": "retrievals (expands that hit it)"}, "rangemode": "tozero"},
@@ -180,6 +186,12 @@ def retrieval_figure(rows: list[tuple[str, int]]) -> dict[str, Any]:
         return {"data": [], "layout": layout}
     keys = [key for key, _ in rows]
     values = [n for _, n in rows]
+    top = max(values)
+    if top == 0:
+        # Only stubs: without a fixed range the axis would stretch them to its full height.
+        layout["yaxis"] |= {"range": [0, 1], "dtick": 1}
+    stub = max(top, 1) * NEVER_READ_STUB
+    never = [key for key, n in rows if n == 0]
     bar = {
         "type": "bar",
         "name": "retrievals",
@@ -187,9 +199,25 @@ def retrieval_figure(rows: list[tuple[str, int]]) -> dict[str, Any]:
         "y": values,
         "text": [str(n) for n in values],
         "textposition": "outside",
-        "marker": {"color": ["#1f5fa8" if n else "#b0b8bf" for n in values]},
+        "marker": {"color": "#1f5fa8"},
     }
-    return {"data": [bar], "layout": layout}
+    stubs = {
+        "type": "bar",
+        "name": "never read (0 retrievals)",
+        "x": never,
+        "y": [stub] * len(never),
+        "marker": {"color": NEVER_READ_COLOR},
+        "hovertemplate": "%{x}: never read<extra></extra>",
+    }
+    layout |= {
+        # Each span has one bar or one stub, so they overlay in its one slot; the axis keeps
+        # the index's order (a second trace would otherwise append its categories).
+        "barmode": "overlay",
+        "showlegend": True,
+        "legend": dict(session_panels.LEGEND_ABOVE),
+    }
+    layout["xaxis"] |= {"categoryorder": "array", "categoryarray": keys}
+    return {"data": [bar, stubs], "layout": layout}
 
 
 # ------------------------------------------------------------------------- the parts

@@ -10,7 +10,19 @@ from typing import Any
 from dashboard.runs.models import CompressEvent
 from dashboard.telemetry.models import SpanRecord
 
-__all__ = ["budget_figure", "index_blocks", "kernel_of", "kernels", "retrievals", "runner_module"]
+__all__ = [
+    "LEGEND_ABOVE",
+    "budget_figure",
+    "index_blocks",
+    "kernel_of",
+    "kernels",
+    "retrievals",
+    "runner_module",
+]
+
+# A chart's legend in a row above its plot: below it, a horizontal legend covers the x axis's
+# labels and title (the budget chart's dates). Plotly widens the top margin to fit it.
+LEGEND_ABOVE = {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom"}
 
 
 def budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
@@ -43,10 +55,10 @@ def budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
             }
         )
     layout = {
-        "margin": {"t": 10, "r": 10, "b": 40, "l": 60},
-        "height": 280,
+        "margin": {"t": 30, "r": 10, "b": 40, "l": 60},
+        "height": 300,
         "yaxis": {"title": {"text": "tokens"}},
-        "legend": {"orientation": "h"},
+        "legend": dict(LEGEND_ABOVE),
         "hovermode": "x",
         # Calls are placed by time, so under a slow model they bunch and leave gaps wider
         # than Plotly's default 20 px hover distance, where a click would open nothing. -1 is

@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from dashboard.console import live
@@ -65,9 +66,36 @@ def _message_rows(call: RecordedCall) -> list[dict[str, Any]]:
     return rows
 
 
+def _blocks(view: dict[str, Any] | None) -> list[list[int]]:
+    return [list(b) for b in (view or {}).get("blocks") or []]
+
+
+def _newly_covered(now: list[list[int]], before: list[list[int]]) -> tuple[int, int] | None:
+    """The seq range the index covers at this call and did not at the call before: what
+    was evicted in between."""
+    had = sorted((b[1], b[2]) for b in before)
+    fresh: list[int] = []
+    for _tier, lo, hi, *_ in now:
+        for seq in range(lo, hi + 1):
+            if not any(a <= seq <= z for a, z in had):
+                fresh.append(seq)
+    return (min(fresh), max(fresh)) if fresh else None
+
+
+def _events_url(session_id: str, lo: int) -> str:
+    return f"{reverse('session', args=[session_id])}?after={max(0, lo - 1)}#e{lo}"
+
+
 def render_recorded_call(request: HttpRequest, session_id: str, index: int) -> HttpResponse:
     call = _load(session_id, index)
     row = call.row
+    before = (
+        WireCall.objects.filter(session_id=session_id, index=index - 1)
+        .values_list("view", flat=True)
+        .first()
+    )
+    blocks = sorted(_blocks(row.view), key=lambda b: (-b[0], b[1]))
+    evicted = _newly_covered(blocks, _blocks(before)) if index > 0 else None
     total = WireCall.objects.filter(session_id=session_id).count()
     span = SpanRecord.objects.filter(span_id=row.span_id).first() if row.span_id else None
     request_fields = {k: v for k, v in (call.request or {}).items() if k not in ("messages",)}
@@ -98,6 +126,13 @@ def render_recorded_call(request: HttpRequest, session_id: str, index: int) -> H
         ],
         "reply_json": json.dumps(row.reply, ensure_ascii=False, indent=1) if row.reply else "",
         "usage": sorted((row.usage or {}).items()),
+        "blocks": [
+            {"tier": b[0], "lo": b[1], "hi": b[2], "events": b[3], "tokens": b[4],
+             "url": _events_url(session_id, b[1])}
+            for b in blocks
+        ],  # fmt: skip
+        "evicted": evicted,
+        "evicted_url": _events_url(session_id, evicted[0]) if evicted else None,
     }
     return render(request, "dashboard/call_recorded.html", ctx)
 

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .. import wire
 from ..errors import (
     ContextOverflow,
     ContextWindowUnfit,
@@ -295,7 +296,7 @@ class Session:
             lambda: self.model.complete(messages, tools),
             session=self.session_id,
             request=lambda: {"model": self.model.name, "messages": messages, "tools": tools},
-            view=view.report.to_dict(),
+            view=wire.view_record(view.report, self.state.index),
             messages=messages,
             compacted=bool(self.state.index.blocks),
             turn=record.turn,

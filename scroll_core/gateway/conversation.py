@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from .. import wire
 from ..agent.cells import AgentKernel, CellOutcome, run_cell
 from ..agent.steps import fresh_profile, traced_call, unique_call
 from ..errors import ContextOverflow, ScrollError
@@ -562,7 +563,7 @@ class GatewayConversation(HistoryLog):
                     session=self.session_id,
                     source="gateway",
                     request=partial(_in_process_request, model, messages, prefix),
-                    view=view.report.to_dict(),
+                    view=wire.view_record(view.report, self.state.index),
                     messages=messages,
                     compacted=bool(self.state.index.blocks),
                     step=step,

@@ -3,7 +3,15 @@ reply and the provider's usage (``capture``), and the storage format that keeps 
 session's record small (``encoding``). The console stores and shows it
 (``dashboard.record``); nothing here knows about a database."""
 
-from .capture import WireCall, WireLog, calling, collecting, note_sent, reply_record
+from .capture import (
+    WireCall,
+    WireLog,
+    calling,
+    collecting,
+    note_sent,
+    reply_record,
+    view_record,
+)
 from .encoding import (
     ENCODERS,
     INLINE_MAX,
@@ -32,4 +40,5 @@ __all__ = [
     "expand_messages",
     "note_sent",
     "reply_record",
+    "view_record",
 ]

@@ -26,7 +26,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["WireCall", "WireLog", "calling", "collecting", "note_sent", "reply_record"]
+__all__ = [
+    "WireCall",
+    "WireLog",
+    "calling",
+    "collecting",
+    "note_sent",
+    "reply_record",
+    "view_record",
+]
 
 
 @dataclass
@@ -145,6 +153,15 @@ def calling(
         if not call.sends and request is not None:
             call.body = _compact(request())
         log.add(call)
+
+
+def view_record(report: Any, index: Any) -> dict[str, Any]:
+    """The working view a call was built from, as the record keeps it: its section sizes
+    (``ViewReport.to_dict``) and the index blocks it carried, ``[tier, lo_seq, hi_seq,
+    events, tokens]`` each (their headlines are in the messages)."""
+    out = dict(report.to_dict())
+    out["blocks"] = [[b.tier, b.lo_seq, b.hi_seq, b.events, b.tokens] for b in index.blocks]
+    return out
 
 
 def reply_record(reply: Any) -> tuple[dict[str, Any], dict[str, int]]:

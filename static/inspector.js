@@ -4,8 +4,11 @@
 (function () {
   "use strict";
 
+  // A point of a recorded session is a call ("call:<index>"): it opens that call itself.
   function callUrl(el, row) {
     var base = el.dataset.callsUrl || (window.location.pathname.replace(/\/?$/, "/") + "calls/");
+    var text = String(row);
+    if (text.indexOf("call:") === 0) return base + encodeURIComponent(text.slice(5)) + "/";
     return base + "?compress=" + encodeURIComponent(row);
   }
 

@@ -118,3 +118,21 @@ def test_each_recorded_call_names_its_chat_span_and_the_span_links_to_it(
     )  # fmt: skip
     found = admin_client.get(call_url_for_span(record))
     assert found.status_code == 302 and found["Location"].endswith(f"/calls/{rows[-1].index}/")
+
+
+def test_the_budget_chart_has_one_point_per_upstream_call_at_its_own_time(
+    gateway, upstream, admin_client
+):
+    session = _evicting_session(gateway, upstream, turns=24)
+    calls = session_calls(session)
+    data = json.loads(admin_client.get(f"/sessions/{session}/?part=charts").content)
+    data = data["budget"]["data"]
+    tail = next(t for t in data if t["name"] == "tail")
+    assert len(tail["x"]) == len(calls) == len(set(tail["x"]))  # not bunched by batch
+    assert tail["customdata"] == [f"call:{c.index}" for c in calls]
+    totals = [sum(t["y"][i] for t in data if t.get("stackgroup")) for i in range(len(calls))]
+    assert totals == [c.view["total"] for c in calls]
+    # The evictions show as drops, one per eviction the record saw.
+    drops = sum(1 for a, b in zip(totals, totals[1:], strict=False) if b < a)
+    evictions = sum(1 for c in calls[1:] if recorded_call(session, c.index).dropped)
+    assert drops >= 1 and drops <= evictions, (totals, evictions)

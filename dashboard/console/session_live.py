@@ -19,6 +19,7 @@ from typing import Any
 from django.template.loader import render_to_string
 
 from dashboard.console import session_panels
+from dashboard.record.models import WireCall
 from dashboard.runs.models import CompressEvent, KernelAction, ProfileChange, RunRecord
 
 TIMELINE_PAGE = 20
@@ -233,8 +234,13 @@ def parts_context(session_id: str) -> dict[str, Any]:
     hits = dict(per_block)
     for block in blocks:
         block["retrievals"] = hits.get(block["key"], 0)
-    points = list(CompressEvent.objects.filter(session_id=session_id).order_by("at", "id"))
-    budget = session_panels.budget_figure(points)
+    calls = list(WireCall.objects.filter(session_id=session_id).order_by("index"))
+    if calls:  # one point per upstream call, as sent
+        budget = session_panels.recorded_budget_figure(calls)
+        points: list[Any] = calls
+    else:  # a session from before the record: after each compress
+        points = list(CompressEvent.objects.filter(session_id=session_id).order_by("at", "id"))
+        budget = session_panels.budget_figure(points)
     budget["layout"]["uirevision"] = "keep"
     return {
         "session_id": session_id,

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from dashboard.record.models import WireCall
 from dashboard.runs.models import CompressEvent
 from dashboard.telemetry.models import SpanRecord
 
 __all__ = [
     "LEGEND_ABOVE",
     "budget_figure",
+    "recorded_budget_figure",
     "index_blocks",
     "kernel_of",
     "kernels",
@@ -66,6 +68,43 @@ def budget_figure(points: list[CompressEvent]) -> dict[str, Any]:
         "hoverdistance": -1,
     }
     return {"data": traces, "layout": layout}
+
+
+def recorded_budget_figure(calls: list[WireCall]) -> dict[str, Any]:
+    """The view sent with each upstream call (the call record), stacked by section, at the
+    call's own time, with trigger and C lines: one point per call, however the console's
+    bookkeeping batched them."""
+    points = [c for c in calls if c.view]
+    x = [c.started_at.isoformat() for c in points]
+    ids = [f"call:{c.index}" for c in points]
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "marker": {"size": 4},
+            "stackgroup": "view",
+            "name": section,
+            "x": x,
+            "y": [c.view.get(section, 0) for c in points],
+            "customdata": ids,  # a click opens that call (static/inspector.js)
+        }
+        for section in ("prefix", "index", "digest", "folded", "tail")
+    ]
+    for name, key, dash in (("trigger", "trigger_tokens", "dash"), ("C", "context_size", "dot")):
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": name,
+                "x": x,
+                "y": [c.view.get(key) for c in points],
+                "line": {"dash": dash, "color": "#b3261e" if name == "trigger" else "#333"},
+                "customdata": ids,
+            }
+        )
+    figure = budget_figure([])
+    figure["data"] = traces
+    return figure
 
 
 def retrievals(session_id: str) -> Counter[str]:

@@ -9,7 +9,6 @@ stored are not written again.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -71,6 +70,7 @@ def _store_session(session_id: str, calls: Sequence[wire.WireCall]) -> list[Wire
     index, previous = _previous(session_id)
     rows: list[WireCall] = []
     blobs: dict[str, str] = {}
+    encoded: list[wire.Encoded] = []
     for call in calls:
         index += 1
         keyframe = index % wire.KEYFRAME_EVERY == 0
@@ -78,6 +78,7 @@ def _store_session(session_id: str, calls: Sequence[wire.WireCall]) -> list[Wire
         if enc.encoding != "raw":
             previous = enc.message_digests
         blobs.update(enc.blobs)
+        encoded.append(enc)
         rows.append(
             WireCall(
                 session_id=session_id,
@@ -110,24 +111,8 @@ def _store_session(session_id: str, calls: Sequence[wire.WireCall]) -> list[Wire
         [WireBlob(digest=d, body=text) for d, text in fresh.items()], ignore_conflicts=True
     )
     # What each call added: its own fields, and the blobs it was the first to bring.
-    seen: set[str] = set()
-    for row in rows:
-        added = len(json.dumps(row.request, separators=(",", ":")))
-        for d in _referenced(row):
-            if d in fresh and d not in seen:
-                seen.add(d)
-                added += len(fresh[d].encode("utf-8", "surrogatepass"))
-        row.stored_bytes = added
+    for row, enc in zip(rows, encoded, strict=True):
+        row.stored_bytes = wire.stored_size(enc, known)
     WireCall.objects.bulk_create(rows)
     _remember(session_id, index, previous)
     return rows
-
-
-def _referenced(row: WireCall) -> list[str]:
-    out: list[str] = []
-    for _name, kind, item in row.request:
-        if kind == "b":
-            out.append(item)
-        elif kind == "m":
-            out += [p for p in item if isinstance(p, str)]
-    return out

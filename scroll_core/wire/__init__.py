@@ -22,6 +22,7 @@ from .encoding import (
     digest,
     encode,
     expand_messages,
+    stored_size,
 )
 
 __all__ = [
@@ -40,5 +41,6 @@ __all__ = [
     "expand_messages",
     "note_sent",
     "reply_record",
+    "stored_size",
     "view_record",
 ]

@@ -39,9 +39,10 @@ __all__ = [
     "digest",
     "encode",
     "expand_messages",
+    "stored_size",
 ]
 
-INLINE_MAX = 512
+INLINE_MAX = 128
 KEYFRAME_EVERY = 64
 RAW = "raw"
 
@@ -154,6 +155,17 @@ def _split(value: dict[str, Any], encoding: str, previous: Sequence[str] | None)
         else:
             enc.fields.append([name, "v", item])
     return enc
+
+
+def stored_size(enc: Encoded, known: set[str]) -> int:
+    """The bytes storing ``enc`` adds to a record that already holds the blobs ``known``:
+    its fields in compact JSON and each blob it is the first to bring (added to ``known``)."""
+    size = len(json.dumps(enc.fields, separators=(",", ":")).encode())
+    for d, text in enc.blobs.items():
+        if d not in known:
+            known.add(d)
+            size += len(text.encode("utf-8", "surrogatepass"))
+    return size
 
 
 def expand_messages(pieces: Sequence[Any], previous: Sequence[str] | None) -> list[str]:

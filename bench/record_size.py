@@ -88,9 +88,10 @@ def session_calls(sample: int, turns: int, context: int) -> tuple[list[wire.Wire
     upstream = HttpUpstream(server.url)
     captured = wire.WireLog()
     evictions = 0
-    with tempfile.TemporaryDirectory() as tmp, EventLog(
-        Path(tmp) / "log.sqlite3", token_counter=CharRatioCounter()
-    ) as log:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        EventLog(Path(tmp) / "log.sqlite3", token_counter=CharRatioCounter()) as log,
+    ):
         conv = GatewayConversation(
             log, session_id="bench:record", agent_id="bench", profile=Profile(context_size=context)
         )

@@ -74,9 +74,7 @@ def _read_everything(client, session_id: str, calls: int) -> None:
         assert response.status_code in (200, 302), (url, response.status_code)
 
 
-def test_rendering_every_page_of_a_finished_session_changes_no_count(
-    finished_demo, admin_client
-):
+def test_rendering_every_page_of_a_finished_session_changes_no_count(finished_demo, admin_client):
     from dashboard.record.models import WireCall
 
     run, sink = finished_demo

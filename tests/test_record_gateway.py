@@ -4,6 +4,7 @@ sent; storage that grows with what is new."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import openai
@@ -133,6 +134,6 @@ def test_the_budget_chart_has_one_point_per_upstream_call_at_its_own_time(
     totals = [sum(t["y"][i] for t in data if t.get("stackgroup")) for i in range(len(calls))]
     assert totals == [c.view["total"] for c in calls]
     # The evictions show as drops, one per eviction the record saw.
-    drops = sum(1 for a, b in zip(totals, totals[1:], strict=False) if b < a)
+    drops = sum(1 for a, b in itertools.pairwise(totals) if b < a)
     evictions = sum(1 for c in calls[1:] if recorded_call(session, c.index).dropped)
     assert drops >= 1 and drops <= evictions, (totals, evictions)

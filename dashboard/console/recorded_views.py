@@ -86,6 +86,12 @@ def _events_url(session_id: str, lo: int) -> str:
     return f"{reverse('session', args=[session_id])}?after={max(0, lo - 1)}#e{lo}"
 
 
+def _block_row(session_id: str, block: list[int]) -> dict[str, Any]:
+    tier, lo, hi, events, tokens = block[:5]
+    return {"tier": tier, "lo": lo, "hi": hi, "events": events, "tokens": tokens,
+            "url": _events_url(session_id, lo)}  # fmt: skip
+
+
 def render_recorded_call(request: HttpRequest, session_id: str, index: int) -> HttpResponse:
     call = _load(session_id, index)
     row = call.row
@@ -126,11 +132,7 @@ def render_recorded_call(request: HttpRequest, session_id: str, index: int) -> H
         ],
         "reply_json": json.dumps(row.reply, ensure_ascii=False, indent=1) if row.reply else "",
         "usage": sorted((row.usage or {}).items()),
-        "blocks": [
-            {"tier": b[0], "lo": b[1], "hi": b[2], "events": b[3], "tokens": b[4],
-             "url": _events_url(session_id, b[1])}
-            for b in blocks
-        ],  # fmt: skip
+        "blocks": [_block_row(session_id, b) for b in blocks],
         "evicted": evicted,
         "evicted_url": _events_url(session_id, evicted[0]) if evicted else None,
     }

@@ -14,10 +14,10 @@ from dashboard.telemetry.models import SpanRecord
 __all__ = [
     "LEGEND_ABOVE",
     "budget_figure",
-    "recorded_budget_figure",
     "index_blocks",
     "kernel_of",
     "kernels",
+    "recorded_budget_figure",
     "retrievals",
     "runner_module",
 ]

@@ -190,7 +190,7 @@ def session_cost(session_id: str) -> SessionCost:
         return out
     recorded = recorded_call_tokens(session_id)
     if recorded:  # what the upstream billed, call by call, not a rebuilt view
-        calls = recorded
+        calls = tuple(recorded)
     prices = _prices()
     out.calls = [_priced(c, prices.get(c.model)) for c in calls]
     out.unpriced = sorted({c.model for c in out.calls if c.cost is None})

@@ -65,7 +65,7 @@ def _recording_client(openai: Any) -> type:
     """The client library's own HTTP client class, closed when it is collected as the
     library's default one is (a model nobody closed must not leak its sockets)."""
 
-    class RecordingHttpClient(openai.DefaultHttpxClient):  # type: ignore[misc,name-defined]
+    class RecordingHttpClient(openai.DefaultHttpxClient):
         def __del__(self) -> None:
             if not self.is_closed:
                 # At interpreter shutdown there is nothing left to tell.

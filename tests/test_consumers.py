@@ -491,6 +491,45 @@ async def test_a_session_change_re_sends_the_header_and_new_timeline_entries(use
         await communicator.disconnect()
 
 
+async def test_the_cost_panel_follows_each_recorded_call_live(user, console_log):
+    """Issue 29: a call recorded while the page is open shows up priced at once, not at the
+    next reload."""
+    from dashboard.record.store import store_calls
+    from dashboard.telemetry.models import ModelPrice
+    from scroll_core import wire
+
+    sid = "gw:live-cost"
+    await sync_to_async(console_log.append)(
+        session_id=sid, kind="context_msg", role="user", content="go"
+    )
+    await sync_to_async(ModelPrice.objects.create)(
+        model="priced-model", input_per_mtok=2, output_per_mtok=10
+    )
+
+    def record(n: int) -> None:
+        body = b'{"model":"priced-model","messages":[{"role":"user","content":"go %d"}]}' % n
+        store_calls([wire.WireCall(sid, "priced-model", "gateway", body=body, sends=1,
+                                   started_at=1.0e9 + n, usage={"input_tokens": 1000,
+                                   "output_tokens": 100})])  # fmt: skip
+
+    path = f"/ws/sessions/{session_safe_id(sid)}/?session={sid}&compress_after=0&change_after=0"
+    communicator, _ = await _connect(path, user)
+    try:
+        await _drain(communicator)
+        message = {"type": "session.changed", "session_id": sid, "summary": {}}
+        for n in (1, 2):
+            await sync_to_async(record)(n)
+            await get_channel_layer().group_send(session_group(sid), message)
+            frames = await _drain(communicator)
+            panel = next(f for f in frames if 'id="session-cost"' in f)
+            assert 'hx-swap-oob="true"' in panel
+            assert f"{n} model call{'s' if n > 1 else ''}" in panel
+            # 1,000 in at 2/M and 100 out at 10/M: 0.003 per call.
+            assert f"{0.003 * n:.6f} USD" in panel
+    finally:
+        await communicator.disconnect()
+
+
 async def test_the_hidden_compress_none_count_follows_new_records_live(user, console_log):
     from dashboard.runs.models import CompressEvent
 

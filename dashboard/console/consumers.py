@@ -462,6 +462,7 @@ class SessionConsumer(_LiveConsumer):
 
         parts = session_live.parts_context(self.session_id)
         frames = session_live.render_parts(parts | {"can_stop": self.can_stop})
+        frames.append(session_live.render_cost(self.session_id))  # each call as it is priced
         if self.compress_after is not None and self.change_after is not None:
             seen = self.compress_after
             entries, self.compress_after, self.change_after, self.action_after = (

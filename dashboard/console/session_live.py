@@ -21,6 +21,7 @@ from django.template.loader import render_to_string
 from dashboard.console import session_panels
 from dashboard.record.models import WireCall
 from dashboard.runs.models import CompressEvent, KernelAction, ProfileChange, RunRecord
+from dashboard.telemetry.cost import cost_context
 
 TIMELINE_PAGE = 20
 _BLOCK_KEY = re.compile(r"^t(\d+):(-?\d+)-(-?\d+)$")
@@ -252,6 +253,13 @@ def parts_context(session_id: str) -> dict[str, Any]:
         "retrieval_chart": retrieval_figure(per_block),
         "has_points": bool(points),
     }
+
+
+def render_cost(session_id: str) -> str:
+    """The cost panel as an out-of-band frame: a call shows up priced while the session
+    runs, not at the next reload."""
+    ctx = cost_context(session_id) | {"session_id": session_id, "oob": True}
+    return render_to_string("dashboard/_session_cost.html", ctx).strip()
 
 
 def render_parts(parts: dict[str, Any]) -> list[str]:

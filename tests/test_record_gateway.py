@@ -137,3 +137,22 @@ def test_the_budget_chart_has_one_point_per_upstream_call_at_its_own_time(
     drops = sum(1 for a, b in itertools.pairwise(totals) if b < a)
     evictions = sum(1 for c in calls[1:] if recorded_call(session, c.index).dropped)
     assert drops >= 1 and drops <= evictions, (totals, evictions)
+
+
+def test_keep_against_evict_lists_the_evictions_the_session_made(gateway, upstream):
+    from dashboard.runs.models import CompressEvent
+    from dashboard.telemetry.cost import session_cost
+
+    session = _evicting_session(gateway, upstream, turns=24)
+    logged = list(
+        CompressEvent.objects.filter(session_id=session, evicted_lo__isnull=False)
+        .order_by("id")
+        .values_list("evicted_lo", "evicted_hi")
+    )
+    assert logged
+    cost = session_cost(session)
+    assert [(s.lo, s.hi) for s in cost.spans] == logged
+    # Per call: the upstream's usage, one row per upstream call.
+    assert [(c.input_tokens, c.output_tokens) for c in cost.calls] == [(120, 12)] * len(
+        upstream.raw
+    )

@@ -258,7 +258,7 @@ def _tokens(
     calls = tuple(
         _call(c.index, c.seq, c.turn, c.step, c.total, c.prefill, by_seq) for c in result.calls
     )
-    return calls, tuple(_spans(trace, result, by_seq))
+    return calls, tuple(_spans(trace, result, by_seq, _logged_evictions(session_id)))
 
 
 def _call(
@@ -303,14 +303,31 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _spans(trace: Trace, result: ReplayResult, by_seq: dict[int, Event]) -> list[SpanArithmetic]:
+def _logged_evictions(session_id: str) -> list[tuple[int, int]]:
+    """The seq ranges the session's loop evicted, as its compress rows recorded them."""
+    rows = CompressEvent.objects.filter(session_id=session_id, evicted_lo__isnull=False)
+    return [(lo, hi) for lo, hi in rows.order_by("id").values_list("evicted_lo", "evicted_hi")]
+
+
+def _spans(
+    trace: Trace,
+    result: ReplayResult,
+    by_seq: dict[int, Event],
+    logged: list[tuple[int, int]] | None = None,
+) -> list[SpanArithmetic]:
+    """Keep against evict for each evicted span: the spans the loop evicted (``logged``, its
+    compress rows) when it recorded them, else the replay's; a span is evicted at the
+    replayed compress of the same range, or right after its last event."""
     counter = trace.counter
     call_seqs = [c.seq for c in result.calls]
+    replayed = [(c.evicted, c.seq) for c in result.compresses if c.evicted is not None]
+    if logged:
+        at = dict(replayed)
+        evictions = [(span, at.get(span, span[1])) for span in logged]
+    else:
+        evictions = replayed
     out = []
-    for compress in result.compresses:
-        if compress.evicted is None:
-            continue
-        lo, hi = compress.evicted
+    for (lo, hi), bound in evictions:
         events = [e for s, e in by_seq.items() if lo <= s <= hi]
         tokens = sum(e.tokens + MESSAGE_OVERHEAD_TOKENS for e in events)
         headlines = [e.headline for e in events if e.kind == KIND_MODEL_TURN and e.headline]
@@ -318,13 +335,13 @@ def _spans(trace: Trace, result: ReplayResult, by_seq: dict[int, Event]) -> list
         headline_tokens = counter.count(line) if counter is not None else len(line) // 4
         retrievals = reread = 0
         for r in trace.retrievals:
-            if r.call >= len(call_seqs) or call_seqs[r.call] <= compress.seq:
+            if r.call >= len(call_seqs) or call_seqs[r.call] <= bound:
                 continue  # read while still live, not a re-read of the evicted span
             inside = [s for s in r.seqs if lo <= s <= hi]
             if inside:
                 retrievals += 1
                 reread += sum(by_seq[s].tokens for s in inside if s in by_seq)
-        evicted_at = sum(1 for s in call_seqs if s <= compress.seq)
+        evicted_at = sum(1 for s in call_seqs if s <= bound)
         out.append(SpanArithmetic(lo, hi, evicted_at, tokens, headline_tokens, retrievals, reread))
     return out
 

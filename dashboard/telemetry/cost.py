@@ -200,8 +200,8 @@ def session_cost(session_id: str) -> SessionCost:
 
 def recorded_call_tokens(session_id: str) -> list[CallCost]:
     """The session's calls from the call record: tokens as the upstream reported them (its
-    cache reads and writes as such: a provider that reports none bills none), the model as
-    requested, priced at its date. Empty when the session has no record."""
+    cache reads and writes as such: a provider that reports none bills none), the model the
+    provider reported (else the one requested), priced at its date. Empty when the session has no record."""
     out = []
     for row in WireCall.objects.filter(session_id=session_id).order_by("index"):
         usage = row.usage or {}
@@ -211,7 +211,8 @@ def recorded_call_tokens(session_id: str) -> list[CallCost]:
                 seq=0,
                 turn=row.turn,
                 step=row.step,
-                model=row.model,
+                # The model the provider says answered (a dated snapshot) is the one it bills.
+                model=str((row.reply or {}).get("model") or row.model),
                 input_tokens=_count(usage.get("input_tokens")) or 0,
                 cached_tokens=_count(usage.get("cache_read_input_tokens")) or 0,
                 output_tokens=_count(usage.get("output_tokens")) or 0,

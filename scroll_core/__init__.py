@@ -32,6 +32,7 @@ from .errors import (
     ScrollError,
     SearchIndexCorrupt,
     SearchTimeout,
+    StoreUnavailable,
 )
 from .eviction import CompressRecord, compress
 from .headlines import Headline, HeadlineParse, format_headline, parse_headline
@@ -127,6 +128,7 @@ __all__ = [
     "Session",
     "SessionSummary",
     "StepRecord",
+    "StoreUnavailable",
     "TermStats",
     "TiktokenCounter",
     "TokenCounter",

@@ -9,7 +9,8 @@ Hierarchy::
     │   ├── InvalidEvent           an event failed validation before it was written
     │   ├── EventNotFound          no event has the requested seq
     │   ├── SearchTimeout          a search ran past its time limit and was stopped
-    │   └── SearchIndexCorrupt     the full-text index does not match the events
+    │   ├── SearchIndexCorrupt     the full-text index does not match the events
+    │   └── StoreUnavailable       the log's database is away for now (retry later)
     ├── PayloadError           a payload reference could not be loaded
     │   ├── PayloadMissing         the payload file is gone
     │   └── PayloadCorrupt         the payload file no longer matches its hash
@@ -55,6 +56,7 @@ __all__ = [
     "ScrollError",
     "SearchIndexCorrupt",
     "SearchTimeout",
+    "StoreUnavailable",
 ]
 
 
@@ -92,6 +94,17 @@ class SearchTimeout(EventLogError):
     def __init__(self, limit: str) -> None:
         super().__init__(f"search stopped after {limit}; narrow the query")
         self.limit = limit
+
+
+class StoreUnavailable(EventLogError):
+    """The Event Log's database cannot be reached for now (connection lost, shut down,
+    restarting, read-only), past the retries it allows; or a write's connection broke while
+    it committed, so whether it was stored is unknown (``outcome_unknown``). Transient: retry
+    once the database answers (an append with a dedup key can be retried safely)."""
+
+    def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
 
 
 class SearchIndexCorrupt(EventLogError):

@@ -22,15 +22,16 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,11 @@ class Server:
     url: str
     host: str
     port: int
+    # For a fault: ``stop()`` shuts the server down fast (as ``pg_ctl stop -m fast``: open
+    # sessions are told and closed), ``start()`` brings it back on the same port and data.
+    # None for a server these tests do not run (``SCROLL_TEST_POSTGRES_URL``).
+    stop: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    start: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 def in_ci() -> bool:
@@ -137,7 +143,7 @@ def postgres(settings: Mapping[str, str] | None = None) -> Iterator[Server]:
     if user:
         for path in (data, sockets, log):
             os.chown(path, int(user["user"]), int(user["group"]))  # type: ignore[call-overload]
-    proc: subprocess.Popen[bytes] | None = None
+    running: list[subprocess.Popen[bytes]] = []  # the server process, replaced by start()
     try:
         init = subprocess.run(
             [str(bindir / "initdb"), "-D", str(data), "-U", "scroll", "-A", "trust", "--no-sync"],
@@ -148,25 +154,35 @@ def postgres(settings: Mapping[str, str] | None = None) -> Iterator[Server]:
         if init.returncode != 0:
             raise ServerUnavailable(f"initdb failed: {init.stderr.decode(errors='replace')}")
         port = _free_port()
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [
-                    str(bindir / "postgres"),
-                    "-D", str(data),
-                    "-h", "127.0.0.1",
-                    "-p", str(port),
-                    "-k", str(sockets),
-                    "-c", "fsync=off",
-                    "-c", "synchronous_commit=off",
-                    "-c", "full_page_writes=off",
-                    "-c", "max_connections=200",
-                    *(arg for k, v in (settings or {}).items() for arg in ("-c", f"{k}={v}")),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                **user,  # type: ignore[arg-type]
-            )  # fmt: skip
-        _wait_for_port(port, proc, "PostgreSQL", log)
+        argv = [
+            str(bindir / "postgres"),
+            "-D", str(data),
+            "-h", "127.0.0.1",
+            "-p", str(port),
+            "-k", str(sockets),
+            "-c", "fsync=off",
+            "-c", "synchronous_commit=off",
+            "-c", "full_page_writes=off",
+            "-c", "max_connections=200",
+            *(arg for k, v in (settings or {}).items() for arg in ("-c", f"{k}={v}")),
+        ]  # fmt: skip
+
+        def start() -> None:
+            with log.open("ab") as out:
+                started = subprocess.Popen(
+                    argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    **user,  # type: ignore[arg-type]
+                )
+            running[:] = [started]
+            _wait_for_port(port, started, "PostgreSQL", log)
+
+        def stop() -> None:
+            running[0].send_signal(signal.SIGINT)  # fast shutdown
+            running[0].wait(timeout=START_TIMEOUT_S)
+
+        start()
         createdb = [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "scroll"]
         # The port opens before the server accepts sessions ("the database system is starting
         # up"): retry until createdb gets through or the start-up time is over.
@@ -179,9 +195,10 @@ def postgres(settings: Mapping[str, str] | None = None) -> Iterator[Server]:
             if "starting up" not in error or time.monotonic() > deadline:
                 raise ServerUnavailable(f"createdb failed: {error}")
             time.sleep(0.1)
-        yield Server(f"postgres://scroll@127.0.0.1:{port}/scroll", "127.0.0.1", port)
+        url = f"postgres://scroll@127.0.0.1:{port}/scroll"
+        yield Server(url, "127.0.0.1", port, stop=stop, start=start)
     finally:
-        if proc is not None:
+        for proc in running:
             proc.terminate()
             try:
                 proc.wait(timeout=15)

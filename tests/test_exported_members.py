@@ -62,6 +62,7 @@ def test_the_public_core_is_pinned():
         "Session",
         "SessionSummary",
         "StepRecord",
+        "StoreUnavailable",
         "TermStats",
         "TiktokenCounter",
         "TokenCounter",

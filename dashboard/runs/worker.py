@@ -26,13 +26,20 @@ import os
 import secrets
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -44,10 +51,12 @@ from dashboard.runs.notify import push_session
 from dashboard.runs.profiles import core_profile
 from scroll_core import telemetry, wire
 from scroll_core.agent import Session, StepRecord
+from scroll_core.errors import StoreUnavailable
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.models import POLICY_NAME, OpenAICompatibleModel, PolicyModel
 from scroll_core.profile import Profile
 from scroll_core.store import KIND_CONTEXT_MSG
+from scroll_core.store.pg_outage import outage_budget_s
 
 __all__ = [
     "LEASE_S",
@@ -76,6 +85,11 @@ COUNTERS = (
     "turns", "steps", "evictions", "folds", "expands", "view_tokens", "trigger_tokens",
     "context_size", "last_report", "last_answer",
 )  # fmt: skip
+
+# A database going away for a while (a restart, a failover, killed sessions): the run waits
+# for it and resumes from its checkpoint rather than failing.
+OUTAGE_ERRORS = (StoreUnavailable, OperationalError, InterfaceError)
+OUTAGE_POLL_S = 0.5
 
 _pinned_lock = threading.Lock()
 _pinned: dict[str, dict[str, Callable[..., Any]]] = {}
@@ -203,6 +217,7 @@ class Worker:
         poll_s: float = POLL_S,
         kernels: KernelManager | None = None,
         kernel_pool: int = 1,
+        outage_s: float | None = None,
     ) -> None:
         self.id = worker_id or f"worker:{PROCESS_TOKEN}:{secrets.token_hex(2)}"
         self.slots = slots
@@ -216,6 +231,8 @@ class Worker:
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_renew = 0.0
+        # How long a run waits for its databases before it is failed (SCROLL_DB_OUTAGE_S).
+        self.outage_s = outage_budget_s() if outage_s is None else outage_s
 
     # -- kernels -------------------------------------------------------------------------
     @property
@@ -318,8 +335,7 @@ class Worker:
         run = live.run
         session: Session | None = None
         try:
-            session = self._prepare(live)
-            self._drive(live, session)
+            session = self._run_through_outages(live)
             run.status = RunRecord.DONE
         except RunStopped:
             run.status = RunRecord.STOPPED
@@ -337,6 +353,50 @@ class Worker:
             except Exception:
                 log.exception("worker: finishing run %s failed", live.session_id)
             connection.close()
+
+    def _run_through_outages(self, live: _Live) -> Session:
+        """Prepare and drive the run; when a database goes away under it, wait for both to
+        answer and resume from the checkpoint (what the interrupted turn appended is replayed
+        from the log, not appended again). NotResumable once an outage lasts past
+        ``outage_s``."""
+        while True:
+            session: Session | None = None
+            try:
+                session = self._prepare(live)
+                self._drive(live, session)
+                return session
+            except OUTAGE_ERRORS as exc:
+                log.warning("worker: run %s waits for the database: %s", live.session_id, exc)
+                if session is not None:
+                    session.close()
+                if self._kernels is not None:
+                    self._kernels.release(live.session_id)
+                live.session = None
+                self._wait_for_databases(live, exc)
+
+    def _wait_for_databases(self, live: _Live, cause: Exception) -> None:
+        """Return once the console database and the Event Log answer (with the run's
+        checkpoint re-read); NotResumable after ``outage_s`` without."""
+        deadline = time.monotonic() + self.outage_s
+        while True:
+            _check_stop(live)
+            try:
+                close_old_connections()
+                live.run.refresh_from_db(fields=["checkpoint", "worker", "attempts"])
+                get_event_log().last_seq()
+            except OUTAGE_ERRORS as exc:
+                cause = exc
+            else:
+                if live.run.worker != self.id:
+                    live.lost = True
+                    raise LeaseLost(live.session_id)
+                return
+            if time.monotonic() >= deadline:
+                raise NotResumable(
+                    f"a database did not answer for {self.outage_s:g} s "
+                    f"({type(cause).__name__}: {cause})"
+                )
+            live.stop.wait(OUTAGE_POLL_S)
 
     def _prepare(self, live: _Live) -> Session:
         """The session to drive: new, or resumed from the checkpoint. NotResumable when

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from ..errors import EventNotFound, InvalidEvent
 from ..telemetry import SESSION, span
@@ -28,6 +28,8 @@ from .payloads import PayloadSource, encode_payload, ref_of
 from .records import Event, Seqs, SessionSummary
 from .schema_common import sqlite_int
 from .search import Hit, SearchDialect, SearchFilters, SearchTuning, TermStats, run_search
+
+T = TypeVar("T")
 
 __all__ = ["DEFAULT_PAYLOAD_THRESHOLD", "EVENT_COLUMNS", "coverage_problems", "keys_by_session"]
 
@@ -158,6 +160,11 @@ class _EventLogBase(ABC):
     @abstractmethod
     def _reader(self) -> Any:
         """This thread's read-only connection (``EventLogError`` once the log is closed)."""
+
+    def _read(self, work: Callable[[Any], T]) -> T:
+        """``work`` on this thread's reader; a backend may run it again on a fresh connection
+        (so ``work`` only reads)."""
+        return work(self._reader())
 
     @abstractmethod
     def _limited(
@@ -399,7 +406,7 @@ class _EventLogBase(ABC):
         )
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._reader().execute(sql, tuple(params)).fetchall()
+        return self._read(lambda db: db.execute(sql, tuple(params)).fetchall())
 
     def get(self, seq: int) -> Event:
         """The event with this seq; ``EventNotFound`` when there is none (out of range too)."""
@@ -534,13 +541,23 @@ class _EventLogBase(ABC):
             filters = SearchFilters(
                 session_id, agent_id, kind, since, until, before_seq, speaker=speaker
             )
-            with self._limited(time_limit_s, step_limit) as db:
-                hits = run_search(
-                    db, query, k, filters, self.search_tuning, self._dialect, self.term_stats
-                )
+            hits = self._read(lambda _: self._search(query, k, filters, time_limit_s, step_limit))
             if traced.recording:
                 traced.set(hits=len(hits), hit_seqs=[h.seq for h in hits])
             return hits
+
+    def _search(
+        self,
+        query: str,
+        k: int,
+        filters: SearchFilters,
+        time_limit_s: float | None,
+        step_limit: int | None,
+    ) -> list[Hit]:
+        with self._limited(time_limit_s, step_limit) as db:
+            return run_search(
+                db, query, k, filters, self.search_tuning, self._dialect, self.term_stats
+            )
 
 
 def keys_by_session(rows: list[_Row]) -> dict[str, list[str]]:

@@ -28,6 +28,7 @@ from ..errors import (
     PayloadMissing,
     SearchIndexCorrupt,
     SearchTimeout,
+    StoreUnavailable,
 )
 from ..telemetry import span
 from ..tokens import TokenCounter
@@ -40,6 +41,7 @@ from .log_common import (
     keys_by_session,
 )
 from .payloads import check_ref, ref_of
+from .pg_outage import alive, is_transient, outage_budget_s, retrying
 from .pg_schema import APPEND_ONLY_SQLSTATE, SEQ_LOCK, migrate
 from .pg_search import PG_DIALECT
 from .records import Seqs
@@ -80,8 +82,9 @@ class PgPayloadStore:
 
     def get(self, ref: str) -> bytes:
         check_ref(ref)
-        row = self._log._reader().execute("SELECT data FROM payloads WHERE ref = %s", (ref,))
-        found = row.fetchone()
+        found = self._log._read(
+            lambda db: db.execute("SELECT data FROM payloads WHERE ref = %s", (ref,)).fetchone()
+        )
         if found is None:
             raise PayloadMissing(ref, "no such row in the payloads table")
         data = bytes(found[0])
@@ -91,8 +94,10 @@ class PgPayloadStore:
 
     def exists(self, ref: str) -> bool:
         check_ref(ref)
-        row = self._log._reader().execute("SELECT 1 FROM payloads WHERE ref = %s", (ref,))
-        return row.fetchone() is not None
+        found = self._log._read(
+            lambda db: db.execute("SELECT 1 FROM payloads WHERE ref = %s", (ref,)).fetchone()
+        )
+        return found is not None
 
 
 class PgEventLog(_EventLogBase):
@@ -105,6 +110,12 @@ class PgEventLog(_EventLogBase):
     ``payloads`` table and the row keeps the first ``payload_threshold`` characters. So is
     content with NUL characters, which PostgreSQL text cannot hold: the row keeps it with
     each NUL shown as U+FFFD, and the payload keeps it exactly.
+
+    A database restart is ridden out: a connection found dead is replaced before it is used,
+    a read that meets a transient error runs again on a fresh connection, and so does an
+    append that did not reach its commit or whose every event has a dedup key (a repeat
+    returns the stored seqs). Past ``outage_s`` (``SCROLL_DB_OUTAGE_S``, 60 s) without an
+    answer, or for an append without keys whose commit was cut off, ``StoreUnavailable``.
     """
 
     backend = "postgres"
@@ -119,8 +130,10 @@ class PgEventLog(_EventLogBase):
         token_counter: TokenCounter | None = None,
         search_tuning: SearchTuning | None = None,
         reader_url: str | None = None,
+        outage_s: float | None = None,
     ) -> None:
         self._init_common(payload_threshold, token_counter, search_tuning)
+        self.outage_s = outage_budget_s() if outage_s is None else outage_s
         self.url = url
         # A login granted ``scroll_reader`` (and nothing more): ``ms.sql_query`` runs model
         # SQL as it, under row-level security (see ``pg_schema.m002_ms_reader``).
@@ -142,25 +155,45 @@ class PgEventLog(_EventLogBase):
         try:
             return psycopg.connect(self.url, autocommit=True, options=options)
         except psycopg.OperationalError as exc:
-            raise EventLogError(f"cannot connect to {self.location}: {exc}") from None
+            raise StoreUnavailable(f"cannot connect to {self.location}: {exc}") from None
 
     def _reader(self) -> psycopg.Connection[Any]:
         if self._closed:
             raise EventLogError(f"event log {self.location} is closed")
         db: psycopg.Connection[Any] | None = getattr(self._local, "db", None)
-        if db is None or db.closed:
+        if db is None or not alive(db):
+            self._drop_reader()
             db = self._connect(readonly=True)
             self._local.db = db
             with self._write_lock:
                 self._readers.append(db)
         return db
 
+    def _drop_reader(self) -> None:
+        """Close this thread's reader (found dead); the next read connects afresh."""
+        db: psycopg.Connection[Any] | None = getattr(self._local, "db", None)
+        self._local.db = None
+        if db is not None:
+            with self._write_lock:
+                if db in self._readers:
+                    self._readers.remove(db)
+            db.close()
+
+    def _read(self, work: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        return retrying(
+            lambda: work(self._reader()),
+            budget_s=self.outage_s,
+            where=f"event log {self.location}",
+            on_failure=self._drop_reader,
+        )
+
     @contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Any]]:
         if self._closed:
             raise EventLogError(f"event log {self.location} is closed")
         with self._write_lock:
-            if self._writer.closed:
+            if not alive(self._writer):
+                self._writer.close()
                 self._writer = self._connect()
             with self._writer.transaction():
                 yield self._writer
@@ -172,11 +205,30 @@ class PgEventLog(_EventLogBase):
 
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
         prepared = self._prepare_batch(numbered)
+        rows = prepared.rows
+        # With a dedup key on every event a second try returns the seqs the first stored.
+        idempotent = all(row.dedup_key is not None for row in rows)
+
+        def attempt() -> Seqs:
+            committing = False
+            try:
+                with self._write() as db:
+                    # Counts are resolved as the rows stream to the server: counting a later
+                    # chunk on the worker thread overlaps the COPY of an earlier one.
+                    seqs = self._insert_rows(db, rows, prepared.count_of)
+                    committing = True
+            except Exception as exc:
+                if committing and not idempotent and is_transient(exc):
+                    raise StoreUnavailable(
+                        f"the connection to {self.location} broke while a batch without "
+                        f"dedup keys committed; it may or may not be stored: {exc}".strip(),
+                        outcome_unknown=True,
+                    ) from exc
+                raise
+            return seqs
+
         try:
-            with self._write() as db:
-                # Counts are resolved as the rows stream to the server: counting a later
-                # chunk on the worker thread overlaps the COPY of an earlier one.
-                return self._insert_rows(db, prepared.rows, prepared.count_of)
+            return retrying(attempt, budget_s=self.outage_s, where=f"event log {self.location}")
         except pgerrors.Error as exc:
             if exc.sqlstate == APPEND_ONLY_SQLSTATE:
                 raise AppendOnlyViolation(str(exc).strip()) from exc

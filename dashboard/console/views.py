@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from dashboard.runs.permissions import (
 )
 from dashboard.runs.workstate import GATEWAY_OWNER_PREFIX
 from dashboard.telemetry import alerts as alert_rules
-from dashboard.telemetry.cost import cost_context
+from dashboard.telemetry.cost import cost_context, recorded_total
 from dashboard.telemetry.models import Alert, SpanRecord
 from scroll_core.errors import EventNotFound, SandboxUnavailable, SearchTimeout
 from scroll_core.store import EventStore, Hit, SessionSummary
@@ -72,6 +73,7 @@ class SessionRow:
     last_at: str
     run: RunRecord | None
     open_alerts: int
+    cost: tuple[Decimal | None, str] = (None, "")  # its recorded calls' cost, and currency
 
     @property
     def safe_id(self) -> str:
@@ -199,6 +201,7 @@ def session_row(log: EventStore, session_id: str) -> SessionRow:
         last_at=summary.last_at if summary else "",
         run=run,
         open_alerts=Alert.objects.filter(state=Alert.OPEN, session_id=session_id).count(),
+        cost=recorded_total(session_id),
     )
 
 
@@ -239,6 +242,7 @@ def home(request: HttpRequest) -> HttpResponse:
             s.last_at,
             runs.get(s.session_id),
             alerts.get(s.session_id, 0),
+            recorded_total(s.session_id),
         )
         for s in page.object_list
     ]

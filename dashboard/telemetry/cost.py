@@ -225,6 +225,36 @@ def recorded_call_tokens(session_id: str) -> list[CallCost]:
     return out
 
 
+def recorded_total(session_id: str) -> tuple[Decimal | None, str]:
+    """What the session's recorded calls cost (None when it has no record or none of its
+    models has a price), and the currency: the sessions list's cost column. Cached until
+    the session records another call or a price changes."""
+    calls = WireCall.objects.filter(session_id=session_id)
+    last = calls.order_by("-index").values_list("pk", "index", "started_at").first()
+    if last is None:
+        return None, ""
+    prices = tuple(
+        ModelPrice.objects.order_by("pk").values_list(
+            "pk", "model", "input_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok",
+            "output_per_mtok", "currency",
+        )
+    )  # fmt: skip
+    key = (str(settings.SCROLL_EVENTLOG_PATH), *last)  # another data folder is another key
+    return _recorded_total(session_id, key, prices)
+
+
+@functools.lru_cache(maxsize=1024)
+def _recorded_total(
+    session_id: str, _last: tuple[Any, ...], _price_rows: tuple[Any, ...]
+) -> tuple[Decimal | None, str]:
+    rows = _prices()
+    costs = [_priced(c, rows.get(c.model)) for c in recorded_call_tokens(session_id)]
+    priced = [c for c in costs if c.cost is not None]
+    if not priced:
+        return None, ""
+    return sum((c.cost for c in priced if c.cost is not None), Decimal(0)), priced[0].currency
+
+
 def call_costs(session_id: str) -> dict[int, CallCost]:
     """The session's calls by index (the context window inspector shows one)."""
     return {c.call: c for c in session_cost(session_id).calls}

@@ -8,6 +8,7 @@ Hierarchy::
     │   ├── AppendOnlyViolation    an UPDATE or DELETE reached the events table
     │   ├── InvalidEvent           an event failed validation before it was written
     │   ├── EventNotFound          no event has the requested seq
+    │   ├── EventLogUnavailable    the log's database cannot be reached now (retry later)
     │   ├── SearchTimeout          a search ran past its time limit and was stopped
     │   └── SearchIndexCorrupt     the full-text index does not match the events
     ├── PayloadError           a payload reference could not be loaded
@@ -37,6 +38,7 @@ __all__ = [
     "ContextOverflow",
     "ContextWindowUnfit",
     "EventLogError",
+    "EventLogUnavailable",
     "EventNotFound",
     "EvictionIndexError",
     "GatewayRequestInvalid",
@@ -76,6 +78,11 @@ class AppendOnlyViolation(EventLogError):
 
 class InvalidEvent(EventLogError, ValueError):
     """An event failed validation; nothing was written."""
+
+
+class EventLogUnavailable(EventLogError):
+    """The log's database server could not be reached (down, restarting, refusing
+    connections): nothing was read or written, and the same call may succeed later."""
 
 
 class EventNotFound(EventLogError, LookupError):

@@ -18,6 +18,7 @@ def test_the_public_core_is_pinned():
         "Event",
         "EventLog",
         "EventLogError",
+        "EventLogUnavailable",
         "EventNotFound",
         "EventStore",
         "EvictionIndex",

@@ -23,6 +23,7 @@ from psycopg import errors as pgerrors
 from ..errors import (
     AppendOnlyViolation,
     EventLogError,
+    EventLogUnavailable,
     InvalidEvent,
     PayloadCorrupt,
     PayloadMissing,
@@ -142,7 +143,7 @@ class PgEventLog(_EventLogBase):
         try:
             return psycopg.connect(self.url, autocommit=True, options=options)
         except psycopg.OperationalError as exc:
-            raise EventLogError(f"cannot connect to {self.location}: {exc}") from None
+            raise EventLogUnavailable(f"cannot connect to {self.location}: {exc}") from None
 
     def _reader(self) -> psycopg.Connection[Any]:
         if self._closed:

@@ -201,7 +201,8 @@ def session_cost(session_id: str) -> SessionCost:
 def recorded_call_tokens(session_id: str) -> list[CallCost]:
     """The session's calls from the call record: tokens as the upstream reported them (its
     cache reads and writes as such: a provider that reports none bills none), the model the
-    provider reported (else the one requested), priced at its date. Empty when the session has no record."""
+    provider reported (else the one requested), priced at its date. Empty when the session
+    has no record."""
     out = []
     for row in WireCall.objects.filter(session_id=session_id).order_by("index"):
         usage = row.usage or {}

@@ -172,17 +172,12 @@ def test_an_unreachable_database_is_told_from_a_bad_statement(tmp_path):
     except sqlite3.OperationalError as exc:
         bad_sql = exc
     assert not database_unavailable(bad_sql)
-    # Django's wrapper is judged by the driver's error it wraps.
-    try:
-        with db.utils.DatabaseErrorWrapper(db.connection):
-            raise bad_sql
-    except db.OperationalError as exc:
-        assert not database_unavailable(exc)
-    try:
-        with db.utils.DatabaseErrorWrapper(db.connection):
-            raise no_file
-    except db.OperationalError as exc:
-        assert database_unavailable(exc)
+    # Django's wrapper (as DatabaseErrorWrapper raises it on SQLite) is judged by the
+    # driver's error it wraps.
+    for driver_error, outage in ((bad_sql, False), (no_file, True)):
+        wrapped = db.OperationalError(*driver_error.args)
+        wrapped.__cause__ = driver_error
+        assert database_unavailable(wrapped) is outage
     assert not database_unavailable(InvalidEvent("bad"))
 
 

@@ -64,6 +64,7 @@ application = AccessLog(
             {**gateway.ROUTES, **conversation_endpoints.ROUTES, **gateway.FALLBACK},
             body_limit=gateway.body_limit,
             too_large=gateway.too_large,
+            failed=gateway.unavailable,
             host_check=HostCheck(settings.ALLOWED_HOSTS, debug=settings.DEBUG),
         )
     )

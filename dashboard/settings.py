@@ -169,6 +169,9 @@ def _database_from_url(url: str) -> dict[str, Any]:
         raise ImproperlyConfigured(f"SCROLL_DATABASE_URL cannot be parsed: {exc}") from None
     if not config.get("NAME"):
         raise ImproperlyConfigured("SCROLL_DATABASE_URL names no database (…/NAME at the end)")
+    # A persistent connection that died with a PostgreSQL restart is replaced before a
+    # request uses it, not found dead by that request (a 500 each, for minutes: issue 30).
+    config["CONN_HEALTH_CHECKS"] = True
     return config
 
 
@@ -239,6 +242,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A view that meets a database outage answers 503 "retry", not 500 (issue 30).
+    "dashboard.outage.DatabaseOutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

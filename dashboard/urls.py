@@ -43,3 +43,6 @@ if settings.SCROLL_BENCH:
         path("bench/load/", views.bench_load, name="bench_load"),
         path("bench/load/<int:load_id>/", views.bench_load, name="bench_load_status"),
     ]
+
+# An outage met outside a view (a middleware, the 404 page) answers 503, not 500.
+handler500 = "dashboard.outage.server_error"

@@ -31,12 +31,20 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-__all__ = ["ServerUnavailable", "in_ci", "phoenix", "postgres", "redis", "unavailable"]
+__all__ = [
+    "ServerControl",
+    "ServerUnavailable",
+    "in_ci",
+    "phoenix",
+    "postgres",
+    "redis",
+    "unavailable",
+]
 
 START_TIMEOUT_S = 30.0
 # Phoenix migrates a fresh database and imports a large stack first: 36 s on 2 busy cores.
@@ -48,16 +56,43 @@ class ServerUnavailable(RuntimeError):
     """A test server could not be started; the message says which and why."""
 
 
+class ServerControl:
+    """Stops a server this module started and starts it again on the same port and data,
+    for the fault tests: ``launch`` starts its process, ``ready`` waits until it serves."""
+
+    def __init__(
+        self,
+        launch: Callable[[], subprocess.Popen[bytes]],
+        ready: Callable[[subprocess.Popen[bytes]], None],
+    ) -> None:
+        self.launch, self.ready = launch, ready
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if self.proc is None:
+            self.proc = self.launch()
+            self.ready(self.proc)
+
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        """Stop the server (SIGINT: PostgreSQL's fast shutdown, ``pg_ctl stop -m fast``)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @dataclass(frozen=True)
 class Server:
     url: str
     host: str
     port: int
-    # For a fault: ``stop()`` shuts the server down fast (as ``pg_ctl stop -m fast``: open
-    # sessions are told and closed), ``start()`` brings it back on the same port and data.
-    # None for a server these tests do not run (``SCROLL_TEST_POSTGRES_URL``).
-    stop: Callable[[], None] | None = field(default=None, compare=False, repr=False)
-    start: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    # Stop and start it again (a server this module started); None for one from elsewhere.
+    control: ServerControl | None = None
 
 
 def in_ci() -> bool:
@@ -125,11 +160,13 @@ def _tail(path: Path) -> str:
 
 
 @contextmanager
-def postgres(settings: Mapping[str, str] | None = None) -> Iterator[Server]:
+def postgres(settings: Mapping[str, str] | None = None, *, own: bool = False) -> Iterator[Server]:
     """A fresh PostgreSQL cluster with a database ``scroll`` owned by superuser ``scroll``;
-    ``settings`` are server parameters on top of the test ones (a bench sizes its buffers)."""
+    ``settings`` are server parameters on top of the test ones (a bench sizes its buffers).
+    ``own``: always start one here (a fault test stops it), even when
+    ``SCROLL_TEST_POSTGRES_URL`` names a shared one."""
     external = os.environ.get("SCROLL_TEST_POSTGRES_URL")
-    if external:
+    if external and not own:
         yield Server(external, "", 0)
         return
     bindir = _postgres_bindir()
@@ -143,7 +180,7 @@ def postgres(settings: Mapping[str, str] | None = None) -> Iterator[Server]:
     if user:
         for path in (data, sockets, log):
             os.chown(path, int(user["user"]), int(user["group"]))  # type: ignore[call-overload]
-    running: list[subprocess.Popen[bytes]] = []  # the server process, replaced by start()
+    control: ServerControl | None = None
     try:
         init = subprocess.run(
             [str(bindir / "initdb"), "-D", str(data), "-U", "scroll", "-A", "trust", "--no-sync"],
@@ -154,35 +191,34 @@ def postgres(settings: Mapping[str, str] | None = None) -> Iterator[Server]:
         if init.returncode != 0:
             raise ServerUnavailable(f"initdb failed: {init.stderr.decode(errors='replace')}")
         port = _free_port()
-        argv = [
-            str(bindir / "postgres"),
-            "-D", str(data),
-            "-h", "127.0.0.1",
-            "-p", str(port),
-            "-k", str(sockets),
-            "-c", "fsync=off",
-            "-c", "synchronous_commit=off",
-            "-c", "full_page_writes=off",
-            "-c", "max_connections=200",
-            *(arg for k, v in (settings or {}).items() for arg in ("-c", f"{k}={v}")),
-        ]  # fmt: skip
 
-        def start() -> None:
+        def launch() -> subprocess.Popen[bytes]:
             with log.open("ab") as out:
-                started = subprocess.Popen(
-                    argv,
+                return subprocess.Popen(
+                    [
+                        str(bindir / "postgres"),
+                        "-D", str(data),
+                        "-h", "127.0.0.1",
+                        "-p", str(port),
+                        "-k", str(sockets),
+                        "-c", "fsync=off",
+                        "-c", "synchronous_commit=off",
+                        "-c", "full_page_writes=off",
+                        "-c", "max_connections=200",
+                        *(arg for k, v in (settings or {}).items() for arg in ("-c", f"{k}={v}")),
+                    ],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     **user,  # type: ignore[arg-type]
-                )
-            running[:] = [started]
-            _wait_for_port(port, started, "PostgreSQL", log)
+                )  # fmt: skip
 
-        def stop() -> None:
-            running[0].send_signal(signal.SIGINT)  # fast shutdown
-            running[0].wait(timeout=START_TIMEOUT_S)
+        def ready(proc: subprocess.Popen[bytes]) -> None:
+            _wait_for_port(port, proc, "PostgreSQL", log)
+            _wait_for_sessions(bindir, port)
 
-        start()
+        control = ServerControl(launch, ready)
+        control.proc = launch()
+        _wait_for_port(port, control.proc, "PostgreSQL", log)
         createdb = [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "scroll"]
         # The port opens before the server accepts sessions ("the database system is starting
         # up"): retry until createdb gets through or the start-up time is over.
@@ -195,17 +231,21 @@ def postgres(settings: Mapping[str, str] | None = None) -> Iterator[Server]:
             if "starting up" not in error or time.monotonic() > deadline:
                 raise ServerUnavailable(f"createdb failed: {error}")
             time.sleep(0.1)
-        url = f"postgres://scroll@127.0.0.1:{port}/scroll"
-        yield Server(url, "127.0.0.1", port, stop=stop, start=start)
+        yield Server(f"postgres://scroll@127.0.0.1:{port}/scroll", "127.0.0.1", port, control)
     finally:
-        for proc in running:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if control is not None:
+            control.stop(signal.SIGTERM)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_for_sessions(bindir: Path, port: int) -> None:
+    """Wait until a restarted server accepts sessions (the port opens while it recovers)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    ready = [str(bindir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "scroll"]
+    while subprocess.run(ready, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise ServerUnavailable("PostgreSQL did not accept sessions after its restart")
+        time.sleep(0.05)
 
 
 @contextmanager

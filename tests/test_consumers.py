@@ -512,11 +512,18 @@ async def test_the_cost_panel_follows_each_recorded_call_live(user, console_log)
                                    started_at=1.0e9 + n, usage={"input_tokens": 1000,
                                    "output_tokens": 100})])  # fmt: skip
 
-    path = f"/ws/sessions/{session_safe_id(sid)}/?session={sid}&compress_after=0&change_after=0"
+    path = (
+        f"/ws/sessions/{session_safe_id(sid)}/?session={sid}&compress_after=0&change_after=0"
+        "&calls_after=0"
+    )
     communicator, _ = await _connect(path, user)
     try:
         await _drain(communicator)
         message = {"type": "session.changed", "session_id": sid, "summary": {}}
+        message = {"type": "session.changed", "session_id": sid, "summary": {}}
+        await get_channel_layer().group_send(session_group(sid), message)
+        # Nothing recorded since the page: the panel it rendered stays (no needless swap).
+        assert not any('id="session-cost"' in f for f in await _drain(communicator))
         for n in (1, 2):
             await sync_to_async(record)(n)
             await get_channel_layer().group_send(session_group(sid), message)

@@ -23,8 +23,8 @@ def own_server():
     from tests import servers
 
     try:
-        with servers.postgres() as server:
-            if server.stop is None or server.start is None:
+        with servers.postgres(own=True) as server:
+            if server.control is None:
                 pytest.skip("an external PostgreSQL server cannot be restarted by the tests")
             yield server
     except servers.ServerUnavailable as exc:
@@ -57,8 +57,8 @@ def test_a_read_and_an_append_after_a_restart_succeed_on_the_first_try(own_serve
     with _open(own_server, outage_s=0) as log:
         log.append(session_id="restart", kind="context_msg", content="before", dedup_key="a")
         assert log.count("restart") == 1  # this thread's reader is open now
-        own_server.stop()
-        own_server.start()
+        own_server.control.stop()
+        own_server.control.start()
         assert log.count("restart") == 1
         assert [e.content for e in log.session_events("restart")] == ["before"]
         log.append(session_id="restart", kind="context_msg", content="after", dedup_key="b")
@@ -78,8 +78,8 @@ def test_killed_sessions_cost_no_read_or_append_an_error(own_server):
 def test_reads_and_appends_wait_for_the_server_within_the_outage_budget(own_server):
     with _open(own_server, outage_s=30) as log:
         log.append(session_id="waits", kind="context_msg", content="x", dedup_key="k1")
-        own_server.stop()
-        back = threading.Timer(1.0, own_server.start)
+        own_server.control.stop()
+        back = threading.Timer(1.0, own_server.control.start)
         back.start()
         try:
             started = time.monotonic()
@@ -96,14 +96,14 @@ def test_reads_and_appends_wait_for_the_server_within_the_outage_budget(own_serv
 def test_an_outage_longer_than_the_budget_is_store_unavailable(own_server):
     with _open(own_server, outage_s=0.3) as log:
         log.append(session_id="gone", kind="context_msg", content="kept")
-        own_server.stop()
+        own_server.control.stop()
         try:
             with pytest.raises(StoreUnavailable, match="did not answer"):
                 log.count("gone")
             with pytest.raises(StoreUnavailable):
                 log.append(session_id="gone", kind="context_msg", content="lost", dedup_key="z")
         finally:
-            own_server.start()
+            own_server.control.start()
         assert [e.content for e in log.session_events("gone")] == ["kept"]
 
 

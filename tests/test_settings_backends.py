@@ -69,6 +69,8 @@ def test_a_postgres_url_is_parsed_into_django_database_settings(tmp_path):
     assert report["db"]["PASSWORD"] == "p@ss:word"
     assert report["db"]["HOST"] == "db.internal"
     assert report["db"]["PORT"] == "6543"
+    # A connection that died in a PostgreSQL restart is replaced before use (issue 30).
+    assert report["db"]["CONN_HEALTH_CHECKS"] == "True"
 
 
 def test_a_redis_url_selects_the_redis_channel_layer(tmp_path):

@@ -29,8 +29,8 @@ def own_log(settings, monkeypatch, console_log):
 
     monkeypatch.setenv("SCROLL_DB_OUTAGE_S", "0.3")
     try:
-        with servers.postgres() as server:
-            if server.stop is None:
+        with servers.postgres(own=True) as server:
+            if server.control is None:
                 pytest.skip("an external PostgreSQL server cannot be restarted by the tests")
             settings.SCROLL_EVENTLOG_URL = server.url
             reset_event_log()
@@ -78,9 +78,9 @@ def _assert_log_whole(url: str, session_id: str) -> None:
 
 def test_a_run_survives_a_postgres_restart_mid_run(own_log):
     def restart() -> None:
-        own_log.stop()
+        own_log.control.stop()
         time.sleep(2.0)  # longer than the log's own 0.3 s: the run has to wait for it
-        own_log.start()
+        own_log.control.start()
 
     run = _run_with_fault(restart)
     assert (run.status, run.error) == (RunRecord.DONE, "")

@@ -409,6 +409,8 @@ class SessionConsumer(_LiveConsumer):
         self.compress_after = live.int_cursor(query.get("compress_after"))
         self.change_after = live.int_cursor(query.get("change_after"))
         self.action_after = live.int_cursor(query.get("action_after")) or 0
+        # The recorded calls the page's cost panel was rendered with: re-sent past them only.
+        self.calls_after = live.int_cursor(query.get("calls_after"))
         self.show_none = query.get("none") == "1"
         self.can_stop = await self._can_stop()
         # Whatever changed between the page rendering and this socket connecting.
@@ -462,7 +464,10 @@ class SessionConsumer(_LiveConsumer):
 
         parts = session_live.parts_context(self.session_id)
         frames = session_live.render_parts(parts | {"can_stop": self.can_stop})
-        frames.append(session_live.render_cost(self.session_id))  # each call as it is priced
+        calls = session_live.recorded_calls(self.session_id)
+        if self.calls_after is not None and calls != self.calls_after:
+            self.calls_after = calls  # a call was recorded: the panel shows it priced
+            frames.append(session_live.render_cost(self.session_id))
         if self.compress_after is not None and self.change_after is not None:
             seen = self.compress_after
             entries, self.compress_after, self.change_after, self.action_after = (

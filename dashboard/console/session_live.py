@@ -255,6 +255,11 @@ def parts_context(session_id: str) -> dict[str, Any]:
     }
 
 
+def recorded_calls(session_id: str) -> int:
+    """How many upstream calls the session's record holds (the cost panel's cursor)."""
+    return WireCall.objects.filter(session_id=session_id).count()
+
+
 def render_cost(session_id: str) -> str:
     """The cost panel as an out-of-band frame: a call shows up priced while the session
     runs, not at the next reload."""

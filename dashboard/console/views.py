@@ -305,6 +305,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
             compress_after=timeline.compress_after if timeline.page == 1 else None,
             change_after=timeline.change_after if timeline.page == 1 else None,
             action_after=timeline.action_after if timeline.page == 1 else None,
+            calls_after=session_live.recorded_calls(session_id),
             none="1" if timeline.show_none else None,
             # Only the newest page learns of newer events (its "newer" link appears).
             seq_after=(last_seq or after) if not has_newer else None,

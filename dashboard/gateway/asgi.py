@@ -8,7 +8,9 @@ a busy one, which alone is most of the gateway's latency budget. None of it appl
 API authenticated by key. So ``GatewayRouter`` answers the ``ROUTES`` paths itself (reading
 the body, calling the endpoint, sending its response or stream) and hands every other
 request, and every WebSocket, to the console's application unchanged. Skipping Django skips
-its host check too, so the router applies the same one (``host_check``) first.
+its host check too, so the router applies the same one (``host_check``) first. An
+endpoint's exception goes to ``failed``, which may answer it (a database outage: a 503 in
+the provider's shape) instead of the server's bare 500.
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scroll_core.store.outage_cap import outage_cap
+
 __all__ = ["GatewayRouter", "Request", "Response", "read_body"]
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+# How long a gateway request waits for the Event Log's database in an outage before it is
+# answered with a retryable 503 (the log's own budget, SCROLL_DB_OUTAGE_S, is for runs).
+OUTAGE_WAIT_S = 2.0
 
 
 class BodyTooLarge(Exception):
@@ -111,12 +119,15 @@ class GatewayRouter:
         body_limit: Callable[[], int],
         too_large: Callable[[Request, int, int], Response],
         host_check: Any = None,
+        failed: Callable[[Request, Exception], Response | None] | None = None,
     ) -> None:
         self.app = app
         self.routes = routes
         self.body_limit = body_limit
         self.too_large = too_large
         self.host_check = host_check  # allows(host) and refusal(request, host), or None
+        # The answer to an endpoint's exception (a database outage's 503), or None: raised on.
+        self.failed = failed
         # A route ending in "/*" answers every path under it.
         self.prefixes = [(path[:-1], e) for path, e in routes.items() if path.endswith("/*")]
 
@@ -159,9 +170,17 @@ class GatewayRouter:
         except ConnectionAbortedError:
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        response = await endpoint(
-            Request(request.method, request.path, headers, body, received, query)
-        )
+        request = Request(request.method, request.path, headers, body, received, query)
+        try:
+            # A client is waiting: in a database outage, answer "retry later" within
+            # OUTAGE_WAIT_S rather than hold the request for the log's whole budget.
+            with outage_cap(OUTAGE_WAIT_S):
+                response = await endpoint(request)
+        except Exception as exc:
+            answer = self.failed(request, exc) if self.failed is not None else None
+            if answer is None:
+                raise
+            response = answer
         try:
             await send_response(send, response)
         finally:

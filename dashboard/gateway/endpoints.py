@@ -38,6 +38,7 @@ from dashboard.gateway import stored_conversations, stored_responses
 from dashboard.gateway.asgi import Request, Response
 from dashboard.gateway.models import GatewayKey
 from dashboard.gateway.service import GatewayRefused, get_service, session_id_for_request
+from dashboard.outage import RETRY_AFTER_S, database_unavailable
 from scroll_core.errors import (
     ContextOverflow,
     ContextWindowUnfit,
@@ -123,6 +124,32 @@ def _upstream_error(api: str, exc: ModelError) -> Response:
     if 400 <= exc.status < 500:
         return _error(api, exc.status, said, code=exc.code)
     return _error(api, 502, said, code=exc.code or f"upstream_{exc.status}")
+
+
+def _database_outage(api: str) -> Response:
+    """503 with Retry-After in the provider's shape: what the official clients retry."""
+    message = "the gateway cannot reach its database right now; retry shortly"
+    if api == "anthropic":
+        answer = _anthropic_error(503, message)  # overloaded_error: the SDK retries it
+    else:
+        answer = _openai_error(
+            503, message, kind="service_unavailable", code="database_unavailable"
+        )
+    answer.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return answer
+
+
+def _api_of(request: Request) -> str:
+    """The error shape a request's client reads: Anthropic's on ``/v1/messages``, and from
+    a client that sends ``anthropic-version`` or ``x-api-key``; else OpenAI's."""
+    anthropic = "anthropic-version" in request.headers or "x-api-key" in request.headers
+    return "anthropic" if anthropic or request.path.startswith("/v1/messages") else "openai"
+
+
+def unavailable(request: Request, exc: Exception) -> Response | None:
+    """``GatewayRouter``'s ``failed``: an endpoint that met a database outage (the console's
+    or the Event Log's) answers 503 in its provider's shape; anything else is raised on."""
+    return _database_outage(_api_of(request)) if database_unavailable(exc) else None
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -286,6 +313,8 @@ def _failure(api: str, exc: BaseException) -> Response:
         return _upstream_error(api, exc)
     if isinstance(exc, ContextWindowUnfit):
         return _error(api, 400, str(exc), code="context_length_exceeded")
+    if database_unavailable(exc):  # a stream's error event too (the router answers the rest)
+        return _database_outage("anthropic" if api == "anthropic" else "openai")
     raise exc
 
 
@@ -723,8 +752,7 @@ async def unknown_route(request: Request) -> Response:
     """Any other path under ``/v1/``: a 404 in the shape of the API the client speaks (an
     Anthropic client sends ``anthropic-version`` or ``x-api-key``), never the console's HTML
     page, which no client's error handling reads."""
-    anthropic = "anthropic-version" in request.headers or "x-api-key" in request.headers
-    api = "anthropic" if anthropic else "openai"
+    api = _api_of(request)
     return _error(api, 404, f"{request.method} {request.path}: no such endpoint", code="not_found")
 
 

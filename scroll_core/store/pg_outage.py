@@ -20,8 +20,15 @@ import psycopg
 from psycopg import pq
 
 from ..errors import ConfigError, StoreUnavailable
+from .outage_cap import current_cap
 
-__all__ = ["DEFAULT_OUTAGE_S", "alive", "is_transient", "outage_budget_s", "retrying"]
+__all__ = [
+    "DEFAULT_OUTAGE_S",
+    "alive",
+    "is_transient",
+    "outage_budget_s",
+    "retrying",
+]
 
 T = TypeVar("T")
 
@@ -91,6 +98,9 @@ def retrying(
     """``work()``, run again after a transient error (``on_failure`` first, to drop the dead
     connection) with a growing pause, until it succeeds, fails for good, or ``budget_s`` has
     passed since the first failure: then ``StoreUnavailable``."""
+    cap = current_cap()
+    if cap is not None:
+        budget_s = min(budget_s, cap)
     deadline: float | None = None
     wait = _FIRST_WAIT_S
     while True:

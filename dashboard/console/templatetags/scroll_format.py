@@ -43,3 +43,10 @@ def figure_json(value: Any) -> str:
     """A chart figure as JSON for a ``data-json`` attribute (autoescaped there): live frames
     can carry it, where htmx strips the ``<script>`` a ``json_script`` would use."""
     return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"))
+
+
+@register.filter(name="first_line")
+def first_line(value: Any) -> str:
+    """The first non-blank line of ``value`` (a run's error: its summary; the rest is in a
+    ``<details>``)."""
+    return next((line.strip() for line in str(value or "").splitlines() if line.strip()), "")

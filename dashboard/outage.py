@@ -18,6 +18,7 @@ from django.template.loader import render_to_string
 from django.views import defaults
 
 from scroll_core.errors import StoreUnavailable
+from scroll_core.store.outage_cap import outage_cap
 
 __all__ = ["RETRY_AFTER_S", "DatabaseOutageMiddleware", "database_unavailable", "server_error"]
 
@@ -80,6 +81,9 @@ def unavailable_page() -> HttpResponse:
     return response
 
 
+PAGE_OUTAGE_WAIT_S = 2.0
+
+
 class DatabaseOutageMiddleware:
     """A view that met a database outage answers ``unavailable_page``, not a 500."""
 
@@ -87,7 +91,10 @@ class DatabaseOutageMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        # Someone is looking: wait PAGE_OUTAGE_WAIT_S for the Event Log's database, not the
+        # whole budget runs wait (SCROLL_DB_OUTAGE_S), then say it is away.
+        with outage_cap(PAGE_OUTAGE_WAIT_S):
+            return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> Any:
         return unavailable_page() if database_unavailable(exception) else None

@@ -27,9 +27,7 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit, envelope
 from _gateway_data import completion_for, locomo_exchanges
+from gateway import Upstream  # the gateway bench's loopback upstream
 
 from scroll_core import wire
 from scroll_core.gateway import GatewayConversation, parse_chat_request
@@ -46,37 +45,6 @@ from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
-
-
-class Upstream:
-    """A loopback Chat Completions server answering with whatever was queued next."""
-
-    def __init__(self) -> None:
-        self.queue: list[dict[str, Any]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                data = json.dumps(owner.queue.pop(0)).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def session_calls(sample: int, turns: int, context: int) -> tuple[list[wire.WireCall], int]:

@@ -11,8 +11,6 @@ import pytest
 from dashboard.record.read import recorded_call, session_calls
 from dashboard.runs import runner as runner_module
 from dashboard.runs.models import RunRecord
-from dashboard.runs.worker import Worker
-from scroll_core.kernel import KernelConfig, KernelManager
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,11 +18,9 @@ CELL = "Run this.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
 
 
 @pytest.fixture
-def runner(console_log):
-    kernels = KernelManager(KernelConfig(sandbox="process"), pool_size=0)
-    worker = Worker(slots=1, kernels=kernels, poll_s=0.05).start()
-    yield worker
-    worker.shutdown()
+def runner(live_runner):
+    """The shared in-process worker (tests/conftest.py)."""
+    return live_runner[0]
 
 
 def test_a_run_against_an_endpoint_records_the_bytes_it_received(runner, upstream, monkeypatch):

@@ -72,13 +72,21 @@ def _blocks(view: dict[str, Any] | None) -> list[list[int]]:
 
 def _newly_covered(now: list[list[int]], before: list[list[int]]) -> tuple[int, int] | None:
     """The seq range the index covers at this call and did not at the call before: what
-    was evicted in between."""
+    was evicted in between (first and last such seq), by interval arithmetic."""
     had = sorted((b[1], b[2]) for b in before)
     fresh: list[int] = []
     for _tier, lo, hi, *_ in now:
-        for seq in range(lo, hi + 1):
-            if not any(a <= seq <= z for a, z in had):
-                fresh.append(seq)
+        cursor = lo
+        for a, z in had:
+            if z < cursor:
+                continue
+            if a > hi:
+                break
+            if a > cursor:
+                fresh += [cursor, a - 1]
+            cursor = max(cursor, z + 1)
+        if cursor <= hi:
+            fresh += [cursor, hi]
     return (min(fresh), max(fresh)) if fresh else None
 
 

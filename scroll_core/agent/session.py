@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from .. import wire
@@ -296,7 +297,7 @@ class Session:
             lambda: self.model.complete(messages, tools),
             session=self.session_id,
             request=lambda: {"model": self.model.name, "messages": messages, "tools": tools},
-            view=wire.view_record(view.report, self.state.index),
+            view=partial(wire.view_record, view.report, self.state.index),
             messages=messages,
             compacted=bool(self.state.index.blocks),
             turn=record.turn,

@@ -44,7 +44,7 @@ def traced_call(
     session: str,
     source: str = "run",
     request: Callable[[], dict[str, Any]] | None = None,
-    view: dict[str, Any] | None = None,
+    view: Callable[[], dict[str, Any]] | None = None,
     messages: Sequence[Mapping[str, Any]] = (),
     **attributes: Any,
 ) -> ModelReply:
@@ -55,8 +55,8 @@ def traced_call(
 
     Inside ``wire.collecting`` the call is also captured for the record: what the transport
     sent (``request()`` for a model served in process), the reply, the usage, ``view`` (the
-    working view's section sizes) and the span it ran in; ``source`` says whose loop made
-    it (``run``, ``gateway``)."""
+    working view's section sizes, built only then) and the span it ran in; ``source`` says
+    whose loop made it (``run``, ``gateway``)."""
     capture = wire.calling(
         model, session=session, source=source, request=request, view=view,
         turn=attributes.get("turn"), step=attributes.get("step"),

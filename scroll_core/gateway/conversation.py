@@ -563,7 +563,7 @@ class GatewayConversation(HistoryLog):
                     session=self.session_id,
                     source="gateway",
                     request=partial(_in_process_request, model, messages, prefix),
-                    view=wire.view_record(view.report, self.state.index),
+                    view=partial(wire.view_record, view.report, self.state.index),
                     messages=messages,
                     compacted=bool(self.state.index.blocks),
                     step=step,

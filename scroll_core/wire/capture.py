@@ -126,18 +126,19 @@ def calling(
     turn: int | None = None,
     step: int | None = None,
     attempt: int = 1,
-    view: dict[str, Any] | None = None,
+    view: Callable[[], dict[str, Any]] | None = None,
 ) -> Iterator[WireCall | None]:
     """Open one call's capture: yields the ``WireCall`` to fill (``None`` when nothing is
     collecting). When the block ends the call is added to the log, failed or not; a call
-    whose transport sent nothing gets ``request()``, compact JSON, as its body."""
+    whose transport sent nothing gets ``request()``, compact JSON, as its body. ``request``
+    and ``view`` are called only while something collects: nothing is built otherwise."""
     log = _LOG.get()
     if log is None:
         yield None
         return
     call = WireCall(
         session_id=session, model=model, source=source, turn=turn, step=step,
-        attempt=attempt, view=view, started_at=time.time(),
+        attempt=attempt, view=view() if view is not None else None, started_at=time.time(),
     )  # fmt: skip
     began = time.perf_counter()
     token = _OPEN.set(call)

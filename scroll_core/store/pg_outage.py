@@ -76,7 +76,12 @@ def alive(db: psycopg.Connection[Any]) -> bool:
     nothing to read unless the server said goodbye (a FATAL) or closed the socket."""
     if db.closed or db.broken:
         return False
-    if db.info.transaction_status != pq.TransactionStatus.IDLE:
+    status = db.info.transaction_status
+    if status in (pq.TransactionStatus.INERROR, pq.TransactionStatus.UNKNOWN):
+        # A transaction the outage broke (its rollback failed too: "cannot exit pipeline
+        # mode while busy"): every later query on it would fail; replace it.
+        return False
+    if status != pq.TransactionStatus.IDLE:
         return True  # in use by its owner (a transaction in progress): not ours to poke
     try:
         readable, _, _ = select.select([db.fileno()], [], [], 0)

@@ -175,7 +175,11 @@ def _database_from_url(url: str) -> dict[str, Any]:
     return config
 
 
-def _redis_layer(url: str) -> dict[str, Any]:
+# How much longer than Redis blocks a channel layer read may wait for its answer.
+REDIS_READ_MARGIN_S = 5.0
+
+
+def redis_channel_layer(url: str) -> dict[str, Any]:
     """The channels-redis layer for a redis:// (or rediss://, unix://) URL."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in {"redis", "rediss", "unix"}:
@@ -183,11 +187,19 @@ def _redis_layer(url: str) -> dict[str, Any]:
             f"SCROLL_REDIS_URL must be a redis:// URL, not {scheme or url!r}"
         )
     _require("channels_redis", "redis", "SCROLL_REDIS_URL")
+    from channels_redis.core import RedisChannelLayer
+
+    # Each live page waits on a BZPOPMIN that Redis answers after brpop_timeout (5 s) when
+    # nothing came. redis-py 8 reads with a 5 s socket timeout by default (None before), so
+    # the read timed out first and dropped every idle page's socket about every 5 s (issue
+    # 30). Read for longer than the server blocks; a dead server is still noticed by then.
+    read_timeout = RedisChannelLayer.brpop_timeout + REDIS_READ_MARGIN_S
+    host = {"address": url, "socket_timeout": read_timeout, "socket_keepalive": True}
     return {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # A live page that falls this far behind loses spans, as on the in-memory layer;
         # the page catches up from the database on reconnect.
-        "CONFIG": {"hosts": [url], "capacity": 1000, "expiry": 60},
+        "CONFIG": {"hosts": [host], "capacity": 1000, "expiry": 60},
     }
 
 
@@ -324,7 +336,7 @@ refuse_in_memory_layer(
 
 SCROLL_REDIS_URL = os.environ.get("SCROLL_REDIS_URL", "").strip()
 if os.environ.get("SCROLL_REDIS_URL"):
-    CHANNEL_LAYERS = {"default": _redis_layer(os.environ["SCROLL_REDIS_URL"])}
+    CHANNEL_LAYERS = {"default": redis_channel_layer(os.environ["SCROLL_REDIS_URL"])}
 else:
     # The in-memory layer drops a message silently once a consumer's queue holds `capacity`;
     # a live page falls behind by at most this many spans before that happens.

@@ -132,7 +132,9 @@ def _isolate_xdist_worker() -> None:
         return
     if settings.configured and getattr(settings, "SCROLL_REDIS_URL", ""):
         settings.SCROLL_REDIS_URL = os.environ["SCROLL_REDIS_URL"]
-        settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [settings.SCROLL_REDIS_URL]
+        from dashboard.settings import redis_channel_layer
+
+        settings.CHANNEL_LAYERS["default"] = redis_channel_layer(settings.SCROLL_REDIS_URL)
 
 
 _isolate_xdist_worker()

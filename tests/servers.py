@@ -249,10 +249,12 @@ def _wait_for_sessions(bindir: Path, port: int) -> None:
 
 
 @contextmanager
-def redis() -> Iterator[Server]:
-    """A fresh Redis server with no persistence."""
+def redis(*, own: bool = False) -> Iterator[Server]:
+    """A fresh Redis server with no persistence. ``own``: always start one here (a fault test
+    stops it and starts it again, empty, as a restart without persistence leaves it), even
+    when ``SCROLL_TEST_REDIS_URL`` names a shared one."""
     external = os.environ.get("SCROLL_TEST_REDIS_URL")
-    if external:
+    if external and not own:
         yield Server(external, "", 0)
         return
     exe = shutil.which("redis-server")
@@ -261,10 +263,10 @@ def redis() -> Iterator[Server]:
     root = Path(tempfile.mkdtemp(prefix="scroll-redis-"))
     log = root / "redis.log"
     port = _free_port()
-    proc: subprocess.Popen[bytes] | None = None
-    try:
+
+    def launch() -> subprocess.Popen[bytes]:
         with log.open("ab") as out:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 [
                     exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(root),
                     "--save", "", "--appendonly", "no", "--protected-mode", "yes",
@@ -272,16 +274,13 @@ def redis() -> Iterator[Server]:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
-        _wait_for_port(port, proc, "Redis", log)
-        yield Server(f"redis://127.0.0.1:{port}/0", "127.0.0.1", port)
+
+    control = ServerControl(launch, lambda proc: _wait_for_port(port, proc, "Redis", log))
+    try:
+        control.start()
+        yield Server(f"redis://127.0.0.1:{port}/0", "127.0.0.1", port, control)
     finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        control.stop(signal.SIGTERM)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -21,6 +21,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from dashboard.layer_outage import LAYER_DOWN_ERRORS, LayerDown, layer_outage
+
 __all__ = ["remember_server_loop", "send_group", "send_groups", "server_loop", "spans_message"]
 
 log = logging.getLogger("dashboard.push")
@@ -49,13 +51,23 @@ def server_loop() -> asyncio.AbstractEventLoop | None:
 
 
 async def _send_all(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> int:
+    """Send in order; returns how many were not sent. While the layer is down the rest of
+    the batch is dropped at once (``dashboard.layer_outage`` logs the outage once)."""
     failed = 0
-    for group, message in messages:
+    for index, (group, message) in enumerate(messages):
+        if not layer_outage.should_try():
+            layer_outage.failed(LayerDown(), len(messages) - index)
+            return failed + len(messages) - index
         try:
             await layer.group_send(group, message)
+        except LAYER_DOWN_ERRORS as exc:
+            layer_outage.failed(exc, len(messages) - index)
+            return failed + len(messages) - index
         except Exception:
             failed += 1
             log.exception("console: sending %s to %s failed", message.get("type"), group)
+        else:
+            layer_outage.answered()
     return failed
 
 

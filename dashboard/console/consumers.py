@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -36,6 +37,7 @@ from django.template.loader import render_to_string
 
 from dashboard.console import live
 from dashboard.groups import ALERTS, KERNELS, SESSION_PREFIX, SPANS, session_safe_id
+from dashboard.layer_outage import LAYER_DOWN_ERRORS, layer_outage
 from dashboard.push import remember_server_loop
 
 # A span is rendered once per process and shared by every socket that shows it; the cache
@@ -58,6 +60,10 @@ REFRESH_SPANS = frozenset(
 REFRESH_DELAY_S = 0.2
 # Span ids a socket remembers having sent (a live span repeats one only shortly after).
 _SENT_IDS = 4096
+# A socket whose layer is down tries to join its groups again after this long, doubling
+# up to REJOIN_MAX_S: a Redis restart on loopback takes about a second.
+REJOIN_FIRST_S = 0.25
+REJOIN_MAX_S = 2.0
 
 
 def render_span_fragments(span: dict[str, Any]) -> list[str]:
@@ -109,10 +115,74 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             await self.close()
             return
         self.joined = self._groups()
-        for group in self.joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+        # A layer that is down does not refuse the page (a handshake 500): the socket opens
+        # paused and joins when the layer is back (see _receive_or_pause).
+        self._paused = not await self._join()
         await self.accept()
+        self._open = True
+        if self._paused:
+            await self._send_live_status()
         await self.catch_up(self._query())
+
+    # -- the channel layer going away (Redis stopped or restarting) -----------------------
+    # Channels waits on the layer from the start, so these may come before ``connect``:
+    # nothing is sent before the socket is accepted (connect says it is paused itself).
+    _paused = False
+    _open = False
+
+    @property
+    def channel_receive(self) -> Callable[[], Awaitable[dict[str, Any]]]:
+        return self._receive_or_pause
+
+    @channel_receive.setter
+    def channel_receive(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        # Channels binds the layer's receive here (AsyncConsumer.__call__) and ends the
+        # consumer when it raises, dropping the socket; this socket pauses instead.
+        self._layer_receive = receive
+
+    async def _receive_or_pause(self) -> dict[str, Any]:
+        """The layer's next message; ``layer.paused`` when it cannot be reached, then
+        ``layer.resumed`` once this socket has joined its groups again."""
+        if self._paused:
+            delay = REJOIN_FIRST_S
+            while not (self._open and await self._join()):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, REJOIN_MAX_S)
+            return {"type": "layer.resumed"}
+        try:
+            return await self._layer_receive()
+        except LAYER_DOWN_ERRORS as exc:
+            layer_outage.failed(exc, 0)
+            return {"type": "layer.paused"}
+
+    async def _join(self) -> bool:
+        """Join this socket's groups; False when the layer cannot be reached. Joining again
+        is harmless, and needed after a restart: a Redis without persistence forgot them."""
+        try:
+            for group in getattr(self, "joined", ()):
+                await self.channel_layer.group_add(group, self.channel_name)
+        except LAYER_DOWN_ERRORS as exc:
+            layer_outage.failed(exc, 0)
+            return False
+        layer_outage.answered()
+        return True
+
+    async def layer_paused(self, event: dict[str, Any]) -> None:
+        was_paused, self._paused = self._paused, True
+        if self._open and not was_paused:
+            await self._send_live_status()
+
+    async def layer_resumed(self, event: dict[str, Any]) -> None:
+        """Back: say so, then send what changed meanwhile as a reconnect would (the page's
+        cursors; rows it already shows are replaced, not repeated)."""
+        self._paused = False
+        if self._open:
+            await self._send_live_status()
+            await self.catch_up(self._query())
+
+    async def _send_live_status(self) -> None:
+        ctx = {"paused": self._paused, "oob": True}
+        await self.send(text_data=render_to_string("dashboard/_live_status.html", ctx).strip())
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch closes stale database connections through a thread hop before
@@ -124,8 +194,12 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         await handler(message)
 
     async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "joined", ()):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        try:
+            for group in getattr(self, "joined", ()):
+                await self.channel_layer.group_discard(group, self.channel_name)
+        except LAYER_DOWN_ERRORS as exc:
+            # Redis drops a dead channel's membership by itself (group_expiry).
+            layer_outage.failed(exc, 0)
 
     async def alert_changed(self, event: dict[str, Any]) -> None:
         count = await self._open_alert_count()

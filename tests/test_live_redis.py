@@ -1,0 +1,185 @@
+"""Live pages on the Redis channel layer (issue 30), against a redis-server of this module's
+own that the tests stop and start again: an idle page keeps its socket, a page whose layer
+is down is told "live updates paused" instead of being refused or dropped and catches up
+when Redis is back, and senders log an outage once instead of a traceback per message."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import channel_layers, get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+
+from dashboard.console.routing import websocket_urlpatterns
+from dashboard.groups import SPANS
+from dashboard.layer_outage import layer_outage
+from dashboard.push import send_groups, spans_message
+from dashboard.settings import redis_channel_layer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PAUSED = 'id="live-status"'
+
+
+@pytest.fixture(scope="module")
+def own_redis():
+    from tests import servers
+
+    try:
+        with servers.redis(own=True) as server:
+            yield server
+    except servers.ServerUnavailable as exc:
+        servers.unavailable("Redis", str(exc))
+
+
+@pytest.fixture
+def redis_layer(settings, own_redis):
+    """The console's channel layer, as settings make it for SCROLL_REDIS_URL, on
+    ``own_redis``; Redis is running again after the test, whatever it did."""
+    settings.CHANNEL_LAYERS = {"default": redis_channel_layer(own_redis.url)}
+    channel_layers.backends.clear()
+    layer_outage.down_since = None
+    yield own_redis.control
+    own_redis.control.start()
+    channel_layers.backends.clear()
+    layer_outage.down_since = None
+
+
+@pytest.fixture
+async def user():
+    from django.contrib.auth import get_user_model
+
+    return await sync_to_async(get_user_model().objects.create_user)("viewer", password="pw")
+
+
+def _span(span_id: str) -> dict:
+    return {
+        "id": None,
+        "trace_id": "b" * 32,
+        "span_id": span_id,
+        "parent_id": None,
+        "name": "scroll.evict",
+        "start_ns": 1_700_000_000_000_000_000,
+        "end_ns": 1_700_000_000_020_000_000,
+        "duration_ms": 20.0,
+        "status": "ok",
+        "status_message": None,
+        "attributes": {},
+        "session_id": "s-live",
+        "kind": "internal",
+        "events": [],
+    }
+
+
+async def _open(path: str, user) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    return communicator
+
+
+async def _frame_with(communicator, text: str, timeout: float = 10.0) -> str:
+    """The first frame holding ``text``, passing over others (alert counts, parts)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        frame = await communicator.receive_from(timeout=max(0.1, deadline - loop.time()))
+        if text in frame:
+            return frame
+
+
+async def _push_gets_through(communicator, span_id: str) -> None:
+    await get_channel_layer().group_send(SPANS, spans_message([_span(span_id)]))
+    await _frame_with(communicator, f'id="span-{span_id}"', timeout=5)
+
+
+async def test_an_idle_page_keeps_its_socket_past_the_old_drop_and_still_gets_a_push(
+    redis_layer, user
+):
+    communicator = await _open("/ws/feed/", user)
+    try:
+        # redis-py 8 read the layer's 5 s blocking pop with a 5 s socket timeout: the
+        # consumer died ("Timeout reading from ...") and the page lost its socket.
+        await asyncio.sleep(7.5)
+        await _push_gets_through(communicator, "a" * 16)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_page_opened_while_redis_is_down_opens_paused_then_catches_up(redis_layer, user):
+    redis_layer.stop()
+    communicator = await _open("/ws/feed/", user)  # not a handshake 500
+    try:
+        paused = await _frame_with(communicator, PAUSED)
+        assert "hidden" not in paused and "Live updates paused" in paused
+        await sync_to_async(redis_layer.start)()
+        resumed = await _frame_with(communicator, PAUSED)
+        assert "hidden" in resumed
+        await _push_gets_through(communicator, "c" * 16)  # it joined its groups again
+    finally:
+        await communicator.disconnect()
+
+
+async def _stored_span(span_id: str) -> int:
+    from dashboard.telemetry.models import SpanRecord
+
+    def store() -> int:
+        row = SpanRecord.objects.create(
+            trace_id="d" * 32, span_id=span_id, name="scroll.expand", session_id="s-live",
+            start_ns=1, end_ns=2, duration_ms=1.0, status="ok",
+        )  # fmt: skip
+        return int(row.id)
+
+    return await sync_to_async(store)()
+
+
+async def test_an_open_page_pauses_through_two_restarts_and_catches_up_after_each(
+    redis_layer, user
+):
+    communicator = await _open("/ws/feed/?span_after=0", user)
+    try:
+        for restart, span_id in enumerate(("e" * 16, "f" * 16)):
+            await sync_to_async(redis_layer.stop)()
+            assert "hidden" not in await _frame_with(communicator, PAUSED)
+            # Stored while the page could not be told: the catch-up sends it.
+            await _stored_span(span_id)
+            await sync_to_async(redis_layer.start)()
+            assert "hidden" in await _frame_with(communicator, PAUSED)
+            await _frame_with(communicator, f'id="span-{span_id}"')
+            await _push_gets_through(communicator, str(restart) * 16)
+    finally:
+        await communicator.disconnect()
+
+
+def test_senders_log_an_outage_once_and_its_end_once(redis_layer, caplog):
+    caplog.set_level(logging.INFO)
+    message = spans_message([_span("9" * 16)])
+    redis_layer.stop()
+    # A worker thread's sends, as a busy run makes them: none raises, none logs a traceback.
+    results: list[bool] = []
+    sender = threading.Thread(
+        target=lambda: results.extend(send_groups([(SPANS, message)]) for _ in range(300))
+    )
+    sender.start()
+    sender.join(30)
+    assert results == [False] * 300
+    redis_layer.start()
+    # Dropped at once until the next probe (at most PROBE_EVERY_S later) finds it back.
+    deadline = time.monotonic() + 5
+    while not send_groups([(SPANS, message)]):
+        assert time.monotonic() < deadline, "the layer was not tried again"
+        time.sleep(0.05)
+    records = [r for r in caplog.records if r.name.startswith("dashboard")]
+    assert [r.levelname for r in records] == ["WARNING", "INFO"], records
+    assert "live updates paused" in records[0].getMessage()
+    back = re.search(r"back after .* \((\d+) messages were not sent", records[1].getMessage())
+    assert back is not None and int(back[1]) >= 300
+    assert not any(r.exc_info for r in caplog.records)

@@ -183,3 +183,37 @@ def test_senders_log_an_outage_once_and_its_end_once(redis_layer, caplog):
     back = re.search(r"back after .* \((\d+) messages were not sent", records[1].getMessage())
     assert back is not None and int(back[1]) >= 300
     assert not any(r.exc_info for r in caplog.records)
+
+
+CELL = "Run this.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_run_finishes_through_two_redis_restarts_and_its_worker_logs_no_traceback(
+    redis_layer, live_runner, caplog
+):
+    from dashboard.runs import runner
+    from dashboard.runs.models import RunRecord
+
+    caplog.set_level(logging.INFO)
+    run = runner.start_run("\n---\n".join([CELL] * 16), pause_s=0.5)  # 8 s and more
+    _wait(lambda: RunRecord.objects.get(pk=run.pk).turns >= 1, 60, "the first turn")
+    for _ in range(2):
+        redis_layer.stop()
+        time.sleep(1.5)
+        redis_layer.start()
+        time.sleep(1.5)
+    _wait(lambda: RunRecord.objects.get(pk=run.pk).status != RunRecord.RUNNING, 90, "the end")
+    run.refresh_from_db()
+    assert (run.status, run.error) == (RunRecord.DONE, "")
+    ours = [r for r in caplog.records if r.name.startswith(("dashboard", "scroll"))]
+    assert not [r for r in ours if r.exc_info or r.levelno >= logging.ERROR]
+    down = [r for r in ours if "channel layer unreachable" in r.getMessage()]
+    back = [r for r in ours if "channel layer back after" in r.getMessage()]
+    assert 1 <= len(down) <= 2 and len(back) == len(down)

@@ -26,6 +26,9 @@ SCROLL_CONSOLE_SEARCH_TIMEOUT_S  seconds before a console search is stopped (def
 SCROLL_SPAN_RETENTION  spans kept for the Traces page, oldest pruned (default 50000)
 SCROLL_SPAN_RETENTION_BYTES  and at most this many bytes of them (attributes, events and
                        status; default 200000000): the oldest go first, counted by the sink
+SCROLL_SPAN_SPOOL_BYTES  spans that end while the console database is away wait on disk
+                       (<data folder>/span-spool), in at most this many bytes (default
+                       67108864); past it the oldest are dropped, counted and logged
 SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
 SCROLL_RUNNER_WORKERS  runs executing at once in one worker (embedded or scroll_worker; default 4)
 SCROLL_WORKERS         "embedded" (default): each serving process runs one worker thread;
@@ -378,6 +381,8 @@ SCROLL_GRAFANA_URL = os.environ.get("SCROLL_GRAFANA_URL", "").rstrip("/")
 SCROLL_BENCH = _env_flag("SCROLL_BENCH", False)
 SCROLL_SPAN_RETENTION = _env_int("SCROLL_SPAN_RETENTION", 50_000, minimum=1)
 SCROLL_SPAN_RETENTION_BYTES = _env_int("SCROLL_SPAN_RETENTION_BYTES", 200_000_000, minimum=1)
+# Spans that end while the console database is away wait on disk, in at most this many bytes.
+SCROLL_SPAN_SPOOL_BYTES = _env_int("SCROLL_SPAN_SPOOL_BYTES", 64 * 1024 * 1024, minimum=1)
 SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
 SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)
 SCROLL_GATEWAY_THREADS = _env_int("SCROLL_GATEWAY_THREADS", 64, minimum=1)

@@ -9,6 +9,11 @@ sends ``span.finished`` / ``alert.changed`` messages (one hop per batch, see bel
 Every failure there is logged and counted in ``errors``; the agent never sees it.
 
 Messages go out through ``dashboard.push`` (on the server's loop when one is known).
+
+A batch that meets a console database outage is not lost: it goes to the on-disk spool
+(``dashboard.telemetry.spool``), as does every batch after it while the spool holds any, and
+the worker stores the spool's batches, oldest first, once the database answers (tried every
+``SPOOL_RETRY_S``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -24,9 +31,11 @@ from django.db import IntegrityError, close_old_connections, connection, transac
 from django.db.models import F, Sum, Window
 
 from dashboard import groups
+from dashboard.outage import database_unavailable
 from dashboard.push import send_groups, spans_message
 from dashboard.telemetry.alerts import AlertEngine
 from dashboard.telemetry.models import SpanRecord
+from dashboard.telemetry.spool import DEFAULT_SPOOL_BYTES, SpanSpool
 
 __all__ = [
     "ConsoleSpanSink",
@@ -46,6 +55,14 @@ BATCH = 200
 DEFAULT_LINGER_S = 0.05
 # Pruning deletes in one statement; checking after every batch would be wasted work.
 PRUNE_EVERY = 500
+# While the console database is away, the spool is tried again this often.
+SPOOL_RETRY_S = 1.0
+
+
+def default_spool() -> SpanSpool:
+    """The spool under the data folder, bounded by settings.SCROLL_SPAN_SPOOL_BYTES."""
+    folder = Path(settings.SCROLL_DATA_DIR) / "span-spool"
+    return SpanSpool(folder, int(getattr(settings, "SCROLL_SPAN_SPOOL_BYTES", DEFAULT_SPOOL_BYTES)))
 
 
 def span_retention() -> int:
@@ -68,9 +85,15 @@ class ConsoleSpanSink:
         maxsize: int = DEFAULT_QUEUE_SIZE,
         start: bool = True,
         linger_s: float = DEFAULT_LINGER_S,
+        spool: SpanSpool | None = None,
     ) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=maxsize)
         self.linger_s = linger_s
+        self.spool = spool if spool is not None else default_spool()
+        self.spooled = 0  # spans written to the spool
+        self.unspooled = 0  # spans stored from it
+        self._outage_since: float | None = None
+        self._spool_retry_at = 0.0
         self.engine = AlertEngine()
         self.received = 0
         self.dropped = 0
@@ -107,6 +130,7 @@ class ConsoleSpanSink:
                 try:
                     first = self._queue.get(timeout=0.5)
                 except queue.Empty:
+                    self._drain_spool()
                     continue
                 # Linger a moment for company: one message per group per batch, not per span.
                 # Asleep, not woken by each span that arrives meanwhile: every wake-up takes
@@ -120,8 +144,7 @@ class ConsoleSpanSink:
                     except queue.Empty:
                         break
                 try:
-                    close_old_connections()
-                    self.process(batch)
+                    self._take(batch)
                 except Exception:
                     self.errors += 1
                     log.exception("console: span batch of %d failed", len(batch))
@@ -130,6 +153,68 @@ class ConsoleSpanSink:
                         self._queue.task_done()
         finally:
             connection.close()
+
+    def _take(self, batch: list[Any]) -> None:
+        """Process a batch, or spool it when the database is away (or spans wait before
+        it, which keeps them in the order they ended)."""
+        records = [r for r in batch if r is not None]
+        if self.spool.files():
+            self._spool(records)
+            self._drain_spool()
+            return
+        try:
+            close_old_connections()
+            self.process(records)
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            self._database_away(exc)
+            self._spool(records)
+
+    def _spool(self, records: list[Any]) -> None:
+        self.spool.put([r.to_dict() for r in records])
+        self.spooled += len(records)
+
+    def _database_away(self, exc: BaseException) -> None:
+        self._spool_retry_at = time.monotonic() + SPOOL_RETRY_S
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            log.warning(
+                "console database unreachable (%s): spans wait in %s until it is back",
+                type(exc).__name__,
+                self.spool.folder,
+            )
+
+    def _drain_spool(self) -> None:
+        """Store the spool's batches, oldest first, until it is empty or the database is
+        still away (then again SPOOL_RETRY_S later)."""
+        if time.monotonic() < self._spool_retry_at:
+            return
+        from scroll_core.telemetry import SpanRecord as CoreSpan
+
+        for path in self.spool.files():
+            spans = self.spool.read(path)
+            if spans is None:
+                continue
+            try:
+                close_old_connections()
+                self.process([CoreSpan(**span) for span in spans])
+            except Exception as exc:
+                if database_unavailable(exc):
+                    self._database_away(exc)
+                    return
+                self.errors += 1
+                log.exception("console: a spooled batch of %d spans failed", len(spans))
+            self.spool.remove(path)
+            self.unspooled += len(spans)
+        if self._outage_since is not None:
+            log.info(
+                "console database back after %.1f s: spooled spans stored (%d dropped from "
+                "the spool since start, SCROLL_SPAN_SPOOL_BYTES)",
+                time.monotonic() - self._outage_since,
+                self.spool.dropped,
+            )
+            self._outage_since = None
 
     def process(self, records: Iterable[Any]) -> list[SpanRecord]:
         """Persist, evaluate and push one batch (the worker calls this; tests may too)."""
@@ -233,6 +318,10 @@ class ConsoleSpanSink:
             "errors": self.errors,
             "pruned_for_bytes": self.pruned_for_bytes,
             "queued": self._queue.qsize(),
+            "spooled": self.spooled,
+            "unspooled": self.unspooled,
+            "spool_pending": self.spool.pending(),
+            "spool_dropped": self.spool.dropped,
         }
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
@@ -92,6 +93,17 @@ def _after_start() -> None:
         connection.close()
 
 
+def _log_uncaught_exception(sender: Any, request: Any, **kwargs: Any) -> None:
+    """A request's traceback, unless a database outage raised it: that request was answered
+    the 503 page (handler500) and its request line says so; a traceback per page viewed
+    during an outage (the 404 page reads the database too) buries everything else."""
+    from dashboard.logs import log_uncaught_exception
+    from dashboard.outage import database_unavailable
+
+    if not database_unavailable(sys.exc_info()[1]):
+        log_uncaught_exception(sender, request, **kwargs)
+
+
 class DashboardConfig(AppConfig):
     name = "dashboard"
     verbose_name = "Scroll"
@@ -100,8 +112,7 @@ class DashboardConfig(AppConfig):
     def ready(self) -> None:
         # Registers the receiver that closes the Event Log when tests move its path.
         from dashboard import eventlog  # noqa: F401
-        from dashboard.logs import log_uncaught_exception
 
-        got_request_exception.connect(log_uncaught_exception, dispatch_uid="dashboard.logs")
+        got_request_exception.connect(_log_uncaught_exception, dispatch_uid="dashboard.logs")
         if startup_wanted():
             start_console()

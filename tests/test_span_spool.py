@@ -1,23 +1,18 @@
 """Spans are not lost while the console database is away (issue 30): the span sink spools
 them on disk, bounded in bytes, and stores them when the database is back. The console runs
-in a process of its own (tests/span_spool_child.py) whose database is a PostgreSQL server
+in a process of its own (tests/console_child.py) whose database is a PostgreSQL server
 this module stops and starts."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
+from console_process import ConsoleProcess
 
 from dashboard.telemetry.spool import SpanSpool
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -31,61 +26,17 @@ def stoppable_pg():
         servers.unavailable("PostgreSQL", str(exc))
 
 
-class Console:
-    """The child console process: ``ask`` sends one command and reads its JSON answer."""
-
-    def __init__(self, database_url: str, data: Path, spool_bytes: int) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SCROLL_", "OTEL_"))}
-        env.update(
-            SCROLL_DATABASE_URL=database_url,
-            SCROLL_DATA_DIR=str(data),
-            SCROLL_SECRET_KEY="x" * 50,
-            SCROLL_SPAN_SPOOL_BYTES=str(spool_bytes),
-            DJANGO_SETTINGS_MODULE="dashboard.settings",
-            PYTHONPATH=str(REPO),
-        )
-        self.log = data / "child.log"
-        with self.log.open("w") as stderr:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(REPO / "tests" / "span_spool_child.py")],
-                cwd=REPO, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=stderr,
-            )  # fmt: skip
-        assert self._answer() == {"ready": True}
-
-    def _answer(self) -> dict:
-        line = self.proc.stdout.readline()  # type: ignore[union-attr]
-        assert line, f"the console process ended: {self.log.read_text()[-2000:]}"
-        return json.loads(line)
-
-    def ask(self, command: str) -> dict:
-        self.proc.stdin.write(command + "\n")  # type: ignore[union-attr]
-        self.proc.stdin.flush()  # type: ignore[union-attr]
-        return self._answer()
-
-    def close(self) -> str:
-        """End the process (it ends when its stdin does); its log."""
-        if self.proc.poll() is None:
-            self.proc.stdin.close()  # type: ignore[union-attr]
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()  # type: ignore[union-attr]
-        return self.log.read_text()
-
-
 @pytest.fixture
 def console(stoppable_pg, tmp_path):
     """Start a console on a fresh database of ``stoppable_pg``: ``console(spool_bytes)``."""
     name = f"spool_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(stoppable_pg.url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
-    started: list[Console] = []
+    started: list[ConsoleProcess] = []
 
-    def start(spool_bytes: int = 64 * 1024 * 1024) -> Console:
-        child = Console(stoppable_pg.url.rsplit("/", 1)[0] + f"/{name}", tmp_path, spool_bytes)
+    def start(spool_bytes: int = 64 * 1024 * 1024) -> ConsoleProcess:
+        url = stoppable_pg.url.rsplit("/", 1)[0] + f"/{name}"
+        child = ConsoleProcess(url, tmp_path, SCROLL_SPAN_SPOOL_BYTES=str(spool_bytes))
         started.append(child)
         return child
 

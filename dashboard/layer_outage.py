@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 
-__all__ = ["LAYER_DOWN_ERRORS", "LayerDown", "LayerOutage", "layer_outage"]
+__all__ = ["LAYER_DOWN_ERRORS", "LayerDown", "LayerOutage", "layer_outage", "redis_unreachable"]
 
 log = logging.getLogger("dashboard.layer")
 
@@ -35,6 +35,18 @@ LAYER_DOWN_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     asyncio.TimeoutError,
 )
+
+
+def redis_unreachable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is redis-py's connection or timeout
+    error: Redis cannot be reached now (the gateway's shared limits, the channel layer)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if _REDIS_ERRORS and isinstance(exc, _REDIS_ERRORS):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class LayerDown(ConnectionError):

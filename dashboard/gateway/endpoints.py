@@ -38,6 +38,7 @@ from dashboard.gateway import stored_conversations, stored_responses
 from dashboard.gateway.asgi import Request, Response
 from dashboard.gateway.models import GatewayKey
 from dashboard.gateway.service import GatewayRefused, get_service, session_id_for_request
+from dashboard.layer_outage import redis_unreachable
 from dashboard.outage import RETRY_AFTER_S, database_unavailable
 from scroll_core.errors import (
     ContextOverflow,
@@ -126,14 +127,14 @@ def _upstream_error(api: str, exc: ModelError) -> Response:
     return _error(api, 502, said, code=exc.code or f"upstream_{exc.status}")
 
 
-def _database_outage(api: str) -> Response:
+def _database_outage(api: str, what: str = "database") -> Response:
     """503 with Retry-After in the provider's shape: what the official clients retry."""
-    message = "the gateway cannot reach its database right now; retry shortly"
+    message = f"the gateway cannot reach its {what} right now; retry shortly"
     if api == "anthropic":
         answer = _anthropic_error(503, message)  # overloaded_error: the SDK retries it
     else:
         answer = _openai_error(
-            503, message, kind="service_unavailable", code="database_unavailable"
+            503, message, kind="service_unavailable", code=f"{what.lower()}_unavailable"
         )
     answer.headers["Retry-After"] = str(RETRY_AFTER_S)
     return answer
@@ -148,8 +149,13 @@ def _api_of(request: Request) -> str:
 
 def unavailable(request: Request, exc: Exception) -> Response | None:
     """``GatewayRouter``'s ``failed``: an endpoint that met a database outage (the console's
-    or the Event Log's) answers 503 in its provider's shape; anything else is raised on."""
-    return _database_outage(_api_of(request)) if database_unavailable(exc) else None
+    or the Event Log's), or Redis away (the limits web processes share), answers 503 in its
+    provider's shape; anything else is raised on."""
+    if database_unavailable(exc):
+        return _database_outage(_api_of(request))
+    if redis_unreachable(exc):
+        return _database_outage(_api_of(request), "Redis")
+    return None
 
 
 # -- helpers -------------------------------------------------------------------------------

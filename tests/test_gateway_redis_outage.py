@@ -1,0 +1,103 @@
+"""The gateway while Redis, where several web processes share its rate limits, token budgets
+and session leases, is stopped and started again (issue 30): a request answers 503 with
+``Retry-After`` in the provider's shape, sends nothing upstream, and the official client's
+retries get through once Redis is back."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from gateway_clients import ask, make_key, oa
+
+from dashboard.gateway.service import get_service, reset_service
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def redis_limits(settings, gateway, own_redis):
+    """The gateway's shared limits on ``own_redis``; Redis runs again after the test."""
+    settings.SCROLL_REDIS_URL = own_redis.url
+    reset_service()
+    yield own_redis.control
+    own_redis.control.start()
+    reset_service()
+
+
+@pytest.fixture(scope="module")
+def own_redis():
+    from tests import servers
+
+    try:
+        with servers.redis(own=True) as server:
+            yield server
+    except servers.ServerUnavailable as exc:
+        servers.unavailable("Redis", str(exc))
+
+
+def test_clients_get_a_retryable_503_while_redis_is_down_then_get_through(
+    redis_limits, gateway, upstream, console_log
+):
+    key = make_key(upstream, agent="oa-redis")
+    first = oa(gateway, key).chat.completions.with_raw_response.create(
+        model="gpt-test", messages=[{"role": "user", "content": "hello"}]
+    )
+    session = first.headers["x-scroll-session"]
+    get_service().flush()
+    sent_upstream = len(upstream.requests)
+
+    redis_limits.stop()
+    during = httpx.post(
+        f"{gateway}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}", "X-Scroll-Session": session},
+        json={"model": "gpt-test", "messages": [{"role": "user", "content": "sent during"}]},
+        timeout=30,
+    )
+    assert during.status_code == 503, during.text
+    assert int(during.headers["retry-after"]) > 0
+    assert during.json()["error"]["type"] == "service_unavailable"
+    anthropic_during = httpx.post(
+        f"{gateway}/v1/messages",
+        headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+        json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]},
+        timeout=30,
+    )
+    assert anthropic_during.status_code == 503, anthropic_during.text
+    assert anthropic_during.json()["error"]["type"] == "overloaded_error"
+    assert int(anthropic_during.headers["retry-after"]) > 0
+    assert len(upstream.requests) == sent_upstream  # nothing went upstream
+    get_service().flush()
+    texts = [e.content for e in console_log.session_events(session, limit=None)]
+    assert not [t for t in texts if "during" in t]  # nor into the log
+
+    redis_limits.start()
+    retrying = openai.OpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=3)
+    try:
+        again = ask(retrying, [{"role": "user", "content": "after"}])
+    finally:
+        retrying.close()
+    assert again.choices[0].message.content.startswith("ok")
+
+
+def test_only_redis_being_unreachable_counts_as_an_outage(own_redis):
+    import redis
+
+    from dashboard.layer_outage import redis_unreachable
+
+    client = redis.Redis.from_url(own_redis.url)
+    try:
+        with pytest.raises(redis.ResponseError) as bad_command:
+            client.execute_command("NO-SUCH-COMMAND")
+        assert not redis_unreachable(bad_command.value)  # a bug, answered as one
+        own_redis.control.stop()
+        with pytest.raises(redis.ConnectionError) as refused:
+            client.ping()
+        assert redis_unreachable(refused.value)
+        try:
+            raise RuntimeError("admission failed") from refused.value
+        except RuntimeError as wrapped:
+            assert redis_unreachable(wrapped)
+    finally:
+        own_redis.control.start()
+        client.close()

@@ -101,3 +101,32 @@ def test_only_redis_being_unreachable_counts_as_an_outage(own_redis):
     finally:
         own_redis.control.start()
         client.close()
+
+
+def test_the_heartbeat_logs_a_redis_outage_once_and_its_end(
+    settings, gateway, upstream, own_redis, caplog
+):
+    import logging
+    import time
+
+    settings.SCROLL_WORKER_LEASE_S = 0.6  # a beat every 0.2 s
+    settings.SCROLL_REDIS_URL = own_redis.url
+    reset_service()
+    caplog.set_level(logging.INFO, logger="dashboard.gateway")
+    try:
+        # A session served here: each beat renews its lease at Redis.
+        ask(oa(gateway, make_key(upstream, agent="beat")), [{"role": "user", "content": "hi"}])
+        time.sleep(0.3)
+        own_redis.control.stop()
+        time.sleep(1.2)  # six beats
+        own_redis.control.start()
+        deadline = time.monotonic() + 5
+        while "heartbeat back" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+    finally:
+        own_redis.control.start()
+        reset_service()
+    beats = [r for r in caplog.records if "heartbeat" in r.getMessage()]
+    assert [r.levelname for r in beats] == ["WARNING", "INFO"], caplog.text
+    assert not any(r.exc_info for r in beats)

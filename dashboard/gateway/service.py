@@ -58,6 +58,8 @@ from dashboard.gateway.models import GatewayKey, hash_key
 from dashboard.gateway.recorder import GATEWAY_KIND, IndexSnapshot, Job, Recorder
 from dashboard.gateway.shared import LimitRefused, SessionBusy, limits_for
 from dashboard.groups import KERNELS
+from dashboard.layer_outage import redis_unreachable
+from dashboard.outage import database_unavailable
 from dashboard.push import send_group
 from dashboard.runs.grants import readable_by
 from dashboard.runs.models import KernelState, RunRecord, TuningProfile
@@ -298,6 +300,7 @@ class GatewayService:
     def _beat(self) -> None:
         period = self.lease_s / 3
         due = time.monotonic() + period
+        away = False
         while True:
             self._nudge.wait(max(0.0, due - time.monotonic()))
             if self._halt.is_set():
@@ -307,13 +310,32 @@ class GatewayService:
                 if time.monotonic() >= due:  # nudges never put the leases' renewal off
                     due = time.monotonic() + period
                     self.heartbeat()
+                    if away:
+                        log.info("gateway: heartbeat back: leases renewed again")
+                    away = False
                 else:
                     self.record_kernels()
-            except Exception:
-                log.exception("gateway: heartbeat failed")
+            except Exception as exc:
+                away = self._beat_failed(exc, away)
             finally:
                 close_old_connections()
         connections.close_all()
+
+    @staticmethod
+    def _beat_failed(exc: Exception, away: bool) -> bool:
+        """Log a failed beat: Redis or a database away once per outage (every beat of it
+        would repeat the same traceback), anything else each time. Whether it was away."""
+        if not (redis_unreachable(exc) or database_unavailable(exc)):
+            log.exception("gateway: heartbeat failed")
+            return away
+        if not away:
+            log.warning(
+                "gateway: heartbeat cannot reach Redis or the database (%s: %s): leases are "
+                "renewed when it is back",
+                type(exc).__name__,
+                exc,
+            )
+        return True
 
     def heartbeat(self) -> list[str]:
         """Keep the holds of requests running here, renew the leases of the sessions served

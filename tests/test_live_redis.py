@@ -217,3 +217,21 @@ def test_a_run_finishes_through_two_redis_restarts_and_its_worker_logs_no_traceb
     down = [r for r in ours if "channel layer unreachable" in r.getMessage()]
     back = [r for r in ours if "channel layer back after" in r.getMessage()]
     assert 1 <= len(down) <= 2 and len(back) == len(down)
+
+
+async def test_every_page_of_a_process_joins_again_after_a_quick_restart(redis_layer, user):
+    # One blocking pop serves all of a process's sockets, yet every socket's groups went with
+    # the Redis that restarted empty: each must notice, and join again.
+    pages = [await _open("/ws/feed/", user) for _ in range(3)]
+    try:
+        await sync_to_async(redis_layer.stop)()
+        await sync_to_async(redis_layer.start)()
+        for page in pages:
+            assert "hidden" not in await _frame_with(page, PAUSED)
+            assert "hidden" in await _frame_with(page, PAUSED)
+        await get_channel_layer().group_send(SPANS, spans_message([_span("7" * 16)]))
+        for page in pages:
+            await _frame_with(page, f'id="span-{"7" * 16}"', timeout=5)
+    finally:
+        for page in pages:
+            await page.disconnect()

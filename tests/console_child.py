@@ -47,7 +47,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     sink = ConsoleSpanSink()
     telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
-    user = get_user_model().objects.create_user("operator", password="pw-operator-1")
+    users = get_user_model().objects
+    user = users.filter(username="operator").first() or users.create_user("operator")
     login = Client(HTTP_HOST="127.0.0.1")
     login.force_login(user)
     cookies = {name: morsel.value for name, morsel in login.cookies.items()}

@@ -67,6 +67,17 @@ def test_spans_that_end_while_the_database_is_away_are_stored_when_it_returns(
     assert "Traceback" not in log
 
 
+def test_spans_a_stopped_process_left_in_the_spool_are_stored_by_the_next(console, stoppable_pg):
+    first = console()
+    stoppable_pg.control.stop()
+    assert first.ask("spans 3 2")["spool_pending"] == 6
+    first.close()  # stopped before the database came back
+
+    stoppable_pg.control.start()
+    after = console().ask("stored 20")  # the same data folder and database
+    assert (after["rows"], after["unspooled"], after["spool_pending"]) == (6, 6, 0)
+
+
 def test_an_overflowing_spool_drops_its_oldest_spans_and_counts_them(console, stoppable_pg):
     # Room for about two batches of three spans: the oldest of five batches go.
     batch = len(json.dumps([_a_span_dict()] * 3, separators=(",", ":")))

@@ -33,17 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from django.db import (
-    InterfaceError,
-    OperationalError,
-    close_old_connections,
-    connection,
-    transaction,
-)
+from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
+from dashboard.outage import database_unavailable
 from dashboard.record.store import store_calls
 from dashboard.runs.grants import readable_by
 from dashboard.runs.models import CompressEvent, KernelState, RunRecord, SessionIndex, WorkerCommand
@@ -51,7 +46,6 @@ from dashboard.runs.notify import push_session
 from dashboard.runs.profiles import core_profile
 from scroll_core import telemetry, wire
 from scroll_core.agent import Session, StepRecord
-from scroll_core.errors import StoreUnavailable
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.models import POLICY_NAME, OpenAICompatibleModel, PolicyModel
 from scroll_core.profile import Profile
@@ -86,9 +80,9 @@ COUNTERS = (
     "context_size", "last_report", "last_answer",
 )  # fmt: skip
 
-# A database going away for a while (a restart, a failover, killed sessions): the run waits
-# for it and resumes from its checkpoint rather than failing.
-OUTAGE_ERRORS = (StoreUnavailable, OperationalError, InterfaceError)
+# A database going away for a while (a restart, a failover, killed sessions, read-only, a
+# grant revoked; see dashboard.outage.database_unavailable): the run waits for it and
+# resumes from its checkpoint rather than failing.
 OUTAGE_POLL_S = 0.5
 
 _pinned_lock = threading.Lock()
@@ -203,6 +197,9 @@ class _Live:
         self.session: Session | None = None
         self.last_status = ""
         self.calls = wire.WireLog()  # model calls made since the last step was recorded
+        # When the databases stopped answering this run (monotonic), None while they answer:
+        # the outage budget counts from here across every retry, not from each retry.
+        self.outage_since: float | None = None
 
 
 class Worker:
@@ -365,7 +362,11 @@ class Worker:
                 session = self._prepare(live)
                 self._drive(live, session)
                 return session
-            except OUTAGE_ERRORS as exc:
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    raise
+                if live.outage_since is None:
+                    live.outage_since = time.monotonic()
                 log.warning("worker: run %s waits for the database: %s", live.session_id, exc)
                 if session is not None:
                     session.close()
@@ -375,21 +376,29 @@ class Worker:
                 self._wait_for_databases(live, exc)
 
     def _wait_for_databases(self, live: _Live, cause: Exception) -> None:
-        """Return once the console database and the Event Log answer (with the run's
-        checkpoint re-read); NotResumable after ``outage_s`` without."""
-        deadline = time.monotonic() + self.outage_s
+        """Return once the console database takes a write (the run's heartbeat, fenced by
+        ownership: a read-only database answers reads) and the Event Log answers, with the
+        run's checkpoint re-read; NotResumable once the outage has lasted ``outage_s``."""
+        deadline = (live.outage_since or time.monotonic()) + self.outage_s
         while True:
             _check_stop(live)
             try:
                 close_old_connections()
-                live.run.refresh_from_db(fields=["checkpoint", "worker", "attempts"])
-                get_event_log().last_seq()
-            except OUTAGE_ERRORS as exc:
-                cause = exc
-            else:
-                if live.run.worker != self.id:
+                owned = RunRecord.objects.filter(pk=live.run.pk, worker=self.id).update(
+                    heartbeat_at=timezone.now()
+                )
+                if owned != 1:
                     live.lost = True
                     raise LeaseLost(live.session_id)
+                live.run.refresh_from_db(fields=["checkpoint", "worker", "attempts"])
+                get_event_log().last_seq()
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    raise
+                cause = exc
+            else:
                 return
             if time.monotonic() >= deadline:
                 raise NotResumable(
@@ -500,6 +509,7 @@ class Worker:
             "counters": {name: getattr(run, name) for name in COUNTERS},
         }
         self._save(live, "checkpoint", *COUNTERS)
+        live.outage_since = None
         push_session(run)
 
     def _on_step(self, live: _Live, record: StepRecord) -> None:
@@ -531,6 +541,7 @@ class Worker:
             store_calls(live.calls.drain())
             if rows and index is not None:
                 _save_index(live.session_id, index)
+        live.outage_since = None
         if record.tools:
             self._record_kernel(live)
         push_session(run)
@@ -566,11 +577,17 @@ class Worker:
             )
             _kernel_gone(live.session_id, self.id, live.last_status)
             return
-        _kernel_gone(live.session_id, self.id, live.last_status)
         run.ended_at = timezone.now()
         run.lease_until = None
-        try:
+
+        def record_the_end() -> None:
+            _kernel_gone(live.session_id, self.id, live.last_status)
             self._save(live, "status", "error", "ended_at", "lease_until", *COUNTERS)
+
+        try:
+            # The run's end is the one write that must not be lost to an outage: without it
+            # the run would be claimed again when its lease expires.
+            _through_outage(record_the_end, self.outage_s, live.session_id)
         except LeaseLost:
             return
         push_session(run)
@@ -683,6 +700,23 @@ def _note_task_code_off(run: RunRecord) -> None:
         metadata={"scroll.task_code": False},
         dedup_key="run:task-code-off",
     )
+
+
+def _through_outage(work: Callable[[], None], budget_s: float, session_id: str) -> None:
+    """``work()``, again every ``OUTAGE_POLL_S`` while a database is away, for at most
+    ``budget_s``."""
+    deadline = time.monotonic() + budget_s
+    while True:
+        close_old_connections()
+        try:
+            work()
+            return
+        except Exception as exc:
+            if not database_unavailable(exc) or time.monotonic() >= deadline:
+                raise
+            log.warning("worker: recording the end of %s waits for the database: %s",
+                        session_id, exc)  # fmt: skip
+        time.sleep(OUTAGE_POLL_S)
 
 
 def _check_stop(live: _Live) -> None:

@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - the embedded install has no PostgreSQL
     def _pg_transient(exc: BaseException) -> bool:
         return False
 
+
 # SQLite's operational errors that mean the file cannot be reached, not a bad statement
 # ("no such table", "database is locked" are not an outage).
 _SQLITE_UNREACHABLE = ("unable to open", "disk i/o")

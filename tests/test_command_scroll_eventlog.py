@@ -50,9 +50,10 @@ def test_roles_prints_the_sql_without_touching_a_database():
     assert "PASSWORD" not in said
 
 
-def test_the_logins_it_makes_append_and_read_only(empty_db):
+def test_the_logins_it_makes_append_and_read_only(empty_db, monkeypatch):
+    monkeypatch.setenv("FAULTSUITE_WRITER_PW", "it's s3cret")
     _run("roles", "--writer", "scroll_cmd_app", "--reader", "scroll_cmd_model", "--apply",
-         "--owner-url", empty_db)  # fmt: skip
+         "--owner-url", empty_db, "--writer-password-env", "FAULTSUITE_WRITER_PW")  # fmt: skip
     # Run again: the logins exist, nothing fails.
     _run("roles", "--writer", "scroll_cmd_app", "--apply", "--owner-url", empty_db)
     writer = _as(empty_db, "scroll_cmd_app")
@@ -63,15 +64,21 @@ def test_the_logins_it_makes_append_and_read_only(empty_db):
         assert log.get(seq).content == "hello"
     finally:
         log.close()
-    with psycopg.connect(writer, autocommit=True) as db:
-        with pytest.raises(pgerrors.InsufficientPrivilege):
-            db.execute("CREATE TABLE mine (x int)")
+    with (
+        psycopg.connect(writer, autocommit=True) as db,
+        pytest.raises(pgerrors.InsufficientPrivilege),
+    ):
+        db.execute("CREATE TABLE mine (x int)")
     with psycopg.connect(empty_db) as db:
         member_of = db.execute(
             "SELECT r.rolname FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid "
             "JOIN pg_roles u ON u.oid = m.member WHERE u.rolname = 'scroll_cmd_model'"
         ).fetchall()
+        password = db.execute(
+            "SELECT rolpassword IS NOT NULL FROM pg_authid WHERE rolname = 'scroll_cmd_app'"
+        ).fetchone()[0]
     assert member_of == [("scroll_reader",)]
+    assert password  # set from the variable, never printed
 
 
 def test_bad_input_is_refused_with_the_reason(tmp_path):
@@ -81,5 +88,9 @@ def test_bad_input_is_refused_with_the_reason(tmp_path):
         _run("roles", "--writer", "scroll_writer")
     with pytest.raises(CommandError, match="name a login"):
         _run("roles")
+    with pytest.raises(CommandError, match=r"\$FAULTSUITE_UNSET is unset"):
+        _run("roles", "--writer", "app", "--apply", "--writer-password-env", "FAULTSUITE_UNSET")
+    with pytest.raises(CommandError, match="needs --reader"):
+        _run("roles", "--writer", "app", "--apply", "--reader-password-env", "HOME")
     with pytest.raises(CommandError, match="not on PostgreSQL"):
         _run("migrate", "--owner-url", f"{tmp_path}/eventlog.sqlite3")

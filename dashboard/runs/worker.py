@@ -248,11 +248,19 @@ class Worker:
 
     def run_forever(self) -> None:
         log.info("worker %s started (%d slots, lease %.0f s)", self.id, self.slots, self.lease_s)
+        away = False  # a database outage is logged once, when it starts, without a traceback
         while not self._halt.is_set():
             try:
                 self.tick()
-            except Exception:
-                log.exception("worker %s: loop pass failed", self.id)
+                if away:
+                    log.warning("worker %s: the database answers again", self.id)
+                away = False
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    log.exception("worker %s: loop pass failed", self.id)
+                elif not away:
+                    log.warning("worker %s waits for the database: %s", self.id, exc)
+                    away = True
                 close_old_connections()
             self._halt.wait(self.poll_s)
         connection.close()

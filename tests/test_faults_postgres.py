@@ -270,3 +270,56 @@ def test_the_console_database_read_only_for_a_while(
             db.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
     assert_nothing_lost(out, fault, fault_log)
     assert _runs_waited(caplog)
+
+
+SLOW_CELL = "Run this.\n```python\nimport time\ntime.sleep(0.4)\nprint('slept')\n```"
+
+
+def test_an_outage_past_the_budget_fails_the_run_and_marks_its_half_turn(fault_log, fault_pg):
+    """A run whose database stays away longer than its budget fails with the reason, and
+    the turn it was in is marked interrupted in the log (with the seqs it left) once the
+    log answers again: never a half turn left as if it were whole."""
+    from dashboard.eventlog import get_event_log
+    from dashboard.runs import runner
+    from dashboard.runs.models import RunRecord
+    from scroll_core.agent.interrupted import INTERRUPTED_KEY, left_by_open_turn
+    from tests.faults import wait_for
+
+    short = Worker(kernels=KernelManager(KernelConfig(sandbox="process"), pool_size=0),
+                   poll_s=0.05, outage_s=1.0).start()  # fmt: skip
+    try:
+        run = runner.start_run("\n---\n".join([SLOW_CELL] * 6), pause_s=0)
+
+        def in_second_turn() -> bool:
+            # Its call is logged and its cell (0.4 s) runs: the fault comes mid-turn.
+            events = get_event_log().session_events(run.session_id, limit=None)
+            return any((e.dedup_key or "").endswith(":t2:s1:call0") for e in events)
+
+        wait_for(in_second_turn, 60, "the second turn's call")
+        fault_pg.control.stop()
+        try:
+            run = wait_for(
+                lambda: RunRecord.objects.filter(pk=run.pk, status=RunRecord.FAILED).first(),
+                60,
+                "the run to fail",
+            )
+        finally:
+            fault_pg.control.start()
+        assert "did not answer" in run.error
+
+        def marked() -> list:
+            events = left_by_open_turn(get_event_log(), run.checkpoint["session"])
+            return [e for e in events if INTERRUPTED_KEY in e.metadata and e.role == "system"]
+
+        marker = wait_for(marked, 30, "the open turn's mark")[0]
+        events = left_by_open_turn(get_event_log(), run.checkpoint["session"])
+        left = [e for e in events if INTERRUPTED_KEY not in e.metadata]
+        assert [e.dedup_key.split(":", 1)[1] for e in left] == ["t2:user", "t2:s1:assistant",
+                                                                 "t2:s1:call0"]  # fmt: skip
+        assert marker.metadata[INTERRUPTED_KEY]["seqs"] == [e.seq for e in left]
+        assert marker.metadata[INTERRUPTED_KEY]["turn"] == run.turns + 1 == 2
+        # The call the fault cut off has its result: "not run", never a dangling call.
+        closing = [e for e in events if e.kind == "tool_result"]
+        assert [e.tool_call_id for e in closing] == [left[-1].tool_call_id]
+    finally:
+        short.shutdown()

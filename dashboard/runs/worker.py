@@ -46,10 +46,12 @@ from dashboard.runs.notify import push_session
 from dashboard.runs.profiles import core_profile
 from scroll_core import telemetry, wire
 from scroll_core.agent import Session, StepRecord
+from scroll_core.agent.interrupted import mark_interrupted
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.models import POLICY_NAME, OpenAICompatibleModel, PolicyModel
 from scroll_core.profile import Profile
 from scroll_core.store import KIND_CONTEXT_MSG
+from scroll_core.store.outage_cap import outage_cap
 from scroll_core.store.pg_outage import outage_budget_s
 
 __all__ = [
@@ -228,6 +230,9 @@ class Worker:
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_renew = 0.0
+        # Open turns of ended runs still to be marked interrupted in the log (it was away
+        # when they ended): session id -> (session checkpoint, reason). Retried every tick.
+        self._unmarked: dict[str, tuple[dict[str, Any], str]] = {}
         # How long a run waits for its databases before it is failed (SCROLL_DB_OUTAGE_S).
         self.outage_s = outage_budget_s() if outage_s is None else outage_s
 
@@ -259,15 +264,17 @@ class Worker:
                 if not database_unavailable(exc):
                     log.exception("worker %s: loop pass failed", self.id)
                 elif not away:
-                    log.warning("worker %s waits for the database: %s", self.id, exc)
+                    log.warning("worker %s: the database is away: %s", self.id, exc)
                     away = True
                 close_old_connections()
             self._halt.wait(self.poll_s)
         connection.close()
 
     def tick(self) -> None:
-        """One pass: answer commands, renew leases, claim runs while slots are free."""
+        """One pass: answer commands, renew leases, mark the open turns of ended runs,
+        claim runs while slots are free."""
         self._answer_commands()
+        self._mark_pending()
         now = timezone.now().timestamp()
         if now - self._last_renew >= self.lease_s / 3:
             self._renew()
@@ -585,6 +592,8 @@ class Worker:
             )
             _kernel_gone(live.session_id, self.id, live.last_status)
             return
+        if run.status in (RunRecord.FAILED, RunRecord.STOPPED):
+            self._close_open_turn(live)
         run.ended_at = timezone.now()
         run.lease_until = None
 
@@ -599,6 +608,40 @@ class Worker:
         except LeaseLost:
             return
         push_session(run)
+
+    # -- no half turns -------------------------------------------------------------------
+    def _close_open_turn(self, live: _Live) -> None:
+        """Mark the turn a failed or stopped run left open as interrupted in the log (see
+        ``scroll_core.agent.interrupted``); if the log is away, on a later tick."""
+        saved = (live.run.checkpoint or {}).get("session")
+        if not saved:
+            return
+        if live.run.status == RunRecord.STOPPED:
+            reason = "the run was stopped"
+        else:
+            reason = "the run failed: " + (live.run.error.splitlines() or ["?"])[0][:300]
+        with self._lock:
+            self._unmarked[live.session_id] = (saved, reason)
+        self._mark_pending(only=live.session_id)
+
+    def _mark_pending(self, only: str | None = None) -> None:
+        with self._lock:
+            pending = [(k, v) for k, v in self._unmarked.items() if only in (None, k)]
+        for session_id, (saved, reason) in pending:
+            try:
+                # One try each time, no waiting: this runs on the loop's thread.
+                with outage_cap(0):
+                    seqs = mark_interrupted(get_event_log(), saved, reason)
+            except Exception as exc:
+                if database_unavailable(exc):
+                    continue  # still away: the next tick tries again
+                log.exception("worker: marking the open turn of %s failed", session_id)
+            else:
+                if seqs:
+                    log.warning("worker: %s: open turn marked interrupted (seqs %s)",
+                                session_id, seqs)  # fmt: skip
+            with self._lock:
+                self._unmarked.pop(session_id, None)
 
     # -- kernels and commands ------------------------------------------------------------
     def _kernel_row(self, live: _Live | None, session_id: str) -> dict[str, Any] | None:

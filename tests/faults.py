@@ -36,6 +36,7 @@ class Outcome:
     gateway_during: list[httpx.Response] = field(default_factory=list)
     gateway_after: list[httpx.Response] = field(default_factory=list)
     pages: list[tuple[str, int]] = field(default_factory=list)
+    pages_after: list[tuple[str, int]] = field(default_factory=list)
     # Seconds from the fault's end to the first gateway 200 and the first run step after it.
     gateway_back_s: float | None = None
     step_back_s: float | None = None
@@ -80,11 +81,11 @@ class Workload:
             timeout=30,
         )
 
-    def view_pages(self, out: Outcome, session_ids: list[str]) -> None:
+    def view_pages(self, into: list[tuple[str, int]], session_ids: list[str]) -> None:
         paths = ["/", "/runs/", "/sessions/no-such-session/"]
         paths += [f"/sessions/{sid}/" for sid in session_ids[:1]]
         for path in paths:
-            out.pages.append((path, self.client.get(path).status_code))
+            into.append((path, self.client.get(path).status_code))
 
     def run_through(self, fault: Fault, *, before: int = 2) -> Outcome:
         from dashboard.runs import runner
@@ -105,7 +106,7 @@ class Workload:
             if fault.queue_during:
                 out.runs.append(runner.start_run(PLAN, pause_s=0.3))
             out.gateway_during.append(self.ask_gateway("during the fault"))
-            self.view_pages(out, [r.session_id for r in out.runs])
+            self.view_pages(out.pages, [r.session_id for r in out.runs])
             time.sleep(max(0.0, FAULT_S - 2.0))
         finally:
             fault.end()
@@ -119,7 +120,7 @@ class Workload:
                 break
             assert time.monotonic() - ended < 30, f"the gateway still answers {reply.text}"
             time.sleep(float(reply.headers.get("retry-after", "0.2")) / 4)
-        self.view_pages(out, [r.session_id for r in out.runs])
+        self.view_pages(out.pages_after, [r.session_id for r in out.runs])
 
         def stepped() -> bool:
             now = {r.pk: RunRecord.objects.get(pk=r.pk) for r in out.runs}
@@ -184,3 +185,8 @@ def assert_nothing_lost(out: Outcome, fault: Fault, owner_url: str) -> None:
     ]
     assert [p for p in out.pages if p[1] == 500] == [], out.pages
     assert all(status in (200, 404, 503) for _, status in out.pages), out.pages
+    # Once the database answers, pages work at once (a missing session is a 404, not a 500).
+    assert dict(out.pages_after) == {
+        "/": 200, "/runs/": 200, "/sessions/no-such-session/": 404,
+        f"/sessions/{out.runs[0].session_id}/": 200,
+    }, out.pages_after  # fmt: skip

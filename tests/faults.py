@@ -35,6 +35,9 @@ class Outcome:
     runs: list[Any] = field(default_factory=list)
     gateway_during: list[httpx.Response] = field(default_factory=list)
     gateway_after: list[httpx.Response] = field(default_factory=list)
+    # Requests the upstream received while the gateway answered during the fault, per reply.
+    upstream_during: list[int] = field(default_factory=list)
+    gateway_session: str = ""
     pages: list[tuple[str, int]] = field(default_factory=list)
     pages_after: list[tuple[str, int]] = field(default_factory=list)
     # Seconds from the fault's end to the first gateway 200 and the first run step after it.
@@ -66,8 +69,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 class Workload:
     """Runs, gateway requests and page views against the console under test."""
 
-    def __init__(self, *, gateway: str, key: str, client: Any) -> None:
-        self.gateway, self.key, self.client = gateway, key, client
+    def __init__(self, *, gateway: str, key: str, client: Any, upstream: Any) -> None:
+        self.gateway, self.key, self.client, self.upstream = gateway, key, client, upstream
         self.session = ""
 
     def ask_gateway(self, text: str) -> httpx.Response:
@@ -94,7 +97,7 @@ class Workload:
         out = Outcome()
         first = self.ask_gateway("before the fault")
         assert first.status_code == 200, first.text
-        self.session = first.headers["x-scroll-session"]
+        self.session = out.gateway_session = first.headers["x-scroll-session"]
         out.runs = [runner.start_run(PLAN, pause_s=0.3) for _ in range(before)]
         wait_for(
             lambda: all(RunRecord.objects.get(pk=r.pk).turns >= 1 for r in out.runs),
@@ -105,7 +108,9 @@ class Workload:
         try:
             if fault.queue_during:
                 out.runs.append(runner.start_run(PLAN, pause_s=0.3))
+            sent = len(self.upstream.requests)
             out.gateway_during.append(self.ask_gateway("during the fault"))
+            out.upstream_during.append(len(self.upstream.requests) - sent)
             self.view_pages(out.pages, [r.session_id for r in out.runs])
             time.sleep(max(0.0, FAULT_S - 2.0))
         finally:
@@ -147,7 +152,9 @@ class Workload:
 def assert_nothing_lost(out: Outcome, fault: Fault, owner_url: str) -> None:
     """What every fault must leave behind; see the module docstring."""
     from dashboard.eventlog import get_event_log
+    from dashboard.gateway.service import get_service
 
+    get_service().flush()  # whatever the gateway holds in its batch is in the log
     # Done, whole, and by the worker that claimed it: it paused and resumed with its lease,
     # never failed and claimed again once the lease ran out.
     ended = {r.session_id: (r.status, r.error[:300], r.turns, r.attempts) for r in out.runs}
@@ -171,9 +178,13 @@ def assert_nothing_lost(out: Outcome, fault: Fault, owner_url: str) -> None:
             "(SELECT session_id FROM session_stats)"
         ).fetchone()[0]
     assert (differ, unstated) == ([], 0), "session_stats disagree with the events"
-    for reply in out.gateway_during:
+    for reply, upstream in zip(out.gateway_during, out.upstream_during, strict=True):
         if reply.status_code == 200 and not fault.gateway_refused:
             continue
+        assert upstream == 0, f"{fault.name}: a refused request was sent upstream"
+        kept = [e for e in log.session_events(out.gateway_session, limit=None)
+                if "during the fault" in e.content]  # fmt: skip
+        assert kept == [], f"{fault.name}: a refused request left events in the log"
         assert reply.status_code == 503, (fault.name, reply.status_code, reply.text[:500])
         assert reply.headers["content-type"] == "application/json"
         assert int(reply.headers["retry-after"]) > 0

@@ -98,7 +98,8 @@ def worker():
 @pytest.fixture
 def workload(fault_log, gateway, upstream, operator, worker):
     operator.raise_request_exception = False
-    return Workload(gateway=gateway, key=make_key(upstream, agent="faults"), client=operator)
+    key = make_key(upstream, agent="faults")
+    return Workload(gateway=gateway, key=key, client=operator, upstream=upstream)
 
 
 def _runs_waited(caplog) -> bool:

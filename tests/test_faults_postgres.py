@@ -276,10 +276,14 @@ def test_the_console_database_read_only_for_a_while(
 SLOW_CELL = "Run this.\n```python\nimport time\ntime.sleep(0.4)\nprint('slept')\n```"
 
 
-def test_an_outage_past_the_budget_fails_the_run_and_marks_its_half_turn(fault_log, fault_pg):
+@pytest.mark.parametrize("worker_restarted", [False, True], ids=["same-worker", "next-worker"])
+def test_an_outage_past_the_budget_fails_the_run_and_marks_its_half_turn(
+    fault_log, fault_pg, worker_restarted
+):
     """A run whose database stays away longer than its budget fails with the reason, and
     the turn it was in is marked interrupted in the log (with the seqs it left) once the
-    log answers again: never a half turn left as if it were whole."""
+    log answers again, by its worker or, if that one stopped meanwhile, by the next worker
+    to start: never a half turn left as if it were whole."""
     from dashboard.eventlog import get_event_log
     from dashboard.runs import runner
     from dashboard.runs.models import RunRecord
@@ -304,8 +308,14 @@ def test_an_outage_past_the_budget_fails_the_run_and_marks_its_half_turn(fault_l
                 60,
                 "the run to fail",
             )
+            if worker_restarted:
+                short.shutdown()  # before the log is back: its pending mark goes with it
+                short = Worker(kernels=KernelManager(KernelConfig(sandbox="process"),
+                                                     pool_size=0), poll_s=0.05)  # fmt: skip
         finally:
             fault_pg.control.start()
+        if worker_restarted:
+            short.start()
         assert "did not answer" in run.error
 
         def marked() -> list:

@@ -70,6 +70,9 @@ __all__ = [
 log = logging.getLogger("dashboard.runs.worker")
 
 LEASE_S = 15.0
+# A starting worker marks the open turns of runs that ended this recently (their worker may
+# have stopped before the log came back to take the mark).
+UNMARKED_SWEEP_S = 24 * 3600
 POLL_S = 0.2
 # A run claimed this many times without finishing is failed rather than resumed again.
 MAX_ATTEMPTS = 3
@@ -253,6 +256,10 @@ class Worker:
 
     def run_forever(self) -> None:
         log.info("worker %s started (%d slots, lease %.0f s)", self.id, self.slots, self.lease_s)
+        try:
+            self._sweep_unmarked()
+        except Exception as exc:
+            log.warning("worker %s: could not look for unmarked turns: %s", self.id, exc)
         away = False  # a database outage is logged once, when it starts, without a traceback
         while not self._halt.is_set():
             try:
@@ -616,13 +623,22 @@ class Worker:
         saved = (live.run.checkpoint or {}).get("session")
         if not saved:
             return
-        if live.run.status == RunRecord.STOPPED:
-            reason = "the run was stopped"
-        else:
-            reason = "the run failed: " + (live.run.error.splitlines() or ["?"])[0][:300]
         with self._lock:
-            self._unmarked[live.session_id] = (saved, reason)
+            self._unmarked[live.session_id] = (saved, _interrupted_why(live.run))
         self._mark_pending(only=live.session_id)
+
+    def _sweep_unmarked(self) -> None:
+        """Queue the runs that failed or were stopped in the last ``UNMARKED_SWEEP_S`` for
+        marking: marking is idempotent, and a turn already closed is left alone."""
+        since = timezone.now() - timedelta(seconds=UNMARKED_SWEEP_S)
+        ended = RunRecord.objects.filter(
+            status__in=(RunRecord.FAILED, RunRecord.STOPPED), ended_at__gte=since
+        ).only("session_id", "status", "error", "checkpoint")
+        for run in ended:
+            saved = (run.checkpoint or {}).get("session")
+            if saved:
+                with self._lock:
+                    self._unmarked.setdefault(run.session_id, (saved, _interrupted_why(run)))
 
     def _mark_pending(self, only: str | None = None) -> None:
         with self._lock:
@@ -751,6 +767,12 @@ def _note_task_code_off(run: RunRecord) -> None:
         metadata={"scroll.task_code": False},
         dedup_key="run:task-code-off",
     )
+
+
+def _interrupted_why(run: RunRecord) -> str:
+    if run.status == RunRecord.STOPPED:
+        return "the run was stopped"
+    return "the run failed: " + (run.error.splitlines() or ["?"])[0][:300]
 
 
 def _through_outage(work: Callable[[], None], budget_s: float, session_id: str) -> None:

@@ -28,12 +28,18 @@ RETRY_AFTER_S = 2
 try:  # psycopg is the optional "postgres" extra
     import psycopg
 
+    from scroll_core.store.pg_outage import is_transient as _pg_transient
+
     _DRIVER_ERRORS: tuple[type[BaseException], ...] = (
         psycopg.OperationalError,
         psycopg.InterfaceError,
     )
 except ImportError:  # pragma: no cover - the embedded install has no PostgreSQL driver
     _DRIVER_ERRORS = ()
+
+    def _pg_transient(exc: BaseException) -> bool:
+        return False
+
 
 # SQLite's operational errors that mean the file cannot be reached, not a bad statement
 # ("no such table", "database is locked" are not an outage).
@@ -48,6 +54,11 @@ def _sqlite_unreachable(exc: sqlite3.OperationalError) -> bool:
 def _one_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, StoreUnavailable):
         return True
+    if _pg_transient(exc):
+        # PostgreSQL's own word that it is away for now, whatever class the driver gives it:
+        # a read-only database (InternalError), a revoked grant (ProgrammingError), a full
+        # disk, as well as a lost connection.
+        return True
     if isinstance(exc, sqlite3.OperationalError):
         return _sqlite_unreachable(exc)
     if isinstance(exc, (db.OperationalError, db.InterfaceError)):
@@ -61,8 +72,9 @@ def _one_unavailable(exc: BaseException) -> bool:
 
 def database_unavailable(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an error it was raised from) says a database cannot be reached
-    now: Django's ``OperationalError``/``InterfaceError``, psycopg's, SQLite's "unable to
-    open"/"disk I/O", or the Event Log's ``StoreUnavailable``."""
+    now: Django's ``OperationalError``/``InterfaceError``, psycopg's, an error PostgreSQL
+    classes as passing (``pg_outage.is_transient``: read-only, a revoked grant, disk full),
+    SQLite's "unable to open"/"disk I/O", or the Event Log's ``StoreUnavailable``."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         if _one_unavailable(exc):

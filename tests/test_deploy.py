@@ -177,6 +177,10 @@ def test_every_scroll_process_shares_postgres_redis_and_the_data_folder():
         env = service["environment"]
         assert env["SCROLL_DATABASE_URL"] == "postgres://scroll:s3cret@postgres:5432/scroll"
         assert env["SCROLL_REDIS_URL"] == "redis://redis:6379/0"
+        # The Event Log on PostgreSQL too, as the writer login (read and append only).
+        assert env["SCROLL_EVENTLOG_URL"].startswith("postgres://scroll_app:"), name
+        assert env["SCROLL_EVENTLOG_URL"].endswith("@postgres:5432/scroll"), name
+        assert env["SCROLL_EVENTLOG_READER_URL"].startswith("postgres://scroll_model:"), name
         assert env["SCROLL_PROCESSES"] == str(len(processes)), name
         assert env["SCROLL_WORKERS"] == "external", name
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
@@ -187,6 +191,12 @@ def test_every_scroll_process_shares_postgres_redis_and_the_data_folder():
             "service_completed_successfully"
         )
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "s3cret"
+    # The owner migrates the Event Log and makes its logins before anything starts.
+    setup = " ".join(services["migrate"]["command"])
+    assert "manage.py scroll_eventlog migrate" in setup
+    assert "scroll_eventlog roles --apply --writer scroll_app --reader scroll_model" in setup
+    owner = services["migrate"]["environment"]["SCROLL_EVENTLOG_OWNER_URL"]
+    assert owner == "postgres://scroll:s3cret@postgres:5432/scroll"
     proxied = " ".join(services["balancer"]["command"])
     for name in WEB_SERVICES:
         assert f"--to {name}:8000" in proxied

@@ -111,6 +111,7 @@ def test_an_outage_longer_than_the_budget_is_store_unavailable(own_server):
     "error",
     [pgerrors.AdminShutdown(), pgerrors.CannotConnectNow(), pgerrors.SerializationFailure(),
      pgerrors.DeadlockDetected(), pgerrors.ReadOnlySqlTransaction(),
+     pgerrors.InsufficientPrivilege(), pgerrors.DiskFull(), pgerrors.TooManyConnections(),
      pgerrors.ConnectionFailure(), psycopg.OperationalError("server closed the connection")],
 )  # fmt: skip
 def test_errors_of_a_database_going_away_are_transient(error):
@@ -120,7 +121,7 @@ def test_errors_of_a_database_going_away_are_transient(error):
 @pytest.mark.parametrize(
     "error",
     [pgerrors.UniqueViolation(), pgerrors.QueryCanceled(), pgerrors.UndefinedTable(),
-     pgerrors.InsufficientPrivilege(), ValueError("not a database error"),
+     pgerrors.RaiseException(), ValueError("not a database error"),
      StoreUnavailable("commit cut off", outcome_unknown=True)],
 )  # fmt: skip
 def test_errors_of_the_work_itself_are_not_transient(error):

@@ -359,3 +359,29 @@ def test_stopping_a_queued_run_cancels_it_before_any_worker_takes_it(console_log
     assert answer.ok and answer.data["before_start"]
     assert RunRecord.objects.get(pk=run.pk).status == RunRecord.STOPPED
     assert claim_next("late") is None
+
+
+def test_a_run_stopped_mid_turn_has_that_turn_marked_interrupted(workers):
+    from scroll_core.agent.interrupted import INTERRUPTED_KEY
+
+    workers()
+    slow = "Run this.\n```python\nimport time\ntime.sleep(1.5)\nprint('slept')\n```"
+    run = runner.start_run(slow)
+
+    def in_the_cell() -> bool:
+        events = get_event_log().session_events(run.session_id, limit=None)
+        return any((e.dedup_key or "").endswith(":t1:s1:call0") for e in events)
+
+    wait_until(in_the_cell, what="the first cell")
+    assert send(run.session_id, WorkerCommand.STOP, within_s=30).ok
+    run = runner.wait_for_run(run.session_id, 30)
+    assert (run.status, run.turns) == (RunRecord.STOPPED, 0)
+    events = get_event_log().session_events(run.session_id, limit=None)
+    marker = events[-1]
+    assert (marker.role, marker.metadata[INTERRUPTED_KEY]["reason"]) == (
+        "system", "the run was stopped"
+    )  # fmt: skip
+    turn = [e for e in events[:-1] if ":t1:" in (e.dedup_key or "")]
+    assert marker.metadata[INTERRUPTED_KEY]["seqs"] == [e.seq for e in turn]
+    # The stop came after the cell reported: its call has its one result, nothing added.
+    assert [e.kind for e in turn].count("tool_result") == 1

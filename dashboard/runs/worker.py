@@ -33,17 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from django.db import (
-    InterfaceError,
-    OperationalError,
-    close_old_connections,
-    connection,
-    transaction,
-)
+from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from dashboard.eventlog import get_event_log
+from dashboard.outage import database_unavailable
 from dashboard.record.store import store_calls
 from dashboard.runs.grants import readable_by
 from dashboard.runs.models import CompressEvent, KernelState, RunRecord, SessionIndex, WorkerCommand
@@ -51,11 +46,12 @@ from dashboard.runs.notify import push_session
 from dashboard.runs.profiles import core_profile
 from scroll_core import telemetry, wire
 from scroll_core.agent import Session, StepRecord
-from scroll_core.errors import StoreUnavailable
+from scroll_core.agent.interrupted import mark_interrupted
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.models import POLICY_NAME, OpenAICompatibleModel, PolicyModel
 from scroll_core.profile import Profile
 from scroll_core.store import KIND_CONTEXT_MSG
+from scroll_core.store.outage_cap import outage_cap
 from scroll_core.store.pg_outage import outage_budget_s
 
 __all__ = [
@@ -74,6 +70,9 @@ __all__ = [
 log = logging.getLogger("dashboard.runs.worker")
 
 LEASE_S = 15.0
+# A starting worker marks the open turns of runs that ended this recently (their worker may
+# have stopped before the log came back to take the mark).
+UNMARKED_SWEEP_S = 24 * 3600
 POLL_S = 0.2
 # A run claimed this many times without finishing is failed rather than resumed again.
 MAX_ATTEMPTS = 3
@@ -86,9 +85,9 @@ COUNTERS = (
     "context_size", "last_report", "last_answer",
 )  # fmt: skip
 
-# A database going away for a while (a restart, a failover, killed sessions): the run waits
-# for it and resumes from its checkpoint rather than failing.
-OUTAGE_ERRORS = (StoreUnavailable, OperationalError, InterfaceError)
+# A database going away for a while (a restart, a failover, killed sessions, read-only, a
+# grant revoked; see dashboard.outage.database_unavailable): the run waits for it and
+# resumes from its checkpoint rather than failing.
 OUTAGE_POLL_S = 0.5
 
 _pinned_lock = threading.Lock()
@@ -203,6 +202,9 @@ class _Live:
         self.session: Session | None = None
         self.last_status = ""
         self.calls = wire.WireLog()  # model calls made since the last step was recorded
+        # When the databases stopped answering this run (monotonic), None while they answer:
+        # the outage budget counts from here across every retry, not from each retry.
+        self.outage_since: float | None = None
 
 
 class Worker:
@@ -231,6 +233,9 @@ class Worker:
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_renew = 0.0
+        # Open turns of ended runs still to be marked interrupted in the log (it was away
+        # when they ended): session id -> (session checkpoint, reason). Retried every tick.
+        self._unmarked: dict[str, tuple[dict[str, Any], str]] = {}
         # How long a run waits for its databases before it is failed (SCROLL_DB_OUTAGE_S).
         self.outage_s = outage_budget_s() if outage_s is None else outage_s
 
@@ -251,18 +256,32 @@ class Worker:
 
     def run_forever(self) -> None:
         log.info("worker %s started (%d slots, lease %.0f s)", self.id, self.slots, self.lease_s)
+        try:
+            self._sweep_unmarked()
+        except Exception as exc:
+            log.warning("worker %s: could not look for unmarked turns: %s", self.id, exc)
+        away = False  # a database outage is logged once, when it starts, without a traceback
         while not self._halt.is_set():
             try:
                 self.tick()
-            except Exception:
-                log.exception("worker %s: loop pass failed", self.id)
+                if away:
+                    log.warning("worker %s: the database answers again", self.id)
+                away = False
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    log.exception("worker %s: loop pass failed", self.id)
+                elif not away:
+                    log.warning("worker %s: the database is away: %s", self.id, exc)
+                    away = True
                 close_old_connections()
             self._halt.wait(self.poll_s)
         connection.close()
 
     def tick(self) -> None:
-        """One pass: answer commands, renew leases, claim runs while slots are free."""
+        """One pass: answer commands, renew leases, mark the open turns of ended runs,
+        claim runs while slots are free."""
         self._answer_commands()
+        self._mark_pending()
         now = timezone.now().timestamp()
         if now - self._last_renew >= self.lease_s / 3:
             self._renew()
@@ -365,7 +384,11 @@ class Worker:
                 session = self._prepare(live)
                 self._drive(live, session)
                 return session
-            except OUTAGE_ERRORS as exc:
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    raise
+                if live.outage_since is None:
+                    live.outage_since = time.monotonic()
                 log.warning("worker: run %s waits for the database: %s", live.session_id, exc)
                 if session is not None:
                     session.close()
@@ -375,21 +398,29 @@ class Worker:
                 self._wait_for_databases(live, exc)
 
     def _wait_for_databases(self, live: _Live, cause: Exception) -> None:
-        """Return once the console database and the Event Log answer (with the run's
-        checkpoint re-read); NotResumable after ``outage_s`` without."""
-        deadline = time.monotonic() + self.outage_s
+        """Return once the console database takes a write (the run's heartbeat, fenced by
+        ownership: a read-only database answers reads) and the Event Log answers, with the
+        run's checkpoint re-read; NotResumable once the outage has lasted ``outage_s``."""
+        deadline = (live.outage_since or time.monotonic()) + self.outage_s
         while True:
             _check_stop(live)
             try:
                 close_old_connections()
-                live.run.refresh_from_db(fields=["checkpoint", "worker", "attempts"])
-                get_event_log().last_seq()
-            except OUTAGE_ERRORS as exc:
-                cause = exc
-            else:
-                if live.run.worker != self.id:
+                owned = RunRecord.objects.filter(pk=live.run.pk, worker=self.id).update(
+                    heartbeat_at=timezone.now()
+                )
+                if owned != 1:
                     live.lost = True
                     raise LeaseLost(live.session_id)
+                live.run.refresh_from_db(fields=["checkpoint", "worker", "attempts"])
+                get_event_log().last_seq()
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    raise
+                cause = exc
+            else:
                 return
             if time.monotonic() >= deadline:
                 raise NotResumable(
@@ -500,6 +531,7 @@ class Worker:
             "counters": {name: getattr(run, name) for name in COUNTERS},
         }
         self._save(live, "checkpoint", *COUNTERS)
+        live.outage_since = None
         push_session(run)
 
     def _on_step(self, live: _Live, record: StepRecord) -> None:
@@ -531,6 +563,7 @@ class Worker:
             store_calls(live.calls.drain())
             if rows and index is not None:
                 _save_index(live.session_id, index)
+        live.outage_since = None
         if record.tools:
             self._record_kernel(live)
         push_session(run)
@@ -566,14 +599,65 @@ class Worker:
             )
             _kernel_gone(live.session_id, self.id, live.last_status)
             return
-        _kernel_gone(live.session_id, self.id, live.last_status)
+        if run.status in (RunRecord.FAILED, RunRecord.STOPPED):
+            self._close_open_turn(live)
         run.ended_at = timezone.now()
         run.lease_until = None
-        try:
+
+        def record_the_end() -> None:
+            _kernel_gone(live.session_id, self.id, live.last_status)
             self._save(live, "status", "error", "ended_at", "lease_until", *COUNTERS)
+
+        try:
+            # The run's end is the one write that must not be lost to an outage: without it
+            # the run would be claimed again when its lease expires.
+            _through_outage(record_the_end, self.outage_s, live.session_id)
         except LeaseLost:
             return
         push_session(run)
+
+    # -- no half turns -------------------------------------------------------------------
+    def _close_open_turn(self, live: _Live) -> None:
+        """Mark the turn a failed or stopped run left open as interrupted in the log (see
+        ``scroll_core.agent.interrupted``); if the log is away, on a later tick."""
+        saved = (live.run.checkpoint or {}).get("session")
+        if not saved:
+            return
+        with self._lock:
+            self._unmarked[live.session_id] = (saved, _interrupted_why(live.run))
+        self._mark_pending(only=live.session_id)
+
+    def _sweep_unmarked(self) -> None:
+        """Queue the runs that failed or were stopped in the last ``UNMARKED_SWEEP_S`` for
+        marking: marking is idempotent, and a turn already closed is left alone."""
+        since = timezone.now() - timedelta(seconds=UNMARKED_SWEEP_S)
+        ended = RunRecord.objects.filter(
+            status__in=(RunRecord.FAILED, RunRecord.STOPPED), ended_at__gte=since
+        ).only("session_id", "status", "error", "checkpoint")
+        for run in ended:
+            saved = (run.checkpoint or {}).get("session")
+            if saved:
+                with self._lock:
+                    self._unmarked.setdefault(run.session_id, (saved, _interrupted_why(run)))
+
+    def _mark_pending(self, only: str | None = None) -> None:
+        with self._lock:
+            pending = [(k, v) for k, v in self._unmarked.items() if only in (None, k)]
+        for session_id, (saved, reason) in pending:
+            try:
+                # One try each time, no waiting: this runs on the loop's thread.
+                with outage_cap(0):
+                    seqs = mark_interrupted(get_event_log(), saved, reason)
+            except Exception as exc:
+                if database_unavailable(exc):
+                    continue  # still away: the next tick tries again
+                log.exception("worker: marking the open turn of %s failed", session_id)
+            else:
+                if seqs:
+                    log.warning("worker: %s: open turn marked interrupted (seqs %s)",
+                                session_id, seqs)  # fmt: skip
+            with self._lock:
+                self._unmarked.pop(session_id, None)
 
     # -- kernels and commands ------------------------------------------------------------
     def _kernel_row(self, live: _Live | None, session_id: str) -> dict[str, Any] | None:
@@ -683,6 +767,29 @@ def _note_task_code_off(run: RunRecord) -> None:
         metadata={"scroll.task_code": False},
         dedup_key="run:task-code-off",
     )
+
+
+def _interrupted_why(run: RunRecord) -> str:
+    if run.status == RunRecord.STOPPED:
+        return "the run was stopped"
+    return "the run failed: " + (run.error.splitlines() or ["?"])[0][:300]
+
+
+def _through_outage(work: Callable[[], None], budget_s: float, session_id: str) -> None:
+    """``work()``, again every ``OUTAGE_POLL_S`` while a database is away, for at most
+    ``budget_s``."""
+    deadline = time.monotonic() + budget_s
+    while True:
+        close_old_connections()
+        try:
+            work()
+            return
+        except Exception as exc:
+            if not database_unavailable(exc) or time.monotonic() >= deadline:
+                raise
+            log.warning("worker: recording the end of %s waits for the database: %s",
+                        session_id, exc)  # fmt: skip
+        time.sleep(OUTAGE_POLL_S)
 
 
 def _check_stop(live: _Live) -> None:

@@ -35,8 +35,15 @@ T = TypeVar("T")
 DEFAULT_OUTAGE_S = 60.0
 # Admin shutdown, crash shutdown, cannot connect now (starting up); serialization failure
 # and deadlock (the transaction is safe to run again); read-only transaction (a standby
-# being promoted). Class 08 (connection exception) is matched by its prefix.
-_TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "40001", "40P01", "25006"})
+# being promoted, or default_transaction_read_only set for a maintenance window);
+# insufficient privilege (a grant revoked for a while: a role being rotated, a REVOKE
+# INSERT to freeze writes); disk full, out of memory, too many connections (the server is
+# short of a resource an operator frees). Each is ridden out only for the outage budget, so
+# a privilege that never comes back fails after SCROLL_DB_OUTAGE_S, with its message.
+# Class 08 (connection exception) is matched by its prefix.
+_TRANSIENT_SQLSTATES = frozenset(
+    {"57P01", "57P02", "57P03", "40001", "40P01", "25006", "42501", "53100", "53200", "53300"}
+)
 _FIRST_WAIT_S = 0.05
 _LONGEST_WAIT_S = 1.0
 

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from ..errors import KernelError, KernelProtocolError, KernelUnresponsive
 from ..telemetry import span, tool_span
+from . import scratchfs
 from .child.wire import MAX_PRINT_CAP
 from .config import KernelConfig
 from .hostfns import HostFunctions
@@ -42,7 +43,6 @@ from .sandbox import (
     resolve_tier,
     sandbox_attributes,
 )
-from .scratch import remove_tree
 from .spawner import spawn
 
 __all__ = ["Kernel", "KernelStatus"]
@@ -114,7 +114,7 @@ class Kernel:
             proc = spawn(spec.argv, spec.env, spec.cwd, spec.user)
         except BaseException:
             if spec.host_scratch:  # made for a process that never started
-                remove_tree(spec.host_scratch)
+                scratchfs.release(spec.host_scratch)
             raise
         self._spec, self._proc = spec, proc
         assert proc.stdout is not None and proc.stderr is not None
@@ -459,6 +459,12 @@ class Kernel:
             notice = f"the kernel's memory limit ({self.config.memory_mb} MB) was reached"
         elif limit == "file_size":
             notice = f"the kernel's file-size limit ({self.config.file_size_mb} MB) was reached"
+        elif limit == "scratch":
+            notice = (
+                f"the scratch quota ({self.config.scratch_mb} MB, "
+                f"{self.config.scratch_inodes:,} files, directories and links) is full; "
+                "delete files in scratch to free it"
+            )
         digest = message.get("digest")
         if not isinstance(digest, dict):
             digest = {}
@@ -558,7 +564,8 @@ class Kernel:
         Every piece of the old process's state is cleared before anything that could
         raise, so a failure below never leaves the kernel half-reset (a ``_spec`` kept
         would make every later cell of the session fail the same way). The scratch folder
-        goes last, with ``remove_tree``: whatever a cell built there, it does not raise."""
+        goes last, unmounted and removed (``scratchfs.release``): whatever a cell built there,
+        it does not raise."""
         proc, spec = self._proc, self._spec
         self._proc = None
         self._spec = None
@@ -577,7 +584,7 @@ class Kernel:
                             stream.close()
         finally:
             if spec is not None and spec.host_scratch:
-                remove_tree(spec.host_scratch)
+                scratchfs.release(spec.host_scratch)
 
     def _diag(self) -> str:
         tail = b"".join(self._stderr_tail).decode("utf-8", "replace").strip()

@@ -217,6 +217,8 @@ class Worker:
             status, error = ("denied" if denied else "error"), _error(exc, None)
             if isinstance(exc, OSError) and exc.errno == 27:  # EFBIG
                 limit = "file_size"
+            elif isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT
+                limit = "scratch"
         finally:
             self.state.running = False
             sys.stdout, sys.stderr = saved

@@ -87,3 +87,23 @@ def test_the_seal_takes_each_worker_line_once_and_in_order_on_its_channel():
     tampered[-2] = ord("4")
     assert host.open(bytes(tampered)) is None
     assert host.open(b'{"op": "pong", "id": 3}') is None
+
+
+def test_a_result_sealed_by_a_cell_that_walked_the_frames_cannot_break_the_next_cell(kernel):
+    """The stated limit: a cell that reaches the worker's main loop can seal a result, and
+    the host takes it. The worker's own result for that cell then arrives late; the host
+    drops it, so the next cell still gets its true result."""
+    assert kernel.execute("x = 41").status == "ok"
+    cell_id = kernel._next_id + 1
+    walk = (
+        "import os, sys, json\nF = sys._getframe()\nwhile 'send' not in F.f_locals:\n"
+        "    F = F.f_back\n"
+        f"F.f_locals['send']({{'op': 'result', 'id': {cell_id}, 'status': 'ok', "
+        "'stdout': 'SEALED BY THE CELL'})\n"
+        "print('real')\n"
+    )
+    taken = kernel.execute(walk)
+    assert taken.stdout == "SEALED BY THE CELL"  # the cell's word, as documented
+    after = kernel.execute("print(x)")
+    assert after.status == "ok" and after.stdout == "41\n" and not after.variables_lost
+    assert any("result(s) of an earlier cell that came late" in d for d in after.denials)

@@ -356,7 +356,7 @@ class Kernel:
         exec_id = self._next_id
         deadline = time.monotonic() + timeout
         interrupted = False
-        self._unsealed = 0
+        self._unsealed = late = 0
         try:
             self._send(
                 {"op": "exec", "id": exec_id, "code": code, "print_cap": print_cap},
@@ -387,16 +387,23 @@ class Kernel:
                 if message["op"] == "result" and 0 < message["id"] < exec_id:
                     # An earlier cell's result: that cell's result was already taken (a
                     # cell that sealed one itself). Dropped, so it cannot break this cell.
-                    self._unsealed += 1
+                    late += 1
                     continue
                 if message["op"] == "result" and message.get("id") == exec_id:
                     result = self._from_child(message, began, timeout, print_cap)
+                    dropped = []
                     if self._unsealed:
-                        forged = (
+                        dropped.append(
                             f"the host dropped {self._unsealed} line(s) on the kernel's "
                             "channel that the worker did not seal (written by the cell)"
                         )
-                        result = _with(result, denials=[*result.denials, forged])
+                    if late:
+                        dropped.append(
+                            f"the host dropped {late} result(s) of an earlier cell that came "
+                            "late (that cell had sealed a result of its own)"
+                        )
+                    if dropped:
+                        result = _with(result, denials=[*result.denials, *dropped])
                     if lost is not None:
                         return _with(result, variables_lost=True, notice=lost)
                     return result

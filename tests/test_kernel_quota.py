@@ -19,14 +19,12 @@ import os
 
 import pytest
 
-from scroll_core.kernel import Kernel, KernelConfig, bwrap_status, client, sandbox
+from scroll_core.kernel import Kernel, KernelConfig, bwrap_status, client, sandbox, scratchfs
 
 BWRAP_OK, BWRAP_WHY = bwrap_status()
+MOUNT_OK, MOUNT_WHY = scratchfs.mount_status()
 TIERS = [
-    pytest.param(
-        "process",
-        marks=pytest.mark.skipif(os.geteuid() != 0, reason="the host may mount only as root"),
-    ),
+    pytest.param("process", marks=pytest.mark.skipif(not MOUNT_OK, reason=MOUNT_WHY)),
     pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP_OK, reason=BWRAP_WHY)),
 ]
 SCRATCH_MB = 32
@@ -124,9 +122,8 @@ def test_hard_links_count_against_the_inode_quota_with_the_audit_hook_off(monkey
             assert kernel.execute("print('fine')").stdout == "fine\n"
 
 
+@pytest.mark.skipif(not MOUNT_OK, reason=MOUNT_WHY)
 def test_the_process_tiers_scratch_is_unmounted_and_removed_with_the_kernel():
-    if os.geteuid() != 0:
-        pytest.skip("the host may mount only as root")
     with Kernel(KernelConfig(sandbox="process", **CONFIG)) as kernel:
         spec = kernel._spec
         assert spec is not None and spec.host_scratch is not None

@@ -23,10 +23,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import tempfile
 
 from .scratch import remove_tree
 
-__all__ = ["MOUNT_FLAGS", "mount_tmpfs", "release", "tmpfs_options"]
+__all__ = ["MOUNT_FLAGS", "mount_status", "mount_tmpfs", "release", "tmpfs_options"]
 
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MOUNT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
@@ -54,6 +55,17 @@ def mount_tmpfs(path: str, size_bytes: int, inodes: int, uid: int | None) -> str
         err = ctypes.get_errno()
         return f"the host cannot mount a tmpfs on the scratch folder ({os.strerror(err)})"
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def mount_status() -> tuple[bool, str]:
+    """Whether this host can give a process-tier kernel its capped scratch, and why not."""
+    probe = tempfile.mkdtemp(prefix="scroll-mount-probe-")
+    try:
+        refused = mount_tmpfs(probe, 1 << 20, 16, None)
+        return refused is None, refused or "the host mounts a capped tmpfs per kernel"
+    finally:
+        release(probe)
 
 
 def release(path: str) -> bool:

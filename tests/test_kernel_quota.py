@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 
 import pytest
 
@@ -134,3 +135,23 @@ def test_the_process_tiers_scratch_is_unmounted_and_removed_with_the_kernel():
         assert kernel.execute("import os\nos._exit(3)").status == "killed"
         assert not os.path.lexists(folder)  # the dead kernel's mount went with it
         assert kernel._spec is not None and os.path.ismount(kernel._spec.host_scratch or "")
+
+
+@pytest.mark.skipif(not MOUNT_OK, reason=MOUNT_WHY)
+def test_scratch_mounts_a_killed_host_left_are_swept_and_live_ones_kept(tmp_path):
+    stale, live, young = (str(tmp_path / name) for name in ("stale", "live", "young"))
+    for folder in (stale, live, young):
+        os.mkdir(folder)
+        assert scratchfs.mount_tmpfs(folder, 1 << 20, 16, None) is None
+    os.utime(stale, (0, 0))
+    os.utime(live, (0, 0))
+    holder = subprocess.Popen(["sleep", "30"], cwd=live)  # a kernel still working in it
+    try:
+        assert scratchfs.sweep_stale(str(tmp_path)) == [stale]
+        assert not os.path.lexists(stale)
+        assert os.path.ismount(live) and os.path.ismount(young)
+    finally:
+        holder.kill()
+        holder.wait()
+        for folder in (live, young):
+            scratchfs.release(folder)

@@ -42,7 +42,7 @@ from ..errors import SandboxUnavailable
 from .child import confine
 from .config import KernelConfig
 from .scratch import remove_tree
-from .scratchfs import mount_tmpfs
+from .scratchfs import mount_tmpfs, sweep_stale
 
 __all__ = [
     "TIER_STRENGTH",
@@ -180,6 +180,7 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
     user = KERNEL_UID_BASE + secrets.randbelow(KERNEL_UID_SPAN) if os.geteuid() == 0 else None
     # "other" permission bits decide what any uid that owns nothing can reach: probe once.
     python, runtime, worker_root = _process_runtime(None if user is None else UNPRIVILEGED)
+    _sweep_once(os.path.realpath(config.scratch_root or tempfile.gettempdir()))
     scratch = tempfile.mkdtemp(prefix="scroll-kernel-", dir=config.scratch_root)
     if user is not None:
         os.chown(scratch, user, user)
@@ -201,6 +202,12 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
         user=user,
         confine=options,
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _sweep_once(root: str) -> None:
+    """Once per host process and scratch root: scratch mounts left by a killed host go."""
+    sweep_stale(root)
 
 
 def _quota(config: KernelConfig) -> dict[str, int]:

@@ -24,11 +24,21 @@ import ctypes
 import functools
 import os
 import tempfile
+import time
 
 from .scratch import remove_tree
 
-__all__ = ["MOUNT_FLAGS", "mount_status", "mount_tmpfs", "release", "tmpfs_options"]
+__all__ = [
+    "MOUNT_FLAGS",
+    "mount_status",
+    "mount_tmpfs",
+    "release",
+    "sweep_stale",
+    "tmpfs_options",
+]
 
+SOURCE = "scroll-scratch"  # the mount's source name: how a sweep recognises its own
+STALE_AFTER_S = 120.0
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MOUNT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
 _MNT_DETACH = 2
@@ -49,7 +59,7 @@ def mount_tmpfs(path: str, size_bytes: int, inodes: int, uid: int | None) -> str
     """Mount a capped tmpfs on ``path``; ``None`` on success, else why it was refused."""
     options = tmpfs_options(size_bytes, inodes, uid)
     result = _libc().mount(
-        b"scroll-scratch", os.fsencode(path), b"tmpfs", MOUNT_FLAGS, options.encode()
+        SOURCE.encode(), os.fsencode(path), b"tmpfs", MOUNT_FLAGS, options.encode()
     )
     if result != 0:
         err = ctypes.get_errno()
@@ -77,3 +87,49 @@ def release(path: str) -> bool:
     if os.path.ismount(path):
         _libc().umount2(os.fsencode(path), _MNT_DETACH)
     return remove_tree(path)
+
+
+def sweep_stale(root: str, older_than_s: float = STALE_AFTER_S) -> list[str]:
+    """Release scratch mounts under ``root`` that no process uses any more; the folders gone.
+
+    A host killed with SIGKILL cannot unmount its kernels' scratch, and a mount, unlike a
+    folder, stays in the host's mount table until someone does. A scratch mount is stale
+    when no process has its working directory inside it (a live kernel always has: the
+    worker runs in its scratch) and it is older than ``older_than_s`` (a scratch just mounted
+    for a kernel still starting has no process yet). Never raises."""
+    root = os.path.realpath(root)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
+            mounts = [line.split() for line in table]
+    except OSError:
+        return []
+    ours = []
+    for fields in mounts:
+        if "-" not in fields:
+            continue
+        after = fields[fields.index("-") + 1 :]
+        point = fields[4].replace("\\040", " ")
+        if after[:2] == ["tmpfs", SOURCE] and os.path.dirname(point) == root:
+            ours.append(point)
+    if not ours:
+        return []
+    in_use = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                in_use.add(os.readlink(f"/proc/{pid}/cwd"))
+            except OSError:
+                continue
+    now = time.time()
+    swept = []
+    for point in ours:
+        if any(cwd == point or cwd.startswith(point + "/") for cwd in in_use):
+            continue
+        try:
+            if now - os.stat(point).st_mtime < older_than_s:
+                continue
+        except OSError:
+            continue
+        release(point)
+        swept.append(point)
+    return swept

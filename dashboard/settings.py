@@ -373,6 +373,13 @@ SCROLL_SERVE_STATIC = _env_flag("SCROLL_SERVE_STATIC", True)
 # A line per request, a traceback per 500, on stderr (see dashboard.logs).
 LOGGING = logging_config(os.environ)
 
+# Console forms (every POST outside /v1, the admin's too): past these Django refuses the
+# request before any view parses it, and dashboard.limits answers 400 with the console's
+# page. The gateway's /v1 bodies have their own cap, SCROLL_GATEWAY_MAX_BODY_MB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # bytes of a form body (Django's default, stated)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
+DATA_UPLOAD_MAX_NUMBER_FILES = 10
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

@@ -46,3 +46,5 @@ if settings.SCROLL_BENCH:
 
 # An outage met outside a view (a middleware, the 404 page) answers 503, not 500.
 handler500 = "dashboard.outage.server_error"
+# A form past the size or field limits, or any other refused request, gets the console's page.
+handler400 = "dashboard.limits.bad_request"

@@ -27,7 +27,15 @@ from pathlib import Path
 
 import pytest
 
-from scroll_core.kernel import Kernel, KernelConfig, bwrap_status, client, sandbox, scratch
+from scroll_core.kernel import (
+    Kernel,
+    KernelConfig,
+    bwrap_status,
+    client,
+    sandbox,
+    scratch,
+    scratchfs,
+)
 from scroll_core.kernel.scratch import remove_tree
 from tests import hostile_trees
 from tests.hostile_trees import BUILDERS, DEPTH, build, snapshot
@@ -340,7 +348,7 @@ def test_a_kernel_whose_clean_up_raises_is_still_replaced_whole(monkeypatch):
             raise RuntimeError("clean-up failed")
 
         with monkeypatch.context() as patch:
-            patch.setattr(client, "remove_tree", failing)
+            patch.setattr(client.scratchfs, "release", failing)
             with pytest.raises(RuntimeError, match="clean-up failed"):
                 kernel.execute("import os\nos._exit(3)")
             assert kernel._proc is None and kernel._spec is None
@@ -349,7 +357,7 @@ def test_a_kernel_whose_clean_up_raises_is_still_replaced_whole(monkeypatch):
             assert after.status == "ok" and after.stdout == "fresh\n"
             assert _host_scratch(kernel) != folder
         finally:
-            assert remove_tree(folder)
+            assert scratchfs.release(folder)
 
 
 def test_the_worker_copy_is_removed_at_exit_without_recursion(monkeypatch):

@@ -39,6 +39,17 @@ MB = 1024 * 1024
 
 # The worker object and a raw write to its protocol pipe, from inside a cell.
 RAW = "import os\nW = probe._caller._send.__self__\ndef raw(b):\n    os.write(W.out_fd, b)\n"
+# A cell that walks the frames down to the worker's main loop, takes the result channel's
+# sealer and seals any bytes with it: the host's parser must still survive what it sends.
+SEALED = RAW + (
+    "import sys\nF = sys._getframe()\nwhile 'seal' not in F.f_locals:\n    F = F.f_back\n"
+    "C = {type(c.cell_contents).__name__: c.cell_contents for c in "
+    "F.f_locals['seal'].__closure__}\n"
+    "def sealed(b):\n"
+    "    head = b'r%d ' % next(C['count'])\n"
+    "    mac = C['HMAC'].copy()\n    mac.update(head)\n    mac.update(b[:-1])\n"
+    "    raw(b'\\n' + mac.hexdigest().encode() + b' ' + head + b)\n"
+)
 # The worker's reader thread blocks on the next message it reads, so it stops reading.
 JAM_READER = "import threading\nGATE = threading.Event()\nW.replies.put = lambda m: GATE.wait()\n"
 
@@ -145,7 +156,7 @@ def protocol_fault(kernel: Kernel, payload: bytes) -> ExecResult:
     """A cell that writes ``payload`` to the host pipe, then waits to be killed."""
     kernel.execute("kept = 1")
     pid = kernel.pid
-    code = f"{RAW}raw({payload!r})\nimport time\nwhile True:\n    time.sleep(0.05)\n"
+    code = f"{SEALED}sealed({payload!r})\nimport time\nwhile True:\n    time.sleep(0.05)\n"
     result = Running(kernel, code, timeout=30).wait()
     assert result.status == "killed" and result.limit == "protocol", result
     assert "broke the protocol" in (result.notice or "")
@@ -161,7 +172,7 @@ def test_a_kernel_that_stops_reading_a_large_answer_is_restarted_at_the_deadline
     pid = kernel.pid
     code = (
         f"{RAW}{JAM_READER}"
-        "W.send({'op': 'call', 'id': -1, 'name': 'probe', 'args': [], 'kwargs': {}})\n"
+        "W.send_call({'op': 'call', 'id': -1, 'name': 'probe', 'args': [], 'kwargs': {}})\n"
         "print(big())\n"
     )
     result = Running(kernel, code, timeout=2).wait()
@@ -175,7 +186,7 @@ def test_restart_answers_while_the_host_is_stuck_writing_to_the_kernel(kernel, h
     pid = kernel.pid
     code = (
         f"{RAW}{JAM_READER}"
-        "W.send({'op': 'call', 'id': -1, 'name': 'probe', 'args': [], 'kwargs': {}})\n"
+        "W.send_call({'op': 'call', 'id': -1, 'name': 'probe', 'args': [], 'kwargs': {}})\n"
         "big()\n"
     )
     running = Running(kernel, code, timeout=600)
@@ -210,7 +221,7 @@ def test_stopping_a_session_from_the_manager_answers_while_its_cell_is_stuck():
     config = KernelConfig(sandbox="process", timeout_s=10, grace_s=0.5)
     with KernelManager(config, pool_size=0) as manager:
         kernel = manager.get("stuck", host.functions())
-        code = f"{RAW}{JAM_READER}W.send({{'op': 'call', 'id': -1, 'name': 'probe'}})\nbig()\n"
+        code = f"{RAW}{JAM_READER}W.send_call({{'op': 'call', 'id': -1, 'name': 'probe'}})\nbig()\n"
         running = Running(kernel, code, timeout=600)
         wait_until(host.big_called.is_set, "the cell asking for the big answer")
         answers(lambda: manager.release("stuck"))
@@ -357,7 +368,7 @@ def test_a_forged_result_for_the_cell_is_cut_to_the_cap_and_sanitised(kernel):
         "error": "not a dict",
     }
     payload = json.dumps(forged).encode() + b"\n"
-    code = f"{RAW}raw({payload!r})\nos._exit(0)\n"
+    code = f"{SEALED}sealed({payload!r})\nos._exit(0)\n"
     result = kernel.execute(code, timeout=30)
     assert result.status == "ok"
     assert result.truncated and result.hidden_chars == 200_010 - kernel.config.print_cap

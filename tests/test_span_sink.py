@@ -8,7 +8,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from dashboard import groups
-from dashboard.telemetry.models import Alert, SpanRecord
+from dashboard.telemetry.models import Alert, AlertRule, SpanRecord
 from dashboard.telemetry.spans import ConsoleSpanSink
 from scroll_core import telemetry
 from scroll_core.telemetry import SpanRecord as CoreSpan
@@ -118,6 +118,29 @@ def test_retention_in_bytes_prunes_the_oldest_heavy_spans_and_counts_them(sink, 
     assert kept[0].startswith("heavy") and len(kept) == 13 - pruned
     assert sum(SpanRecord.objects.values_list("size_bytes", flat=True)) <= 3_500
     assert sink.stats()["pruned_for_bytes"] == pruned > 0
+
+
+@pytest.mark.django_db
+def test_pruning_spans_for_bytes_raises_one_alert_that_later_prunes_bump(sink, settings):
+    settings.SCROLL_SPAN_RETENTION = 1000
+    settings.SCROLL_SPAN_RETENTION_BYTES = 50_000
+    sink.process([_core(name=f"heavy{i}", blob="z" * 1000) for i in range(10)])
+    assert sink.prune() == 0
+    assert not Alert.objects.filter(rule__kind=AlertRule.SPANS_PRUNED).exists()
+
+    settings.SCROLL_SPAN_RETENTION_BYTES = 6_000
+    first = sink.prune()
+    alert = Alert.objects.get(rule__kind=AlertRule.SPANS_PRUNED)
+    assert alert.state == Alert.OPEN and alert.count == 1 and alert.session_id == ""
+    assert f"{first:,} of the oldest stored spans were pruned" in alert.message
+    assert "6,000 bytes (SCROLL_SPAN_RETENTION_BYTES)" in alert.message
+
+    sink.process([_core(name=f"more{i}", blob="z" * 1000) for i in range(4)])
+    second = sink.prune()
+    alert.refresh_from_db()
+    assert second > 0 and alert.count == 2
+    assert f"{first + second:,} since this process started" in alert.message
+    assert Alert.objects.filter(rule__kind=AlertRule.SPANS_PRUNED).count() == 1
 
 
 @pytest.mark.django_db

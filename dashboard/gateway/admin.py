@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db import models
 from django.http import HttpRequest
 
 from dashboard.gateway.models import GatewayKey
+from dashboard.limits import BoundedJSONField
 
 
 @admin.register(GatewayKey)
@@ -24,6 +26,8 @@ class GatewayKeyAdmin(admin.ModelAdmin):
         "tokens_used",
         "last_used_at",
     )
+    # model_map: a length cap and a form error, not a 500, for JSON nested too deep.
+    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
     list_filter = ("active", "upstream_format")
     search_fields = ("agent_id", "name", "prefix")
     readonly_fields = ("prefix", "tokens_used", "requests", "created_at", "last_used_at")

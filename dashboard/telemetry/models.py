@@ -111,6 +111,7 @@ class AlertRule(models.Model):
     KERNEL_FAILURE = "kernel_failure"
     CONTEXT_UNFIT = "context_unfit"
     EVICTION_NET_LOSS = "eviction_net_loss"
+    SPANS_PRUNED = "spans_pruned"
     KIND_CHOICES = [
         (INDEX_GAP, "Index gap (the blocks no longer tile the evicted range)"),
         (HEADLINE_QUALITY, "Headline quality falling (missing, malformed, duplicate)"),
@@ -119,6 +120,7 @@ class AlertRule(models.Model):
         (KERNEL_FAILURE, "Kernel crash or timeout"),
         (CONTEXT_UNFIT, "Context window unfit"),
         (EVICTION_NET_LOSS, "Evicted span re-read past its cost (a net loss under a prefix cache)"),
+        (SPANS_PRUNED, "Stored spans pruned to stay under SCROLL_SPAN_RETENTION_BYTES"),
     ]
 
     kind = models.CharField(max_length=32, choices=KIND_CHOICES, unique=True)

@@ -33,8 +33,8 @@ from django.db.models import F, Sum, Window
 from dashboard import groups
 from dashboard.outage import database_unavailable
 from dashboard.push import send_groups, spans_message
-from dashboard.telemetry.alerts import AlertEngine
-from dashboard.telemetry.models import SpanRecord
+from dashboard.telemetry.alerts import AlertEngine, Trigger, raise_alert
+from dashboard.telemetry.models import AlertRule, SpanRecord
 from dashboard.telemetry.spool import DEFAULT_SPOOL_BYTES, SpanSpool
 
 __all__ = [
@@ -282,7 +282,23 @@ class ConsoleSpanSink:
                 by_bytes,
                 span_retention_bytes(),
             )
+            self._alert_pruned(by_bytes)
         return deleted
+
+    def _alert_pruned(self, by_bytes: int) -> None:
+        """Raise (or bump) the console-wide ``spans_pruned`` alert and tell the live pages:
+        spans went before their count said, so Traces lost history someone may need."""
+        rule = self.engine.rules().get(AlertRule.SPANS_PRUNED)
+        if rule is None or not rule.enabled:
+            return
+        message = (
+            f"{by_bytes:,} of the oldest stored spans were pruned to stay under "
+            f"{span_retention_bytes():,} bytes (SCROLL_SPAN_RETENTION_BYTES); "
+            f"{self.pruned_for_bytes:,} since this process started"
+        )
+        alert = raise_alert(Trigger(AlertRule.SPANS_PRUNED, "", message), rule)
+        if alert is not None:
+            send_groups([(groups.ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})])
 
     @staticmethod
     def _newest_over_bytes(budget: int) -> int | None:

@@ -29,10 +29,11 @@ from typing import IO, Any
 
 from ..errors import KernelError, KernelProtocolError, KernelUnresponsive
 from ..telemetry import span, tool_span
+from . import scratchfs
 from .child.wire import MAX_PRINT_CAP
 from .config import KernelConfig
 from .hostfns import HostFunctions
-from .protocol import LineReader, LineWriter, decode_message, encode
+from .protocol import LineReader, LineWriter, Seal, decode_message, encode
 from .results import ExecError, ExecResult, ExecStatus, NamespaceDigest, truncation_notice
 from .sandbox import (
     TIER_STRENGTH,
@@ -42,7 +43,6 @@ from .sandbox import (
     resolve_tier,
     sandbox_attributes,
 )
-from .scratch import remove_tree
 from .spawner import spawn
 
 __all__ = ["Kernel", "KernelStatus"]
@@ -85,6 +85,8 @@ class Kernel:
         self._spec: LaunchSpec | None = None
         self._reader: LineReader | None = None
         self._writer: LineWriter | None = None
+        self._seal = Seal()
+        self._unsealed = 0  # lines dropped since the last cell began
         # Set by restart()/close() from another thread while a cell holds the lock: the
         # cell's failure is then theirs to report, and the cell must not restart the kernel.
         self._stopping: str | None = None
@@ -114,13 +116,14 @@ class Kernel:
             proc = spawn(spec.argv, spec.env, spec.cwd, spec.user)
         except BaseException:
             if spec.host_scratch:  # made for a process that never started
-                remove_tree(spec.host_scratch)
+                scratchfs.release(spec.host_scratch)
             raise
         self._spec, self._proc = spec, proc
         assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdin is not None
         self._reader = LineReader(proc.stdout.fileno())
         self._writer = LineWriter(proc.stdin.fileno())
+        self._seal = Seal()
         self._stderr_tail = deque(maxlen=16)
         threading.Thread(target=_drain, args=(proc.stderr, self._stderr_tail), daemon=True).start()
         init = {
@@ -133,6 +136,8 @@ class Kernel:
             "cell_cpu_seconds": self.config.cell_cpu_s,
             "max_created_files": self.config.max_created_files,
             "host_functions": self.host_functions.names(),
+            "seal": self._seal.keys[b"r"].hex(),
+            "seal_calls": self._seal.keys[b"c"].hex(),
             **spec.child_init(),
         }
         deadline = time.monotonic() + self.config.start_timeout_s
@@ -351,6 +356,7 @@ class Kernel:
         exec_id = self._next_id
         deadline = time.monotonic() + timeout
         interrupted = False
+        self._unsealed = late = 0
         try:
             self._send(
                 {"op": "exec", "id": exec_id, "code": code, "print_cap": print_cap},
@@ -370,17 +376,34 @@ class Kernel:
                     deadline = now + self.config.grace_s
                     self._send({"op": "interrupt"}, deadline)
                     continue
-                line = self._reader_or_raise().readline(deadline)
-                if line is None:
+                message = self._read_message(deadline)
+                if message is None:
                     continue
-                message = decode_message(line)
                 if message["op"] == "call":
                     reply = self.host_functions.serve(message)
                     # A large answer gets at least the grace period to be taken.
                     self._send(reply, max(deadline, time.monotonic() + self.config.grace_s))
                     continue
+                if message["op"] == "result" and 0 < message["id"] < exec_id:
+                    # An earlier cell's result: that cell's result was already taken (a
+                    # cell that sealed one itself). Dropped, so it cannot break this cell.
+                    late += 1
+                    continue
                 if message["op"] == "result" and message.get("id") == exec_id:
                     result = self._from_child(message, began, timeout, print_cap)
+                    dropped = []
+                    if self._unsealed:
+                        dropped.append(
+                            f"the host dropped {self._unsealed} line(s) on the kernel's "
+                            "channel that the worker did not seal (written by the cell)"
+                        )
+                    if late:
+                        dropped.append(
+                            f"the host dropped {late} result(s) of an earlier cell that came "
+                            "late (that cell had sealed a result of its own)"
+                        )
+                    if dropped:
+                        result = _with(result, denials=[*result.denials, *dropped])
                     if lost is not None:
                         return _with(result, variables_lost=True, notice=lost)
                     return result
@@ -459,6 +482,12 @@ class Kernel:
             notice = f"the kernel's memory limit ({self.config.memory_mb} MB) was reached"
         elif limit == "file_size":
             notice = f"the kernel's file-size limit ({self.config.file_size_mb} MB) was reached"
+        elif limit == "scratch":
+            notice = (
+                f"the scratch quota ({self.config.scratch_mb} MB, "
+                f"{self.config.scratch_inodes:,} files, directories and links) is full; "
+                "delete files in scratch to free it"
+            )
         digest = message.get("digest")
         if not isinstance(digest, dict):
             digest = {}
@@ -544,13 +573,33 @@ class Kernel:
 
     def _wait_for(self, op: str, msg_id: int | None, deadline: float) -> dict[str, Any] | None:
         """The kernel's answer ``op`` (to ``msg_id``); anything else is a protocol error."""
-        line = self._reader_or_raise().readline(deadline)
-        if line is None:
+        message = self._read_message(deadline)
+        if message is None:
             return None
-        message = decode_message(line)
         if message["op"] != op or (msg_id is not None and message.get("id") != msg_id):
             raise KernelProtocolError(f"kernel sent {message['op']!r} where {op!r} was due")
         return message
+
+    def _read_message(self, deadline: float) -> dict[str, Any] | None:
+        """The next message the worker sealed; ``None`` at the deadline.
+
+        Lines without the worker's seal are dropped and counted, never parsed: a cell can
+        write to the protocol descriptor, but what it writes is never taken as the
+        worker's (``child/wire.py``)."""
+        reader = self._reader_or_raise()
+        while time.monotonic() < deadline:  # a flood of dropped lines ends at the deadline
+            line = reader.readline(deadline)
+            if line is None:
+                return None
+            if not line:
+                continue  # each sealed line starts with a newline
+            opened = self._seal.open(line)
+            if opened is not None:
+                message = decode_message(opened[1])
+                if (message["op"] == "call") == (opened[0] == b"c"):
+                    return message
+            self._unsealed += 1
+        return None
 
     def _kill(self) -> None:
         """Stop the process and forget it whole: the next cell starts a fresh kernel.
@@ -558,7 +607,8 @@ class Kernel:
         Every piece of the old process's state is cleared before anything that could
         raise, so a failure below never leaves the kernel half-reset (a ``_spec`` kept
         would make every later cell of the session fail the same way). The scratch folder
-        goes last, with ``remove_tree``: whatever a cell built there, it does not raise."""
+        goes last, unmounted and removed (``scratchfs.release``): whatever a cell built there,
+        it does not raise."""
         proc, spec = self._proc, self._spec
         self._proc = None
         self._spec = None
@@ -577,7 +627,7 @@ class Kernel:
                             stream.close()
         finally:
             if spec is not None and spec.host_scratch:
-                remove_tree(spec.host_scratch)
+                scratchfs.release(spec.host_scratch)
 
     def _diag(self) -> str:
         tail = b"".join(self._stderr_tail).decode("utf-8", "replace").strip()

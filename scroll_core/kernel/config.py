@@ -35,6 +35,8 @@ class KernelConfig:
     open_files: int = 256
     max_created_files: int = 256
     scratch_mb: int = 64
+    # Files, directories, symlinks and hard links in scratch, O_TMPFILE ones included.
+    scratch_inodes: int = 4096
     scratch_root: str | None = None
 
     def __post_init__(self) -> None:

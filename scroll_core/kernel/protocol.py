@@ -3,9 +3,11 @@
 Everything the kernel sends is untrusted: lines are size-limited and read in bounded chunks
 (the host never buffers more than one maximal line), their nesting and value count are
 checked on the raw bytes before parsing, and they must decode to an object with a known
-``op`` and well-typed ids. Anything else is a ``KernelProtocolError``. Writes to the kernel
-are non-blocking and give up at a deadline with ``KernelUnresponsive``, so a kernel that
-stops reading cannot hold a host thread.
+``op`` and well-typed ids. Anything else is a ``KernelProtocolError``. Before any of that,
+a line must carry the worker's seal (``child/wire.py``): ``Seal.open`` drops a line the
+worker did not seal, such as one a cell wrote straight to the protocol descriptor. Writes
+to the kernel are non-blocking and give up at a deadline with ``KernelUnresponsive``, so a
+kernel that stops reading cannot hold a host thread.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import fcntl
+import hmac
 import json
 import os
+import secrets
 import select
 import time
 from collections.abc import Mapping
@@ -23,7 +27,15 @@ from typing import Any
 from ..errors import KernelProtocolError, KernelUnresponsive
 from .child.wire import MAX_CHILD_LINE, encode, shape_problem
 
-__all__ = ["CHILD_OPS", "LineReader", "LineWriter", "decode_message", "encode", "to_wire"]
+__all__ = [
+    "CHILD_OPS",
+    "LineReader",
+    "LineWriter",
+    "Seal",
+    "decode_message",
+    "encode",
+    "to_wire",
+]
 
 CHILD_OPS = frozenset({"ready", "call", "result", "pong", "bound"})
 MAX_DEPTH = 50
@@ -69,6 +81,34 @@ class LineReader:
             if not chunk:
                 raise EOFError("kernel closed its pipe")
             self._buf += chunk
+
+
+class Seal:
+    """The host's half of the seal on one kernel's lines: a key and the next seq for each
+    channel, ``c`` (calls) and ``r`` (everything else)."""
+
+    def __init__(self) -> None:
+        self.keys = {b"c": secrets.token_bytes(32), b"r": secrets.token_bytes(32)}
+        self._templates = {c: hmac.new(k, digestmod="sha256") for c, k in self.keys.items()}
+        self._next = dict.fromkeys(self.keys, 0)
+
+    def open(self, line: bytes) -> tuple[bytes, bytes] | None:
+        """(channel, message) of a line the worker sealed, next in its channel; else None.
+
+        A line with a wrong or missing seal, or a right seal with a used or skipped seq
+        (a replay, or a worker line that follows one a cell sealed), is not the worker's."""
+        mac, _, rest = line.partition(b" ")
+        head, _, body = rest.partition(b" ")
+        channel, seq = head[:1], head[1:]
+        if len(mac) != 64 or channel not in self._next or seq != b"%d" % self._next[channel]:
+            return None
+        check = self._templates[channel].copy()
+        check.update(head + b" ")
+        check.update(body)
+        if not hmac.compare_digest(check.hexdigest().encode(), mac):
+            return None
+        self._next[channel] += 1
+        return channel, body
 
 
 class LineWriter:

@@ -1,10 +1,14 @@
 """How a kernel process is launched for each sandbox tier.
 
 ``bwrap``: bubblewrap with fresh user, pid, network, ipc, uts and cgroup namespaces, the
-runtime and the worker code bound read-only, a size-limited tmpfs as scratch and cwd, an
-empty environment, no capabilities, and death with its parent. ``process``: an interpreter
+runtime and the worker code bound read-only, a tmpfs capped in bytes and inodes as scratch
+and cwd (the launch stage mounts it, the one thing it keeps ``CAP_SYS_ADMIN`` in the
+sandbox's user namespace for, then drops every capability), an empty environment, and death
+with its parent. ``process``: an interpreter
 with ``-I -S``, an empty environment and a private scratch directory, started as an
-unprivileged uid/gid of its own (no supplementary groups) when the host runs as root. Each
+unprivileged uid/gid of its own (no supplementary groups) when the host runs as root, its
+scratch a tmpfs capped in bytes and inodes that the host mounts (``scratchfs``; reported
+missing where the host may not mount). Each
 kernel gets a fresh uid from a high range no account uses, so kernels cannot read each
 other's scratch or signal each other through file permissions alone, and one kernel's
 threads do not count against another's process limit.
@@ -38,6 +42,7 @@ from ..errors import SandboxUnavailable
 from .child import confine
 from .config import KernelConfig
 from .scratch import remove_tree
+from .scratchfs import mount_tmpfs, sweep_stale
 
 __all__ = [
     "TIER_STRENGTH",
@@ -58,10 +63,12 @@ ZONEINFO = "/usr/share/zoneinfo"
 SANDBOX_ROOT = "/opt/scroll"
 SANDBOX_SCRATCH = "/scratch"
 TIER_STRENGTH = {"bwrap": "strong", "process": "weaker"}
+MB = 1024 * 1024
 UNPRIVILEGED = 65534  # nobody / nogroup: the uid inside bwrap, and the reachability probe
 # Process-tier kernels on a root host: uid = gid = KERNEL_UID_BASE + a random offset.
 KERNEL_UID_BASE = 0x5C000000
 KERNEL_UID_SPAN = 1 << 24
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 # Shared libraries an extension module may load after Landlock is on.
 LIBRARY_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache")
 _BOOT = (
@@ -154,6 +161,8 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
             raise SandboxUnavailable("bwrap is not installed (Debian package bubblewrap)")
         read_roots: tuple[str, ...] = (RUNTIME, SANDBOX_ROOT, ZONEINFO)
         options = _confine(read_roots, SANDBOX_SCRATCH, uid=UNPRIVILEGED, namespaces=True)
+        options["quota"] = {**_quota(config), "mount": True, "uid": UNPRIVILEGED}
+        options["require"].append("quota")
         return LaunchSpec(
             tier=tier,
             argv=[
@@ -171,11 +180,16 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
     user = KERNEL_UID_BASE + secrets.randbelow(KERNEL_UID_SPAN) if os.geteuid() == 0 else None
     # "other" permission bits decide what any uid that owns nothing can reach: probe once.
     python, runtime, worker_root = _process_runtime(None if user is None else UNPRIVILEGED)
+    _sweep_once(os.path.realpath(config.scratch_root or tempfile.gettempdir()))
     scratch = tempfile.mkdtemp(prefix="scroll-kernel-", dir=config.scratch_root)
     if user is not None:
         os.chown(scratch, user, user)
     read_roots = (runtime, worker_root, ZONEINFO, "/dev/null", "/dev/zero", "/dev/urandom")
     options = _confine(read_roots, scratch, uid=user, namespaces=False)
+    refused = mount_tmpfs(scratch, config.scratch_mb * MB, config.scratch_inodes, user)
+    options["quota"] = {**_quota(config), "mount": False, "missing": refused}
+    if refused is None:
+        options["require"].append("quota")
     return LaunchSpec(
         tier="process",
         argv=_launch_argv(python, worker_root, options, config),
@@ -188,6 +202,16 @@ def launch_spec(tier: str, config: KernelConfig) -> LaunchSpec:
         user=user,
         confine=options,
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _sweep_once(root: str) -> None:
+    """Once per host process and scratch root: scratch mounts left by a killed host go."""
+    sweep_stale(root)
+
+
+def _quota(config: KernelConfig) -> dict[str, int]:
+    return {"bytes": config.scratch_mb * MB, "inodes": config.scratch_inodes}
 
 
 def _launch_argv(
@@ -292,6 +316,9 @@ def _bwrap_argv(exe: str, config: KernelConfig) -> list[str]:
         "65534",
         "--cap-drop",
         "ALL",
+        # Only the launch stage uses it, to mount the capped scratch, and then drops it.
+        "--cap-add",
+        "CAP_SYS_ADMIN",
         "--die-with-parent",
         "--new-session",
         "--clearenv",
@@ -316,12 +343,17 @@ def _bwrap_argv(exe: str, config: KernelConfig) -> list[str]:
     argv += ["--ro-bind", RUNTIME, RUNTIME]
     if os.path.isdir(ZONEINFO):
         argv += ["--ro-bind", ZONEINFO, ZONEINFO]
+    # The four devices the kernel may open (Landlock allows no others), bound one by one:
+    # ``--dev /dev`` would make bwrap run the kernel in a nested user namespace that does
+    # not own the mount namespace, and the launch stage could not mount the scratch tmpfs.
+    argv += ["--dir", "/dev"]
+    for device in DEVICES:
+        if os.path.exists(device):
+            argv += ["--dev-bind", device, device]
     argv += [
         "--ro-bind",
         CHILD_DIR,
         f"{SANDBOX_ROOT}/child",
-        "--dev",
-        "/dev",
         "--size",
         str(config.scratch_mb * 1024 * 1024),
         "--tmpfs",

@@ -98,6 +98,8 @@ _READ_PATH_EVENTS = frozenset(
 )
 _WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # O_WRONLY O_RDWR O_CREAT O_TRUNC O_APPEND
 _SIGINT = 2
+# O_CREAT, and O_TMPFILE's own bit: an anonymous file is a created file too.
+_CREATE_FLAGS = 0o100 | 0o20000000
 
 
 def install(
@@ -118,6 +120,7 @@ def install(
     deny_events, deny_prefixes, deny_imports = _DENY_EVENTS, _DENY_PREFIXES, _DENY_IMPORTS
     write_events, read_events = _WRITE_PATH_EVENTS, _READ_PATH_EVENTS
     write_flags, sigint = _WRITE_FLAGS, _SIGINT
+    o_create = _CREATE_FLAGS
 
     denials: list[str] = []
     deny_exc = SandboxDenied
@@ -204,7 +207,7 @@ def install(
             if writing:
                 if not inside(path, scratch_roots):
                     deny(event, (path or "?") + " (writes stay in the scratch directory)")
-                if flags & 0o100:
+                if flags & o_create:
                     created[0] += 1
                     if created[0] > max_created_files:
                         deny(event, "too many files created in scratch")

@@ -1,6 +1,8 @@
 """Stage one of every kernel: set the limits, put the kernel-enforced layers on, become the worker.
 
-Run as ``python -I -S -c <boot> <options JSON>``. It applies the rlimits, installs
+Run as ``python -I -S -c <boot> <options JSON>``. It first gets the scratch quota in place
+(``quota``: on the bwrap tier it mounts the capped tmpfs and drops every capability), then
+applies the rlimits, installs
 ``no_new_privs``, Landlock and the seccomp filter (``confine``, which needs ``ctypes``), then
 replaces itself with a fresh interpreter running the worker. Layers survive ``execve``;
 ``ctypes`` does not, so no ``_ctypes`` type is left for a cell to find through
@@ -25,7 +27,7 @@ import resource
 import sys
 from typing import Any
 
-from . import confine
+from . import confine, quota
 
 _LIMITS = {
     "memory_bytes": resource.RLIMIT_AS,
@@ -41,6 +43,7 @@ def main() -> None:
     try:
         options: dict[str, Any] = json.loads(sys.argv[1])
         python = str(options["python"])
+        scratch_quota = _quota(options)  # first: the bwrap tier's mount drops capabilities
         limits = dict(options.get("limits") or {})
         exec_fd = _open_interpreter(python, int(limits.get("open_files", 256)))
         for key, which in _LIMITS.items():
@@ -48,14 +51,19 @@ def main() -> None:
             if value is not None:
                 resource.setrlimit(which, (int(value), int(value)))
         layers, missing = _uid(options)
+        if scratch_quota is None:
+            layers.append("quota")
+        else:
+            missing["quota"] = scratch_quota
         active, absent, listener = confine.install(
             scratch=str(options["scratch"]),
             read_roots=[str(p) for p in options.get("read_roots") or []],
-            require=[r for r in options.get("require") or [] if r != "uid"],
+            require=[r for r in options.get("require") or [] if r not in ("uid", "quota")],
             exec_fd=exec_fd,
         )
-        if "uid" in (options.get("require") or []) and "uid" in missing:
-            raise RuntimeError(f"uid layer required: {missing['uid']}")
+        for layer in ("uid", "quota"):
+            if layer in (options.get("require") or []) and layer in missing:
+                raise RuntimeError(f"{layer} layer required: {missing[layer]}")
     except (OSError, RuntimeError, ValueError, KeyError, IndexError) as exc:
         sys.stderr.write(f"scroll kernel: {exc}\n")
         sys.stderr.flush()
@@ -80,6 +88,21 @@ def _open_interpreter(python: str, limit: int) -> int:
     os.dup2(fd, limit, inheritable=False)
     os.close(fd)
     return limit
+
+
+def _quota(options: dict[str, Any]) -> str | None:
+    """Mount the scratch tmpfs if this stage is to (bwrap), then check the filesystem's caps.
+
+    ``None`` when the filesystem enforces the quota, else why not."""
+    spec = options.get("quota") or {}
+    if not spec:
+        return "no scratch quota was asked for"
+    scratch, size, inodes = str(options["scratch"]), int(spec["bytes"]), int(spec["inodes"])
+    if spec.get("mount"):
+        quota.mount(scratch, size, inodes, int(spec.get("uid") or 0))
+    elif spec.get("missing"):
+        return str(spec["missing"])
+    return quota.check(scratch, size, inodes)
 
 
 def _uid(options: dict[str, Any]) -> tuple[list[str], dict[str, str]]:

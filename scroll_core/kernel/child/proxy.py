@@ -86,8 +86,8 @@ class HostCaller:
             line = wire.encode(message)
             # The host would take a line it cannot accept as a broken kernel: refuse here.
             problem = wire.shape_problem(line)
-            if len(line) > wire.MAX_CHILD_LINE:
-                problem = f"over {wire.MAX_CHILD_LINE:,} bytes"
+            if len(line) > wire.MAX_CHILD_LINE - wire.SEAL_BYTES:
+                problem = f"over {wire.MAX_CHILD_LINE - wire.SEAL_BYTES:,} bytes"
             if problem is not None:
                 raise TypeError(f"arguments to {name} are too large to send: {problem}")
             self.calls += 1

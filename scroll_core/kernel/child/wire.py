@@ -5,22 +5,35 @@ Host to child: ``init``, ``exec``, ``reply`` (to a host-function call), ``interr
 Child to host: ``ready``, ``call`` (a host function), ``result``, ``pong``, ``bound``.
 JSON strings never contain a raw newline, so a line is always exactly one message.
 
-A child line must also stay within a shape the host will decode: at most ``MAX_CHILD_LINE``
-bytes, ``MAX_DEPTH`` levels of nesting and ``MAX_ITEMS`` values. ``shape_problem`` checks
-that on the raw bytes, before any parser recurses or allocates; the kernel runs the same
-check on its own host-function calls so a cell's oversized arguments fail in the cell.
+Every child line is sealed: ``<hmac> <channel><seq> <json>``, where ``hmac`` is
+HMAC-SHA256 (hex) of ``<channel><seq> <json>`` under that channel's key, sent by the host
+in ``init``, and ``seq`` counts the channel's lines from 0. Channel ``c`` carries only
+``call`` messages (host functions, sent by the ``ms`` proxy a cell can reach); channel
+``r`` carries everything else, results included, and its sealer lives only in the worker's
+main loop (a local of ``serve``), on no object a cell can reach from its namespace, modules,
+threads or signal handlers. The worker turns each key into an OpenSSL HMAC object and drops
+it, so no Python object holds a key. A cell can write bytes to the protocol descriptor (it
+runs in the same process), but not a line the host accepts: the host drops any line whose
+seal, channel or sequence number is wrong. Each sealed line starts with a newline, so bytes
+a cell wrote without one cannot swallow the worker's next line. What a cell that walks the
+interpreter's frames can still do is said in docs/security.md.
 """
 
 from __future__ import annotations
 
+import hmac
+import itertools
 import json
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 # A child line longer than this is a protocol violation (a result is capped far below it).
 MAX_CHILD_LINE = 4 * 1024 * 1024
 MAX_DEPTH = 64
+# Room for the seal in front of a message: newline, 64 hex digits, a space, seq, a space.
+SEAL_BYTES = 96
 # The most a cell may print: at 12 bytes per character (an escaped astral character), with
 # room for the traceback, digest and denials, a result line always fits in MAX_CHILD_LINE.
 MAX_PRINT_CAP = (MAX_CHILD_LINE - 256 * 1024) // 12
@@ -35,6 +48,23 @@ _OPEN = bytes.maketrans(b"[{]}", b"(())")
 def encode(message: dict[str, Any]) -> bytes:
     """One message as a JSON line; unknown objects degrade to their repr."""
     return _encoder.encode(message).encode("utf-8", "surrogatepass") + b"\n"
+
+
+def sealer(key: bytes, channel: bytes) -> Callable[[dict[str, Any]], bytes]:
+    """A function that encodes and seals one message on ``channel`` (``b"c"`` or ``b"r"``);
+    call it in the order lines are sent."""
+    template = hmac.new(key, digestmod="sha256")
+    counter = itertools.count()
+
+    def seal(message: dict[str, Any]) -> bytes:
+        body = encode(message)
+        head = channel + b"%d " % next(counter)
+        mac = template.copy()
+        mac.update(head)
+        mac.update(body[:-1])
+        return b"\n" + mac.hexdigest().encode() + b" " + head + body
+
+    return seal
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 import types
+from collections.abc import Callable
 from typing import Any
 
 from . import capture, digest, guard, proxy, wire
@@ -42,15 +43,24 @@ def main() -> None:
     os.close(devnull)
     reader = os.fdopen(in_fd, "rb", buffering=1 << 16)
     init = json.loads(reader.readline() or b"{}")
+    # Each key lives on only inside the OpenSSL HMAC object its sealer keeps.
+    seal_calls = wire.sealer(bytes.fromhex(str(init.pop("seal_calls", ""))), b"c")
+    seal = wire.sealer(bytes.fromhex(str(init.pop("seal", ""))), b"r")
     report = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    Worker(init, reader, out_fd, report).serve()
+    Worker(init, reader, out_fd, report, seal_calls).serve(seal)
 
 
 class Worker:
     def __init__(
-        self, init: dict[str, Any], reader: Any, out_fd: int, report: dict[str, Any]
+        self,
+        init: dict[str, Any],
+        reader: Any,
+        out_fd: int,
+        report: dict[str, Any],
+        seal_calls: Callable[[dict[str, Any]], bytes],
     ) -> None:
         self.init = init
+        self.seal_calls = seal_calls
         self.report = report
         self.reader = reader
         self.out_fd = out_fd
@@ -59,7 +69,7 @@ class Worker:
         self.commands: queue.Queue[dict[str, Any]] = queue.Queue()
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.main_ident = threading.get_ident()
-        self.caller = proxy.HostCaller(self.send, self.replies)
+        self.caller = proxy.HostCaller(self.send_call, self.replies)
         self.cells = 0
         self.cap = int(init.get("print_cap", 32000))
         self.cell_cpu = int(init.get("cell_cpu_seconds", 0))
@@ -69,12 +79,18 @@ class Worker:
         self.namespace: dict[str, Any] = module.__dict__
         self.namespace["__builtins__"] = __builtins__
 
-    def send(self, message: dict[str, Any]) -> None:
-        data = wire.encode(message)
-        with self.write_lock:
-            wire.write_all(self.out_fd, data)
+    def send_call(self, message: dict[str, Any]) -> None:
+        """A host-function call, on the call channel: the only op the host takes there."""
+        with self.write_lock:  # sealed under the lock: sequence numbers follow the pipe
+            wire.write_all(self.out_fd, self.seal_calls({**message, "op": "call"}))
 
-    def serve(self) -> None:
+    def serve(self, seal: Callable[[dict[str, Any]], bytes]) -> None:
+        """The main loop. ``seal`` (the result channel's) stays a local of this frame."""
+
+        def send(message: dict[str, Any]) -> None:
+            with self.write_lock:
+                wire.write_all(self.out_fd, seal(message))
+
         signal.signal(signal.SIGINT, self._on_sigint)
         # Past the file-size limit a write should fail with EFBIG, not kill the kernel.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -101,7 +117,7 @@ class Worker:
         else:
             missing["audit_hook"] = "started without the audit hook"
         self._bind(list(self.init.get("host_functions") or []))
-        self.send(
+        send(
             {
                 "op": "ready",
                 "pid": os.getpid(),
@@ -114,12 +130,12 @@ class Worker:
             message = self.commands.get()
             op = message.get("op")
             if op == "exec":
-                self.send(self._run_cell(message))
+                send(self._run_cell(message))
             elif op == "bind":
                 self._bind(list(message.get("names") or []))
-                self.send({"op": "bound", "id": message.get("id")})
+                send({"op": "bound", "id": message.get("id")})
             elif op == "ping":
-                self.send({"op": "pong", "id": message.get("id")})
+                send({"op": "pong", "id": message.get("id")})
             elif op == "shutdown":
                 os._exit(0)
 
@@ -217,6 +233,8 @@ class Worker:
             status, error = ("denied" if denied else "error"), _error(exc, None)
             if isinstance(exc, OSError) and exc.errno == 27:  # EFBIG
                 limit = "file_size"
+            elif isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT
+                limit = "scratch"
         finally:
             self.state.running = False
             sys.stdout, sys.stderr = saved

@@ -181,7 +181,7 @@ ATTEMPTS: dict[str, str] = {
     ),
     "sql_pg_payloads": _sql("SELECT convert_from(data, 'UTF8') FROM payloads"),
     "sql_pg_fts_table": _sql("SELECT tsv::text FROM events_fts"),
-    "sql_pg_lexemes": _sql("SELECT lexeme FROM fts_terms"),
+    "sql_pg_lexemes": _sql("SELECT lexeme FROM fts_agent_terms"),
     "sql_pg_stats": _sql("SELECT most_common_vals::text FROM pg_stats WHERE tablename = 'events'"),
     "sql_pg_copy": _sql("COPY events TO STDOUT"),
     "sql_pg_cast_error": _sql("SELECT 1 FROM events WHERE CAST(content AS int) = 1"),

@@ -233,7 +233,24 @@ def m002_session_stats(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_initial, m002_session_stats]
+def m003_fts_instances(db: sqlite3.Connection) -> None:
+    """A read-only view of the full-text index by term: every occurrence of a term, with the
+    event it is in, its column and its place (FTS5's ``fts5vocab``, ``instance``).
+
+    It holds nothing of its own (it reads ``events_fts``'s records), so adding it to an
+    existing log copies nothing. ``sqlite_bm25`` ranks a search that names its agents
+    with it: the statistics BM25 needs are then counted over those agents' events alone,
+    not over every agent's, as FTS5's own ``bm25()`` counts them. Its name starts with
+    ``events_fts``, so SQL a model writes is refused it as it is the index itself.
+    """
+    db.execute("CREATE VIRTUAL TABLE events_fts_instances USING fts5vocab(events_fts, instance)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    m001_initial,
+    m002_session_stats,
+    m003_fts_instances,
+]
 
 
 def migrate(db: sqlite3.Connection) -> list[str]:

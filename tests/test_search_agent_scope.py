@@ -1,0 +1,178 @@
+"""Issue 31, finding 4: an agent's search scores depend on its own events only.
+
+BM25's statistics (documents, average length, documents holding each term) were counted over
+the whole log, so the score of an agent's own event for "kerberos ansible" moved with the
+number of other agents' events holding "kerberos": an agent could confirm a guessed word in
+another agent's memory. Here another agent's content is added, changed (new events that
+say otherwise) and grown, and the agent's scores, ranking and features must stay identical
+to the last digit, through ``log.search`` and through ``ms.search``'s scoped reader, on both
+backends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from scroll_core import SearchTuning
+from scroll_core.store.search import SearchFilters, search_features
+from scroll_core.store.sqlite_bm25 import doc_length, query_tokens
+from scroll_core.store.sqlite_search import SQLITE
+
+ME, OTHER = "alice", "mallory"
+QUERY = "kerberos ansible"
+OWN = (
+    "the kerberos ticket for the ansible run expired",
+    "ansible inventory lists three hosts",
+    "rotate the kerberos keytab on friday",
+    "lunch was soup",
+    "ansible ansible ansible playbook for kerberos realms",
+)
+
+
+def _add(log, agent, texts, session):
+    return [
+        log.append(
+            session_id=session,
+            agent_id=agent,
+            kind="chat_turn",
+            role="user",
+            name=agent,
+            content=text,
+            created_at=f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+        )
+        for i, text in enumerate(texts)
+    ]
+
+
+def _dialect(log):
+    if log.backend == "postgres":
+        from scroll_core.store.pg_search import PG_DIALECT
+
+        return PG_DIALECT
+    return SQLITE
+
+
+def _seen(log, tuning):
+    """What the agent can observe of its own memory: hits (seq, score) through the log and
+    through a scoped reader, and the ranker's features."""
+    log.search_tuning = tuning
+    by_log = [(h.seq, h.score) for h in log.search(QUERY, 10, agent_id=ME)]
+    reader = _scoped_reader(log)
+    try:
+        scoped = [(h.seq, h.score, h.snippet) for h in reader.search(QUERY, 10)]
+    finally:
+        reader.close()
+    features = search_features(
+        log._reader(), QUERY, 10, SearchFilters(agent_id=ME), tuning, _dialect(log), log.term_stats
+    )
+    return by_log, scoped, features
+
+
+def _scoped_reader(log):
+    """``ms``'s reader on the log's backend, for the one agent."""
+    if log.backend == "postgres":
+        from scroll_core.store.pg_scoped import PgScopedReader
+
+        return PgScopedReader(log, [ME])
+    from scroll_core.store.sqlite_scoped import ScopedReader
+
+    return ScopedReader(log, [ME])
+
+
+TUNINGS = {
+    "shipped": SearchTuning(),
+    "log_rarity": SearchTuning(term_rarity="log"),
+    "trees": SearchTuning(ranker_trees="shipped"),
+    "hand": replace(SearchTuning(), ranker_weights=()),
+}
+
+
+@pytest.mark.parametrize("tuning", sorted(TUNINGS))
+def test_other_agents_content_never_moves_an_agents_scores(store, tuning):
+    log = store
+    _add(log, ME, OWN, "mine")
+    before = _seen(log, TUNINGS[tuning])
+    assert before[0], "the agent's own events match"
+    # One other event with the guessed word, then a hundred, then the other agent "changes"
+    # its mind (the log is append-only: new events that say otherwise, with longer text).
+    _add(log, OTHER, ["kerberos"], "theirs")
+    assert _seen(log, TUNINGS[tuning]) == before
+    _add(log, OTHER, [f"kerberos note {i}" for i in range(100)], "theirs-2")
+    assert _seen(log, TUNINGS[tuning]) == before
+    _add(log, OTHER, ["no kerberos after all " + "padding " * 200, "ansible " * 50], "theirs-3")
+    assert _seen(log, TUNINGS[tuning]) == before
+
+
+def test_a_search_naming_several_agents_counts_each_of_them(store):
+    log = store
+    _add(log, ME, OWN, "mine")
+    _add(log, OTHER, ["kerberos everywhere", "kerberos again"], "theirs")
+    alone = [(h.seq, h.score) for h in log.search(QUERY, 10, agent_id=ME)]
+    both = [(h.seq, h.score) for h in log.search(QUERY, 10, agent_id=[ME, OTHER])]
+    # Two more documents hold "kerberos" in the pair's statistics: it is rarer alone.
+    mine = dict(both)
+    assert {seq for seq, _ in alone} <= set(mine)
+    first = alone[0][0]
+    assert mine[first] != dict(alone)[first]
+    # And the pair's scores equal the whole log's when the pair is the whole log.
+    assert both == [(h.seq, h.score) for h in log.search(QUERY, 10, agent_id=[OTHER, ME, ME])]
+
+
+def test_scoped_bm25_equals_fts5s_own_on_a_log_of_one_agent(tmp_path):
+    """With one agent, its statistics are the whole index's: the scoped ranking must be
+    FTS5's ``bm25()`` to the last digit (weights not a power of two included)."""
+    from scroll_core import EventLog
+
+    with EventLog(tmp_path / "one.sqlite3") as log:
+        _add(log, ME, OWN, "mine")
+        log.append(
+            session_id="mine", agent_id=ME, kind="chat_turn", content="Kerberos kérberos",
+            headline="ansible and kerberos", name="ops",
+        )  # fmt: skip
+        db = log._reader()
+        for weights in ((1.0, 2.0, 0.5), (0.3, 1.7, 0.1)):
+            tuning = SearchTuning(rank_weights=weights)
+            for terms in (["kerberos", "ansible"], ["ansible"], ["keytab", "kerberos", "soup"]):
+                scoped = SQLITE.candidates(db, terms, 10, SearchFilters(agent_id=ME), tuning, None)
+                whole = SQLITE.candidates(db, terms, 10, SearchFilters(), tuning, None)
+                assert list(scoped.items()) == list(whole.items())
+
+
+def test_query_tokens_are_fts5s_and_doc_length_reads_its_varints():
+    assert query_tokens("hiking") == ("hike",)
+    assert query_tokens("Kérberos") == ("kerbero",)
+    assert query_tokens("") == ()
+    assert doc_length(None) == 0
+    assert doc_length(bytes([5, 0, 1])) == 6
+    assert doc_length(bytes([0x81, 0x00, 2])) == 130
+
+
+def test_an_existing_sqlite_log_is_upgraded_and_ranks_per_agent(tmp_path):
+    """A log made before ``m003_fts_instances`` opens, migrates, and then ranks per agent."""
+    import sqlite3
+
+    from scroll_core import EventLog
+    from scroll_core.store import sqlite_schema
+
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    saved = sqlite_schema.MIGRATIONS[:]
+    try:
+        sqlite_schema.MIGRATIONS[:] = saved[:2]
+        sqlite_schema.migrate(db)
+    finally:
+        sqlite_schema.MIGRATIONS[:] = saved
+    db.execute(
+        "INSERT INTO events (session_id, agent_id, kind, content, created_at, tokens) "
+        "VALUES ('old', ?, 'chat_turn', 'kerberos from before', '2026-01-01T00:00:00Z', 3)",
+        (ME,),
+    )
+    db.close()
+    with EventLog(path) as log:
+        assert log.fts_check() == 1
+        before = [(h.seq, h.score) for h in log.search("kerberos", 5, agent_id=ME)]
+        assert [seq for seq, _ in before] == [1]
+        _add(log, OTHER, ["kerberos"] * 3, "theirs")
+        assert [(h.seq, h.score) for h in log.search("kerberos", 5, agent_id=ME)] == before

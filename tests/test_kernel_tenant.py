@@ -134,6 +134,7 @@ ATTEMPTS: dict[str, str] = {
     ),
     "sql_fts_content": _sql("SELECT content, headline FROM events_fts"),
     "sql_fts_shadow_table": _sql("SELECT * FROM events_fts_data"),
+    "sql_fts_instances": _sql("SELECT term, doc FROM events_fts_instances"),
     "sql_fts_via_view_join": _sql(
         f"SELECT e.content FROM events e, events_fts f WHERE f.rowid = e.seq "
         f"AND events_fts MATCH '{WORD}'"

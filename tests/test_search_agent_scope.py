@@ -121,23 +121,37 @@ def test_a_search_naming_several_agents_counts_each_of_them(store):
 
 
 def test_scoped_bm25_equals_fts5s_own_on_a_log_of_one_agent(tmp_path):
-    """With one agent, its statistics are the whole index's: the scoped ranking must be
-    FTS5's ``bm25()`` to the last digit (weights not a power of two included)."""
+    """With one agent, its statistics are the whole index's: the scoped ranking is FTS5's
+    ``bm25()``, to the last digit with the shipped column weights (powers of two, so a
+    frequency summed per column equals FTS5's sum one occurrence at a time), and within
+    rounding with any others. A term FTS5 splits into a phrase (U+19B0 is a letter to
+    Python, a separator to unicode61) takes the offset-by-offset path and agrees too."""
     from scroll_core import EventLog
 
     with EventLog(tmp_path / "one.sqlite3") as log:
-        _add(log, ME, OWN, "mine")
+        _add(log, ME, (*OWN, "met a\u19b0b at the kerberos desk, a b a\u19b0b"), "mine")
         log.append(
             session_id="mine", agent_id=ME, kind="chat_turn", content="Kerberos kérberos",
             headline="ansible and kerberos", name="ops",
         )  # fmt: skip
         db = log._reader()
+        queries = (
+            ["kerberos", "ansible"],
+            ["ansible"],
+            ["keytab", "kerberos", "soup"],
+            ["a\u19b0b", "kerberos"],
+        )
         for weights in ((1.0, 2.0, 0.5), (0.3, 1.7, 0.1)):
             tuning = SearchTuning(rank_weights=weights)
-            for terms in (["kerberos", "ansible"], ["ansible"], ["keytab", "kerberos", "soup"]):
+            for terms in queries:
                 scoped = SQLITE.candidates(db, terms, 10, SearchFilters(agent_id=ME), tuning, None)
                 whole = SQLITE.candidates(db, terms, 10, SearchFilters(), tuning, None)
-                assert list(scoped.items()) == list(whole.items())
+                assert scoped, terms
+                assert list(scoped) == list(whole)
+                if weights == (1.0, 2.0, 0.5):
+                    assert list(scoped.values()) == list(whole.values())
+                else:
+                    assert list(scoped.values()) == pytest.approx(list(whole.values()), rel=1e-12)
 
 
 def test_query_tokens_are_fts5s_and_doc_length_reads_its_varints():
@@ -176,3 +190,61 @@ def test_an_existing_sqlite_log_is_upgraded_and_ranks_per_agent(tmp_path):
         assert [seq for seq, _ in before] == [1]
         _add(log, OTHER, ["kerberos"] * 3, "theirs")
         assert [(h.seq, h.score) for h in log.search("kerberos", 5, agent_id=ME)] == before
+
+
+def test_sqlite_agent_totals_follow_the_appends_and_refuse_tampering(tmp_path):
+    """``events_fts_agent_totals`` (SQLite) counts each agent's indexed events and tokens in
+    the appending transaction: a batch of two agents with a repeated dedup key and an
+    unsearchable event, and events a plain INSERT added (no totals kept) are all counted
+    as a recount of the index counts them; direct writes to the totals are refused."""
+    import sqlite3
+
+    from scroll_core import EventLog
+    from scroll_core.store.sqlite_bm25 import TOTALS, agent_totals, totals_problems
+
+    path = tmp_path / "totals.sqlite3"
+    with EventLog(path) as log:
+        batch = [
+            {"session_id": "a", "agent_id": ME, "kind": "chat_turn", "content": "one two three"},
+            {"session_id": "b", "agent_id": OTHER, "kind": "chat_turn", "content": "four five"},
+            {"session_id": "a", "agent_id": ME, "kind": "note", "content": "x y", "dedup_key": "k"},
+            {"session_id": "a", "agent_id": ME, "kind": "note", "content": "x y", "dedup_key": "k"},
+            {
+                "session_id": "a", "agent_id": ME, "kind": "chat_turn", "content": "hidden words",
+                "searchable": False,
+            },
+        ]  # fmt: skip
+        log.append_many(batch)
+        log.append_many(batch)  # every row a repeat or new but identical
+        db = log._reader()
+        assert agent_totals(db, [ME]) == (3, 8)
+        assert agent_totals(db, [OTHER]) == (2, 4)
+        assert agent_totals(db, [ME, OTHER, ME]) == (5, 12)
+        before = [(h.seq, h.score) for h in log.search("two five", 5, agent_id=ME)]
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute(
+        "INSERT INTO events (session_id, agent_id, kind, content, created_at, tokens) "
+        "VALUES ('c', ?, 'chat_turn', 'six seven eight', '2026-01-01T00:00:00Z', 3)",
+        (OTHER,),
+    )
+    for sql in (
+        f"UPDATE {TOTALS} SET tokens = tokens + 1",
+        f"UPDATE {TOTALS} SET docs = docs + 1, last_seq = (SELECT max(seq) FROM events)",
+        f"DELETE FROM {TOTALS}",
+        f"INSERT INTO {TOTALS} VALUES ('forged', 1, 0, (SELECT max(seq) FROM events))",
+        f"INSERT OR REPLACE INTO {TOTALS} VALUES (?, 0, 0, (SELECT max(seq) FROM events))",
+    ):
+        with pytest.raises(sqlite3.IntegrityError, match="only follows appended events"):
+            raw.execute(sql, (ME,) if "?" in sql else ())
+    raw.close()
+    with EventLog(path) as log:
+        db = log._reader()
+        assert agent_totals(db, [OTHER]) == (3, 7)  # counted forward past its row
+        assert totals_problems(db) == 0
+        assert log.fts_check() == 6
+        assert [(h.seq, h.score) for h in log.search("two five", 5, agent_id=ME)] == before
+        log.append(session_id="c", agent_id=OTHER, kind="chat_turn", content="nine")
+        assert agent_totals(db, [OTHER]) == (4, 8)
+        assert db.execute(
+            f"SELECT docs, tokens FROM {TOTALS} WHERE agent_id = ?", (OTHER,)
+        ).fetchone() == (4, 8)

@@ -43,16 +43,17 @@ def _scope(agents: Any) -> tuple[str, dict[str, Any]]:
     return _NAMED, {"agents": names}
 
 
-def _bm25_sql(filters: SearchFilters, dialect: SearchDialect, scope: str) -> str:
+def _bm25_sql(filters: SearchFilters, dialect: SearchDialect, scope: str = _EVERY) -> str:
     """The best ``limit`` matches by BM25, each as (seq, score).
 
     The GIN index answers the tsquery of the query's lexemes (``matches``); for each match
     the query lexemes' positions are read from its tsvector, each position counted with its
     column's weight (labels A, C, D), and BM25 is summed over the lexemes (in lexeme order,
     so the sum is the same whatever plan the server picks), with idf and the average length
-    from the searched agents' ``fts_agent_terms`` and ``fts_agent_totals`` (``scope``). The tsvector is cut down to
-    the query's lexemes before it is unnested (deleting every other lexeme, in C): unnesting
-    all of a match's lexemes into rows only to keep one or two cost 40% more per search.
+    from the searched agents' ``fts_agent_terms`` and ``fts_agent_totals`` (``scope``). The
+    tsvector is cut down to the query's lexemes before it is unnested (deleting every other
+    lexeme, in C): unnesting all of a match's lexemes into rows only to keep one or two cost
+    40% more per search.
     """
     join = " JOIN events e ON e.seq = f.seq" if filters.sql else ""
     where = dialect.sql(filters.sql)

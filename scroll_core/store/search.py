@@ -242,7 +242,7 @@ class SearchDialect:
 
     mark: str
     candidates: Callable[
-        [Any, list[str], int, SearchFilters, SearchTuning, "TermStats | None"], dict[int, float]
+        [Any, list[str], int, SearchFilters, SearchTuning, TermStats | None], dict[int, float]
     ]
     list_range: Callable[[Any, int, SearchFilters], list[Hit]]
     # Whether one array parameter can stand for a list of seqs (``= ANY(%s)``): the
@@ -254,8 +254,8 @@ class SearchDialect:
     # holds (``doc_count(db, agents, stats)``), and how many hold each term
     # (``doc_freq(db, terms, agents)``, matched as a search matches it, stemmed by the
     # index's own rules).
-    doc_count: Callable[[Any, "tuple[str, ...] | None", "TermStats | None"], int] | None = None
-    doc_freq: Callable[[Any, list[str], "tuple[str, ...] | None"], list[int]] | None = None
+    doc_count: Callable[[Any, tuple[str, ...] | None, TermStats | None], int] | None = None
+    doc_freq: Callable[[Any, list[str], tuple[str, ...] | None], list[int]] | None = None
 
     def sql(self, text: str) -> str:
         """Filter SQL written for SQLite (``?`` marks, ``0`` for false) in this dialect."""
@@ -334,8 +334,7 @@ class TermStats:
     and reused. Staleness is bounded: a set's counts are emptied whenever its events in the
     index are more than ``slack`` (a share) more than when they were last emptied, so a count
     is never older than that much growth. Only terms are kept (at most ``max_terms`` over
-    every set, all emptied when full), never text. ``backend`` is where a backend keeps its
-    own running totals for the log (SQLite: ``sqlite_bm25.AgentTotals``), under ``lock``."""
+    every set, all emptied when full), never text."""
 
     def __init__(self, slack: float = 1 / 32, max_terms: int = 65_536) -> None:
         if not slack >= 0 or max_terms < 1:
@@ -344,7 +343,12 @@ class TermStats:
         self.max_terms = max_terms
         self._scopes: dict[tuple[str, ...] | None, tuple[int, dict[str, int]]] = {}
         self.lock = threading.Lock()
-        self.backend: dict[str, Any] = {}
+
+    @property
+    def held(self) -> int:
+        """How many term counts are cached, over every set of agents."""
+        with self.lock:
+            return sum(len(found) for _, found in self._scopes.values())
 
     def lookup(
         self,

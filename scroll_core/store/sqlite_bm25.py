@@ -13,8 +13,8 @@ here instead, with FTS5's formula and the statistics of those agents' events onl
 - the query's tokens as FTS5 makes them (porter-stemmed, diacritics folded): a private
   in-memory FTS5 table with the same tokenizer (``query_tokens``);
 - each event's length: FTS5's ``events_fts_docsize``; each agent's document count and total
-  length: summed from it and kept per agent, counted forward from the last seq seen
-  (``AgentTotals``; an agent's totals change only when that agent's events do).
+  length: ``events_fts_agent_totals``, kept by the appending transaction
+  (``record_totals``), so a search reads one row per agent.
 
 The score is FTS5's ``bm25()`` step by step (k1 = 1.2, b = 0.75, idf floored at 1e-6,
 each term occurrence weighted by its column, the terms summed in query order), so on a log
@@ -28,15 +28,27 @@ import functools
 import math
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .fts_query import quote_term
 from .search import SearchFilters, SearchTuning, TermStats
 
-__all__ = ["AgentTotals", "INSTANCES", "doc_length", "query_tokens", "scoped_bm25"]
+__all__ = [
+    "INSTANCES",
+    "TOTALS",
+    "agent_totals",
+    "doc_length",
+    "query_tokens",
+    "record_totals",
+    "scoped_bm25",
+    "totals_problems",
+]
 
-# The fts5vocab table of ``events_fts`` (created by ``sqlite_schema.m003_fts_instances``).
+# The fts5vocab table of ``events_fts``, and each agent's indexed events and tokens counted
+# up to a seq (both made by ``sqlite_schema.m003_fts_agent_stats``).
 INSTANCES = "events_fts_instances"
+TOTALS = "events_fts_agent_totals"
 # FTS5's BM25 constants.
 _K1 = 1.2
 _B = 0.75
@@ -97,47 +109,87 @@ def doc_length(size: bytes | None) -> int:
     return total
 
 
-class AgentTotals:
-    """Per agent: how many of its events the full-text index holds and their total length,
-    counted up to a seq and carried forward from there (only the agent's own newer events
-    are read). Kept per Event Log (``TermStats.backend``)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[int, int, int]] = {}
-        self._lock = threading.Lock()
-
-    def totals(self, db: Any, agents: Sequence[str]) -> tuple[int, int]:
-        """(documents, tokens) over ``agents``' indexed events."""
-        docs = tokens = 0
-        for agent in sorted(set(agents)):
-            with self._lock:
-                last, counted, length = self._seen.get(agent, (0, 0, 0))
-            rows = db.execute(
-                "SELECT e.seq, d.sz FROM events e JOIN events_fts_docsize d ON d.id = e.seq "
-                "WHERE e.agent_id = ? AND e.seq > ? AND e.searchable = 1 ORDER BY e.seq",
-                (agent, last),
-            ).fetchall()
-            if rows:
-                counted += len(rows)
-                length += sum(doc_length(size) for _, size in rows)
-                last = rows[-1][0]
-                with self._lock:
-                    if self._seen.get(agent, (0, 0, 0))[0] < last:
-                        self._seen[agent] = (last, counted, length)
-            docs += counted
-            tokens += length
-        return docs, tokens
+def _doc_length_sql(db: Any) -> None:
+    """``doc_length`` as the SQL function ``scroll_doc_length`` on ``db``, registered once
+    (SQLite refuses to replace a function while a statement of the connection runs)."""
+    try:
+        db.execute("SELECT scroll_doc_length(NULL)").fetchone()
+    except sqlite3.OperationalError:
+        db.create_function("scroll_doc_length", 1, doc_length, deterministic=True)
 
 
-def agent_totals(stats: TermStats | None) -> AgentTotals:
-    """The log's ``AgentTotals`` (a fresh count when there is no cache)."""
-    if stats is None:
-        return AgentTotals()
-    with stats.lock:
-        found = stats.backend.get("agent_totals")
-        if not isinstance(found, AgentTotals):
-            found = stats.backend["agent_totals"] = AgentTotals()
-        return found
+def record_totals(db: Any, agents: Iterable[str]) -> None:
+    """Bring ``agents``' totals up to the newest seq: run by the appending transaction after
+    its inserts (``agents``: those of its rows), so the totals change with the events, all
+    or nothing (``TOTALS``; each agent's events read through ``events_agent_seq`` from where
+    its count stopped)."""
+    top = db.execute("SELECT max(seq) FROM events").fetchone()[0]
+    if top is None:
+        return
+    _doc_length_sql(db)
+    for agent in sorted(set(agents)):
+        row = db.execute(
+            f"SELECT docs, tokens, last_seq FROM {TOTALS} WHERE agent_id = ?", (agent,)
+        ).fetchone()
+        docs, tokens, last = row if row is not None else (0, 0, 0)
+        more, length = _forward(db, agent, last)
+        if row is None:
+            db.execute(
+                f"INSERT INTO {TOTALS} (agent_id, docs, tokens, last_seq) VALUES (?, ?, ?, ?)",
+                (agent, more, length, top),
+            )
+        else:
+            db.execute(
+                f"UPDATE {TOTALS} SET docs = ?, tokens = ?, last_seq = ? WHERE agent_id = ?",
+                (docs + more, tokens + length, top, agent),
+            )
+
+
+def _forward(db: Any, agent: str, after: int) -> tuple[int, int]:
+    """(events, tokens) of ``agent``'s indexed events after seq ``after``."""
+    more, length = db.execute(
+        "SELECT count(*), coalesce(sum(scroll_doc_length(d.sz)), 0) FROM events e "
+        "JOIN events_fts_docsize d ON d.id = e.seq "
+        "WHERE e.agent_id = ? AND e.seq > ? AND e.searchable = 1",
+        (agent, after),
+    ).fetchone()
+    return int(more), int(length)
+
+
+def agent_totals(db: Any, agents: Sequence[str]) -> tuple[int, int]:
+    """(documents, tokens) over ``agents``' indexed events: their ``TOTALS`` rows, plus any
+    of their events past those rows' ``last_seq`` (appended by a writer that does not keep
+    the totals), counted here."""
+    _doc_length_sql(db)
+    docs = tokens = 0
+    for agent in sorted(set(agents)):
+        row = db.execute(
+            f"SELECT docs, tokens, last_seq FROM {TOTALS} WHERE agent_id = ?", (agent,)
+        ).fetchone()
+        counted, length, last = row if row is not None else (0, 0, 0)
+        more, extra = _forward(db, agent, last)
+        docs += counted + more
+        tokens += length + extra
+    return docs, tokens
+
+
+def totals_problems(db: Any) -> int:
+    """How many agents' totals (``agent_totals``) differ from a recount of the index."""
+    _doc_length_sql(db)
+    recount = {
+        agent: (int(docs), int(tokens))
+        for agent, docs, tokens in db.execute(
+            "SELECT e.agent_id, count(*), coalesce(sum(scroll_doc_length(d.sz)), 0) "
+            "FROM events e JOIN events_fts_docsize d ON d.id = e.seq "
+            "WHERE e.searchable = 1 GROUP BY e.agent_id"
+        ).fetchall()
+    }
+    kept = {agent for (agent,) in db.execute(f"SELECT agent_id FROM {TOTALS}").fetchall()}
+    return sum(
+        1
+        for agent in recount.keys() | kept
+        if agent_totals(db, [agent]) != recount.get(agent, (0, 0))
+    )
 
 
 def _agents(filters: SearchFilters) -> list[str]:
@@ -190,6 +242,33 @@ def _occurrences(
     return found
 
 
+def _weights(tuning: SearchTuning) -> tuple[float, float, float]:
+    given = [float(w) for w in tuning.rank_weights][:3]
+    content, headline, name = given + [1.0] * (3 - len(given))
+    return content, headline, name
+
+
+def _doc_freqs(db: Any, terms: list[str], agents: list[str]) -> list[int]:
+    """Events of ``agents`` holding each term, matched by FTS5 itself."""
+    sql = (
+        "SELECT count(*) FROM events_fts JOIN events e ON e.seq = events_fts.rowid "
+        f"WHERE events_fts MATCH ? AND e.agent_id IN ({', '.join('?' * len(agents))}) "
+        "AND e.searchable = 1"
+    )
+    return [int(db.execute(sql, (quote_term(t), *agents)).fetchone()[0]) for t in terms]
+
+
+def _idf(docs: int, freqs: list[int]) -> list[float]:
+    # Each statement reads its own snapshot: an event the agent appended since its totals
+    # were counted may already hold a term, so a count of documents never falls below one.
+    docs = max([docs, *freqs])
+    out = []
+    for n in freqs:
+        value = math.log((docs - n + 0.5) / (n + 0.5))
+        out.append(value if value > 0.0 else 1e-6)
+    return out
+
+
 def scoped_bm25(
     db: Any,
     terms: list[str],
@@ -199,51 +278,100 @@ def scoped_bm25(
     stats: TermStats | None,
 ) -> dict[int, float]:
     """The best ``limit`` events passing ``filters`` (which name the agents searched) by
-    FTS5's BM25 with those agents' statistics, as ``{seq: score}`` (higher is better)."""
+    FTS5's BM25 with those agents' statistics, as ``{seq: score}`` (higher is better).
+
+    A term's frequency in an event is its occurrences per column times the column's weight
+    (content, headline, name), summed in that order; with the shipped weights (powers of
+    two) that is exactly the sum FTS5 makes one occurrence at a time."""
     agents = _agents(filters)
     if not agents:
         return {}
-    docs, tokens = agent_totals(stats).totals(db, agents)
+    docs, tokens = agent_totals(db, agents)
     if docs == 0:
         return {}
     avgdl = tokens / docs
-    weights = tuple(float(w) for w in tuning.rank_weights)
-    per_term = [_occurrences(db, query_tokens(t), agents, filters) for t in terms]
-    idf = []
-    for found in per_term:
-        value = math.log((docs - len(found) + 0.5) / (len(found) + 0.5))
-        idf.append(value if value > 0.0 else 1e-6)
+    weights = _weights(tuning)
+    stems = [query_tokens(t) for t in terms]
+    if all(len(s) == 1 for s in stems):
+        idf = _idf(docs, _doc_freqs(db, terms, agents))
+        return _ranked_in_sql(db, [s[0] for s in stems], idf, avgdl, weights, filters, limit)
+    # A term FTS5 splits into a phrase: matched here, offset by offset.
+    per_term = [_occurrences(db, s, agents, filters) for s in stems]
+    idf = _idf(docs, [len(found) for found in per_term])
     matched = sorted({doc for found in per_term for doc, (_, passes) in found.items() if passes})
-    if not matched:
-        return {}
     lengths: dict[int, bytes] = {}
     for start in range(0, len(matched), _CHUNK):
         chunk = matched[start : start + _CHUNK]
         lengths.update(
             db.execute(
-                f"SELECT id, sz FROM events_fts_docsize WHERE id IN ({', '.join('?' * len(chunk))})",
+                "SELECT id, sz FROM events_fts_docsize "
+                f"WHERE id IN ({', '.join('?' * len(chunk))})",
                 chunk,
             ).fetchall()
         )
     scores = []
     for doc in matched:
-        length = float(doc_length(lengths.get(doc)))
-        norm = _K1 * (1 - _B + _B * length / avgdl)
+        norm = _K1 * (1 - _B + _B * float(doc_length(lengths.get(doc))) / avgdl)
         score = 0.0
         for i, found in enumerate(per_term):
-            freq = 0.0
             entry = found.get(doc)
-            if entry is not None:
-                # Added one occurrence at a time in column order, as FTS5 adds them.
-                for column, count in enumerate(entry[0]):
-                    for _ in range(count):
-                        freq += weights[column] if column < len(weights) else 1.0
+            counts = entry[0] if entry is not None else (0, 0, 0)
+            freq = counts[0] * weights[0] + counts[1] * weights[1] + counts[2] * weights[2]
             score += idf[i] * ((freq * (_K1 + 1.0)) / (freq + norm))
         scores.append((doc, score))
     scores.sort(key=lambda item: (-item[1], item[0]))
     return dict(scores[:limit])
 
 
-def scoped_doc_count(db: Any, agents: Sequence[str], stats: TermStats | None) -> int:
-    """How many of ``agents``' events the full-text index holds."""
-    return agent_totals(stats).totals(db, agents)[0]
+def _ranked_in_sql(
+    db: Any,
+    stems: list[str],
+    idf: list[float],
+    avgdl: float,
+    weights: tuple[float, float, float],
+    filters: SearchFilters,
+    limit: int,
+) -> dict[int, float]:
+    """``scoped_bm25`` for one-token terms, scored and cut to ``limit`` inside SQLite.
+
+    Occurrences are counted per (event, term, column) as integers, so their sums do not
+    depend on the order rows arrive in; each term's frequency and BM25 are then one fixed
+    expression, summed over the terms in query order as FTS5 sums them. Every number is a
+    bound parameter (a decimal literal might not round to the same double)."""
+    _doc_length_sql(db)
+    params: list[Any] = []
+    values = []
+    for i, stem in enumerate(stems):
+        values.append("(?, ?)")
+        params += [i, stem]
+    params += filters.params
+    counts = ", ".join(
+        f"sum(CASE WHEN qi = {i} AND col = '{col}' THEN n END) AS c{i}_{j}"
+        for i in range(len(stems))
+        for j, col in enumerate(_COLUMNS)
+    )
+    params += [_K1, 1 - _B, _B, avgdl]
+    terms_sql = []
+    for i in range(len(stems)):
+        freq = f"(coalesce(c{i}_0, 0) * ? + coalesce(c{i}_1, 0) * ? + coalesce(c{i}_2, 0) * ?)"
+        terms_sql.append(f"? * (({freq} * ?) / ({freq} + norm))")
+        params += [idf[i], *weights, _K1 + 1.0, *weights]
+    params.append(limit)
+    sql = f"""
+        WITH q(qi, term) AS (VALUES {", ".join(values)}),
+        hits AS (
+            SELECT i.doc AS doc, q.qi AS qi, i.col AS col, count(*) AS n
+            FROM q CROSS JOIN {INSTANCES} AS i CROSS JOIN events AS e
+            WHERE i.term = q.term AND e.seq = i.doc AND e.searchable = 1{filters.sql}
+            GROUP BY i.doc, q.qi, i.col
+        ),
+        per_doc AS MATERIALIZED (
+            SELECT h.doc, {counts},
+                   ? * (? + ? * scroll_doc_length(d.sz) / ?) AS norm
+            FROM hits AS h JOIN events_fts_docsize AS d ON d.id = h.doc
+            GROUP BY h.doc
+        )
+        SELECT doc, {" + ".join(terms_sql)} AS score
+        FROM per_doc ORDER BY score DESC, doc LIMIT ?
+    """
+    return {int(doc): float(score) for doc, score in db.execute(sql, params).fetchall()}

@@ -11,7 +11,6 @@ every agent) with FTS5's own ``bm25()``, whose statistics are the whole log's.
 from __future__ import annotations
 
 import sqlite3
-
 from typing import Any
 
 from . import fts_query
@@ -59,11 +58,11 @@ def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[
 
 
 def _doc_count(db: sqlite3.Connection, agents: Any, stats: TermStats | None) -> int:
-    """Documents in the FTS5 index: ``agents``' (``AgentTotals``), or with None the whole
-    index's, the first varint of its averages record (row 1 of ``events_fts_data``, FTS5's
-    own count of rows, kept up to date by every insert)."""
+    """Documents in the FTS5 index: ``agents``' (``sqlite_bm25.agent_totals``), or with
+    None the whole index's, the first varint of its averages record (row 1 of
+    ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
     if agents is not None:
-        return agent_totals(stats).totals(db, agents)[0]
+        return agent_totals(db, agents)[0]
     row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
     if row is None or not row[0]:
         return 0

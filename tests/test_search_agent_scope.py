@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scroll_core import SearchTuning
 from scroll_core.store.search import SearchFilters, search_features
@@ -178,18 +180,19 @@ def test_an_existing_sqlite_log_is_upgraded_and_ranks_per_agent(tmp_path):
         sqlite_schema.migrate(db)
     finally:
         sqlite_schema.MIGRATIONS[:] = saved
-    db.execute(
-        "INSERT INTO events (session_id, agent_id, kind, content, created_at, tokens) "
-        "VALUES ('old', ?, 'chat_turn', 'kerberos from before', '2026-01-01T00:00:00Z', 3)",
-        (ME,),
-    )
+    for text in OWN:
+        db.execute(
+            "INSERT INTO events (session_id, agent_id, kind, content, created_at, tokens) "
+            "VALUES ('old', ?, 'chat_turn', ?, '2026-01-01T00:00:00Z', 3)",
+            (ME, text),
+        )
     db.close()
     with EventLog(path) as log:
-        assert log.fts_check() == 1
-        before = [(h.seq, h.score) for h in log.search("kerberos", 5, agent_id=ME)]
-        assert [seq for seq, _ in before] == [1]
+        assert log.fts_check() == len(OWN)
+        before = [(h.seq, h.score) for h in log.search(QUERY, 5, agent_id=ME)]
+        assert {1, 2, 3, 5} <= {seq for seq, _ in before}
         _add(log, OTHER, ["kerberos"] * 3, "theirs")
-        assert [(h.seq, h.score) for h in log.search("kerberos", 5, agent_id=ME)] == before
+        assert [(h.seq, h.score) for h in log.search(QUERY, 5, agent_id=ME)] == before
 
 
 def test_sqlite_agent_totals_follow_the_appends_and_refuse_tampering(tmp_path):
@@ -248,3 +251,72 @@ def test_sqlite_agent_totals_follow_the_appends_and_refuse_tampering(tmp_path):
         assert db.execute(
             f"SELECT docs, tokens FROM {TOTALS} WHERE agent_id = ?", (OTHER,)
         ).fetchone() == (4, 8)
+
+
+def test_an_existing_postgres_log_is_upgraded_and_ranks_per_agent(postgres_server):
+    """A PostgreSQL log made before ``m004_fts_agent_stats`` migrates: the per-agent tables
+    are filled from its index (``fts_check`` agrees), the whole-log ones are gone, and its
+    searches rank per agent from then on."""
+    import psycopg
+    from conftest import fresh_pg_database
+
+    from scroll_core.store import pg_schema
+    from scroll_core.store.pg_log import PgEventLog
+
+    with fresh_pg_database(postgres_server.url, "template1") as url:
+        saved = pg_schema.MIGRATIONS[:]
+        try:
+            pg_schema.MIGRATIONS[:] = saved[:3]
+            with psycopg.connect(url, autocommit=True) as db:
+                pg_schema.migrate(db)
+                for agent, text in ((ME, "kerberos from before"), (OTHER, "kerberos kerberos")):
+                    db.execute(
+                        "INSERT INTO events (session_id, agent_id, kind, content, created_at, "
+                        "tokens) VALUES (%s, %s, 'chat_turn', %s, '2026-01-01T00:00:00Z', 3)",
+                        (f"s-{agent}", agent, text),
+                    )
+        finally:
+            pg_schema.MIGRATIONS[:] = saved
+        with PgEventLog(url) as log:
+            assert log.fts_check() == 2
+            with psycopg.connect(url) as db:
+                assert db.execute("SELECT to_regclass('fts_terms')").fetchone() == (None,)
+                assert db.execute(
+                    "SELECT agent_id, docs, tokens FROM fts_agent_totals ORDER BY agent_id"
+                ).fetchall() == [(ME, 1, 3), (OTHER, 1, 2)]
+            before = [(h.seq, h.score) for h in log.search("kerberos", 5, agent_id=ME)]
+            assert [seq for seq, _ in before] == [1]
+            _add(log, OTHER, ["kerberos"] * 3, "theirs")
+            assert [(h.seq, h.score) for h in log.search("kerberos", 5, agent_id=ME)] == before
+            assert log.fts_check() == 5
+
+
+WORDS = ("kerberos", "ansible", "keytab", "realm", "soup", "friday", "hosts", "ticket")
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    others=st.lists(
+        st.tuples(
+            st.sampled_from(("bob", "carol")),
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=40).map(" ".join),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_no_mix_of_other_agents_events_moves_the_agents_ranking(tmp_path_factory, others):
+    """Any other agents' events, in any number and length, leave every score of the
+    agent's own search as it was (SQLite; the parametrized test above covers PostgreSQL)."""
+    from scroll_core import EventLog
+
+    with EventLog(tmp_path_factory.mktemp("mix") / "log.sqlite3") as log:
+        _add(log, ME, OWN, "mine")
+        before = {
+            q: [(h.seq, h.score) for h in log.search(q, 10, agent_id=ME)]
+            for q in (QUERY, "keytab friday", "ticket realm hosts")
+        }
+        for i, (agent, text) in enumerate(others):
+            log.append(session_id=f"o{i}", agent_id=agent, kind="chat_turn", content=text)
+        for q, hits in before.items():
+            assert [(h.seq, h.score) for h in log.search(q, 10, agent_id=ME)] == hits

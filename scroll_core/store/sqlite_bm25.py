@@ -38,6 +38,7 @@ __all__ = [
     "INSTANCES",
     "TOTALS",
     "agent_totals",
+    "doc_freqs",
     "doc_length",
     "query_tokens",
     "record_totals",
@@ -248,10 +249,11 @@ def _weights(tuning: SearchTuning) -> tuple[float, float, float]:
     return content, headline, name
 
 
-def _doc_freqs(db: Any, terms: list[str], agents: list[str]) -> list[int]:
-    """Events of ``agents`` holding each term, matched by FTS5 itself."""
+def doc_freqs(db: Any, terms: list[str], agents: Sequence[str]) -> list[int]:
+    """Events of ``agents`` holding each term, matched by FTS5 itself. The match leads
+    (CROSS JOIN): led by the agent's index, SQLite would run the match once per event."""
     sql = (
-        "SELECT count(*) FROM events_fts JOIN events e ON e.seq = events_fts.rowid "
+        "SELECT count(*) FROM events_fts CROSS JOIN events e ON e.seq = events_fts.rowid "
         f"WHERE events_fts MATCH ? AND e.agent_id IN ({', '.join('?' * len(agents))}) "
         "AND e.searchable = 1"
     )
@@ -293,7 +295,7 @@ def scoped_bm25(
     weights = _weights(tuning)
     stems = [query_tokens(t) for t in terms]
     if all(len(s) == 1 for s in stems):
-        idf = _idf(docs, _doc_freqs(db, terms, agents))
+        idf = _idf(docs, doc_freqs(db, terms, agents))
         return _ranked_in_sql(db, [s[0] for s in stems], idf, avgdl, weights, filters, limit)
     # A term FTS5 splits into a phrase: matched here, offset by offset.
     per_term = [_occurrences(db, s, agents, filters) for s in stems]
@@ -323,6 +325,20 @@ def scoped_bm25(
     return dict(scores[:limit])
 
 
+# An event's length in SQL when each column's varint is one byte (its record is 3 bytes, the
+# common case): the three bytes, read from their hex digits; otherwise ``doc_length``.
+_HEX = "'0123456789ABCDEF'"
+_BYTE = (
+    f"(instr({_HEX}, substr(hex(d.sz), {{hi}}, 1)) * 16 "
+    f"+ instr({_HEX}, substr(hex(d.sz), {{lo}}, 1)) - 17)"
+)
+_LENGTH_SQL = (
+    "CASE WHEN length(d.sz) = 3 THEN "
+    + " + ".join(_BYTE.format(hi=2 * k + 1, lo=2 * k + 2) for k in range(3))
+    + " ELSE scroll_doc_length(d.sz) END"
+)
+
+
 def _ranked_in_sql(
     db: Any,
     stems: list[str],
@@ -346,32 +362,30 @@ def _ranked_in_sql(
         params += [i, stem]
     params += filters.params
     counts = ", ".join(
-        f"sum(CASE WHEN qi = {i} AND col = '{col}' THEN n END) AS c{i}_{j}"
+        f"sum(q.qi = {i} AND i.col = '{col}') AS c{i}_{j}"
         for i in range(len(stems))
         for j, col in enumerate(_COLUMNS)
     )
     params += [_K1, 1 - _B, _B, avgdl]
     terms_sql = []
     for i in range(len(stems)):
-        freq = f"(coalesce(c{i}_0, 0) * ? + coalesce(c{i}_1, 0) * ? + coalesce(c{i}_2, 0) * ?)"
+        freq = f"(c{i}_0 * ? + c{i}_1 * ? + c{i}_2 * ?)"
         terms_sql.append(f"? * (({freq} * ?) / ({freq} + norm))")
         params += [idf[i], *weights, _K1 + 1.0, *weights]
     params.append(limit)
     sql = f"""
         WITH q(qi, term) AS (VALUES {", ".join(values)}),
-        hits AS (
-            SELECT i.doc AS doc, q.qi AS qi, i.col AS col, count(*) AS n
+        per_doc AS (
+            SELECT i.doc AS doc, {counts}
             FROM q CROSS JOIN {INSTANCES} AS i CROSS JOIN events AS e
             WHERE i.term = q.term AND e.seq = i.doc AND e.searchable = 1{filters.sql}
-            GROUP BY i.doc, q.qi, i.col
+            GROUP BY i.doc
         ),
-        per_doc AS MATERIALIZED (
-            SELECT h.doc, {counts},
-                   ? * (? + ? * scroll_doc_length(d.sz) / ?) AS norm
-            FROM hits AS h JOIN events_fts_docsize AS d ON d.id = h.doc
-            GROUP BY h.doc
+        sized AS MATERIALIZED (
+            SELECT p.*, ? * (? + ? * ({_LENGTH_SQL}) / ?) AS norm
+            FROM per_doc AS p JOIN events_fts_docsize AS d ON d.id = p.doc
         )
         SELECT doc, {" + ".join(terms_sql)} AS score
-        FROM per_doc ORDER BY score DESC, doc LIMIT ?
+        FROM sized ORDER BY score DESC, doc LIMIT ?
     """
     return {int(doc): float(score) for doc, score in db.execute(sql, params).fetchall()}

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import fts_query
 from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning, TermStats
-from .sqlite_bm25 import agent_totals, scoped_bm25
+from .sqlite_bm25 import agent_totals, doc_freqs, scoped_bm25
 
 __all__ = ["SQLITE"]
 
@@ -85,15 +85,10 @@ def _varint(block: bytes) -> int:
 def _doc_freq(db: sqlite3.Connection, terms: list[str], agents: Any) -> list[int]:
     """Documents holding each term (of ``agents``, or with None of the whole log), matched
     by FTS5 itself (so stemmed as a search is)."""
-    sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
-    scope: tuple[str, ...] = ()
     if agents is not None:
-        scope = tuple(agents)
-        sql = (
-            "SELECT count(*) FROM events_fts JOIN events e ON e.seq = events_fts.rowid "
-            f"WHERE events_fts MATCH ? AND e.agent_id IN ({', '.join('?' * len(scope))})"
-        )
-    return [int(db.execute(sql, (fts_query.quote_term(t), *scope)).fetchone()[0]) for t in terms]
+        return doc_freqs(db, terms, list(agents))
+    sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
+    return [int(db.execute(sql, (fts_query.quote_term(t),)).fetchone()[0]) for t in terms]
 
 
 SQLITE = SearchDialect("?", _candidates, _list_range, doc_count=_doc_count, doc_freq=_doc_freq)

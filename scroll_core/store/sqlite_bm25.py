@@ -360,13 +360,12 @@ def _ranked_in_sql(
     for i, stem in enumerate(stems):
         values.append("(?, ?)")
         params += [i, stem]
-    params += filters.params
     counts = ", ".join(
         f"sum(q.qi = {i} AND i.col = '{col}') AS c{i}_{j}"
         for i in range(len(stems))
         for j, col in enumerate(_COLUMNS)
     )
-    params += [_K1, 1 - _B, _B, avgdl]
+    params += [_K1, 1 - _B, _B, avgdl, *filters.params]
     terms_sql = []
     for i in range(len(stems)):
         freq = f"(c{i}_0 * ? + c{i}_1 * ? + c{i}_2 * ?)"
@@ -375,15 +374,16 @@ def _ranked_in_sql(
     params.append(limit)
     sql = f"""
         WITH q(qi, term) AS (VALUES {", ".join(values)}),
-        per_doc AS (
+        per_doc AS MATERIALIZED (
             SELECT i.doc AS doc, {counts}
-            FROM q CROSS JOIN {INSTANCES} AS i CROSS JOIN events AS e
-            WHERE i.term = q.term AND e.seq = i.doc AND e.searchable = 1{filters.sql}
+            FROM q CROSS JOIN {INSTANCES} AS i
+            WHERE i.term = q.term
             GROUP BY i.doc
         ),
         sized AS MATERIALIZED (
             SELECT p.*, ? * (? + ? * ({_LENGTH_SQL}) / ?) AS norm
-            FROM per_doc AS p JOIN events_fts_docsize AS d ON d.id = p.doc
+            FROM per_doc AS p CROSS JOIN events AS e CROSS JOIN events_fts_docsize AS d
+            WHERE e.seq = p.doc AND e.searchable = 1{filters.sql} AND d.id = p.doc
         )
         SELECT doc, {" + ".join(terms_sql)} AS score
         FROM sized ORDER BY score DESC, doc LIMIT ?

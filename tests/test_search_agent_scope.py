@@ -146,8 +146,8 @@ def test_scoped_bm25_equals_fts5s_own_on_a_log_of_one_agent(tmp_path):
         for weights in ((1.0, 2.0, 0.5), (0.3, 1.7, 0.1)):
             tuning = SearchTuning(rank_weights=weights)
             for terms in queries:
-                scoped = SQLITE.candidates(db, terms, 10, SearchFilters(agent_id=ME), tuning, None)
-                whole = SQLITE.candidates(db, terms, 10, SearchFilters(), tuning, None)
+                scoped = SQLITE.candidates(db, terms, 10, SearchFilters(agent_id=ME), tuning)
+                whole = SQLITE.candidates(db, terms, 10, SearchFilters(), tuning)
                 assert scoped, terms
                 assert list(scoped) == list(whole)
                 if weights == (1.0, 2.0, 0.5):

@@ -23,7 +23,7 @@ from typing import Any
 
 from .fts_query import SNIPPET_CHARS
 from .pg_schema import TS_CONFIG
-from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning, TermStats
+from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning
 
 __all__ = ["PG_DIALECT"]
 
@@ -114,7 +114,6 @@ def _pg_candidates(
     limit: int,
     filters: SearchFilters,
     tuning: SearchTuning,
-    stats: TermStats | None = None,
 ) -> dict[int, float]:
     content, headline, name = (float(w) for w in tuning.rank_weights)
     params: dict[str, Any] = {
@@ -145,7 +144,7 @@ def _pg_list_range(db: Any, k: int, filters: SearchFilters) -> list[Hit]:
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k)).fetchall()]
 
 
-def _pg_doc_count(db: Any, agents: Any, stats: TermStats | None) -> int:
+def _pg_doc_count(db: Any, agents: Any) -> int:
     """Documents of ``agents`` (of every agent for None) in the full-text index (the count
     BM25's idf uses)."""
     scope, params = _scope(agents)

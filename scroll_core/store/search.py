@@ -236,14 +236,12 @@ HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.create
 @dataclass(frozen=True)
 class SearchDialect:
     """What differs between backends: how a parameter is marked, how the BM25 candidates are
-    ranked (``candidates(db, terms, limit, filters, tuning, stats) -> {seq: score}``, with
+    ranked (``candidates(db, terms, limit, filters, tuning) -> {seq: score}``, with
     the statistics of the agents ``filters`` names, or the whole log's when it names none)
     and how a date range is listed. The neighbour signal and the hits are shared."""
 
     mark: str
-    candidates: Callable[
-        [Any, list[str], int, SearchFilters, SearchTuning, TermStats | None], dict[int, float]
-    ]
+    candidates: Callable[[Any, list[str], int, SearchFilters, SearchTuning], dict[int, float]]
     list_range: Callable[[Any, int, SearchFilters], list[Hit]]
     # Whether one array parameter can stand for a list of seqs (``= ANY(%s)``): the
     # statement's text then stays the same from search to search, so the server plans it
@@ -251,10 +249,10 @@ class SearchDialect:
     arrays: bool = False
     # Term statistics for ``SearchTuning.term_rarity == "log"``, over a set of agents' events
     # (``scope_key``; the whole log's for None): how many documents the full-text index
-    # holds (``doc_count(db, agents, stats)``), and how many hold each term
+    # holds (``doc_count(db, agents)``), and how many hold each term
     # (``doc_freq(db, terms, agents)``, matched as a search matches it, stemmed by the
     # index's own rules).
-    doc_count: Callable[[Any, tuple[str, ...] | None, TermStats | None], int] | None = None
+    doc_count: Callable[[Any, tuple[str, ...] | None], int] | None = None
     doc_freq: Callable[[Any, list[str], tuple[str, ...] | None], list[int]] | None = None
 
     def sql(self, text: str) -> str:
@@ -362,7 +360,7 @@ class TermStats:
         if dialect.doc_count is None or dialect.doc_freq is None:
             raise ConfigError("this backend keeps no term statistics")
         scope = scope_key(agents)
-        docs = dialect.doc_count(db, scope, self)
+        docs = dialect.doc_count(db, scope)
         with self.lock:
             base, known = self._scopes.get(scope, (-1, {}))
             if docs < base or docs > base * (1 + self.slack):
@@ -411,7 +409,7 @@ def run_search(
     terms = fts_query.query_terms(text)
     if not terms:
         return dialect.list_range(db, k, filters) if filters.has_dates else []
-    rows, base = _read_pool(db, terms, k, filters, tuning, dialect, stats)
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
     if not base:
         return []
     matched = set(base)
@@ -463,7 +461,7 @@ def search_features(
     terms = fts_query.query_terms(query)
     if not terms or k <= 0:
         return {}
-    rows, base = _read_pool(db, terms, k, filters, tuning, dialect, stats)
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
     if not base:
         return {}
     rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
@@ -519,12 +517,11 @@ def _read_pool(
     filters: SearchFilters,
     tuning: SearchTuning,
     dialect: SearchDialect,
-    stats: TermStats | None,
 ) -> tuple[dict[int, tuple[Any, ...]], dict[int, float]]:
     """The BM25 candidates (``{seq: score}``) and, read once, the rows of the candidates and
     the turns beside them: the session each belongs to scores the neighbour signal, the
     text feeds the term features and the winners' hits."""
-    base = dialect.candidates(db, terms, max(k, tuning.candidates), filters, tuning, stats)
+    base = dialect.candidates(db, terms, max(k, tuning.candidates), filters, tuning)
     if not base:
         return {}, {}
     reach = _reach(tuning)

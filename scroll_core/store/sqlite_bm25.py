@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .fts_query import quote_term
-from .search import SearchFilters, SearchTuning, TermStats
+from .search import SearchFilters, SearchTuning
 
 __all__ = [
     "INSTANCES",
@@ -277,7 +277,6 @@ def scoped_bm25(
     limit: int,
     filters: SearchFilters,
     tuning: SearchTuning,
-    stats: TermStats | None,
 ) -> dict[int, float]:
     """The best ``limit`` events passing ``filters`` (which name the agents searched) by
     FTS5's BM25 with those agents' statistics, as ``{seq: score}`` (higher is better).

@@ -14,7 +14,7 @@ import sqlite3
 from typing import Any
 
 from . import fts_query
-from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning, TermStats
+from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning
 from .sqlite_bm25 import agent_totals, doc_freqs, scoped_bm25
 
 __all__ = ["SQLITE"]
@@ -26,10 +26,9 @@ def _candidates(
     limit: int,
     filters: SearchFilters,
     tuning: SearchTuning,
-    stats: TermStats | None = None,
 ) -> dict[int, float]:
     if filters.agent_id is not None:
-        return scoped_bm25(db, terms, limit, filters, tuning, stats)
+        return scoped_bm25(db, terms, limit, filters, tuning)
     weights = ", ".join(str(float(w)) for w in tuning.rank_weights)
     rank = f"bm25(events_fts, {weights})"
     if filters.sql:
@@ -57,7 +56,7 @@ def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
 
 
-def _doc_count(db: sqlite3.Connection, agents: Any, stats: TermStats | None) -> int:
+def _doc_count(db: sqlite3.Connection, agents: Any) -> int:
     """Documents in the FTS5 index: ``agents``' (``sqlite_bm25.agent_totals``), or with
     None the whole index's, the first varint of its averages record (row 1 of
     ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""

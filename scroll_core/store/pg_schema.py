@@ -389,11 +389,10 @@ def m004_fts_agent_stats(db: Any, schema: str) -> None:
                 first_at = least(s.first_at, excluded.first_at),
                 last_at = greatest(s.last_at, excluded.last_at);
 
-            WITH indexed AS (
-                INSERT INTO events_fts (seq, tsv, doclen)
-                SELECT a.seq, v.tsv,
+            WITH owned AS MATERIALIZED (
+                SELECT a.seq, a.agent_id, v.tsv,
                        coalesce((SELECT max(p) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
-                                0)
+                                0) AS doclen
                 FROM appended AS a,
                 LATERAL (SELECT
                     setweight(to_tsvector('{TS_CONFIG}', a.content), 'D')
@@ -401,9 +400,8 @@ def m004_fts_agent_stats(db: Any, schema: str) -> None:
                     || setweight(to_tsvector('{TS_CONFIG}', coalesce(a.name, '')), 'C') AS tsv
                 ) AS v
                 WHERE a.searchable = 1
-                RETURNING seq, tsv, doclen
-            ), owned AS (
-                SELECT a.agent_id, i.tsv, i.doclen FROM indexed AS i JOIN appended AS a USING (seq)
+            ), indexed AS (
+                INSERT INTO events_fts (seq, tsv, doclen) SELECT seq, tsv, doclen FROM owned
             ), terms AS (
                 INSERT INTO fts_agent_terms AS t (agent_id, lexeme, docs)
                 SELECT o.agent_id, u.lexeme, count(*) FROM owned AS o, unnest(o.tsv) AS u

@@ -93,17 +93,23 @@ def run(
             text = _raw_query(q)
             return reader.execute(RAW_SEARCH, (text,)).fetchall() if text else []
 
+        def agent_search(q: str) -> Any:
+            return log.search(q, k=10, agent_id="main")
+
         for q in queries[:20]:
             log.search(q, k=10)
             raw_search(q)
             native_search(q)
+            agent_search(q)
         ours_ms: list[float] = []
         raw_ms: list[float] = []
         native_ms: list[float] = []
+        agent_ms: list[float] = []
         sides = (
             (raw_search, raw_ms),
             (lambda q: log.search(q, k=10), ours_ms),
             (native_search, native_ms),
+            (agent_search, agent_ms),
         )
         for q in queries:
             for fn, out in sides:
@@ -124,4 +130,6 @@ def run(
         "search_overhead_ratio": round(median(ours_ms) / median(raw_ms), 3),
         "native_ts_rank_p50_ms": round(median(native_ms), 3),
         "native_ts_rank_p99_ms": round(percentile(native_ms, 99), 3),
+        "search_agent_p50_ms": round(median(agent_ms), 3),
+        "search_agent_p99_ms": round(percentile(agent_ms, 99), 3),
     }

@@ -146,10 +146,23 @@ def gain(row: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def scroll_search(log: EventStore, keys: dict[int, TurnKey], *, narrow: bool) -> Search:
+# The agent the importer files every LoCoMo turn under (the log's default).
+AGENT = "main"
+
+
+def scroll_search(
+    log: EventStore, keys: dict[int, TurnKey], *, narrow: bool, per_agent: bool = False
+) -> Search:
+    """Scroll's search as ``ms.search`` runs it: naming the agent whose memory it reads, so
+    BM25's statistics are that agent's events' (``per_agent``: the log with one agent per
+    conversation, ``Bench.agent_log``)."""
+
     def search(item: Item, k: int) -> list[TurnKey]:
         session = f"locomo:{item.conversation}" if narrow else None
-        return [keys[h.seq] for h in log.search(item.question, k, session_id=session)]
+        agent = f"locomo:{item.conversation}" if per_agent else AGENT
+        return [
+            keys[h.seq] for h in log.search(item.question, k, session_id=session, agent_id=agent)
+        ]
 
     return search
 
@@ -371,6 +384,16 @@ def synthetic_latency(
     }
 
 
+def turn_keys(log: EventStore) -> dict[int, TurnKey]:
+    """Each LoCoMo turn's (sample, dialog id), by seq."""
+    keys: dict[int, TurnKey] = {}
+    for summary in log.sessions():
+        for event in log.session_events(summary.session_id, limit=None):
+            meta = event.metadata
+            keys[event.seq] = (meta["sample_id"], meta["dia_id"])
+    return keys
+
+
 class Bench:
     """The data, the plain indexes and a Scroll Event Log built by the importer."""
 
@@ -379,11 +402,18 @@ class Bench:
         self.items, self.counts = load_items(self.samples)
         self.log = log if log is not None else EventLog(workdir / "eventlog.sqlite3")
         ingest(self.log, "locomo", data, progress=False)
-        self.keys: dict[int, TurnKey] = {}
-        for summary in self.log.sessions():
-            for event in self.log.session_events(summary.session_id, limit=None):
-                meta = event.metadata
-                self.keys[event.seq] = (meta["sample_id"], meta["dia_id"])
+        self.keys = turn_keys(self.log)
+        self.data, self.workdir = data, workdir
+
+    def agent_log(self) -> tuple[EventLog, dict[int, TurnKey]]:
+        """A second SQLite log of the same turns with each conversation filed under its own
+        agent (``locomo:<sample>``), as a deployment giving each conversation its own agent
+        would hold them, and its turn keys."""
+        from scroll_core.ingest.locomo import parse
+
+        log = EventLog(self.workdir / "per-agent.sqlite3")
+        log.append_many([{**e, "agent_id": e["session_id"]} for e in parse(self.data).events])
+        return log, turn_keys(log)
 
     def measure(self, tuning: SearchTuning, items: Sequence[Item]) -> dict[str, float]:
         self.log.search_tuning = tuning
@@ -421,6 +451,21 @@ class Bench:
         plain("plain_bm25_global", "data set's baseline, one table for all ten", "global", True)
         for name, (description, tuning) in scroll_variants().items():
             scroll(name, description, tuning, narrow=True)
+        if isinstance(self.log, EventLog):
+            agents, keys = self.agent_log()
+            try:
+                scored = score_rows(
+                    self.items, scroll_search(agents, keys, narrow=True, per_agent=True)
+                )
+            finally:
+                agents.close()
+            out[f"{HEADLINE_ROW}_own_agent"] = {
+                "description": "each conversation its own agent: BM25's statistics are the "
+                "conversation's own (issue 31)",
+                "scope": "conversation",
+                "tuning": describe_tuning(SearchTuning()),
+                **summarise(self.items, scored),
+            }
         scroll(
             f"{HEADLINE_ROW}_global", "Scroll's search over the whole log", SearchTuning(), False
         )

@@ -175,7 +175,7 @@ def test_the_application_role_may_only_read_and_append(pg_url):
             "TRUNCATE events",
             "DELETE FROM payloads",
             "INSERT INTO session_stats VALUES ('s2', 'a', 1, 1, 99, 99, 'x', 'x')",
-            "UPDATE fts_totals SET docs = 0",
+            "UPDATE fts_agent_totals SET docs = 0",
             "CREATE TABLE sneaky (x int)",
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -188,10 +188,10 @@ def test_the_application_role_may_only_read_and_append(pg_url):
         "UPDATE session_stats SET events = 0",
         "INSERT INTO session_stats VALUES ('forged', 'a', 1, 1, 99, 99, 'x', 'x')",
         "DELETE FROM session_stats",
-        "UPDATE fts_terms SET docs = 0",
+        "UPDATE fts_agent_terms SET docs = 0",
         "DELETE FROM events_fts",
         "INSERT INTO events_fts VALUES (99, 'forged', 1)",
-        "UPDATE fts_totals SET docs = 0",
+        "UPDATE fts_agent_totals SET docs = 0",
         "TRUNCATE session_stats",
         "TRUNCATE payloads",
         "UPDATE payloads SET data = 'x'",

@@ -134,6 +134,7 @@ ATTEMPTS: dict[str, str] = {
     ),
     "sql_fts_content": _sql("SELECT content, headline FROM events_fts"),
     "sql_fts_shadow_table": _sql("SELECT * FROM events_fts_data"),
+    "sql_fts_instances": _sql("SELECT term, doc FROM events_fts_instances"),
     "sql_fts_via_view_join": _sql(
         f"SELECT e.content FROM events e, events_fts f WHERE f.rowid = e.seq "
         f"AND events_fts MATCH '{WORD}'"
@@ -181,7 +182,7 @@ ATTEMPTS: dict[str, str] = {
     ),
     "sql_pg_payloads": _sql("SELECT convert_from(data, 'UTF8') FROM payloads"),
     "sql_pg_fts_table": _sql("SELECT tsv::text FROM events_fts"),
-    "sql_pg_lexemes": _sql("SELECT lexeme FROM fts_terms"),
+    "sql_pg_lexemes": _sql("SELECT lexeme FROM fts_agent_terms"),
     "sql_pg_stats": _sql("SELECT most_common_vals::text FROM pg_stats WHERE tablename = 'events'"),
     "sql_pg_copy": _sql("COPY events TO STDOUT"),
     "sql_pg_cast_error": _sql("SELECT 1 FROM events WHERE CAST(content AS int) = 1"),

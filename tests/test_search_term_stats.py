@@ -109,7 +109,7 @@ def test_the_cache_is_bounded_by_its_term_count(log):
     small = TermStats(max_terms=2)
     for term in ("apple", "banana", "cherry", "damson"):
         assert _lookup(log, [term], small) == (1, [1])
-        assert len(small._df) <= 2
+        assert small.held <= 2
 
 
 def test_the_day_feature_lifts_turns_of_the_day_where_the_matches_gather(log):
@@ -150,7 +150,7 @@ def test_bad_settings_are_refused_clearly_and_the_log_keeps_working(log):
     with pytest.raises(ConfigError, match="slack >= 0"):
         TermStats(slack=-0.1)
     no_stats = SearchDialect("?", lambda *a: {}, lambda *a: [])
-    with pytest.raises(ConfigError, match="no whole-log term statistics"):
+    with pytest.raises(ConfigError, match="this backend keeps no term statistics"):
         TermStats().lookup(None, ["alpha"], no_stats)
     # The log still searches, under either rarity, and lost nothing.
     assert ranked(log, "alpha gamma", LOG_RARITY) == seqs

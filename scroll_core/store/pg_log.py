@@ -305,21 +305,25 @@ class PgEventLog(_EventLogBase):
                     "SELECT count(*), min(f.seq) FROM events_fts f WHERE NOT EXISTS "
                     "(SELECT 1 FROM events e WHERE e.seq = f.seq AND e.searchable = 1)"
                 ).fetchall()[0]
-                covered, tokens = db.execute(
-                    "SELECT count(*), coalesce(sum(doclen), 0) FROM events_fts"
-                ).fetchall()[0]
-                totals = db.execute("SELECT docs, tokens FROM fts_totals").fetchall()[0]
+                covered = db.execute("SELECT count(*) FROM events_fts").fetchall()[0][0]
+                totals = db.execute(
+                    "SELECT count(*) FROM (SELECT e.agent_id, count(*) AS docs, "
+                    "sum(f.doclen) AS tokens FROM events_fts f JOIN events e USING (seq) "
+                    "GROUP BY e.agent_id) AS d FULL JOIN fts_agent_totals t USING (agent_id) "
+                    "WHERE (d.docs, d.tokens) IS DISTINCT FROM (t.docs, t.tokens)"
+                ).fetchall()[0][0]
                 terms = db.execute(
-                    "SELECT count(*) FROM (SELECT u.lexeme, count(*) AS docs "
-                    "FROM events_fts, unnest(tsv) AS u GROUP BY u.lexeme) AS d "
-                    "FULL JOIN fts_terms t USING (lexeme) "
+                    "SELECT count(*) FROM (SELECT e.agent_id, u.lexeme, count(*) AS docs "
+                    "FROM events_fts f JOIN events e USING (seq), unnest(f.tsv) AS u "
+                    "GROUP BY e.agent_id, u.lexeme) AS d "
+                    "FULL JOIN fts_agent_terms t USING (agent_id, lexeme) "
                     "WHERE d.docs IS DISTINCT FROM t.docs"
                 ).fetchall()[0][0]
         problems = coverage_problems(missing, extra)
-        if tuple(totals) != (covered, tokens):
-            problems.append(f"totals {tuple(totals)} but the index holds {(covered, tokens)}")
+        if totals:
+            problems.append(f"{totals} agent(s) whose totals do not match the index")
         if terms:
-            problems.append(f"{terms} lexeme(s) with a wrong document frequency")
+            problems.append(f"{terms} (agent, lexeme) pair(s) with a wrong document frequency")
         if problems:
             raise SearchIndexCorrupt(
                 "the full-text index does not match the events: " + "; ".join(problems)
@@ -334,7 +338,7 @@ class PgEventLog(_EventLogBase):
     def fts_optimize(self) -> None:
         """Refresh the planner's statistics of the index tables (after bulk loads)."""
         with span("scroll.fts", operation="optimize"), self._write_lock:
-            self._writer.execute("ANALYZE events_fts, fts_terms, events")
+            self._writer.execute("ANALYZE events_fts, fts_agent_terms, events")
 
 
 def _put_payloads(db: psycopg.Connection[Any], payloads: dict[str, bytes]) -> None:

@@ -12,7 +12,8 @@ How the guarantees are kept by the database rather than by the client:
   and SELECT on them (SELECT only on everything else).
 - ``seq`` is assigned by a BEFORE INSERT trigger under a transaction-scoped advisory lock
   (see ``m001_initial`` for why commit order is then seq order).
-- The derived tables (``session_stats``, ``events_fts``, ``fts_terms``, ``fts_totals``) are
+- The derived tables (``session_stats``, ``events_fts``, ``fts_agent_terms``,
+  ``fts_agent_totals``; ``fts_terms`` and ``fts_totals`` until ``m004``) are
   written only by the statement-level AFTER INSERT trigger of ``events``. Their guard asks
   the question SQLite cannot: ``pg_trigger_depth()`` is 1 for a statement a client sends,
   2 for one the events trigger runs, so any direct write is refused.
@@ -337,7 +338,108 @@ def m003_ms_host_reader(db: Any, schema: str) -> None:
         )
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_ms_reader, m003_ms_host_reader]
+def m004_fts_agent_stats(db: Any, schema: str) -> None:
+    """BM25's statistics per agent: ``fts_agent_terms`` (documents holding each lexeme, per
+    agent) and ``fts_agent_totals`` (documents and tokens, per agent) replace the whole-log
+    ``fts_terms`` and ``fts_totals``.
+
+    Counted over the whole log, an agent's scores moved with what other agents had written,
+    and an agent could tell from them whether a guessed word was in another agent's memory.
+    A search now sums the statistics of the agents it searches (``pg_search``); one that
+    names none sums every agent's, which is what the whole-log tables held. The new tables
+    are filled from the index as it stands, then kept by the same append trigger (now
+    writing them instead of the old ones), guarded like every derived table, and open to the
+    host's ``ms`` reader only for the agents its connection may read.
+    """
+    role = HOST_READER_ROLE
+    db.execute(
+        f"""
+        CREATE TABLE fts_agent_terms (
+            agent_id TEXT NOT NULL,
+            lexeme TEXT NOT NULL,
+            docs BIGINT NOT NULL,
+            PRIMARY KEY (agent_id, lexeme)
+        );
+        CREATE TABLE fts_agent_totals (
+            agent_id TEXT PRIMARY KEY,
+            docs BIGINT NOT NULL,
+            tokens BIGINT NOT NULL
+        );
+        INSERT INTO fts_agent_terms (agent_id, lexeme, docs)
+        SELECT e.agent_id, u.lexeme, count(*)
+        FROM events_fts f JOIN events e ON e.seq = f.seq, unnest(f.tsv) AS u
+        GROUP BY e.agent_id, u.lexeme;
+        INSERT INTO fts_agent_totals (agent_id, docs, tokens)
+        SELECT e.agent_id, count(*), coalesce(sum(f.doclen), 0)
+        FROM events_fts f JOIN events e ON e.seq = f.seq
+        GROUP BY e.agent_id;
+
+        CREATE OR REPLACE FUNCTION scroll_events_appended() RETURNS trigger LANGUAGE plpgsql
+        SECURITY DEFINER SET search_path = {schema}, pg_catalog AS $$
+        BEGIN
+            INSERT INTO session_stats AS s
+            SELECT session_id, min(agent_id), count(*), sum(tokens), min(seq), max(seq),
+                   min(created_at), max(created_at)
+            FROM appended GROUP BY session_id
+            ON CONFLICT (session_id) DO UPDATE SET
+                agent_id = least(s.agent_id, excluded.agent_id),
+                events = s.events + excluded.events,
+                tokens = s.tokens + excluded.tokens,
+                last_seq = greatest(s.last_seq, excluded.last_seq),
+                first_at = least(s.first_at, excluded.first_at),
+                last_at = greatest(s.last_at, excluded.last_at);
+
+            WITH owned AS MATERIALIZED (
+                SELECT a.seq, a.agent_id, v.tsv,
+                       coalesce((SELECT max(p) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
+                                0) AS doclen
+                FROM appended AS a,
+                LATERAL (SELECT
+                    setweight(to_tsvector('{TS_CONFIG}', a.content), 'D')
+                    || setweight(to_tsvector('{TS_CONFIG}', coalesce(a.headline, '')), 'A')
+                    || setweight(to_tsvector('{TS_CONFIG}', coalesce(a.name, '')), 'C') AS tsv
+                ) AS v
+                WHERE a.searchable = 1
+            ), indexed AS (
+                INSERT INTO events_fts (seq, tsv, doclen) SELECT seq, tsv, doclen FROM owned
+            ), terms AS (
+                INSERT INTO fts_agent_terms AS t (agent_id, lexeme, docs)
+                SELECT o.agent_id, u.lexeme, count(*) FROM owned AS o, unnest(o.tsv) AS u
+                GROUP BY o.agent_id, u.lexeme
+                ON CONFLICT (agent_id, lexeme) DO UPDATE SET docs = t.docs + excluded.docs
+            )
+            INSERT INTO fts_agent_totals AS x (agent_id, docs, tokens)
+            SELECT agent_id, count(*), coalesce(sum(doclen), 0) FROM owned GROUP BY agent_id
+            ON CONFLICT (agent_id) DO UPDATE SET docs = x.docs + excluded.docs,
+                                                 tokens = x.tokens + excluded.tokens;
+            RETURN NULL;
+        END $$;
+
+        DROP TABLE fts_terms, fts_totals;
+        """
+    )
+    for table in ("fts_agent_terms", "fts_agent_totals"):
+        db.execute(
+            f"""
+            CREATE TRIGGER {table}_guard BEFORE INSERT OR UPDATE OR DELETE ON {table}
+                FOR EACH ROW EXECUTE FUNCTION scroll_derived_guard();
+            CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table}
+                FOR EACH STATEMENT EXECUTE FUNCTION scroll_refuse();
+            GRANT SELECT ON {table} TO {WRITER_ROLE}, {role};
+            ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+            CREATE POLICY {table}_writer ON {table} TO {WRITER_ROLE} USING (true);
+            CREATE POLICY {table}_host_scope ON {table} FOR SELECT TO {role}
+                USING (agent_id = ANY ((SELECT scroll_scope_agents())::text[]));
+            """
+        )
+
+
+MIGRATIONS: list[Migration] = [
+    m001_initial,
+    m002_ms_reader,
+    m003_ms_host_reader,
+    m004_fts_agent_stats,
+]
 
 
 def _applied(db: Any) -> set[str]:

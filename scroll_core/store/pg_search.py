@@ -1,10 +1,12 @@
 """Search on the PostgreSQL Event Log: BM25 in SQL over a tsvector index (``sqlite_search``
 is SQLite's).
 
-Search ranks with BM25 computed in SQL, not ``ts_rank``: the append trigger keeps per-lexeme
-document frequencies (``fts_terms``), the document count and total length (``fts_totals``)
-and each event's length (``events_fts.doclen``); term frequencies come from the tsvector's
-positions, weighted by column through their labels. The formula is FTS5's (k1 = 1.2,
+Search ranks with BM25 computed in SQL, not ``ts_rank``: the append trigger keeps, per agent,
+per-lexeme document frequencies (``fts_agent_terms``) and the document count and total length
+(``fts_agent_totals``), and each event's length (``events_fts.doclen``); term frequencies
+come from the tsvector's positions, weighted by column through their labels. The statistics
+are summed over the agents a search names (over every agent when it names none), so an
+agent's scores never move with another agent's events. The formula is FTS5's (k1 = 1.2,
 b = 0.75, idf = ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6, column weights multiplying
 each occurrence), so the neighbour signal and the tuning carry over unchanged. Where the
 two backends differ: PostgreSQL stems with snowball English (FTS5 with the original Porter
@@ -28,17 +30,30 @@ __all__ = ["PG_DIALECT"]
 # BM25 constants, as FTS5 uses them.
 _K1 = 1.2
 _B = 0.75
+# The agents whose statistics a search sums: those named (``%(agents)s``), or every agent.
+_NAMED = "%(agents)s::text[]"
+_EVERY = "ARRAY(SELECT agent_id FROM fts_agent_totals)"
 
 
-def _bm25_sql(filters: SearchFilters, dialect: SearchDialect) -> str:
+def _scope(agents: Any) -> tuple[str, dict[str, Any]]:
+    """The SQL array of the agents searched, and its parameter."""
+    if agents is None:
+        return _EVERY, {}
+    names = [agents] if isinstance(agents, str) else list(agents)
+    return _NAMED, {"agents": names}
+
+
+def _bm25_sql(filters: SearchFilters, dialect: SearchDialect, scope: str = _EVERY) -> str:
     """The best ``limit`` matches by BM25, each as (seq, score).
 
     The GIN index answers the tsquery of the query's lexemes (``matches``); for each match
     the query lexemes' positions are read from its tsvector, each position counted with its
-    column's weight (labels A, C, D), and BM25 is summed over the lexemes, with idf from
-    ``fts_terms`` and the average length from ``fts_totals``. The tsvector is cut down to
-    the query's lexemes before it is unnested (deleting every other lexeme, in C): unnesting
-    all of a match's lexemes into rows only to keep one or two cost 40% more per search.
+    column's weight (labels A, C, D), and BM25 is summed over the lexemes (in lexeme order,
+    so the sum is the same whatever plan the server picks), with idf and the average length
+    from the searched agents' ``fts_agent_terms`` and ``fts_agent_totals`` (``scope``). The
+    tsvector is cut down to the query's lexemes before it is unnested (deleting every other
+    lexeme, in C): unnesting all of a match's lexemes into rows only to keep one or two cost
+    40% more per search.
     """
     join = " JOIN events e ON e.seq = f.seq" if filters.sql else ""
     where = dialect.sql(filters.sql)
@@ -51,13 +66,21 @@ def _bm25_sql(filters: SearchFilters, dialect: SearchDialect) -> str:
         WITH lex AS MATERIALIZED (
             SELECT coalesce(array_agg(DISTINCT u.lexeme), '{{}}') AS lexemes
             FROM unnest(to_tsvector('{TS_CONFIG}', %(text)s)) AS u
+        ), scope AS MATERIALIZED (
+            SELECT {scope} AS agents
+        ), tot AS MATERIALIZED (
+            SELECT coalesce(sum(a.docs), 0) AS docs, coalesce(sum(a.tokens), 0) AS tokens
+            FROM fts_agent_totals AS a, scope WHERE a.agent_id = ANY(scope.agents)
         ), idf AS MATERIALIZED (
             SELECT l.lexeme, greatest(ln(
                 ((tot.docs - coalesce(t.docs, 0))::float8 + 0.5)
                 / (coalesce(t.docs, 0)::float8 + 0.5)
             ), 1e-6::float8) AS idf
-            FROM lex, unnest(lex.lexemes) AS l(lexeme) CROSS JOIN fts_totals AS tot
-            LEFT JOIN fts_terms AS t ON t.lexeme = l.lexeme
+            FROM lex, unnest(lex.lexemes) AS l(lexeme) CROSS JOIN tot CROSS JOIN scope
+            LEFT JOIN LATERAL (
+                SELECT sum(f.docs) AS docs FROM fts_agent_terms AS f
+                WHERE f.agent_id = ANY(scope.agents) AND f.lexeme = l.lexeme
+            ) AS t ON true
         ), matches AS MATERIALIZED (
             SELECT f.seq, f.tsv, f.doclen FROM events_fts f{join}
             WHERE f.tsv @@ to_tsquery('{TS_CONFIG}', %(query)s){where}
@@ -65,8 +88,9 @@ def _bm25_sql(filters: SearchFilters, dialect: SearchDialect) -> str:
         SELECT m.seq, sum(
             idf.idf * (tf.tf * {_K1 + 1}::float8) /
             (tf.tf + {_K1}::float8 * ({1 - _B}::float8 + {_B}::float8 * m.doclen / (
-                SELECT greatest(tokens::float8 / greatest(docs, 1), 1.0::float8) FROM fts_totals
+                SELECT greatest(tokens::float8 / greatest(docs, 1), 1.0::float8) FROM tot
             )))
+            ORDER BY tf.lexeme
         ) AS score
         FROM matches m, lex,
         LATERAL (
@@ -85,7 +109,11 @@ def _tsquery(lexemes: list[str]) -> str:
 
 
 def _pg_candidates(
-    db: Any, terms: list[str], limit: int, filters: SearchFilters, tuning: SearchTuning
+    db: Any,
+    terms: list[str],
+    limit: int,
+    filters: SearchFilters,
+    tuning: SearchTuning,
 ) -> dict[int, float]:
     content, headline, name = (float(w) for w in tuning.rank_weights)
     params: dict[str, Any] = {
@@ -98,7 +126,9 @@ def _pg_candidates(
         "wd": content,
         "limit": limit,
     }
-    sql = _bm25_sql(filters, PG_DIALECT)
+    scope, scope_params = _scope(filters.agent_id)
+    params.update(scope_params)
+    sql = _bm25_sql(filters, PG_DIALECT, scope)
     # Filter values are positional in SearchFilters; name them for this statement.
     for i, value in enumerate(filters.params):
         params[f"f{i}"] = value
@@ -114,23 +144,34 @@ def _pg_list_range(db: Any, k: int, filters: SearchFilters) -> list[Hit]:
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k)).fetchall()]
 
 
-def _pg_doc_count(db: Any) -> int:
-    """Documents in the full-text index (the count BM25's idf uses)."""
-    row = db.execute("SELECT docs FROM fts_totals WHERE id = 1").fetchone()
+def _pg_doc_count(db: Any, agents: Any) -> int:
+    """Documents of ``agents`` (of every agent for None) in the full-text index (the count
+    BM25's idf uses)."""
+    scope, params = _scope(agents)
+    row = db.execute(
+        f"SELECT coalesce(sum(docs), 0) FROM fts_agent_totals WHERE agent_id = ANY({scope})",
+        params,
+    ).fetchone()
     return int(row[0]) if row else 0
 
 
-def _pg_doc_freq(db: Any, terms: list[str]) -> list[int]:
-    """Documents holding each term: its lexeme under the index's configuration, looked up in
-    ``fts_terms`` (0 for a term that stems to no lexeme or that no document holds)."""
+def _pg_doc_freq(db: Any, terms: list[str], agents: Any) -> list[int]:
+    """Documents of ``agents`` (of every agent for None) holding each term: its lexeme under
+    the index's configuration, looked up in ``fts_agent_terms`` (0 for a term that stems to
+    no lexeme or that no such document holds)."""
+    scope, params = _scope(agents)
     rows = db.execute(
         f"""
-        SELECT t.i, coalesce(max(f.docs), 0) FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, i)
+        SELECT t.i, coalesce(max(f.docs), 0)
+        FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS t(term, i)
         LEFT JOIN LATERAL unnest(to_tsvector('{TS_CONFIG}', t.term)) AS u ON true
-        LEFT JOIN fts_terms AS f ON f.lexeme = u.lexeme
+        LEFT JOIN LATERAL (
+            SELECT sum(a.docs) AS docs FROM fts_agent_terms AS a
+            WHERE a.agent_id = ANY({scope}) AND a.lexeme = u.lexeme
+        ) AS f ON true
         GROUP BY t.i ORDER BY t.i
         """,
-        (list(terms),),
+        {"terms": list(terms), **params},
     ).fetchall()
     return [int(docs) for _, docs in rows]
 

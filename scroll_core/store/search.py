@@ -45,6 +45,7 @@ __all__ = [
     "TermStats",
     "neighbour_seqs",
     "run_search",
+    "scope_key",
     "search_features",
 ]
 
@@ -235,8 +236,9 @@ HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.create
 @dataclass(frozen=True)
 class SearchDialect:
     """What differs between backends: how a parameter is marked, how the BM25 candidates are
-    ranked (``candidates(db, terms, limit, filters, tuning) -> {seq: score}``) and how a
-    date range is listed. The neighbour signal and the hits are shared."""
+    ranked (``candidates(db, terms, limit, filters, tuning) -> {seq: score}``, with
+    the statistics of the agents ``filters`` names, or the whole log's when it names none)
+    and how a date range is listed. The neighbour signal and the hits are shared."""
 
     mark: str
     candidates: Callable[[Any, list[str], int, SearchFilters, SearchTuning], dict[int, float]]
@@ -245,11 +247,13 @@ class SearchDialect:
     # statement's text then stays the same from search to search, so the server plans it
     # once and keeps it prepared instead of parsing a new ``IN (...)`` every time.
     arrays: bool = False
-    # Whole-log term statistics for ``SearchTuning.term_rarity == "log"``: how many documents
-    # the full-text index holds, and how many hold each term (matched as a search matches
-    # it, stemmed by the index's own rules).
-    doc_count: Callable[[Any], int] | None = None
-    doc_freq: Callable[[Any, list[str]], list[int]] | None = None
+    # Term statistics for ``SearchTuning.term_rarity == "log"``, over a set of agents' events
+    # (``scope_key``; the whole log's for None): how many documents the full-text index
+    # holds (``doc_count(db, agents)``), and how many hold each term
+    # (``doc_freq(db, terms, agents)``, matched as a search matches it, stemmed by the
+    # index's own rules).
+    doc_count: Callable[[Any, tuple[str, ...] | None], int] | None = None
+    doc_freq: Callable[[Any, list[str], tuple[str, ...] | None], list[int]] | None = None
 
     def sql(self, text: str) -> str:
         """Filter SQL written for SQLite (``?`` marks, ``0`` for false) in this dialect."""
@@ -318,43 +322,71 @@ _ASKING = re.compile(r"\?[\s\"'\)\]\u00bb\u201d\u2019]*\Z")
 
 
 class TermStats:
-    """Whole-log document frequencies per term, cached for one Event Log.
+    """Term statistics cached for one Event Log, per set of agents searched.
+
+    A search that names its agents (every ``ms.search`` does) weighs terms by those agents'
+    events alone, and one that names none by the whole log's: nothing cached for one set of
+    agents is read for another, so no agent's scores move with another agent's events.
 
     Counting a common term's documents reads its whole posting list, so each count is kept
-    and reused. Staleness is bounded: the cache is emptied whenever the index holds more than
-    ``slack`` (a share) more documents than when it was last emptied, so a count is never
-    older than that much growth of the log. Only terms are kept (at most ``max_terms``,
-    emptied when full), never text."""
+    and reused. Staleness is bounded: a set's counts are emptied whenever its events in the
+    index are more than ``slack`` (a share) more than when they were last emptied, so a count
+    is never older than that much growth. Only terms are kept (at most ``max_terms`` over
+    every set, all emptied when full), never text."""
 
     def __init__(self, slack: float = 1 / 32, max_terms: int = 65_536) -> None:
         if not slack >= 0 or max_terms < 1:
             raise ConfigError("TermStats needs slack >= 0 and max_terms >= 1")
         self.slack = slack
         self.max_terms = max_terms
-        self._docs = -1
-        self._df: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._scopes: dict[tuple[str, ...] | None, tuple[int, dict[str, int]]] = {}
+        self.lock = threading.Lock()
 
-    def lookup(self, db: Any, terms: list[str], dialect: SearchDialect) -> tuple[int, list[int]]:
-        """(documents in the index, documents holding each of ``terms``)."""
+    @property
+    def held(self) -> int:
+        """How many term counts are cached, over every set of agents."""
+        with self.lock:
+            return sum(len(found) for _, found in self._scopes.values())
+
+    def lookup(
+        self,
+        db: Any,
+        terms: list[str],
+        dialect: SearchDialect,
+        agents: Sequence[str] | None = None,
+    ) -> tuple[int, list[int]]:
+        """(documents in the index, documents holding each of ``terms``), both over
+        ``agents``' events (the whole log's when None)."""
         if dialect.doc_count is None or dialect.doc_freq is None:
-            raise ConfigError("this backend keeps no whole-log term statistics")
-        docs = dialect.doc_count(db)
-        with self._lock:
-            if docs < self._docs or docs > self._docs * (1 + self.slack):
-                self._df.clear()
-                self._docs = docs
-            missing = [t for t in terms if t not in self._df]
+            raise ConfigError("this backend keeps no term statistics")
+        scope = scope_key(agents)
+        docs = dialect.doc_count(db, scope)
+        with self.lock:
+            base, known = self._scopes.get(scope, (-1, {}))
+            if docs < base or docs > base * (1 + self.slack):
+                base, known = docs, {}
+                self._scopes[scope] = (base, known)
+            missing = [t for t in terms if t not in known]
+        counted: dict[str, int] = {}
         if missing:
-            counted = dict(zip(missing, dialect.doc_freq(db, missing), strict=True))
-            with self._lock:
-                if len(self._df) + len(counted) > self.max_terms:
-                    self._df.clear()
-                self._df.update(counted)
-        else:
-            counted = {}
-        with self._lock:
-            return docs, [self._df.get(t, counted.get(t, 0)) for t in terms]
+            counted = dict(zip(missing, dialect.doc_freq(db, missing, scope), strict=True))
+            with self.lock:
+                held = sum(len(found) for _, found in self._scopes.values())
+                if held + len(counted) > self.max_terms:
+                    for key, (at, _) in list(self._scopes.items()):
+                        self._scopes[key] = (at, {})
+                    known = self._scopes.setdefault(scope, (base, {}))[1]
+                known.update(counted)
+        with self.lock:
+            return docs, [known.get(t, counted.get(t, 0)) for t in terms]
+
+
+def scope_key(agents: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """The agents a search's statistics are counted over, sorted and each once (None: the
+    whole log)."""
+    if agents is None:
+        return None
+    return tuple(sorted({agents} if isinstance(agents, str) else set(agents)))
 
 
 def run_search(
@@ -383,14 +415,14 @@ def run_search(
     matched = set(base)
     if tuning.trees is not None:
         walk = tuning.trees.score
-        rarity = _term_rarity(db, terms, tuning, dialect, stats)
+        rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
         features = _rank_features(rows, base, text, terms, tuning, rarity, _TREE_WEIGHED)
         scores = {
             seq: walk(values) for seq, values in _tree_features(rows, base, terms, features).items()
         }
     elif tuning.ranker_weights:
         weights = tuning.ranker_weights
-        rarity = _term_rarity(db, terms, tuning, dialect, stats)
+        rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
         scores = {}
         features = _rank_features(rows, base, text, terms, tuning, rarity, weights)
         for seq, values in features.items():
@@ -432,7 +464,7 @@ def search_features(
     rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
     if not base:
         return {}
-    rarity = _term_rarity(db, terms, tuning, dialect, stats)
+    rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
     features = _rank_features(rows, base, query, terms, tuning, rarity)
     return _tree_features(rows, base, terms, features) if trees else features
 
@@ -464,15 +496,17 @@ def _tree_features(
 def _term_rarity(
     db: Any,
     terms: list[str],
+    filters: SearchFilters,
     tuning: SearchTuning,
     dialect: SearchDialect,
     stats: TermStats | None,
 ) -> list[float] | None:
-    """BM25's idf of each term over the whole log when ``term_rarity`` is ``"log"``; None
-    (rarity among the turns read) otherwise."""
+    """BM25's idf of each term over the searched agents' events (the whole log's for a
+    search that names none) when ``term_rarity`` is ``"log"``; None (rarity among the turns
+    read) otherwise."""
     if tuning.term_rarity != "log":
         return None
-    docs, freqs = (stats or TermStats()).lookup(db, terms, dialect)
+    docs, freqs = (stats or TermStats()).lookup(db, terms, dialect, filters.agent_id)
     return [max(math.log((docs - df + 0.5) / (df + 0.5)), 1e-6) for df in freqs]
 
 

@@ -42,6 +42,7 @@ from .payloads import PayloadStore
 from .records import Seqs
 from .schema_common import APPEND_ONLY_MESSAGE
 from .search import SearchTuning
+from .sqlite_bm25 import record_totals, totals_problems
 from .sqlite_schema import migrate
 from .sqlite_search import SQLITE
 
@@ -134,10 +135,14 @@ class EventLog(_EventLogBase):
         prepared = self._prepare_batch(numbered)
         try:
             with self._write() as db:
+                agents: set[str] = set()
                 for chunk, (rows, _) in enumerate(prepared.chunks):
                     chunk_seqs, inserted = self._insert_rows(db, rows, prepared.counts(chunk))
                     seqs.extend(chunk_seqs)
                     seqs.inserted += inserted
+                    agents.update(row.values[1] for row in rows)  # (session_id, agent_id, ...)
+                if seqs.inserted:
+                    record_totals(db, agents)
         except sqlite3.IntegrityError as exc:
             if APPEND_ONLY_MESSAGE in str(exc):
                 raise AppendOnlyViolation(str(exc)) from exc
@@ -240,12 +245,15 @@ class EventLog(_EventLogBase):
                     "WHERE id NOT IN (SELECT seq FROM events WHERE searchable = 1)"
                 ).fetchone()
                 covered = db.execute("SELECT count(*) FROM events_fts_docsize").fetchone()[0]
+                wrong = totals_problems(db)
             except sqlite3.DatabaseError as exc:
                 raise SearchIndexCorrupt(
                     f"the full-text index failed its integrity check ({exc}); "
                     "rebuild it with `manage.py scroll_fts rebuild`"
                 ) from exc
         problems = coverage_problems(missing, extra)
+        if wrong:
+            problems.append(f"{wrong} agent(s) whose BM25 totals do not match the index")
         if problems:
             raise SearchIndexCorrupt(
                 "the full-text index does not match the events: "

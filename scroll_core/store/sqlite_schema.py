@@ -233,7 +233,99 @@ def m002_session_stats(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_initial, m002_session_stats]
+def m003_fts_agent_stats(db: sqlite3.Connection) -> None:
+    """What BM25 needs to count its statistics over one agent's events (``sqlite_bm25``):
+    FTS5's own ``bm25()`` counts them over every agent's, so an agent's scores moved with
+    other agents' words.
+
+    - ``events_fts_instances``: the full-text index read by term (``fts5vocab``,
+      ``instance``): every occurrence of a term, with its event, column and place. It holds
+      nothing of its own (it reads ``events_fts``'s records).
+    - ``events_fts_agent_totals``: per agent, how many of its events the index holds and
+      their length in tokens, counted up to ``last_seq``; filled here from the index as it
+      stands, then kept by the appending transaction (``sqlite_bm25.record_totals``).
+
+    The totals are guarded as far as SQL can check them: a row only ever counts up to the
+    newest seq, its ``docs`` must be the agent's searchable events up to there, and it is
+    never deleted (the token sum is FTS5's, which a trigger cannot decode, so it is not
+    checked). Both names start with ``events_fts``, so SQL a model writes is refused them
+    as it is the index itself.
+    """
+    from .sqlite_bm25 import TOTALS, doc_length
+
+    db.execute("CREATE VIRTUAL TABLE events_fts_instances USING fts5vocab(events_fts, instance)")
+    db.execute(
+        f"""
+        CREATE TABLE {TOTALS} (
+            agent_id TEXT PRIMARY KEY,
+            docs INTEGER NOT NULL,
+            tokens INTEGER NOT NULL,
+            last_seq INTEGER NOT NULL
+        )
+        """
+    )
+    totals: dict[str, list[int]] = {}
+    for agent, size in db.execute(
+        "SELECT e.agent_id, d.sz FROM events e JOIN events_fts_docsize d ON d.id = e.seq "
+        "WHERE e.searchable = 1"
+    ):
+        entry = totals.setdefault(agent, [0, 0])
+        entry[0] += 1
+        entry[1] += doc_length(size)
+    top = db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+    db.executemany(
+        f"INSERT INTO {TOTALS} (agent_id, docs, tokens, last_seq) VALUES (?, ?, ?, ?)",
+        [(agent, docs, tokens, top) for agent, (docs, tokens) in sorted(totals.items())],
+    )
+    refused = f"{APPEND_ONLY_MESSAGE}: {TOTALS} only follows appended events"
+    db.execute(
+        f"""
+        CREATE TRIGGER {TOTALS}_insert_guard BEFORE INSERT ON {TOTALS}
+        WHEN NOT (
+            new.last_seq = (SELECT max(seq) FROM events)
+            AND new.docs = (
+                SELECT count(*) FROM events
+                WHERE agent_id = new.agent_id AND searchable = 1 AND seq <= new.last_seq
+            )
+            AND NOT EXISTS (SELECT 1 FROM {TOTALS} WHERE agent_id = new.agent_id)
+        )
+        BEGIN
+            SELECT RAISE(ABORT, '{refused} (INSERT refused)');
+        END
+        """
+    )
+    db.execute(
+        f"""
+        CREATE TRIGGER {TOTALS}_update_guard BEFORE UPDATE ON {TOTALS}
+        WHEN NOT (
+            new.agent_id = old.agent_id
+            AND new.last_seq = (SELECT max(seq) FROM events) AND new.last_seq >= old.last_seq
+            AND new.docs = old.docs + (
+                SELECT count(*) FROM events
+                WHERE agent_id = old.agent_id AND searchable = 1
+                  AND seq > old.last_seq AND seq <= new.last_seq
+            )
+        )
+        BEGIN
+            SELECT RAISE(ABORT, '{refused} (UPDATE refused)');
+        END
+        """
+    )
+    db.execute(
+        f"""
+        CREATE TRIGGER {TOTALS}_no_delete BEFORE DELETE ON {TOTALS}
+        BEGIN
+            SELECT RAISE(ABORT, '{refused} (DELETE refused)');
+        END
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    m001_initial,
+    m002_session_stats,
+    m003_fts_agent_stats,
+]
 
 
 def migrate(db: sqlite3.Connection) -> list[str]:

@@ -1,17 +1,21 @@
 """Search on the SQLite Event Log: FTS5 ranks the BM25 candidates (``pg_search`` is
 PostgreSQL's).
 
-``SQLITE`` is the ``SearchDialect`` that ``search.run_search`` is given on SQLite: FTS5's own
-``bm25()`` with the tuning's column weights over the porter-stemmed ``events_fts`` index,
-the listing of a date range, and the whole-log term statistics read from FTS5's own records.
+``SQLITE`` is the ``SearchDialect`` that ``search.run_search`` is given on SQLite: BM25 with
+the tuning's column weights over the porter-stemmed ``events_fts`` index, the listing of a
+date range, and the term statistics. A search that names its agents is ranked with those
+agents' statistics alone (``sqlite_bm25``); one that names none (the console's, across
+every agent) with FTS5's own ``bm25()``, whose statistics are the whole log's.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from . import fts_query
 from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning
+from .sqlite_bm25 import agent_totals, doc_freqs, scoped_bm25
 
 __all__ = ["SQLITE"]
 
@@ -23,6 +27,8 @@ def _candidates(
     filters: SearchFilters,
     tuning: SearchTuning,
 ) -> dict[int, float]:
+    if filters.agent_id is not None:
+        return scoped_bm25(db, terms, limit, filters, tuning)
     weights = ", ".join(str(float(w)) for w in tuning.rank_weights)
     rank = f"bm25(events_fts, {weights})"
     if filters.sql:
@@ -50,9 +56,12 @@ def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[
     return [Hit(*row) for row in db.execute(sql, (*filters.params, k))]
 
 
-def _doc_count(db: sqlite3.Connection) -> int:
-    """Documents in the FTS5 index: the first varint of its averages record (row 1 of
+def _doc_count(db: sqlite3.Connection, agents: Any) -> int:
+    """Documents in the FTS5 index: ``agents``' (``sqlite_bm25.agent_totals``), or with
+    None the whole index's, the first varint of its averages record (row 1 of
     ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
+    if agents is not None:
+        return agent_totals(db, agents)[0]
     row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
     if row is None or not row[0]:
         return 0
@@ -72,8 +81,11 @@ def _varint(block: bytes) -> int:
     return value
 
 
-def _doc_freq(db: sqlite3.Connection, terms: list[str]) -> list[int]:
-    """Documents holding each term, matched by FTS5 itself (so stemmed as a search is)."""
+def _doc_freq(db: sqlite3.Connection, terms: list[str], agents: Any) -> list[int]:
+    """Documents holding each term (of ``agents``, or with None of the whole log), matched
+    by FTS5 itself (so stemmed as a search is)."""
+    if agents is not None:
+        return doc_freqs(db, terms, list(agents))
     sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
     return [int(db.execute(sql, (fts_query.quote_term(t),)).fetchone()[0]) for t in terms]
 

@@ -14,6 +14,7 @@ from dashboard.gateway.models import GatewayKey
 class GatewayKeyAdmin(admin.ModelAdmin):
     list_display = (
         "agent_id",
+        "project",
         "name",
         "prefix",
         "upstream_format",
@@ -24,11 +25,12 @@ class GatewayKeyAdmin(admin.ModelAdmin):
         "tokens_used",
         "last_used_at",
     )
-    list_filter = ("active", "upstream_format")
+    list_filter = ("project", "active", "upstream_format")
     search_fields = ("agent_id", "name", "prefix")
     readonly_fields = ("prefix", "tokens_used", "requests", "created_at", "last_used_at")
     fields = (
         "agent_id",
+        "project",
         "name",
         "active",
         "profile",

@@ -308,3 +308,32 @@ async def test_the_kernels_socket_lists_only_the_users_projects(world):
         assert B_SESSION in frame and A_SESSION not in frame
     finally:
         await feed.disconnect()
+
+
+# ---------------------------------------------------------------------------- Django admin
+def test_a_project_admin_manages_only_their_projects_members_in_admin(world, django_user_model):
+    from dashboard.projects.models import ADMIN
+
+    pat = django_user_model.objects.create_user("pat", password="pw-pat-1", is_staff=True)
+    Membership.objects.create(project=world["a"], user=pat, role=ADMIN)
+    client = _client(pat)
+    listing = client.get("/admin/projects/project/").content.decode()
+    assert "Alpha team" in listing and "Bravo team" not in listing
+    assert client.get(f"/admin/projects/project/{world['b'].pk}/change/").status_code in (
+        302,
+        403,
+    )
+    a = world["a"]
+    form = {
+        "name": a.name, "description": "", "everyone_role": "",
+        "memberships-TOTAL_FORMS": "1", "memberships-INITIAL_FORMS": "0",
+        "memberships-0-project": str(a.pk), "memberships-0-user": str(world["bob"].pk),
+        "memberships-0-role": VIEWER,
+        "agents-TOTAL_FORMS": "0", "agents-INITIAL_FORMS": "0",
+    }  # fmt: skip
+    answer = client.post(f"/admin/projects/project/{a.pk}/change/", form)
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    assert Membership.objects.filter(project=a, user=world["bob"], role=VIEWER).exists()
+    # Bob now reads A's session too; a plain viewer of A gets no admin at all.
+    assert _client(world["bob"]).get(f"/sessions/{A_SESSION}/").status_code == 200
+    assert _client(world["alice"]).get("/admin/projects/project/").status_code == 302

@@ -1,7 +1,8 @@
 """Projects in Django admin: members (users and groups with a role) and owned agents.
 
-Superusers manage every project. A staff user who is an admin of a project (a membership
-with role "admin") sees and edits that project's members and agents, and no other project.
+Superusers manage every project and which agents each owns. A staff user who is an admin of
+a project (a membership with role "admin") sees that project and its agents and edits its
+members, and sees no other project.
 """
 
 from __future__ import annotations
@@ -25,14 +26,43 @@ def _admin_of(request: HttpRequest, project: Project | None) -> bool:
 
 
 class MembershipInline(admin.TabularInline):
+    """A project's admins manage its members (Django's model permissions are not asked)."""
+
     model = Membership
     extra = 1
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _admin_of(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _admin_of(request, obj)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _admin_of(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _admin_of(request, obj)
+
 
 class AgentOwnerInline(admin.TabularInline):
+    """Which agents a project owns: superusers only, since moving an agent moves its memory
+    (a project admin could otherwise claim agents of the default project they cannot read)."""
+
     model = AgentOwner
     extra = 1
     readonly_fields = ("assigned_at",)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _admin_of(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
 
 
 @admin.register(Project)

@@ -121,9 +121,9 @@ class GatewayKey(models.Model):
         if not 1 <= self.max_recall_steps <= 32:
             errors["max_recall_steps"] = ["Between 1 and 32."]
         if self.project_id is None:
-            self.project_id = default_project_id()
+            self.project = Project.objects.get(pk=default_project_id())
         owner = self.owning_project_id()
-        if owner is not None and self.project_id is not None and owner != self.project_id:
+        if owner is not None and owner != self.project_id:
             errors["project"] = [
                 f"Agent {self.agent_id!r} belongs to another project: a key reaches only its "
                 "own project's agents."

@@ -43,8 +43,12 @@ Row = TypeVar("Row")
 class Access:
     """One user's roles per project, and the checks the console makes with them."""
 
-    def __init__(self, user: Any) -> None:
+    def __init__(self, user: Any, *, remember_sessions: bool = False) -> None:
+        """``remember_sessions``: work out ``session_ids`` once (a request's Access; a
+        socket's lives on and must see sessions that start later)."""
         self.user = user
+        self.remember_sessions = remember_sessions
+        self._session_ids: set[str] | None = None
         authenticated = bool(user is not None and user.is_authenticated and user.is_active)
         self.default_id = default_project_id()
         projects = list(Project.objects.values_list("id", "everyone_role"))
@@ -129,12 +133,16 @@ class Access:
         """Every session the user reads (events' or runs'); None: every session."""
         if self.everything:
             return None
+        if self._session_ids is not None:
+            return self._session_ids
         from dashboard.runs.models import RunRecord
 
         seen = {s.session_id for s in self.sessions(get_event_log().sessions())}
         for sid, agent in RunRecord.objects.values_list("session_id", "agent_id"):
             if sid not in seen and self.sees_agent(agent or ""):
                 seen.add(sid)
+        if self.remember_sessions:
+            self._session_ids = seen
         return seen
 
     def scope(self, rows: QuerySet[Any], field: str = "session_id") -> QuerySet[Any]:
@@ -160,7 +168,7 @@ def access_of(request: HttpRequest) -> Access:
     """The request's ``Access``, made once per request."""
     found = getattr(request, "_scroll_access", None)
     if found is None:
-        found = Access(request.user)
+        found = Access(request.user, remember_sessions=True)
         request._scroll_access = found
     return found
 

@@ -9,9 +9,8 @@ from django.core.exceptions import ValidationError
 from gateway_clients import ask, make_key, oa
 
 from dashboard.gateway.models import GatewayKey
-from dashboard.projects.grants import readable_in_project
 from dashboard.projects.models import AgentOwner, Project, default_project_id
-from dashboard.runs.grants import AgentGrant
+from dashboard.runs.grants import AgentGrant, readable_by
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -66,4 +65,5 @@ def test_a_cross_agent_grant_never_reaches_into_another_project(projects):
     AgentOwner.objects.create(agent_id="bravo", project=b)
     for other in ("alpha-helper", "bravo"):
         AgentGrant.objects.create(reader_agent="alpha", readable_agent=other, reason="test")
-    assert readable_in_project("alpha") == {"alpha-helper"}
+    # The run worker and the gateway both ask readable_by.
+    assert readable_by("alpha") == {"alpha-helper"}

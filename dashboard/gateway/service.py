@@ -58,9 +58,9 @@ from dashboard.gateway.models import GatewayKey, hash_key
 from dashboard.gateway.recorder import GATEWAY_KIND, IndexSnapshot, Job, Recorder
 from dashboard.gateway.shared import LimitRefused, SessionBusy, limits_for
 from dashboard.groups import KERNELS
-from dashboard.projects.grants import readable_in_project
 from dashboard.projects.models import AgentOwner
 from dashboard.push import send_group
+from dashboard.runs.grants import readable_by
 from dashboard.runs.models import KernelState, RunRecord, TuningProfile
 from dashboard.runs.profiles import core_profile
 from dashboard.runs.worker import PROCESS_TOKEN
@@ -457,9 +457,8 @@ class GatewayService:
             max_steps=key.max_recall_steps,
             # Re-read before every request: an admin change applies at the next one.
             profile_source=lambda: self.profile(profile_id),
-            # Off by default; an operator's live grants within the key's project, asked at
-            # every ms call.
-            readable_agents=readable_in_project,
+            # Off by default; an operator's live grants, asked at every ms call.
+            readable_agents=readable_by,
         )
         with self._lock:
             found = self._conversations.setdefault(ident, fresh)

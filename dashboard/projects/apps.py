@@ -8,3 +8,9 @@ class ProjectsConfig(AppConfig):
     label = "projects"
     verbose_name = "Projects"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from dashboard.projects.grants import same_project
+        from dashboard.runs.grants import narrow_grants_with
+
+        narrow_grants_with(same_project)

@@ -1,18 +1,18 @@
-"""Cross-agent grants, kept inside a project: a grant never reaches another project's agent."""
+"""Cross-agent grants, kept inside a project: a grant never reaches another project's agent.
+
+Registered with ``dashboard.runs.grants.narrow_grants_with`` when the app loads, so every
+reader of grants (the run worker's sessions, the gateway's) applies it.
+"""
 
 from __future__ import annotations
 
 from dashboard.projects.models import AgentOwner, default_project_id
-from dashboard.runs.grants import readable_by
 
-__all__ = ["readable_in_project"]
+__all__ = ["same_project"]
 
 
-def readable_in_project(reader_agent: str) -> set[str]:
-    """``readable_by(reader_agent)`` less the agents of other projects than the reader's."""
-    granted = readable_by(reader_agent)
-    if not granted:
-        return granted
+def same_project(reader_agent: str, granted: set[str]) -> set[str]:
+    """The agents of ``granted`` in ``reader_agent``'s project."""
     owners = dict(
         AgentOwner.objects.filter(agent_id__in=[reader_agent, *granted]).values_list(
             "agent_id", "project_id"

@@ -134,6 +134,16 @@ def test_a_user_of_a_sees_only_as_sessions_and_search_hits(world):
     assert B_SESSION in bob and A_SESSION not in bob
 
 
+def test_a_session_page_names_no_agent_of_another_project_through_grants(world):
+    from dashboard.runs.grants import AgentGrant
+
+    AgentGrant.objects.create(reader_agent="alpha", readable_agent="bravo", reason="x")
+    AgentGrant.objects.create(reader_agent="bravo", readable_agent="alpha", reason="y")
+    page = _client(world["alice"]).get(f"/sessions/{A_SESSION}/").content.decode()
+    assert "bravo" not in page
+    assert "bravo" in _client(world["bob"]).get(f"/sessions/{B_SESSION}/").content.decode()
+
+
 def test_another_projects_session_event_and_search_answer_404(world):
     alice = _client(world["alice"])
     b_seq = world["log"].session(B_SESSION).last_seq

@@ -87,16 +87,17 @@ def _get_summary(log: EventStore, session_id: str) -> SessionSummary | None:
     return log.session(session_id)
 
 
-def _agent_access(summary: SessionSummary | None) -> dict[str, Any]:
-    """The session's agent, the agents it may read by grant, and every grant it was given."""
+def _agent_access(summary: SessionSummary | None, access: Access) -> dict[str, Any]:
+    """The session's agent, the agents it may read by grant, and every grant it was given
+    (those naming agents of projects the user does not read left out)."""
     agent = summary.agent_id if summary else None
-    grants = grants_for(agent) if agent else []
+    grants = [g for g in grants_for(agent) if access.sees_agent(g.readable_agent)] if agent else []
     readable = sorted({g.readable_agent for g in grants if g.live})
     return {
         "agent_id": agent,
         "agent_grants": grants,
         "readable_agents": readable,
-        "reader_agents": readers_of(agent) if agent else [],
+        "reader_agents": [a for a in readers_of(agent) if access.sees_agent(a)] if agent else [],
     }
 
 
@@ -335,7 +336,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
             for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
         ],
     }
-    ctx.update(_agent_access(summary))
+    ctx.update(_agent_access(summary, access_of(request)))
     if request.GET.get("part") != "charts" and not request.htmx:
         ctx.update(cost_context(session_id))  # issue 11: cost and the prefix-cache arithmetic
     # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.

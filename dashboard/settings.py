@@ -250,6 +250,7 @@ INSTALLED_APPS = [
     # import-linter contracts): the console reads the gateway, telemetry and runs.
     "dashboard.record",
     "dashboard.runs",
+    "dashboard.projects",
     "dashboard.telemetry",
     "dashboard.gateway",
     "dashboard.console",

@@ -38,6 +38,7 @@ from django.template.loader import render_to_string
 from dashboard.console import live
 from dashboard.groups import ALERTS, KERNELS, SESSION_PREFIX, SPANS, session_safe_id
 from dashboard.layer_outage import LAYER_DOWN_ERRORS, layer_outage
+from dashboard.projects.access import Access
 from dashboard.push import remember_server_loop
 
 # A span is rendered once per process and shared by every socket that shows it; the cache
@@ -91,6 +92,8 @@ class _LiveConsumer(AsyncWebsocketConsumer):
     # is skipped because it was sent, never because its id is lower than another's.
     span_after: int | None = None
     _sent: OrderedDict[int, None] | None = None
+    # What the user reads (dashboard.projects): every frame is checked against it.
+    access: Access
 
     def _groups(self) -> list[str]:
         return [ALERTS]
@@ -112,6 +115,10 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         remember_server_loop()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        self.access = await self._access(user)
+        if not await self._may_join():
             await self.close()
             return
         self.joined = self._groups()
@@ -201,7 +208,27 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             # Redis drops a dead channel's membership by itself (group_expiry).
             layer_outage.failed(exc, 0)
 
+    @database_sync_to_async
+    def _access(self, user: Any) -> Access:
+        return Access(user)
+
+    async def _may_join(self) -> bool:
+        return True
+
+    async def _readable(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The spans or alerts (dicts with ``session_id``) of sessions the user reads."""
+        if self.access.everything:
+            return items  # no thread hop: the default console pays nothing
+        return await database_sync_to_async(self.access.visible)(items)
+
+    async def _reads_session(self, session_id: str) -> bool:
+        if self.access.everything:
+            return True
+        return bool(await database_sync_to_async(self.access.sees_session)(session_id))
+
     async def alert_changed(self, event: dict[str, Any]) -> None:
+        if not await self._readable([event["alert"]]):
+            return
         count = await self._open_alert_count()
         await self._send_alerts(count, [event["alert"]])
 
@@ -215,7 +242,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=html.strip())
 
     async def span_finished(self, event: dict[str, Any]) -> None:
-        if self._wants(event["span"]):
+        if self._wants(event["span"]) and await self._readable([event["span"]]):
             self._seen(event["span"])
             for frame in render_span_fragments(event["span"]):
                 await self.send(text_data=frame)
@@ -223,7 +250,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
     async def spans_finished(self, event: dict[str, Any]) -> None:
         """A batch, oldest first: all rows in one frame."""
         rows: list[str] = []
-        for span in event["spans"]:
+        for span in await self._readable(event["spans"]):
             if self._wants(span):
                 self._seen(span)
                 rows.extend(render_span_fragments(span))
@@ -254,15 +281,15 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     @database_sync_to_async
     def _open_alert_count(self) -> int:
-        return live.open_alert_count()
+        return live.open_alert_count(self.access)
 
     @database_sync_to_async
     def _alerts_since(self, since: Any) -> tuple[int, list[dict[str, Any]]]:
-        return live.open_alert_count(), live.alerts_changed_since(since)
+        return live.open_alert_count(self.access), live.alerts_changed_since(since, self.access)
 
     @database_sync_to_async
     def _spans_after(self, span_id: int, **where: Any) -> list[dict[str, Any]]:
-        return live.spans_after(span_id, **where)
+        return self.access.visible(live.spans_after(span_id, **where))
 
 
 class AlertsConsumer(_LiveConsumer):
@@ -321,6 +348,8 @@ class FeedConsumer(_LiveConsumer):
             await self.send(text_data=await self._kernel_frame())
 
     async def session_changed(self, event: dict[str, Any]) -> None:
+        if not await self._reads_session(event["session_id"]):
+            return
         if self.kernel_rows:
             await self.send(text_data=await self._kernel_frame())
         if self.run_rows:
@@ -363,7 +392,7 @@ class FeedConsumer(_LiveConsumer):
     def _kernel_frame(self) -> str:
         from dashboard.console.views import kernel_rows_context
 
-        ctx = kernel_rows_context(self.scope.get("user")) | {"oob": True}
+        ctx = kernel_rows_context(self.scope.get("user"), self.access) | {"oob": True}
         return render_to_string("dashboard/_kernel_rows.html", ctx).strip()
 
     @database_sync_to_async
@@ -372,7 +401,7 @@ class FeedConsumer(_LiveConsumer):
         from dashboard.runs.permissions import STOP_RUN
 
         run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()
-        if run is None:
+        if run is None or not self.access.sees_session(session_id):
             return []
         user = self.scope.get("user")
         ctx = {"r": run, "can_stop": bool(user is not None and user.has_perm(STOP_RUN))}
@@ -412,7 +441,8 @@ class FeedConsumer(_LiveConsumer):
 
     @database_sync_to_async
     def _runs_since(self, since: Any) -> list[str]:
-        return live.sessions_changed_since(None, since)
+        found = live.sessions_changed_since(None, since)
+        return [sid for sid in found if self.access.sees_session(sid)]
 
     @database_sync_to_async
     def _sessions_since(self, seq: int | None, since: Any) -> list[Any]:
@@ -420,7 +450,11 @@ class FeedConsumer(_LiveConsumer):
         from dashboard.eventlog import get_event_log
 
         log = get_event_log()
-        return [session_row(log, sid) for sid in live.sessions_changed_since(seq, since)]
+        return [
+            session_row(log, sid)
+            for sid in live.sessions_changed_since(seq, since)
+            if self.access.sees_session(sid)
+        ]
 
 
 class SessionConsumer(_LiveConsumer):
@@ -454,6 +488,16 @@ class SessionConsumer(_LiveConsumer):
             await self.close()
             return
         await super().connect()
+
+    async def _may_join(self) -> bool:
+        """Only a session the user reads: its group carries every span of the session, so the
+        page must name the session (matching the group's hash) before the socket joins it."""
+        session_id = self._query().get("session", "")
+        if self.access.everything:
+            return True
+        if session_safe_id(session_id) != self.scope["url_route"]["kwargs"]["safe_id"]:
+            return False
+        return await self._reads_session(session_id)
 
     async def disconnect(self, code: int) -> None:
         if self._refresher is not None:
@@ -566,10 +610,15 @@ class SessionConsumer(_LiveConsumer):
 
     @database_sync_to_async
     def _can_stop(self) -> bool:
+        from dashboard.projects.models import OPERATOR
         from dashboard.runs.permissions import STOP_RUN
 
         user = self.scope.get("user")
-        return bool(user is not None and user.has_perm(STOP_RUN))
+        return bool(
+            user is not None
+            and user.has_perm(STOP_RUN)
+            and self.access.sees_session(self.session_id, OPERATOR)
+        )
 
     @database_sync_to_async
     def _newer_events(self, session_id: str, seq: int) -> int:

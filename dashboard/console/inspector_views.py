@@ -23,6 +23,7 @@ from dashboard.console import live
 from dashboard.console.inspector_links import call_url_for_span
 from dashboard.console.recorded_views import render_recorded_call, sent_body
 from dashboard.console.views import _grafana_trace_url
+from dashboard.projects.access import access_of, require_session
 from dashboard.record.models import WireCall
 from dashboard.record.read import has_record
 from dashboard.runs.inforce import Recorded, load_recorded
@@ -88,6 +89,7 @@ def _call_after_compress(recorded: Recorded, row_id: int, session_id: str) -> in
 @require_GET
 def session_call_at(request: HttpRequest, session_id: str) -> HttpResponse:
     """Find a call by its span, the compress before it, its turn and step, or its seq."""
+    require_session(request, session_id)
     span_id = request.GET.get("span", "").strip()
     if span_id and has_record(session_id):
         found = WireCall.objects.filter(session_id=session_id, span_id=span_id).first()
@@ -150,6 +152,7 @@ def _events_url(session_id: str, lo: int) -> str:
 @login_required
 @require_GET
 def session_call(request: HttpRequest, session_id: str, call: int) -> HttpResponse:
+    require_session(request, session_id)
     if has_record(session_id):  # what was sent, as sent
         return render_recorded_call(request, session_id, call)
     recorded = _get_recorded(session_id)
@@ -231,7 +234,9 @@ def trace_tree(request: HttpRequest, trace_id: str) -> HttpResponse:
     if not (trace_id.isascii() and trace_id.isalnum() and len(trace_id) <= 32):
         raise Http404("No such trace")
     spans = list(
-        SpanRecord.objects.filter(trace_id=trace_id).order_by("start_ns", "id")[:TRACE_SPANS]
+        access_of(request)
+        .scope(SpanRecord.objects.filter(trace_id=trace_id))
+        .order_by("start_ns", "id")[:TRACE_SPANS]
     )
     if not spans:
         raise Http404("No spans of that trace are kept")

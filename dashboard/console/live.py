@@ -132,10 +132,14 @@ def alert_row(alert: dict[str, Any]) -> dict[str, Any]:
     return dict(alert)
 
 
-def open_alert_count() -> int:
+def open_alert_count(access: Any = None) -> int:
+    """Open alerts of the sessions ``access`` reads (every alert when None)."""
     from dashboard.telemetry.alerts import open_alert_count as count
+    from dashboard.telemetry.models import Alert
 
-    return count()
+    if access is None or access.everything:
+        return count()
+    return int(access.scope(Alert.objects.filter(state=Alert.OPEN)).count())
 
 
 # ---------------------------------------------------------------------------- cursors
@@ -254,7 +258,7 @@ def spans_after(
     return [row.to_dict() for row in reversed(rows)]
 
 
-def alerts_changed_since(moment: datetime) -> list[dict[str, Any]]:
+def alerts_changed_since(moment: datetime, access: Any = None) -> list[dict[str, Any]]:
     """Alerts raised, bumped, acknowledged or resolved after ``moment``, oldest first."""
     from django.db.models import Q
 
@@ -263,6 +267,8 @@ def alerts_changed_since(moment: datetime) -> list[dict[str, Any]]:
     changed = Alert.objects.select_related("rule", "acknowledged_by").filter(
         Q(last_seen__gt=moment) | Q(acknowledged_at__gt=moment) | Q(resolved_at__gt=moment)
     )
+    if access is not None:
+        changed = access.scope(changed)
     rows = list(changed.order_by("-last_seen", "-id")[:CATCH_UP_ROWS])
     return [row.to_dict() for row in reversed(rows)]
 

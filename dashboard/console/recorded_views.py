@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from dashboard.console import live
+from dashboard.projects.access import require_session
 from dashboard.record.models import WireCall
 from dashboard.record.read import RecordedCall, recorded_call
 from dashboard.telemetry.cost import call_costs
@@ -101,6 +102,7 @@ def _block_row(session_id: str, block: list[int]) -> dict[str, Any]:
 
 
 def render_recorded_call(request: HttpRequest, session_id: str, index: int) -> HttpResponse:
+    require_session(request, session_id)
     call = _load(session_id, index)
     row = call.row
     before = (
@@ -158,6 +160,7 @@ def _section_order(item: tuple[str, Any]) -> int:
 @require_GET
 def sent_body(request: HttpRequest, session_id: str, call: int) -> HttpResponse:
     """The request body of a recorded call, the very bytes the upstream received."""
+    require_session(request, session_id)
     recorded = _load(session_id, call)
     response = HttpResponse(recorded.body, content_type="application/json")
     response["Content-Disposition"] = f'inline; filename="call-{call}.json"'

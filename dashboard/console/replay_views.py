@@ -18,6 +18,7 @@ from django.urls import path, reverse
 
 from dashboard.console import session_panels
 from dashboard.eventlog import get_event_log
+from dashboard.projects.access import access_of
 from dashboard.runs.inforce import Recorded, load_recorded
 from dashboard.runs.models import PROFILE_FIELDS, TuningProfile
 from dashboard.runs.permissions import SAVE_PROFILE, denied
@@ -193,7 +194,7 @@ def replay_page(request: HttpRequest) -> HttpResponse:
     if saving and not request.user.has_perm(SAVE_PROFILE):
         raise denied(SAVE_PROFILE, "save tuning profiles")
     log = get_event_log()
-    sessions = [s.session_id for s in log.sessions()]
+    sessions = [s.session_id for s in access_of(request).sessions(log.sessions())]
     session_id = request.POST.get("session") or request.GET.get("session") or ""
     source = request.POST if request.method == "POST" else request.GET
     context: dict[str, Any] = {

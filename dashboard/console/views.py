@@ -7,6 +7,7 @@ the partial the page includes, so every ``hx-get`` also works as a plain link.
 from __future__ import annotations
 
 import functools
+import secrets
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -34,6 +35,8 @@ from dashboard.console import live, session_live, session_panels
 from dashboard.console.inspector_links import call_url_for_span
 from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
+from dashboard.projects.access import Access, access_of, require_session
+from dashboard.projects.models import OPERATOR, AgentOwner
 from dashboard.runs.grants import grants_for, readers_of
 from dashboard.runs.modelinfo import what_will_run
 from dashboard.runs.models import KernelAction, KernelState, RunRecord, TuningProfile
@@ -84,16 +87,17 @@ def _get_summary(log: EventStore, session_id: str) -> SessionSummary | None:
     return log.session(session_id)
 
 
-def _agent_access(summary: SessionSummary | None) -> dict[str, Any]:
-    """The session's agent, the agents it may read by grant, and every grant it was given."""
+def _agent_access(summary: SessionSummary | None, access: Access) -> dict[str, Any]:
+    """The session's agent, the agents it may read by grant, and every grant it was given
+    (those naming agents of projects the user does not read left out)."""
     agent = summary.agent_id if summary else None
-    grants = grants_for(agent) if agent else []
+    grants = [g for g in grants_for(agent) if access.sees_agent(g.readable_agent)] if agent else []
     readable = sorted({g.readable_agent for g in grants if g.live})
     return {
         "agent_id": agent,
         "agent_grants": grants,
         "readable_agents": readable,
-        "reader_agents": readers_of(agent) if agent else [],
+        "reader_agents": [a for a in readers_of(agent) if access.sees_agent(a)] if agent else [],
     }
 
 
@@ -229,9 +233,12 @@ def home(request: HttpRequest) -> HttpResponse:
     ws_url = live.ws_url(
         "/ws/feed/", spans=0, seq_after=log.last_seq(), runs_after=live.now_cursor()
     )
-    page = Paginator(log.sessions(), settings.SCROLL_PAGE_SIZE).get_page(request.GET.get("page"))
+    access = access_of(request)
+    page = Paginator(access.sessions(log.sessions()), settings.SCROLL_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     ids = [s.session_id for s in page.object_list]
-    runs = {r.session_id: r for r in RunRecord.objects.select_related("profile")}
+    runs = {r.session_id: r for r in access.scope(RunRecord.objects.select_related("profile"))}
     alerts = _open_alerts_by_session()
     rows = [
         SessionRow(
@@ -253,7 +260,7 @@ def home(request: HttpRequest) -> HttpResponse:
         if r.active and r.session_id not in ids and log.session(r.session_id) is None
     ]
     query = request.GET.get("q", "").strip()
-    search = _search(log, query, _get_page(request, "hits"))
+    search = _search(log, query, _get_page(request, "hits"), agent_id=access.agents())
     if not query and page.number == 1:
         ws_url += "&sessions=1"
     ctx = {
@@ -271,6 +278,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def session(request: HttpRequest, session_id: str) -> HttpResponse:
+    require_session(request, session_id)
     log = get_event_log()
     summary = _get_summary(log, session_id)
     run = RunRecord.objects.select_related("profile").filter(session_id=session_id).first()
@@ -321,13 +329,14 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         "hits": search.hits,
         "search_error": search.error,
         "timeline": timeline,
-        "can_stop": request.user.has_perm(STOP_RUN),
+        "can_stop": request.user.has_perm(STOP_RUN)
+        and access_of(request).sees_session(session_id, OPERATOR),
         "spans": [
             live.span_row(s.to_dict())
             for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
         ],
     }
-    ctx.update(_agent_access(summary))
+    ctx.update(_agent_access(summary, access_of(request)))
     if request.GET.get("part") != "charts" and not request.htmx:
         ctx.update(cost_context(session_id))  # issue 11: cost and the prefix-cache arithmetic
     # The live parts: ?part=charts after a compress; an htmx pager request swaps the rows.
@@ -345,6 +354,8 @@ def event(request: HttpRequest, seq: int) -> HttpResponse:
         found = get_event_log().get(seq)
     except EventNotFound:
         raise Http404("No such event") from None
+    if not access_of(request).sees_agent(found.agent_id):
+        raise Http404("No such event")
     payload_text = None
     if found.payload is not None:
         try:
@@ -362,7 +373,8 @@ def event(request: HttpRequest, seq: int) -> HttpResponse:
 def traces(request: HttpRequest) -> HttpResponse:
     filters = live.SpanFilter.from_query(request.GET)
     span_after = live.newest_span_id()
-    spans = SpanRecord.objects.all()
+    access = access_of(request)
+    spans = access.scope(SpanRecord.objects.all())
     if filters.session:
         spans = spans.filter(session_id=filters.session)
     if filters.operation:
@@ -380,7 +392,9 @@ def traces(request: HttpRequest) -> HttpResponse:
             span_gaps=live.id_gaps(SpanRecord, span_after),
         ),
         "spans": [live.span_row(s.to_dict()) for s in spans[:SPAN_ROWS]],
-        "operations": SpanRecord.objects.values_list("name", flat=True).distinct()[:200],
+        "operations": access.scope(SpanRecord.objects.all())
+        .values_list("name", flat=True)
+        .distinct()[:200],
     }
     template = "dashboard/_span_table.html" if request.htmx else "dashboard/traces.html"
     return render(request, template, ctx)
@@ -390,12 +404,16 @@ def traces(request: HttpRequest) -> HttpResponse:
 @require_GET
 def span(request: HttpRequest, span_id: str) -> HttpResponse:
     record = get_object_or_404(SpanRecord, span_id=span_id)
+    require_session(request, record.session_id)
+    access = access_of(request)
     ctx = {
         "ws_url": live.ws_url("/ws/alerts/"),
         "span": record,
         "s": live.span_row(record.to_dict()),
-        "parent": SpanRecord.objects.filter(span_id=record.parent_id).first(),
-        "children": SpanRecord.objects.filter(parent_id=record.span_id).order_by("start_ns"),
+        "parent": access.scope(SpanRecord.objects.filter(span_id=record.parent_id)).first(),
+        "children": access.scope(SpanRecord.objects.filter(parent_id=record.span_id)).order_by(
+            "start_ns"
+        ),
         "attributes": sorted(record.attributes.items()),
         "grafana_url": _grafana_trace_url(record.trace_id),
         "call_url": call_url_for_span(record),
@@ -434,7 +452,7 @@ def _tempo_pane(trace_id: str) -> str:
 @login_required
 @require_GET
 def alerts(request: HttpRequest) -> HttpResponse:
-    rows = Alert.objects.select_related("rule", "acknowledged_by")
+    rows = access_of(request).scope(Alert.objects.select_related("rule", "acknowledged_by"))
     ctx = {
         "ws_url": live.ws_url("/ws/alerts/"),
         "open": rows.filter(state=Alert.OPEN)[:200],
@@ -447,30 +465,38 @@ def alerts(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def alert_acknowledge(request: HttpRequest, alert_id: int) -> HttpResponse:
-    alert_rules.acknowledge(get_object_or_404(Alert, pk=alert_id), request.user)
+    alert = get_object_or_404(Alert, pk=alert_id)
+    require_session(request, alert.session_id, OPERATOR)
+    alert_rules.acknowledge(alert, request.user)
     return redirect("alerts")
 
 
 @login_required
 @require_POST
 def alert_resolve(request: HttpRequest, alert_id: int) -> HttpResponse:
-    alert_rules.resolve(get_object_or_404(Alert, pk=alert_id), request.user)
+    alert = get_object_or_404(Alert, pk=alert_id)
+    require_session(request, alert.session_id, OPERATOR)
+    alert_rules.resolve(alert, request.user)
     return redirect("alerts")
 
 
 @login_required
 @require_GET
 def kernels(request: HttpRequest) -> HttpResponse:
-    ctx = kernel_rows_context(request.user) | {
+    ctx = kernel_rows_context(request.user, access_of(request)) | {
         "ws_url": live.ws_url("/ws/feed/", spans=0, kernels=1)
     }
     return render(request, "dashboard/kernels.html", ctx)
 
 
-def kernel_rows_context(user: Any) -> dict[str, Any]:
-    """What the Kernels table shows a user (the page and its socket's frames)."""
+def kernel_rows_context(user: Any, access: Access) -> dict[str, Any]:
+    """What the Kernels table shows a user (the page and its socket's frames): the kernels
+    of their projects' sessions; the controls where they may operate."""
     can_control = bool(user is not None and user.has_perm(CONTROL_KERNEL))
-    return {"kernels": session_panels.kernels(), "can_control": can_control}
+    rows = access.visible(session_panels.kernels())
+    for row in rows:
+        row["can_control"] = can_control and access.sees_session(row["session_id"], OPERATOR)
+    return {"kernels": rows, "can_control": can_control}
 
 
 # Console actions, answered by the worker that owns the session's run (dashboard.runs.worker).
@@ -507,6 +533,7 @@ def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpRes
 
     if action not in KERNEL_ACTIONS:
         raise Http404("No such kernel action")
+    require_session(request, session_id, OPERATOR)
     state = KernelState.objects.filter(session_id=session_id).only("worker").first()
     if state is not None and state.gateway:
         messages.error(
@@ -537,9 +564,34 @@ def kernel_action(request: HttpRequest, action: str, session_id: str) -> HttpRes
     return redirect("kernels")
 
 
-def _known_agents() -> list[str]:
-    """Agents a run may continue: every agent with a session in the Event Log."""
-    return sorted({s.agent_id for s in get_event_log().sessions() if s.agent_id})
+def _known_agents(access: Access) -> list[str]:
+    """Agents a run may continue: every agent with a session in the Event Log of a project
+    where the user is an operator."""
+    agents = {s.agent_id for s in get_event_log().sessions() if s.agent_id}
+    return sorted(a for a in agents if access.sees_agent(a, OPERATOR))
+
+
+def _run_agent(request: HttpRequest, access: Access) -> tuple[str | None, str]:
+    """The agent a new run writes as: the one the form continues, else a fresh agent put in
+    the project the form names (before the run exists, so no page of another project ever
+    shows it); None and why not when the user may not run there."""
+    agent = request.POST.get("agent", "").strip()
+    if agent:
+        if agent not in _known_agents(access):
+            return None, f"No agent {agent!r} in the Event Log to continue."
+        return agent, ""
+    projects = access.projects(OPERATOR)
+    raw = request.POST.get("project", "").strip()
+    chosen = next((p for p in projects if str(p.pk) == raw), None) if raw else None
+    if chosen is None and raw:
+        return None, "You are not an operator of that project."
+    if chosen is None:
+        if not projects:
+            return None, "You are an operator of no project: ask a project admin for the role."
+        chosen = projects[0]
+    fresh = f"run-{secrets.token_hex(6)}"
+    AgentOwner.objects.create(agent_id=fresh, project=chosen)
+    return fresh, ""
 
 
 def _start_run(request: HttpRequest, runner: Any) -> tuple[RunRecord | None, str]:
@@ -547,11 +599,11 @@ def _start_run(request: HttpRequest, runner: Any) -> tuple[RunRecord | None, str
     task = request.POST.get("task", "").strip()
     profile = _get_profile(request.POST.get("profile", "").strip())
     model = request.POST.get("model", "").strip()
-    agent = request.POST.get("agent", "").strip()
     if not task or profile is None:
         return None, "A run needs a task and a profile."
-    if agent and agent not in _known_agents():
-        return None, f"No agent {agent!r} in the Event Log to continue."
+    agent, why = _run_agent(request, access_of(request))
+    if agent is None:
+        return None, why
     if not hasattr(runner, "start_run"):
         return None, "This console has no runner."
     try:
@@ -560,7 +612,7 @@ def _start_run(request: HttpRequest, runner: Any) -> tuple[RunRecord | None, str
             profile=profile,
             model=model or None,
             user=request.user,
-            agent_id=agent or None,
+            agent_id=agent,
             task_code=request.user.has_perm(RUN_TASK_CODE),
         )
     except SandboxUnavailable as exc:
@@ -584,13 +636,15 @@ def runs(request: HttpRequest) -> HttpResponse:
             return redirect("session", run.session_id)
         messages.error(request, error)
         status = 400
+    access = access_of(request)
     ctx = {
         "ws_url": live.ws_url("/ws/feed/", spans=0, runs=1, runs_after=live.now_cursor()),
-        "runs": RunRecord.objects.select_related("profile")[:100],
+        "runs": access.scope(RunRecord.objects.select_related("profile"))[:100],
         "can_stop": request.user.has_perm(STOP_RUN),
         "profiles": TuningProfile.objects.all(),
         "models": getattr(runner, "available_models", lambda: [])(),
-        "agents": _known_agents() if request.user.has_perm(START_RUN) else [],
+        "agents": _known_agents(access) if request.user.has_perm(START_RUN) else [],
+        "projects": access.projects(OPERATOR) if request.user.has_perm(START_RUN) else [],
         "model_info": what_will_run(),
     }
     return render(request, "dashboard/runs.html", ctx, status=status)
@@ -601,6 +655,7 @@ def runs(request: HttpRequest) -> HttpResponse:
 @require_POST
 def run_stop(request: HttpRequest, session_id: str) -> HttpResponse:
     run = get_object_or_404(RunRecord, session_id=session_id)
+    require_session(request, session_id, OPERATOR)
     answer = session_panels.runner_module().stop_run(session_id)
     if answer.ok:
         messages.success(request, f"Stop requested for {session_id}: it stops after this step.")

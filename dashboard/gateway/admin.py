@@ -16,6 +16,7 @@ from dashboard.limits import BoundedJSONField
 class GatewayKeyAdmin(admin.ModelAdmin):
     list_display = (
         "agent_id",
+        "project",
         "name",
         "prefix",
         "upstream_format",
@@ -28,11 +29,12 @@ class GatewayKeyAdmin(admin.ModelAdmin):
     )
     # model_map: a length cap and a form error, not a 500, for JSON nested too deep.
     formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
-    list_filter = ("active", "upstream_format")
+    list_filter = ("project", "active", "upstream_format")
     search_fields = ("agent_id", "name", "prefix")
     readonly_fields = ("prefix", "tokens_used", "requests", "created_at", "last_used_at")
     fields = (
         "agent_id",
+        "project",
         "name",
         "active",
         "profile",

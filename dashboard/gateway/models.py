@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from dashboard.projects.models import AgentOwner, Project, default_project_id
 from dashboard.runs.models import TuningProfile
 
 __all__ = ["KEY_PREFIX", "GatewayKey", "StoredConversation", "StoredResponse", "hash_key"]
@@ -39,6 +40,15 @@ class GatewayKey(models.Model):
 
     agent_id = models.CharField(
         max_length=120, unique=True, help_text="The agent (tenant) this key's sessions belong to."
+    )
+    project = models.ForeignKey(
+        Project,
+        on_delete=models.PROTECT,
+        default=default_project_id,
+        blank=True,
+        related_name="gateway_keys",
+        help_text="The project whose agents this key reaches: its agent must be one of them "
+        "(blank: the default project).",
     )
     name = models.CharField(max_length=120, blank=True)
     prefix = models.CharField(max_length=32, unique=True, editable=False)
@@ -110,8 +120,31 @@ class GatewayKey(models.Model):
             errors["upstream_timeout_s"] = ["Between 0 and 3600 seconds."]
         if not 1 <= self.max_recall_steps <= 32:
             errors["max_recall_steps"] = ["Between 1 and 32."]
+        if self.project_id is None:
+            self.project = Project.objects.get(pk=default_project_id())
+        owner = self.owning_project_id()
+        if owner is not None and owner != self.project_id:
+            errors["project"] = [
+                f"Agent {self.agent_id!r} belongs to another project: a key reaches only its "
+                "own project's agents."
+            ]
         if errors:
             raise ValidationError(errors)
+
+    def owning_project_id(self) -> int | None:
+        """The project that owns this key's agent (None: no project claims it yet)."""
+        return (
+            AgentOwner.objects.filter(agent_id=self.agent_id)
+            .values_list("project_id", flat=True)
+            .first()
+        )
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        super().save(*args, **kwargs)
+        # The key's agent joins the key's project (if no project owns it yet).
+        AgentOwner.objects.get_or_create(
+            agent_id=self.agent_id, defaults={"project_id": self.project_id}
+        )
 
     def set_new_key(self) -> str:
         """Give the row a fresh key and return it (the only time it is readable)."""
@@ -141,6 +174,8 @@ class GatewayKey(models.Model):
         )
         if key is None or not hmac.compare_digest(key.key_hash, hash_key(secret)):
             return None
+        if key.owning_project_id() not in (None, key.project_id):
+            return None  # its agent was moved to another project: the key reaches it no more
         return key
 
     def upstream_model(self, requested: str) -> str:

@@ -60,6 +60,7 @@ from dashboard.gateway.shared import LimitRefused, SessionBusy, limits_for
 from dashboard.groups import KERNELS
 from dashboard.layer_outage import redis_unreachable
 from dashboard.outage import database_unavailable
+from dashboard.projects.models import AgentOwner
 from dashboard.push import send_group
 from dashboard.runs.grants import readable_by
 from dashboard.runs.models import KernelState, RunRecord, TuningProfile
@@ -732,6 +733,16 @@ def _key_changed(instance: GatewayKey, **_: Any) -> None:
         service = _service
     if service is not None:
         service.forget_key(instance.pk)
+
+
+@receiver(post_save, sender=AgentOwner, dispatch_uid="gateway-agent-owner-saved")
+@receiver(post_delete, sender=AgentOwner, dispatch_uid="gateway-agent-owner-deleted")
+def _agent_moved(**_: Any) -> None:
+    """An agent changed project: keys are checked against their project afresh."""
+    with _service_lock:
+        service = _service
+    if service is not None:
+        service.forget_key(None)
 
 
 @receiver(post_save, sender=TuningProfile, dispatch_uid="gateway-profile-saved")

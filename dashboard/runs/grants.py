@@ -10,6 +10,7 @@ its next call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -18,7 +19,18 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-__all__ = ["AgentGrant", "grants_for", "readable_by", "readers_of"]
+__all__ = ["AgentGrant", "grants_for", "narrow_grants_with", "readable_by", "readers_of"]
+
+# Rules of a higher layer that narrow what a grant reaches (dashboard.projects keeps grants
+# inside a project): each takes the reader and the agents granted, returns those kept.
+GrantNarrower = Callable[[str, set[str]], set[str]]
+_narrowers: list[GrantNarrower] = []
+
+
+def narrow_grants_with(narrower: GrantNarrower) -> None:
+    """Have ``readable_by`` apply ``narrower`` to every answer (registered once)."""
+    if narrower not in _narrowers:
+        _narrowers.append(narrower)
 
 
 class AgentGrant(models.Model):
@@ -92,12 +104,18 @@ class AgentGrant(models.Model):
 
 
 def readable_by(reader_agent: str) -> set[str]:
-    """The agents ``reader_agent``'s sessions may read besides their own (live grants)."""
-    return set(
+    """The agents ``reader_agent``'s sessions may read besides their own (live grants, as
+    the registered narrowers leave them)."""
+    granted = set(
         AgentGrant.objects.filter(reader_agent=reader_agent, revoked_at__isnull=True).values_list(
             "readable_agent", flat=True
         )
     )
+    for narrower in _narrowers:
+        if not granted:
+            break
+        granted = narrower(reader_agent, granted)
+    return granted
 
 
 def grants_for(reader_agent: str) -> list[AgentGrant]:

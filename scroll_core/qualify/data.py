@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 __all__ = [
@@ -60,7 +60,7 @@ def log_lines(rng: random.Random, n: int = 1500) -> list[str]:
     """``n`` access-log lines ``"<time> <METHOD> <path> <status> <ms>ms"``; one path (chosen
     by the seed) fails with 500 more often than the others."""
     worst = rng.choice(PATHS)
-    start = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+    start = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
     lines = []
     for i in range(n):
         path = rng.choice(PATHS)

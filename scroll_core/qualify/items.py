@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from . import data
 
@@ -93,7 +93,9 @@ def _number_in(text: str, value: int) -> bool:
 def _refilled(cells: list[Cell]) -> bool:
     """A cell cut by the print cap followed by the same code again (the window refill)."""
     for i, cell in enumerate(cells):
-        if cell.truncated and any(later.code.strip() == cell.code.strip() for later in cells[i + 1 :]):
+        if cell.truncated and any(
+            later.code.strip() == cell.code.strip() for later in cells[i + 1 :]
+        ):
             return True
     return False
 
@@ -106,7 +108,9 @@ def _acting_discipline(outcome: Outcome) -> str | None:
         return "no cell ran: the answer was not computed in the kernel"
     printed = sum(c.output_chars for c in outcome.cells)
     if printed > ACTING_PRINT_BUDGET:
-        return f"printed {printed:,} characters (budget {ACTING_PRINT_BUDGET:,}): filter in the kernel"
+        return (
+            f"printed {printed:,} characters (budget {ACTING_PRINT_BUDGET:,}): filter in the kernel"
+        )
     if _refilled(outcome.cells):
         return "re-ran a cell the print cap cut instead of filtering its variables"
     return None
@@ -198,7 +202,7 @@ def two_steps(rng: random.Random) -> Case:
 _PETS = ("Biscuit", "Pepperoni", "Marmalade", "Quasar", "Tofu", "Juniper")
 _CITIES = ("Lisbon", "Porto", "Tallinn", "Ghent", "Bergen", "Valencia", "Krakow")
 _CUISINES = ("Ethiopian", "Georgian", "Peruvian", "Sichuan", "Lebanese")
-_START = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
+_START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 _EXCHANGES = 72
 
 
@@ -252,11 +256,11 @@ def knowledge_update(rng: random.Random) -> Case:
 def multi_session(rng: random.Random) -> Case:
     march, april = rng.randint(2, 6), rng.randint(2, 6)
     first = data.conversation(
-        rng, datetime(2026, 3, 28, 18, tzinfo=timezone.utc), 6,
+        rng, datetime(2026, 3, 28, 18, tzinfo=UTC), 6,
         {3: f"I finished {march} books in March, a personal record."},
     )  # fmt: skip
     second = data.conversation(
-        rng, datetime(2026, 4, 29, 18, tzinfo=timezone.utc), 6,
+        rng, datetime(2026, 4, 29, 18, tzinfo=UTC), 6,
         {2: f"Reading update: I finished {april} books in April."},
     )  # fmt: skip
     history = [HistoryEvent("-march", x.role, x.text, x.at) for x in first] + [

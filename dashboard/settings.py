@@ -236,6 +236,7 @@ INSTALLED_APPS = [
     "dashboard.record",
     "dashboard.runs",
     "dashboard.telemetry",
+    "dashboard.qualify",
     "dashboard.gateway",
     "dashboard.console",
 ]

@@ -4,12 +4,13 @@ model at an OpenAI- or Anthropic-compatible URL."""
 
 from __future__ import annotations
 
-from .endpoint import UpstreamModel, upstream_model
+from .endpoint import APIS, UpstreamModel, upstream_model
 from .items import ITEMS, Item
 from .runner import SUITE_SEED, SUITE_VERSION, run_suite
 from .scorecard import CATEGORIES, PASS_MARKS, CategoryScore, ItemResult, Scorecard
 
 __all__ = [
+    "APIS",
     "CATEGORIES",
     "ITEMS",
     "PASS_MARKS",

@@ -13,12 +13,11 @@ from typing import Any
 from django.db import close_old_connections
 from django.utils import timezone
 
+from dashboard.runs.models import TuningProfile
 from scroll_core.errors import ConfigError, ScrollError
 from scroll_core.models.policy import POLICY_NAME, PolicyModel
 from scroll_core.qualify import APIS, run_suite, upstream_model
 from scroll_core.qualify.scorecard import Scorecard
-
-from dashboard.runs.models import TuningProfile
 
 from .models import Qualification
 
@@ -41,9 +40,8 @@ def create(
         )
     if key_env and key_env not in os.environ:
         raise ConfigError(f"the environment variable {key_env!r} is not set on the server")
-    if profile:
-        if not TuningProfile.objects.filter(name=profile).exists():
-            raise ConfigError(f"no tuning profile named {profile!r}")
+    if profile and not TuningProfile.objects.filter(name=profile).exists():
+        raise ConfigError(f"no tuning profile named {profile!r}")
     return Qualification.objects.create(
         model_name=model, upstream=upstream.strip(), api=api, key_env=key_env,
         profile=profile, created_by=user if getattr(user, "is_authenticated", False) else None,

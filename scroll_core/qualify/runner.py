@@ -39,6 +39,7 @@ class _Calls:
     headlines: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     tool_calls: int = 0
+    answered: int = 0  # model calls that came back with a reply
     over_window: list[str] = field(default_factory=list)
     unfit: list[str] = field(default_factory=list)
 
@@ -46,6 +47,7 @@ class _Calls:
         for step in result.steps:
             for call in step.model_calls:
                 if call.error is None:
+                    self.answered += 1
                     self.headlines.append(call.headline_quality or "missing")
                 if call.view_tokens > case.context_size:
                     self.over_window.append(item)
@@ -112,6 +114,10 @@ def _run_item(
             probed = kernel.execute(case.probe, print_cap=PROBE_CAP)
             probe = probed.stdout if probed.ok else ""
     calls.add(item.id, case, result)
+    if result.stop_reason == "model_error" and calls.answered == 0:
+        # Nothing has answered yet: the endpoint is down or refuses us, which says nothing
+        # about the model. No scorecard rather than one that fails it.
+        raise ScrollError(f"the model could not be reached: {result.error}")
     cells = [
         Cell(
             tool.name,

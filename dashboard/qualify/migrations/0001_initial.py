@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,26 +15,56 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Qualification',
+            name="Qualification",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model_name', models.CharField(max_length=200)),
-                ('api', models.CharField(default='openai', max_length=16)),
-                ('upstream', models.CharField(blank=True, max_length=500)),
-                ('key_env', models.CharField(blank=True, max_length=100)),
-                ('profile', models.CharField(blank=True, help_text='tuning profile qualified for', max_length=100)),
-                ('suite_version', models.CharField(blank=True, max_length=20)),
-                ('status', models.CharField(choices=[('queued', 'queued'), ('running', 'running'), ('done', 'done'), ('failed', 'failed')], default='queued', max_length=16)),
-                ('error', models.TextField(blank=True)),
-                ('total', models.FloatField(blank=True, null=True)),
-                ('passed', models.BooleanField(blank=True, null=True)),
-                ('scorecard', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model_name", models.CharField(max_length=200)),
+                ("api", models.CharField(default="openai", max_length=16)),
+                ("upstream", models.CharField(blank=True, max_length=500)),
+                ("key_env", models.CharField(blank=True, max_length=100)),
+                (
+                    "profile",
+                    models.CharField(
+                        blank=True, help_text="tuning profile qualified for", max_length=100
+                    ),
+                ),
+                ("suite_version", models.CharField(blank=True, max_length=20)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "queued"),
+                            ("running", "running"),
+                            ("done", "done"),
+                            ("failed", "failed"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("total", models.FloatField(blank=True, null=True)),
+                ("passed", models.BooleanField(blank=True, null=True)),
+                ("scorecard", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]

@@ -1,0 +1,63 @@
+"""The Qualify pages in chromium: an operator starts a qualification of the rule-based
+baseline and watches its scorecard fill in without a reload; two stored scorecards (scripted
+endpoints over loopback HTTP) are picked from the list and compared side by side."""
+
+from __future__ import annotations
+
+import pytest
+from gateway_upstream import ScriptedUpstream
+from playwright.sync_api import expect
+from qualify_endpoints import make
+
+from dashboard.qualify import service
+from dashboard.qualify.models import Qualification
+from scroll_core.kernel import KernelConfig
+from scroll_core.models.policy import POLICY_NAME
+from tests.browser.conftest import shoot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _qualified(name: str) -> Qualification:
+    upstream = ScriptedUpstream(default=make(name))
+    try:
+        q = service.create(model=f"scripted-{name}", upstream=upstream.url)
+        service.execute(q, kernel_config=KernelConfig(sandbox="process", grace_s=0.5))
+    finally:
+        upstream.close()
+    q.refresh_from_db()
+    return q
+
+
+def test_an_operator_starts_one_and_its_scorecard_fills_in_live(strict_page):
+    page = strict_page
+    page.goto(f"{page.base}/qualify/")
+    page.fill("#qualify-start input[name=model]", POLICY_NAME)
+    page.click("#qualify-start button[type=submit]")
+    page.wait_for_url(f"{page.base}/qualify/*/")
+    page.evaluate("window.__marker = 'same page'")
+    # The fragment polls itself until the suite is done; the page is never reloaded.
+    expect(page.locator("#qualify-verdict")).to_contain_text("fail", timeout=60_000)
+    assert page.evaluate("window.__marker") == "same page"
+    expect(page.locator("#qualify-status")).to_have_text("done")
+    expect(page.locator("#category-acting")).to_contain_text("0/3")
+    expect(page.locator("#item-actingbind_filter")).to_have_class("fail")
+    expect(page.locator("#item-protocolheadlines")).to_have_class("pass")
+    shoot(page, "qualify-scorecard")
+
+
+def test_two_scorecards_are_picked_and_compared(strict_page):
+    good, archive = _qualified("competent"), _qualified("archive_answerer")
+    page = strict_page
+    page.goto(f"{page.base}/qualify/")
+    page.check(f"#qualification-{good.pk} input[name=a]")
+    page.check(f"#qualification-{archive.pk} input[name=b]")
+    page.click("#qualify-compare-form button[type=submit]")
+    page.wait_for_url(f"{page.base}/qualify/compare/*")
+    expect(page.locator("#compare-verdict")).to_contain_text("pass")
+    expect(page.locator("#compare-verdict td").nth(2)).to_have_text("fail")
+    expect(page.locator("#compare-protocol")).to_contain_text("100.0% (4/4)")
+    expect(page.locator("#compare-item-protocolseam")).to_have_class("differs")
+    expect(page.locator("#compare-item-protocolseam")).to_contain_text("archived index")
+    expect(page.locator("tr.differs")).to_have_count(1)
+    shoot(page, "qualify-compare")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway_upstream import Reply, completion, tool_call
+from gateway_upstream import Reply, a_message, a_tool_use, completion, tool_call
 
 from scroll_core.prompts import RECALL_TOOL, REPL_TOOL
 
@@ -46,11 +46,35 @@ class View:
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> View:
+        if "system" in body:  # an Anthropic Messages request: system apart, content blocks
+            return cls.of_messages_api(body["messages"])
         messages = body["messages"]
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
         outputs = [str(m.get("content") or "") for m in messages[last_user:] if m["role"] == "tool"]
         first_user = next((m for m in messages if m["role"] == "user"), {})
         return cls(str(messages[last_user]["content"]), outputs, str(first_user.get("content", "")))
+
+    @classmethod
+    def of_messages_api(cls, messages: list[dict[str, Any]]) -> View:
+        question, outputs, index = "", [], ""
+        for message in messages:
+            if message["role"] != "user":
+                continue
+            blocks = message["content"]
+            if isinstance(blocks, str):
+                blocks = [{"type": "text", "text": blocks}]
+            texts = [b["text"] for b in blocks if b.get("type") == "text"]
+            results = [b for b in blocks if b.get("type") == "tool_result"]
+            index = index or "\n".join(texts)
+            if results:
+                for result in results:
+                    content = result.get("content")
+                    if isinstance(content, list):
+                        content = "\n".join(c.get("text", "") for c in content)
+                    outputs.append(str(content or ""))
+            elif texts:
+                question, outputs = texts[-1], []
+        return cls(question, outputs, index)
 
     @property
     def step(self) -> int:
@@ -80,6 +104,14 @@ class Behaviour:
         text, tool, code = self.respond(view)
         if self.headlines:
             text = f"{text}\n{headline(view.question[:40], 'working' if tool else 'answered')}"
+        if "system" in body:
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
+            if tool is not None:
+                name, args = (
+                    ("python", {"script": code}) if self.breaks_calls else (tool, {"code": code})
+                )
+                blocks.append(a_tool_use(name, args, f"toolu_{self.calls}"))
+            return a_message(blocks, prompt=400 + 50 * view.step, out=30)
         if tool is None:
             return completion(text, prompt=400 + 50 * view.step, out=30)
         call_id = f"call_{self.calls}"

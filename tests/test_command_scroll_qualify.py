@@ -13,6 +13,7 @@ from gateway_upstream import ScriptedUpstream
 from qualify_endpoints import make
 
 from dashboard.qualify.models import Qualification
+from scroll_core.prompts import RECALL_TOOL, REPL_TOOL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,6 +41,23 @@ def test_a_passing_model_is_stored_and_its_key_sent_not_kept(monkeypatch):
     assert q.passed is True and q.total == 100.0 and q.key_env == "SCROLL_QUALIFY_TEST_KEY"
     stored = json.dumps([q.scorecard, q.upstream, q.error, q.key_env])
     assert "sk-qualify-secret" not in stored
+
+
+def test_an_anthropic_model_is_reached_in_its_own_format():
+    upstream = ScriptedUpstream(default=make("competent"))
+    try:
+        out = _qualify(
+            "--upstream", upstream.root, "--model", "scripted-claude", "--api", "anthropic"
+        )
+    finally:
+        upstream.close()
+    assert "scripted-claude (suite 1): PASS 100%" in out
+    assert set(upstream.paths) == {"/v1/messages"}
+    tools = upstream.requests[0]["tools"]  # Anthropic custom tools, the rubric's two
+    assert {t["name"] for t in tools} == {REPL_TOOL, RECALL_TOOL}
+    assert all("input_schema" in t for t in tools)
+    q = Qualification.objects.get()
+    assert q.api == "anthropic" and q.passed is True
 
 
 def test_a_failing_model_exits_1_with_its_scorecard_stored():

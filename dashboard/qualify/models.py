@@ -63,3 +63,43 @@ class Qualification(models.Model):
             "passed": self.passed,
             "suite_version": self.suite_version,
         }
+
+
+class QualificationRequirement(models.Model):
+    """A profile that requires a passing qualification of every model a gateway key with it
+    maps to: a change without one is refused or only warned, as the operator chose, and
+    either way audited (``GateDecision``)."""
+
+    WARN, REFUSE = "warn", "refuse"
+    MODE_CHOICES = [(WARN, "warn and allow"), (REFUSE, "refuse")]
+
+    profile = models.OneToOneField(
+        "runs.TuningProfile", on_delete=models.CASCADE, related_name="qualification_requirement"
+    )
+    mode = models.CharField(max_length=8, choices=MODE_CHOICES, default=REFUSE)
+
+    def __str__(self) -> str:
+        return f"{self.profile} requires qualified models ({self.mode})"
+
+
+class GateDecision(models.Model):
+    """One change a qualification requirement applied to: what was asked, what was missing,
+    and whether it was allowed, warned or refused. Append-only in admin."""
+
+    ALLOWED, WARNED, REFUSED = "allowed", "warned", "refused"
+
+    at = models.DateTimeField(default=timezone.now)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    profile = models.CharField(max_length=100)
+    subject = models.CharField(max_length=200, help_text="what changed, e.g. gateway key agent-1")
+    api = models.CharField(max_length=16)
+    models_asked = models.JSONField(default=list)
+    missing = models.JSONField(default=list)
+    mode = models.CharField(max_length=8)
+    outcome = models.CharField(max_length=8)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.outcome} ({', '.join(self.missing) or 'all qualified'})"

@@ -1,0 +1,91 @@
+"""Trajectory lint: each rule over sessions recorded by Scroll's own loop (a scripted model,
+a real kernel, the Event Log), one that shows the failure and one that does not."""
+
+from __future__ import annotations
+
+import pytest
+from agent_fakes import ScriptedModel, recall, repl, reply
+
+from scroll_core.agent import Session
+from scroll_core.kernel import Kernel, KernelConfig
+from scroll_core.lint import lint_session, recorded_cells
+from scroll_core.profile import Profile
+
+S = "lint-1"
+TABLE = "rows = [f'row {i:04d} ' + 'x' * 20 for i in range(400)]\nprint(rows)"
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    with Kernel(KernelConfig(sandbox="process", grace_s=0.5)) as k:
+        yield k
+
+
+def _run(log, kernel, *replies, history: int = 0):
+    if history:
+        log.append_many(
+            {"session_id": S, "kind": "context_msg", "role": "user", "content": f"note {i}"}
+            for i in range(history)
+        )
+    model = ScriptedModel(*replies)
+    profile = Profile(context_size=model.context_size, print_cap=500)
+    with Session(log, model, session_id=S, kernel=kernel, profile=profile) as agent:
+        result = agent.ask("How many rows are there?")
+    assert result.ok
+    return lint_session(log, S)
+
+
+def test_window_refill_flags_the_same_query_run_again_after_the_cap_cut_it(log, kernel):
+    flags = _run(
+        log, kernel,
+        reply("Look.", repl(TABLE, "c1")),
+        reply("Again.", repl(TABLE, "c2")),
+        reply("400 rows."),
+    )  # fmt: skip
+    cells = recorded_cells(log, S)
+    assert [c.truncated for c in cells] == [True, True]
+    (flag,) = [f for f in flags if f.rule == "window_refill"]
+    assert flag.cell_seq == cells[1].call_seq
+    assert set(flag.seqs) == {cells[0].call_seq, cells[0].result_seq, cells[1].call_seq,
+                              cells[1].result_seq}  # fmt: skip
+    assert "variables persist" in flag.explanation
+
+
+def test_window_refill_leaves_alone_a_cell_that_filters_the_variable(log, kernel):
+    flags = _run(
+        log, kernel,
+        reply("Look.", repl(TABLE, "c1")),
+        reply("Count.", repl("print(len(rows), rows[:2])", "c2")),
+        reply("400 rows."),
+    )  # fmt: skip
+    assert recorded_cells(log, S)[0].truncated
+    assert flags == []
+
+
+def test_re_reading_flags_a_span_expanded_three_times(log, kernel):
+    read = "print([e.content for e in ms.expand(2, 4)])"
+    flags = _run(
+        log, kernel,
+        reply("Read.", recall(read, "r1")),
+        reply("Read again.", recall(read, "r2")),
+        reply("And again.", recall(read, "r3")),
+        reply("Done."),
+        history=8,
+    )  # fmt: skip
+    cells = recorded_cells(log, S)
+    (flag,) = flags
+    assert flag.rule == "re_reading" and flag.seqs == tuple(c.call_seq for c in cells)
+    assert flag.cell_seq == cells[2].call_seq
+    assert "seqs 2-4 expanded 3 times" in flag.explanation
+
+
+def test_re_reading_leaves_alone_different_spans_and_a_second_read(log, kernel):
+    flags = _run(
+        log, kernel,
+        reply("Read.", recall("print([e.seq for e in ms.expand(2, 4)])", "r1")),
+        reply("Next.", recall("print([e.seq for e in ms.expand(5, 7)])", "r2")),
+        reply("Once more.", recall("print([e.seq for e in ms.expand(2, 4)])", "r3")),
+        reply("Done."),
+        history=8,
+    )  # fmt: skip
+    assert flags == []

@@ -89,3 +89,24 @@ def test_re_reading_leaves_alone_different_spans_and_a_second_read(log, kernel):
         history=8,
     )  # fmt: skip
     assert flags == []
+
+
+@pytest.mark.django_db
+def test_the_command_prints_each_flag_and_a_count_per_rule(console_log, kernel):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    _run(
+        console_log, kernel,
+        reply("Look.", repl(TABLE, "c1")),
+        reply("Again.", repl(TABLE, "c2")),
+        reply("400 rows."),
+    )  # fmt: skip
+    out = StringIO()
+    call_command("scroll_lint", S, stdout=out)
+    text = out.getvalue()
+    assert f"{S} seq " in text and "[window_refill]" in text
+    assert text.strip().endswith("1 session(s): window_refill 1, re_reading 0")
+    with pytest.raises(CommandError, match="no such session"):
+        call_command("scroll_lint", "nope", stdout=StringIO())

@@ -19,17 +19,28 @@ that each behaviour gets the scorecard it deserves."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway_upstream import Reply, a_message, a_tool_use, completion, tool_call
+from gateway_upstream import (
+    Reply,
+    ScriptedUpstream,
+    a_message,
+    a_tool_use,
+    completion,
+    tool_call,
+)
 
+from scroll_core.kernel import KernelConfig
 from scroll_core.prompts import RECALL_TOOL, REPL_TOOL
+from scroll_core.qualify import Scorecard, run_suite, upstream_model
 
-__all__ = ["Behaviour", "View", "dump", "make"]
+__all__ = ["Behaviour", "View", "dump", "make", "scorecard"]
 
 
 def headline(task: str, status: str) -> str:
@@ -265,6 +276,24 @@ def make(name: str) -> Behaviour:
         "archive_answerer": archive_answerer,
     }[name]
     return Behaviour(respond)
+
+
+@functools.cache
+def scorecard(name: str) -> Scorecard:
+    """The suite's scorecard of the ``name`` endpoint, run once per test process (over loopback
+    HTTP, process-tier kernels, a temporary Event Log); tests that store or show scorecards
+    share it rather than run the same suite again."""
+    upstream = ScriptedUpstream(default=make(name))
+    model = upstream_model(upstream.url, f"scripted-{name}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="qualify-test-") as workdir:
+            return run_suite(
+                model, workdir, upstream=upstream.url,
+                kernel_config=KernelConfig(sandbox="process", grace_s=0.5),
+            )  # fmt: skip
+    finally:
+        model.close()
+        upstream.close()
 
 
 def dump(card: Any) -> str:

@@ -5,14 +5,12 @@ audited either way; a qualified model passes."""
 from __future__ import annotations
 
 import pytest
-from gateway_upstream import ScriptedUpstream
-from qualify_endpoints import make
+from qualify_endpoints import scorecard
 
 from dashboard.gateway.models import GatewayKey
 from dashboard.qualify import service
 from dashboard.qualify.models import GateDecision, QualificationRequirement
 from dashboard.runs.models import TuningProfile
-from scroll_core.kernel import KernelConfig
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,12 +54,8 @@ def test_a_warning_profile_saves_with_a_warning_and_audits_it(admin_client):
 
 def test_a_qualified_model_passes_in_its_own_format_only(admin_client):
     strict = _profile("strict", QualificationRequirement.REFUSE)
-    upstream = ScriptedUpstream(default=make("competent"))
-    try:
-        q = service.create(model="scripted-competent", upstream=upstream.url)
-        service.execute(q, kernel_config=KernelConfig(sandbox="process", grace_s=0.5))
-    finally:
-        upstream.close()
+    card = scorecard("competent")
+    service.create(model=card.model, upstream=card.upstream).record(card)
     admin_client.post(ADD, _form("bot", strict, "scripted-competent"), follow=True)
     assert GatewayKey.objects.filter(agent_id="bot").exists()
     assert GateDecision.objects.get().outcome == "allowed"
@@ -72,13 +66,9 @@ def test_a_qualified_model_passes_in_its_own_format_only(admin_client):
 
 def test_a_failed_scorecard_does_not_qualify(admin_client):
     strict = _profile("strict", QualificationRequirement.REFUSE)
-    upstream = ScriptedUpstream(default=make("archive_answerer"))
-    try:
-        q = service.create(model="scripted-archive", upstream=upstream.url)
-        service.execute(q, kernel_config=KernelConfig(sandbox="process", grace_s=0.5))
-    finally:
-        upstream.close()
-    admin_client.post(ADD, _form("bot", strict, "scripted-archive"))
+    card = scorecard("archive_answerer")
+    service.create(model=card.model, upstream=card.upstream).record(card)
+    admin_client.post(ADD, _form("bot", strict, card.model))
     assert not GatewayKey.objects.filter(agent_id="bot").exists()
 
 

@@ -17,6 +17,7 @@ KERNEL = KernelConfig(sandbox="process", grace_s=0.5)
 
 
 def qualify(name: str, tmp_path) -> Scorecard:
+    """A fresh run (these tests check what the endpoint received too)."""
     behaviour = make(name)
     upstream = ScriptedUpstream(default=behaviour)
     try:

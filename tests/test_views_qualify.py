@@ -8,17 +8,13 @@ import time
 
 import pytest
 from django.urls import reverse
-from gateway_upstream import ScriptedUpstream
-from qualify_endpoints import make
+from qualify_endpoints import scorecard
 
 from dashboard.qualify import service
 from dashboard.qualify.models import Qualification
-from scroll_core.kernel import KernelConfig
 from scroll_core.models.policy import POLICY_NAME
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-KERNEL = KernelConfig(sandbox="process", grace_s=0.5)
 
 
 def _wait_done(pk: int, timeout: float = 60.0) -> Qualification:
@@ -32,14 +28,10 @@ def _wait_done(pk: int, timeout: float = 60.0) -> Qualification:
 
 
 def _qualified(name: str) -> Qualification:
-    """A stored qualification of a scripted endpoint, run the way the command runs one."""
-    upstream = ScriptedUpstream(default=make(name))
-    try:
-        q = service.create(model=f"scripted-{name}", upstream=upstream.url)
-        service.execute(q, kernel_config=KERNEL)
-    finally:
-        upstream.close()
-    q.refresh_from_db()
+    """A stored qualification of a scripted endpoint (its suite run shared with other tests)."""
+    card = scorecard(name)
+    q = service.create(model=card.model, upstream=card.upstream)
+    q.record(card)
     return q
 
 

@@ -5,13 +5,11 @@ endpoints over loopback HTTP) are picked from the list and compared side by side
 from __future__ import annotations
 
 import pytest
-from gateway_upstream import ScriptedUpstream
 from playwright.sync_api import expect
-from qualify_endpoints import make
+from qualify_endpoints import scorecard
 
 from dashboard.qualify import service
 from dashboard.qualify.models import Qualification
-from scroll_core.kernel import KernelConfig
 from scroll_core.models.policy import POLICY_NAME
 from tests.browser.conftest import shoot
 
@@ -19,13 +17,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _qualified(name: str) -> Qualification:
-    upstream = ScriptedUpstream(default=make(name))
-    try:
-        q = service.create(model=f"scripted-{name}", upstream=upstream.url)
-        service.execute(q, kernel_config=KernelConfig(sandbox="process", grace_s=0.5))
-    finally:
-        upstream.close()
-    q.refresh_from_db()
+    card = scorecard(name)
+    q = service.create(model=card.model, upstream=card.upstream)
+    q.record(card)
     return q
 
 

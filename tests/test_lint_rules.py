@@ -110,3 +110,25 @@ def test_the_command_prints_each_flag_and_a_count_per_rule(console_log, kernel):
     assert text.strip().endswith("1 session(s): window_refill 1, re_reading 0")
     with pytest.raises(CommandError, match="no such session"):
         call_command("scroll_lint", "nope", stdout=StringIO())
+
+
+@pytest.mark.django_db
+def test_the_session_page_loads_the_flags_with_their_seqs(console_log, kernel, admin_client):
+    from django.urls import reverse
+
+    _run(
+        console_log, kernel,
+        reply("Look.", repl(TABLE, "c1")),
+        reply("Again.", repl(TABLE, "c2")),
+        reply("400 rows."),
+    )  # fmt: skip
+    page = admin_client.get(reverse("session", args=[S])).content.decode()
+    url = reverse("session_lint", args=[S])
+    assert f'hx-get="{url}"' in page and f'href="{url}"' in page
+    fragment = admin_client.get(url).content.decode()
+    cells = recorded_cells(console_log, S)
+    assert 'class="lint-flag rule-window_refill"' in fragment
+    assert (
+        f'href="{reverse("event", args=[cells[1].call_seq])}">seq {cells[1].call_seq}' in fragment
+    )
+    assert admin_client.get(reverse("session_lint", args=["nope"])).status_code == 404

@@ -9,14 +9,16 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
+from dashboard.eventlog import get_event_log
 from dashboard.runs.models import TuningProfile
 from dashboard.runs.permissions import START_RUN, permission_required
 from scroll_core.errors import ConfigError
+from scroll_core.lint import RULES, lint_session
 from scroll_core.models.policy import POLICY_NAME
 from scroll_core.qualify import APIS, CATEGORIES, Scorecard
 
@@ -121,10 +123,24 @@ def qualify_compare(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/qualify_compare.html", ctx)
 
 
+@login_required
+@require_GET
+def session_lint(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The lint rules' flags for one recorded session (the session page loads it)."""
+    log = get_event_log()
+    if log.session(session_id) is None:
+        raise Http404(f"no session {session_id!r} in the Event Log")
+    flags = lint_session(log, session_id)
+    ctx = {"session_id": session_id, "flags": flags, "rules": list(RULES)}
+    return render(request, "dashboard/_session_lint.html", ctx)
+
+
 urlpatterns = [
     path("qualify/", qualifications, name="qualifications"),
     path("qualify/start/", qualify_start, name="qualify_start"),
     path("qualify/compare/", qualify_compare, name="qualify_compare"),
     path("qualify/<int:pk>/", qualification, name="qualification"),
     path("qualify/<int:pk>/card/", qualification_card, name="qualification_card"),
+    # Not under sessions/: the session page's <path:> would swallow it.
+    path("lint/sessions/<path:session_id>/", session_lint, name="session_lint"),
 ]

@@ -55,3 +55,27 @@ def test_two_scorecards_are_picked_and_compared(strict_page):
     expect(page.locator("#compare-item-protocolseam")).to_contain_text("archived index")
     expect(page.locator("tr.differs")).to_have_count(1)
     shoot(page, "qualify-compare")
+
+
+def test_the_session_page_shows_its_lint_flags(strict_page, console_log):
+    from agent_fakes import ScriptedModel, repl, reply
+
+    from scroll_core.agent import Session
+    from scroll_core.kernel import Kernel, KernelConfig
+    from scroll_core.profile import Profile
+
+    table = "rows = [f'row {i:04d} ' + 'x' * 20 for i in range(400)]\nprint(rows)"
+    model = ScriptedModel(reply("Look.", repl(table)), reply("Again.", repl(table)), reply("400."))
+    with Kernel(KernelConfig(sandbox="process", grace_s=0.5)) as kernel, Session(
+        console_log, model, session_id="lint-browser", kernel=kernel,
+        profile=Profile(context_size=model.context_size, print_cap=500),
+    ) as agent:  # fmt: skip
+        assert agent.ask("How many rows?").ok
+    page = strict_page
+    page.goto(f"{page.base}/sessions/lint-browser/")
+    flag = page.locator("#lint-flags tr.rule-window_refill")
+    expect(flag).to_have_count(1)
+    expect(flag).to_contain_text("variables persist")
+    flag.locator("td a").first.click()  # the cell's event
+    page.wait_for_url(f"{page.base}/events/*/")
+    shoot(page, "qualify-lint-event")

@@ -93,3 +93,19 @@ def test_bad_input_is_refused_before_anything_is_stored(args, says):
     with pytest.raises(CommandError, match=says):
         _qualify(*args)
     assert not Qualification.objects.exists()
+
+
+def test_queued_qualifications_run_from_the_command(operator, settings):
+    from django.urls import reverse
+
+    from scroll_core.models.policy import POLICY_NAME
+
+    settings.SCROLL_WORKERS = "external"  # the console only queues it
+    operator.post(reverse("qualify_start"), {"model": POLICY_NAME, "api": "openai"})
+    q = Qualification.objects.get()
+    assert q.status == Qualification.QUEUED
+    out = _qualify("--queued")
+    q.refresh_from_db()
+    assert q.status == Qualification.DONE and q.passed is False
+    assert out.startswith(f"#{q.pk} {POLICY_NAME}: FAIL")
+    assert _qualify("--queued") == ""  # claimed once: nothing left to run

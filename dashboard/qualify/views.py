@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -62,8 +63,11 @@ def qualify_start(request: HttpRequest) -> HttpResponse:
     except ConfigError as exc:
         messages.error(request, f"Not started: {exc}")
         return redirect("qualifications")
-    service.start_in_background(qualification)
-    messages.success(request, f"Qualifying {qualification.model_name} (#{qualification.pk}).")
+    if settings.SCROLL_WORKERS == "embedded":
+        service.start_in_background(qualification)
+        messages.success(request, f"Qualifying {qualification.model_name} (#{qualification.pk}).")
+    else:  # external workers: `manage.py scroll_qualify --queued` runs it
+        messages.success(request, f"Queued #{qualification.pk} for `scroll_qualify --queued`.")
     return redirect("qualification", qualification.pk)
 
 

@@ -108,9 +108,13 @@ class Behaviour:
         self.headlines = headlines
         self.breaks_calls = breaks_calls
         self.calls = 0
+        self.tools_seen: set[frozenset[str]] = set()  # the tool names each request offered
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         self.calls += 1
+        self.tools_seen.add(
+            frozenset(t.get("name") or t.get("function", {}).get("name") for t in body["tools"])
+        )
         view = View.of(body)
         text, tool, code = self.respond(view)
         if self.headlines:

@@ -11,14 +11,17 @@ from qualify_endpoints import dump, make
 from scroll_core.errors import ConfigError
 from scroll_core.kernel import KernelConfig
 from scroll_core.models.policy import PolicyModel
+from scroll_core.prompts import RECALL_TOOL, REPL_TOOL
 from scroll_core.qualify import ITEMS, Scorecard, run_suite, upstream_model
 
 KERNEL = KernelConfig(sandbox="process", grace_s=0.5)
 
 
-def qualify(name: str, tmp_path) -> Scorecard:
+def qualify(name: str, tmp_path, seen: list | None = None) -> Scorecard:
     """A fresh run (these tests check what the endpoint received too)."""
     behaviour = make(name)
+    if seen is not None:
+        seen.append(behaviour)
     upstream = ScriptedUpstream(default=behaviour)
     try:
         model = upstream_model(upstream.url, f"scripted-{name}")
@@ -35,7 +38,8 @@ def failed(card: Scorecard) -> set[str]:
 
 
 def test_a_competent_model_passes_every_item(tmp_path):
-    card = qualify("competent", tmp_path)
+    seen: list = []
+    card = qualify("competent", tmp_path, seen)
     assert failed(card) == set(), dump(card)
     assert card.passed and card.total == 100.0
     assert all(
@@ -45,6 +49,9 @@ def test_a_competent_model_passes_every_item(tmp_path):
         and i.id not in ("protocol.call_shape", "protocol.headlines", "protocol.window")
     )
     assert card.item("acting.two_steps").cells == 2  # it finished the second step
+    # Scroll's own loop offers both cells; the gateway's, to a client with no tools of its
+    # own, the recall cell alone.
+    assert seen[0].tools_seen == {frozenset({REPL_TOOL, RECALL_TOOL}), frozenset({RECALL_TOOL})}
 
 
 def test_a_model_that_prints_whole_tables_fails_acting(tmp_path):

@@ -80,10 +80,15 @@ class Case:
 
 @dataclass(frozen=True)
 class Item:
+    """``loop``: ``scroll`` (Scroll's own loop: a ``Session`` asks the question) or
+    ``gateway`` (a client sends the history and the question to the gateway's recall loop,
+    which logs, evicts and recalls on its own)."""
+
     id: str
     category: str
     title: str
     build: Callable[[random.Random], Case]
+    loop: str = "scroll"
 
 
 def _number_in(text: str, value: int) -> bool:
@@ -335,5 +340,11 @@ ITEMS: tuple[Item, ...] = (
          knowledge_update),
     Item("recall.multi_session", "recall", "evidence from two earlier sessions", multi_session),
     Item("recall.preference", "recall", "a preference stated once", preference),
+    Item("recall.gateway_planted_fact", "recall",
+         "a fact a client sent early, asked through the gateway's recall loop", planted_fact,
+         loop="gateway"),
+    Item("recall.gateway_update", "recall",
+         "a changed fact, asked through the gateway's recall loop", knowledge_update,
+         loop="gateway"),
     Item("protocol.seam", "protocol", "a request in the archived index is not answered", seam),
 )  # fmt: skip

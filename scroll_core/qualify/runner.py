@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..agent import Session, TurnResult
-from ..errors import ScrollError
+from ..errors import ModelError, ScrollError
+from ..gateway import ClientMessage, ClientRequest, GatewayConversation
 from ..kernel import Kernel, KernelConfig
-from ..models.base import ChatModel
+from ..models.base import ChatModel, ModelReply
 from ..profile import Profile
 from ..store import KIND_CONTEXT_MSG, KIND_MODEL_TURN, EventLog
 from ..telemetry import span
@@ -95,6 +97,8 @@ def _run_item(
     item: Item, model: ChatModel, log: EventLog, config: KernelConfig, seed: int, calls: _Calls
 ) -> ItemResult:
     case = item.build(random.Random(f"{SUITE_VERSION}:{seed}:{item.id}"))
+    if item.loop == "gateway":
+        return _run_gateway_item(item, case, model, log, config, calls)
     session_id, agent = f"qualify-{item.id}", f"qualify-{item.id}"
     _plant(log, case, session_id, agent)
     began = time.perf_counter()
@@ -144,6 +148,64 @@ def _run_item(
         output_tokens=sum(c.output_tokens for c in model_calls),
         seconds=round(seconds, 3),
     )
+
+
+class _ModelUpstream:
+    """A model served in process (the rule-based baseline) as the gateway's upstream."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, model: str,
+        params: Mapping[str, Any], on_text: Any = None, on_block: Any = None,
+    ) -> ModelReply:  # fmt: skip
+        return self.model.complete(messages, tools)
+
+
+def _run_gateway_item(
+    item: Item, case: Case, model: ChatModel, log: EventLog, config: KernelConfig, calls: _Calls
+) -> ItemResult:
+    """The item's history and question sent by a client in one request, as an agent behind
+    the gateway sends its whole history; the gateway evicts it and recalls in its kernel."""
+    session_id = agent = f"qualify-{item.id}"
+    history = tuple(ClientMessage(e.role, e.text) for e in case.history if not e.session)
+    request = ClientRequest(
+        api="openai",
+        model=model.name,
+        system="You are a helpful assistant.",
+        messages=(*history, ClientMessage("user", case.prompt)),
+    )
+    upstream = getattr(model, "upstream", None) or _ModelUpstream(model)
+    profile = Profile(context_size=case.context_size, print_cap=case.print_cap)
+    began = time.perf_counter()
+    with Kernel(config) as kernel:
+        conversation = GatewayConversation(
+            log, session_id=session_id, agent_id=agent, profile=profile, kernel=kernel
+        )
+        try:
+            reply = conversation.handle(request, upstream, model=model.name)
+        except ModelError as exc:
+            if calls.answered == 0:
+                raise ScrollError(f"the model could not be reached: {exc}") from None
+            return ItemResult(item.id, item.category, item.title, False, f"model error: {exc}")
+        finally:
+            conversation.close()
+    seconds = time.perf_counter() - began
+    stats = reply.stats
+    calls.answered += stats.upstream_calls
+    calls.tool_calls += stats.recalls + len(reply.tool_calls)
+    for call in reply.tool_calls:  # the client offered no tools: a call of its own invention
+        calls.refused.append(f"{item.id}: {call.name!r}: not a tool the request offered")
+    if stats.peak_view_tokens > case.context_size:
+        calls.over_window.append(item.id)
+    stop = "answer" if not reply.tool_calls else "client_tool_call"
+    passed, detail = case.judge(Outcome(reply.content, stop, ""))
+    return ItemResult(
+        item.id, item.category, item.title, passed, detail,
+        cells=stats.recalls, input_tokens=reply.usage.input_tokens,
+        output_tokens=reply.usage.output_tokens, seconds=round(seconds, 3),
+    )  # fmt: skip
 
 
 def _plant(log: EventLog, case: Case, session_id: str, agent: str) -> None:

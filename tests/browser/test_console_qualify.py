@@ -79,3 +79,20 @@ def test_the_session_page_shows_its_lint_flags(strict_page, console_log):
     flag.locator("td a").first.click()  # the cell's event
     page.wait_for_url(f"{page.base}/events/*/")
     shoot(page, "qualify-lint-event")
+
+
+def test_the_qualify_pages_fit_a_phone(strict_page):
+    good = _qualified("competent")
+    page = strict_page
+    page.set_viewport_size({"width": 390, "height": 844})
+    for url in ("/qualify/", f"/qualify/{good.pk}/", f"/qualify/compare/?a={good.pk}&b={good.pk}"):
+        page.goto(page.base + url)
+        overflow = page.evaluate(
+            "(() => { const h = document.querySelector('header.top');"
+            " return Math.max(h.scrollWidth - h.clientWidth,"
+            " ...Array.from(h.querySelectorAll('a, button'), a =>"
+            " a.getBoundingClientRect().right - window.innerWidth)); })()"
+        )
+        assert overflow <= 0, f"{url}: the header overflows by {overflow}px"
+        wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert wide <= 0, f"{url}: the page scrolls sideways by {wide}px"

@@ -109,3 +109,13 @@ def test_queued_qualifications_run_from_the_command(operator, settings):
     assert q.status == Qualification.DONE and q.passed is False
     assert out.startswith(f"#{q.pk} {POLICY_NAME}: FAIL")
     assert _qualify("--queued") == ""  # claimed once: nothing left to run
+
+
+def test_a_sandbox_the_operator_did_not_allow_is_refused_not_weakened(monkeypatch):
+    monkeypatch.setenv("SCROLL_SANDBOX", "bwrap")
+    monkeypatch.setenv("PATH", "/nonexistent")  # no bubblewrap to be found
+    with pytest.raises(SystemExit) as exited:
+        _qualify("--model", "scroll-policy-baseline")
+    assert exited.value.code == 2
+    q = Qualification.objects.get()
+    assert q.status == Qualification.FAILED and "bwrap is not installed" in q.error

@@ -72,12 +72,14 @@ def run_suite(
     upstream: str = "",
     on_item: Callable[[ItemResult], None] | None = None,
 ) -> Scorecard:
-    """Run every item against ``model``; the Event Log and kernels' scratch live in
-    ``workdir`` (a qualification never writes to a real session's log)."""
+    """Run every item against ``model``; the Event Log lives in ``workdir`` (a qualification
+    never writes to a real session's log). Kernels use ``kernel_config``, by default the
+    environment's (``SCROLL_SANDBOX``, ``SCROLL_SANDBOX_FALLBACK``)."""
     card = Scorecard(SUITE_VERSION, seed, model.name, api=api, upstream=upstream)
     calls = _Calls()
     began = time.perf_counter()
-    config = kernel_config or KernelConfig(sandbox="auto", fallback="process")
+    # The operator's sandbox settings, as for runs: never a silent fall to the weaker tier.
+    config = kernel_config or KernelConfig.from_env()
     with EventLog(Path(workdir) / "qualify.sqlite3") as log:
         for item in items:
             with span("scroll.qualify.item", item=item.id, model=model.name):

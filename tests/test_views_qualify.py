@@ -82,11 +82,13 @@ def test_starting_one_needs_the_permission_to_run_code(client, django_user_model
             "is not set on the server",
         ),
         ({"model": POLICY_NAME, "profile": "no-such-profile"}, "no tuning profile"),
+        ({"model": POLICY_NAME, "key_env": "sk-live-abc123"}, "not hold the key"),
     ],
 )
 def test_a_bad_form_is_refused_with_a_clear_message_and_stores_nothing(operator, form, says):
     answer = operator.post(reverse("qualify_start"), form, follow=True)
     assert says in answer.content.decode()
+    assert "sk-live-abc123" not in answer.content.decode()
     assert not Qualification.objects.exists()
 
 

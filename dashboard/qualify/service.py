@@ -6,6 +6,7 @@ claimed with one conditional update, so two processes never run the same one."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 from typing import Any
@@ -23,6 +24,8 @@ from .models import Qualification
 
 __all__ = ["create", "execute", "start_in_background"]
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
 
 def create(
     *, model: str, upstream: str = "", api: str = "openai", key_env: str = "",
@@ -37,6 +40,12 @@ def create(
     if model != POLICY_NAME and not upstream.strip().startswith(("http://", "https://")):
         raise ConfigError(
             f"model {model!r} needs an upstream http(s) URL (only {POLICY_NAME!r} runs without)"
+        )
+    if key_env and not _ENV_NAME.fullmatch(key_env):
+        # Never echoed: an operator may have pasted the key itself here.
+        raise ConfigError(
+            "the key variable must name an environment variable (letters, digits and _), "
+            "not hold the key"
         )
     if key_env and key_env not in os.environ:
         raise ConfigError(f"the environment variable {key_env!r} is not set on the server")

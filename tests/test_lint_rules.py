@@ -107,7 +107,7 @@ def test_the_command_prints_each_flag_and_a_count_per_rule(console_log, kernel):
     call_command("scroll_lint", S, stdout=out)
     text = out.getvalue()
     assert f"{S} seq " in text and "[window_refill]" in text
-    assert text.strip().endswith("1 session(s): window_refill 1, re_reading 0")
+    assert text.strip().endswith("1 session(s): window_refill 1, re_reading 0, head_and_tail 0")
     with pytest.raises(CommandError, match="no such session"):
         call_command("scroll_lint", "nope", stdout=StringIO())
 
@@ -132,3 +132,39 @@ def test_the_session_page_loads_the_flags_with_their_seqs(console_log, kernel, a
         f'href="{reverse("event", args=[cells[1].call_seq])}">seq {cells[1].call_seq}' in fragment
     )
     assert admin_client.get(reverse("session_lint", args=["nope"])).status_code == 404
+
+
+def _earlier_session(log, n: int = 40) -> list[int]:
+    return log.append_many(
+        {"session_id": "earlier", "kind": "context_msg", "role": "user", "content": f"day {i}"}
+        for i in range(n)
+    )
+
+
+def test_head_and_tail_flags_a_read_of_only_both_ends_of_a_long_session(log, kernel):
+    seqs = _earlier_session(log)
+    ends = (
+        f"print([e.seq for e in ms.expand({seqs[0]}, {seqs[2]})"
+        f" + ms.expand({seqs[-3]}, {seqs[-1]})])"
+    )
+    flags = _run(log, kernel, reply("Skim.", recall(ends, "r1")), reply("Done."))
+    (flag,) = flags
+    assert flag.rule == "head_and_tail"
+    assert flag.seqs[1:] == (*seqs[:3], *seqs[-3:])
+    assert "first 3 and last 3 of the 40 events of session 'earlier'" in flag.explanation
+
+
+def test_head_and_tail_leaves_alone_a_read_that_reaches_the_middle(log, kernel):
+    seqs = _earlier_session(log)
+    cell = (
+        f"print([e.seq for e in ms.expand({seqs[0]}, {seqs[2]}) + ms.expand({seqs[19]}, {seqs[21]})"
+        f" + ms.expand({seqs[-3]}, {seqs[-1]})])"
+    )
+    assert _run(log, kernel, reply("Read.", recall(cell, "r1")), reply("Done.")) == []
+    # A short session is all head and tail: nothing to miss.
+    short = _earlier_session(log, 12)
+    skim = (
+        f"print([e.seq for e in ms.expand({short[0]}, {short[1]})"
+        f" + ms.expand({short[-2]}, {short[-1]})])"
+    )
+    assert _run(log, kernel, reply("Skim.", recall(skim, "r2")), reply("Ok.")) == []

@@ -19,7 +19,7 @@ from dashboard.eventlog import get_event_log
 from dashboard.runs.models import TuningProfile
 from dashboard.runs.permissions import START_RUN, permission_required
 from scroll_core.errors import ConfigError
-from scroll_core.lint import RULES, lint_session
+from scroll_core.lint import RULE_NAMES, lint_session
 from scroll_core.models.policy import POLICY_NAME
 from scroll_core.qualify import APIS, CATEGORIES, Scorecard
 
@@ -135,7 +135,7 @@ def session_lint(request: HttpRequest, session_id: str) -> HttpResponse:
     if log.session(session_id) is None:
         raise Http404(f"no session {session_id!r} in the Event Log")
     flags = lint_session(log, session_id)
-    ctx = {"session_id": session_id, "flags": flags, "rules": list(RULES)}
+    ctx = {"session_id": session_id, "flags": flags, "rules": list(RULE_NAMES)}
     return render(request, "dashboard/_session_lint.html", ctx)
 
 

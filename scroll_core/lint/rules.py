@@ -6,6 +6,8 @@
 - ``re_reading``: the same span expanded three or more times in a session: reading instead
   of binding the span to a variable once and computing over it (the prefix cache works
   against it too).
+- ``head_and_tail``: a cell that read the first and the last turns of a long session and
+  nothing between: mid-session evidence is never seen (search the session instead).
 """
 
 from __future__ import annotations
@@ -17,9 +19,21 @@ from dataclasses import dataclass
 from ..store import EventStore
 from .trajectory import RecordedCell, recorded_cells
 
-__all__ = ["REREAD_LIMIT", "RULES", "Flag", "lint_session", "re_reading", "window_refill"]
+__all__ = [
+    "LOG_RULES",
+    "REREAD_LIMIT",
+    "RULES",
+    "RULE_NAMES",
+    "Flag",
+    "head_and_tail",
+    "lint_session",
+    "re_reading",
+    "window_refill",
+]
 
 REREAD_LIMIT = 3  # the console's span_reread alert counts from the same number
+HEAD_TAIL = 5  # events at each end of a session that count as its head and its tail
+LONG_SESSION = 4 * HEAD_TAIL  # shorter sessions are all head and tail
 
 
 @dataclass(frozen=True)
@@ -80,12 +94,52 @@ def re_reading(session_id: str, cells: list[RecordedCell]) -> list[Flag]:
     return flags
 
 
+def head_and_tail(session_id: str, cells: list[RecordedCell], log: EventStore) -> list[Flag]:
+    flags = []
+    positions: dict[str, dict[int, int]] = {}  # session -> seq -> its place in the session
+    for cell in cells:
+        read = sorted({s for call in cell.ms_calls if call.name == "expand" for s in call.seqs})
+        by_session: dict[str, list[int]] = defaultdict(list)
+        for seq in read:
+            found = log.get(seq) if seq > 0 else None
+            if found is not None:
+                by_session[found.session_id].append(seq)
+        for read_session, seqs in sorted(by_session.items()):
+            if read_session not in positions:
+                events = log.session_events(read_session, limit=None)
+                positions[read_session] = {e.seq: i for i, e in enumerate(events)}
+            place = positions[read_session]
+            size = len(place)
+            if size < LONG_SESSION:
+                continue
+            at = [place[s] for s in seqs if s in place]
+            head = [p for p in at if p < HEAD_TAIL]
+            tail = [p for p in at if p >= size - HEAD_TAIL]
+            if head and tail and len(head) + len(tail) == len(at):
+                flags.append(
+                    Flag(
+                        "head_and_tail", session_id, cell.call_seq, (cell.call_seq, *seqs),
+                        f"The cell at seq {cell.call_seq} read the first {len(head)} and last "
+                        f"{len(tail)} of the {size} events of session {read_session!r} and "
+                        "nothing between: evidence in the middle was never seen. Search the "
+                        "session (ms.search(..., session=...)) and expand around the hits.",
+                    )
+                )  # fmt: skip
+    return flags
+
+
 Rule = Callable[[str, list[RecordedCell]], list[Flag]]
 RULES: dict[str, Rule] = {"window_refill": window_refill, "re_reading": re_reading}
+# Rules that read the log beyond the session's own cells.
+LOG_RULES: dict[str, Callable[[str, list[RecordedCell], EventStore], list[Flag]]] = {
+    "head_and_tail": head_and_tail
+}
+RULE_NAMES = (*RULES, *LOG_RULES)
 
 
 def lint_session(log: EventStore, session_id: str) -> list[Flag]:
     """Every rule's flags for one recorded session, in seq order."""
     cells = recorded_cells(log, session_id)
     flags = [flag for rule in RULES.values() for flag in rule(session_id, cells)]
+    flags += [flag for rule in LOG_RULES.values() for flag in rule(session_id, cells, log)]
     return sorted(flags, key=lambda f: (f.cell_seq, f.rule))

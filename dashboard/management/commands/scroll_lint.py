@@ -14,11 +14,11 @@ from dataclasses import asdict
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dashboard.eventlog import get_event_log
-from scroll_core.lint import RULES, lint_session
+from scroll_core.lint import RULE_NAMES, lint_session
 
 
 class Command(BaseCommand):
-    help = "Lint recorded sessions: window refill and re-reading, each flag with its seqs."
+    help = "Lint recorded sessions (window refill, re-reading, head-and-tail reads) with seqs."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("sessions", nargs="*", help="session ids (default: every session)")
@@ -42,5 +42,5 @@ class Command(BaseCommand):
                 f"{','.join(map(str, flag.seqs))}: {flag.explanation}"
             )
         counts = Counter(f.rule for f in flags)
-        summary = ", ".join(f"{rule} {counts.get(rule, 0)}" for rule in RULES)
+        summary = ", ".join(f"{rule} {counts.get(rule, 0)}" for rule in RULE_NAMES)
         self.stdout.write(f"{len(sessions)} session(s): {summary}")

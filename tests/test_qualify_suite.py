@@ -42,6 +42,7 @@ def test_a_competent_model_passes_every_item(tmp_path):
     card = qualify("competent", tmp_path, seen)
     assert failed(card) == set(), dump(card)
     assert card.passed and card.total == 100.0
+    assert all(i.lint == () for i in card.items)
     assert all(
         i.cells >= 1 and i.tokens > 0
         for i in card.items
@@ -63,6 +64,8 @@ def test_a_model_that_prints_whole_tables_fails_acting(tmp_path):
         or "re-ran" in card.item("acting.bind_filter").detail
     )
     assert card.category("acting").score == 0.0
+    # It printed the table again when the cap cut it: the trajectory lint says so.
+    assert "window_refill" in card.item("acting.bind_filter").lint
     assert card.category("protocol").ok  # it speaks the protocol; it just does not act
     assert not card.passed
 

@@ -45,12 +45,14 @@ class Cell:
 @dataclass
 class Outcome:
     """What a turn left for the item's judge: the answer (``""`` when the turn ended without
-    one), why the turn stopped, what the probe cell printed, and the cells the model ran."""
+    one), why the turn stopped, what the probe cell printed, the cells the model ran and the
+    rules of the trajectory lint (``scroll_core.lint``) its session raised."""
 
     answer: str
     stop_reason: str
     probe: str
     cells: list[Cell] = field(default_factory=list)
+    lint: list[str] = field(default_factory=list)  # the trajectory lint's rules that flagged
 
 
 @dataclass(frozen=True)
@@ -95,16 +97,6 @@ def _number_in(text: str, value: int) -> bool:
     return re.search(rf"(?<![\d.]){value}(?![\d.])", text.replace(",", "")) is not None
 
 
-def _refilled(cells: list[Cell]) -> bool:
-    """A cell cut by the print cap followed by the same code again (the window refill)."""
-    for i, cell in enumerate(cells):
-        if cell.truncated and any(
-            later.code.strip() == cell.code.strip() for later in cells[i + 1 :]
-        ):
-            return True
-    return False
-
-
 def _acting_discipline(outcome: Outcome) -> str | None:
     """Why an acting outcome fails however right its answer, or None."""
     if outcome.stop_reason != "answer":
@@ -116,7 +108,7 @@ def _acting_discipline(outcome: Outcome) -> str | None:
         return (
             f"printed {printed:,} characters (budget {ACTING_PRINT_BUDGET:,}): filter in the kernel"
         )
-    if _refilled(outcome.cells):
+    if "window_refill" in outcome.lint:
         return "re-ran a cell the print cap cut instead of filtering its variables"
     return None
 

@@ -16,6 +16,7 @@ from ..agent import Session, TurnResult
 from ..errors import ModelError, ScrollError
 from ..gateway import ClientMessage, ClientRequest, GatewayConversation
 from ..kernel import Kernel, KernelConfig
+from ..lint import lint_session
 from ..models.base import ChatModel, ModelReply
 from ..profile import Profile
 from ..store import KIND_CONTEXT_MSG, KIND_MODEL_TURN, EventLog
@@ -134,7 +135,8 @@ def _run_item(
         )
         for tool in result.tool_calls
     ]
-    outcome = Outcome(result.answer or "", result.stop_reason, probe, cells)
+    lint = sorted({flag.rule for flag in lint_session(log, session_id)})
+    outcome = Outcome(result.answer or "", result.stop_reason, probe, cells, lint)
     passed, detail = case.judge(outcome)
     if result.error and not passed:
         detail = f"{detail} ({result.error[:200]})"
@@ -149,6 +151,7 @@ def _run_item(
         input_tokens=sum(c.input_tokens for c in model_calls),
         output_tokens=sum(c.output_tokens for c in model_calls),
         seconds=round(seconds, 3),
+        lint=tuple(lint),
     )
 
 

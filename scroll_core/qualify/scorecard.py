@@ -27,6 +27,7 @@ class ItemResult:
     input_tokens: int = 0
     output_tokens: int = 0
     seconds: float = 0.0
+    lint: tuple[str, ...] = ()  # the trajectory lint's rules the item's session raised
 
     @property
     def tokens(self) -> int:
@@ -127,7 +128,10 @@ class Scorecard:
             model=str(data["model"]),
             api=str(data.get("api", "")),
             upstream=str(data.get("upstream", "")),
-            items=[ItemResult(**item) for item in data["items"]],
+            items=[
+                ItemResult(**{**item, "lint": tuple(item.get("lint", ()))})
+                for item in data["items"]
+            ],
             seconds=float(data.get("seconds", 0.0)),
         )
 

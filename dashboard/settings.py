@@ -252,6 +252,7 @@ INSTALLED_APPS = [
     "dashboard.runs",
     "dashboard.projects",
     "dashboard.telemetry",
+    "dashboard.qualify",
     "dashboard.gateway",
     "dashboard.console",
 ]

@@ -27,6 +27,7 @@ urlpatterns = [
     path("runs/", views.runs, name="runs"),
     path("runs/<path:session_id>/stop/", views.run_stop, name="run_stop"),
     path("", include("dashboard.console.replay_views")),  # the replay lab (issue 6)
+    path("", include("dashboard.qualify.views")),  # model qualification (issue 33)
     path("vendor/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("vendor/plotly.css", vendor.plotly_css, name="plotly_css"),
     path("admin/", admin.site.urls),

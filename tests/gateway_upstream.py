@@ -234,9 +234,11 @@ Item = Reply | Callable[[dict[str, Any]], Reply]
 
 class ScriptedUpstream:
     """``ThreadingHTTPServer`` on 127.0.0.1:0; ``url`` ends in ``/v1``. With the script
-    empty it answers ``ok <n>`` with a headline."""
+    empty it answers with ``default`` (a callable of the request body) when given, else
+    ``ok <n>`` with a headline."""
 
-    def __init__(self) -> None:
+    def __init__(self, default: Callable[[dict[str, Any]], Reply] | None = None) -> None:
+        self.default = default
         self.script: list[Item] = []
         self.requests: list[dict[str, Any]] = []
         self.raw: list[bytes] = []  # each request body exactly as it arrived
@@ -258,7 +260,7 @@ class ScriptedUpstream:
                     upstream.requests.append(body)
                     upstream.headers.append({k.lower(): v for k, v in self.headers.items()})
                     upstream.paths.append(self.path)
-                    item = upstream.script.pop(0) if upstream.script else None
+                    item = upstream.script.pop(0) if upstream.script else upstream.default
                     n = len(upstream.requests)
                 anthropic = self.path.endswith("/messages")
                 reply = item(body) if callable(item) else item

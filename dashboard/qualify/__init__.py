@@ -1,0 +1,1 @@
+"""Model qualification in the console (issue 33): scorecards stored, shown and compared."""

@@ -6,9 +6,11 @@ Every event the gateway appends carries ``metadata["gw"]``: ``prefix`` (the clie
 prompt and tools, kept out of the view), ``msg`` (a client message at chain position ``pos``
 with fingerprint ``fp``), ``part`` (a tool call of that message), ``reply`` and
 ``reply_call`` (what the client got), ``step`` (an internal recall step: its text, its calls
-and their results) and ``rewrite`` (the marker naming the seqs a client's rewrite took out
-of the conversation). ``HistoryLog`` keeps the chain of the client's messages in memory and
-rebuilds it, and the view's live set, from these when a process first serves a session.
+and their results), ``rewrite`` (the marker naming the seqs a client's rewrite took out of the
+conversation) and ``compaction`` (the marker of a client's remote compaction, naming the seqs
+it stands for: see ``compaction``). ``HistoryLog`` keeps the chain of the client's messages
+in memory and rebuilds it, and the view's live set, from these when a process first serves a
+session.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class HistoryLog:
     _generation: int
     _prefix_hash: str | None
     _prefixes: dict[str, Prepared]
+    _recompact: bool
     lock: threading.Lock
 
     def _load(self) -> None:
@@ -82,6 +85,10 @@ class HistoryLog:
                 lo, hi = meta.get("dropped", [0, -1])
                 hidden.update(e.seq for e in events if lo <= e.seq <= hi)
                 self._generation += 1
+            elif kind == "compaction":
+                # The client holds a compacted context: the first view built here is
+                # evicted down to its tail again, as it was when the compaction was made.
+                self._recompact = True
             else:
                 chain_step(self.chain, event)
         self.state.add(events)

@@ -139,6 +139,7 @@ class GatewayConversation(HistoryLog):
         self._prefix_hash: str | None = None
         self._prefixes: dict[str, Prepared] = {}
         self._view: WorkingView | None = None
+        self._recompact = False  # set by ``_load`` for a session a client compacted
         self._sent: tuple[WorkingView, list[dict[str, Any]]] | None = None
         self._stages = Stages()
         self._relay: TextRelay | None = None
@@ -540,7 +541,8 @@ class GatewayConversation(HistoryLog):
     ) -> tuple[ClientReply, Callable[[], None] | None]:
         nonce = self._nonce = uuid.uuid4().hex[:10]
         pos = request.prior + len(request.messages)
-        view = self._compress(loop, prepared.prefix, "turn_start")
+        view = self._compress(loop, prepared.prefix, "turn_start", force=self._recompact)
+        self._recompact = False
         reply: ModelReply | None = None
         for step in range(1, self.max_steps + 1):
             reply, view = self._call(loop, upstream, model, request, prepared.prefix, view, step)

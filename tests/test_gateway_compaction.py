@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from django.urls import reverse
-from gateway_clients import logged_messages, make_key
+from gateway_clients import an, logged_messages, make_key
 from gateway_upstream import HEADLINE, Reply, a_message, a_text, a_tool_use, completion, text
 from gateway_upstream import tool_call as chat_call
 
@@ -187,3 +187,42 @@ def test_a_forged_or_foreign_compaction_is_refused_in_openai_shape(gateway, upst
     misplaced = _post(gateway, key, {"model": "gpt-5", "input": [{"type": "compaction_trigger"},
                                                                  _user("hi")]})  # fmt: skip
     assert misplaced.status_code == 400 and misplaced.json()["error"]["param"] == "input.0.type"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_anthropic_client_compacts_and_the_next_turn_recalls(
+    gateway, upstream, console_log, stream
+):
+    client = an(gateway, _key(upstream, "anthropic"))
+    history: list[dict[str, Any]] = [{"role": "user", "content": FACT}]
+    for i in range(8):
+        upstream.then(a_text(f"noted {i}"))
+        reply = client.messages.create(model="claude-x", max_tokens=100, messages=history)
+        history += [{"role": "assistant", "content": reply.content[0].text},
+                    {"role": "user", "content": f"step {i}: {FILLER}"}]  # fmt: skip
+    history.pop()
+    calls = len(upstream.requests)
+    ask = {"model": "claude-x", "max_tokens": 100, "messages": history,
+           "compaction": {"type": "summarize"}}  # fmt: skip
+    if stream:
+        with client.beta.messages.stream(**ask) as events:
+            compacted = events.get_final_message()
+    else:
+        compacted = client.beta.messages.create(**ask)
+    assert compacted.stop_reason == "compaction" and len(upstream.requests) == calls
+    [block] = compacted.content
+    assert block.type == "compaction" and "4711" not in (block.content or "")
+    session = get_service().held_sessions().pop()
+    before = logged_messages(console_log, session)
+
+    upstream.then(*_recall_then_check("anthropic"))
+    answer = client.beta.messages.create(
+        model="claude-x", max_tokens=100,
+        messages=[{"role": "assistant", "content": [block.model_dump(exclude_none=True)]},
+                  {"role": "user", "content": "What is the vault code?"}],
+    )  # fmt: skip
+    assert "4711" in answer.content[-1].text
+    assert FACT not in json.dumps(upstream.requests[calls])  # Scroll's view
+    logged = logged_messages(console_log, session)
+    assert logged[: len(before)] == before
+    assert [role for role, _ in logged[len(before) :]] == ["user", "assistant"]

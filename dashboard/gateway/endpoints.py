@@ -347,7 +347,7 @@ async def _handle(
             parsed.params[BETA_PARAM] = beta
         stages.lap("parse")
         if parsed.compact:
-            return await _compacted(key, parsed, session, stages, whole=compacting)
+            return await _compacted(api, key, parsed, session, stages, whole=compacting)
         if parsed.stream:
             return await _streamed(api, key, parsed, session, stages, sent)
         reply = await _serve(key, parsed, session, stages, sent)
@@ -377,14 +377,33 @@ def _compact_sync(
 
 
 async def _compacted(
-    key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages, *, whole: bool
+    api: str,
+    key: GatewayKey,
+    parsed: ClientRequest,
+    session: str | None,
+    stages: Stages,
+    *,
+    whole: bool,
 ) -> Response:
     """A remote compaction's answer (``scroll_core.gateway.compaction``): ``whole``, what
     ``POST /v1/responses/compact`` returns (v1); else a response whose one output item is the
-    compaction (v2), streamed when asked."""
+    compaction (v2), or for an Anthropic client a message of one ``compaction`` block,
+    streamed when asked."""
     handle, reply = await _in_pool(_compact_sync, key, parsed, session, stages)
     stages.lap("hop_back")
     headers = _timed({SESSION_HEADER: reply.stats.session_id}, stages)
+    if api == "anthropic":
+        if not parsed.stream:
+            return _json(anthropic_api.compaction_message(parsed.model, handle, reply), 200,
+                         headers)  # fmt: skip
+        framed = MessagesSse(parsed)._encode(
+            anthropic_api.compaction_events(parsed.model, handle, reply)
+        )
+
+        async def message_events() -> AsyncIterator[bytes]:
+            yield framed
+
+        return _sse(message_events(), headers)
     item_id = responses_api.item_id(parsed.response_id, "cmp", 0)
     if whole:
         return _json(compaction.compaction_object(parsed, handle, item_id), headers=headers)

@@ -33,6 +33,7 @@ from ..telemetry import span
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix
 from ._types import ClientMessage, ClientRequest, StoredPlace
+from .compaction import client_summary
 from .stored import ChainLink as Link
 from .stored import chain_at, chain_step, read_back
 
@@ -149,7 +150,9 @@ class HistoryLog:
             self.state.drop(hidden)
         return fresh
 
-    def _record_rewrite(self, common: int, sent: int) -> None:
+    def _record_rewrite(self, common: int, sent: int, new: Sequence[ClientMessage] = ()) -> None:
+        """Log a rewrite of the chain from ``common`` on; ``new``, the messages the client
+        sends from there, tells a client's own compaction (``compaction.client_summary``)."""
         self._sync()
         lo = self.chain[common].first_seq
         hi = self.state.synced_seq
@@ -160,9 +163,20 @@ class HistoryLog:
             f"of seqs {lo}-{hi} are no longer part of this conversation (the client now sends "
             f"{sent} messages). They stay in the Event Log: ms.expand({lo}, {hi})."
         )
+        meta: dict[str, Any] = {"gw": "rewrite", "at": common, "dropped": [lo, hi]}
+        summary = client_summary(self.chain[common:], new)
+        if summary is not None:
+            meta["compaction"], meta["summary"] = "client", summary
+            note = (
+                f"[scroll] The client compacted its history into its own summary (seq "
+                f"{summary}): the events of seqs {lo}-{hi} are no longer part of this "
+                f"conversation, and what the summary left out is still in the Event Log: "
+                f"ms.search(...) finds it, ms.expand({lo}, {hi}) reads it."
+            )
         with span(
-            "scroll.gateway.rewrite", session=self.session_id, seq_lo=lo, seq_hi=hi, at=common
-        ):
+            "scroll.gateway.rewrite", session=self.session_id, seq_lo=lo, seq_hi=hi, at=common,
+            summary=summary,
+        ):  # fmt: skip
             self.state.drop(dropped)
             self.log.append_many(
                 [
@@ -171,7 +185,7 @@ class HistoryLog:
                         kind=KIND_CONTEXT_MSG,
                         role="system",
                         content=note,
-                        metadata={"gw": "rewrite", "at": common, "dropped": [lo, hi]},
+                        metadata=meta,
                     )
                 ]
             )

@@ -25,14 +25,17 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..errors import GatewayRequestInvalid
-from ._types import ClientRequest, CompactionPoint
+from ._types import ClientMessage, ClientRequest, CompactionPoint
 
 __all__ = [
     "HANDLE_PREFIX",
+    "client_summary",
     "compaction_item",
     "compaction_object",
     "derive_secret",
@@ -115,3 +118,35 @@ _NO_USAGE: dict[str, Any] = {
     "output_tokens_details": {"reasoning_tokens": 0},
     "total_tokens": 0,
 }
+
+
+class _Link(Protocol):
+    first_seq: int
+
+    @property
+    def reply(self) -> tuple[str, Any, str] | None: ...
+
+
+# A summary's scaffolding, left out when looking for it in the client's next history: Claude
+# Code's compaction reply is ``<analysis>...</analysis>`` then ``<summary>...</summary>``, and
+# it resends the summary's inside.
+_ANALYSIS = re.compile(r"<analysis>.*?</analysis>", re.DOTALL)
+_SUMMARY_TAGS = re.compile(r"</?summary>")
+SUMMARY_MIN_CHARS = 20
+
+
+def client_summary(dropped: Sequence[_Link], new: Sequence[ClientMessage]) -> int | None:
+    """A client's own compaction (Claude Code's ``/compact`` and auto-compact, Codex's local
+    one): the first seq of the reply, among the ``dropped`` links of a rewrite, whose text
+    the client's ``new`` messages carry (the summary it asked the model for), or None when
+    the rewrite is not one."""
+    carried = [m.content for m in new if m.role in ("user", "system") and m.content]
+    if not carried:
+        return None
+    for link in reversed(dropped):
+        if link.reply is None:
+            continue
+        inner = _SUMMARY_TAGS.sub("", _ANALYSIS.sub("", link.reply[0])).strip()
+        if len(inner) >= SUMMARY_MIN_CHARS and any(inner in text for text in carried):
+            return link.first_seq
+    return None

@@ -369,7 +369,8 @@ class GatewayConversation(HistoryLog):
         rest of its handling takes it."""
         request, found, stats, prepared = aligned
         if found.kind == "rewrite":
-            self._record_rewrite(found.common, len(aligned.incoming))
+            new = request.messages[max(0, found.common - request.prior) :]
+            self._record_rewrite(found.common, len(aligned.incoming), new)
             stats.rewritten = True
         stats.appended = self._append_messages(
             request.messages, found.common, aligned.incoming, request.prior

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 from django.urls import reverse
@@ -226,3 +227,15 @@ def test_the_anthropic_client_compacts_and_the_next_turn_recalls(
     logged = logged_messages(console_log, session)
     assert logged[: len(before)] == before
     assert [role for role, _ in logged[len(before) :]] == ["user", "assistant"]
+    forged = {**block.model_dump(exclude_none=True), "encrypted_content": "scroll-compaction-1.x.y"}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(
+            model="claude-x",
+            max_tokens=100,
+            messages=[
+                {"role": "assistant", "content": [forged]},
+                {"role": "user", "content": "and?"},
+            ],
+        )
+    assert refused.value.body["error"]["type"] == "invalid_request_error"
+    assert "not a compaction this gateway made" in refused.value.message

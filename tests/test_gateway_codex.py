@@ -188,3 +188,27 @@ def test_codex_compacts_through_the_gateway_and_recalls_what_came_before(
     added = logged[len(before) :]
     assert [role for role, _ in added] == ["user", "assistant"]
     assert "What is the vault code?" in added[0][1]
+
+
+def test_codex_compacting_on_its_own_is_logged_as_a_client_compaction(
+    gateway, upstream, console_log, tmp_path
+):
+    """With the README's provider name Codex summarises on its own: the gateway logs the
+    history it starts over from as a rewrite that names the summary it gave."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".codex").mkdir(parents=True)
+    work.mkdir()
+    config = COMPACTING.format(gateway=gateway).replace('name = "OpenAI"', 'name = "Scroll"')
+    (home / ".codex" / "config.toml").write_text(config)
+    key = make_key(upstream, agent="codex", model_map={"*": "upstream-model"})
+    summary = "The user asked the assistant to keep a code in mind for later."
+    upstream.then(text("Noted.", prompt=5000), text(summary), text("It is 4711."))
+    _run(home, work, key, "Remember: the vault code is 4711.")
+    said = _said(_run(home, work, key, "resume", "--last", "What is the vault code?"))
+    assert said[-1] == "It is 4711."
+    assert "CONTEXT CHECKPOINT COMPACTION" in json.dumps(upstream.requests[1]["messages"])
+    session = _session(console_log)
+    events = console_log.session_events(session, limit=None)
+    [marker] = [e for e in events if e.metadata.get("gw") == "rewrite"]
+    assert marker.metadata["compaction"] == "client"
+    assert summary in next(e for e in events if e.seq == marker.metadata["summary"]).content

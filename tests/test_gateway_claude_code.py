@@ -5,6 +5,11 @@ Claude Code, not our reading of the Messages API, decides whether such an agent 
 through Scroll: the CLI of late 2026 sends a ``system``-role message inside ``messages``
 (its environment section), which the gateway refused with a 400 until it read that role.
 
+Its compaction (``/compact``; auto-compact sends the same two requests) is the client's
+own: it asks the model for a summary, then starts over from it. The gateway records that as
+a rewrite, and one whose new history carries the summary it gave as a client compaction,
+which the session page links to the seqs it replaced; what the summary dropped is recalled.
+
 Nothing leaves loopback: the CLI's non-essential traffic (telemetry, update checks) is
 switched off, its home is a temporary folder, and every model call goes to the gateway."""
 
@@ -16,15 +21,26 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
 from gateway_clients import agent_cli, logged_messages, make_key
-from gateway_upstream import HEADLINE, a_message, a_text, a_tool_use, completion, text, tool_call
+from gateway_upstream import (
+    HEADLINE,
+    Reply,
+    a_message,
+    a_text,
+    a_tool_use,
+    completion,
+    text,
+    tool_call,
+)
 
+from scroll_core.prompts import RECALL_TOOL
 from scroll_core.store import EventLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _run(gateway: str, key: str, home: Path, *args: str) -> dict:
+def _run(gateway: str, key: str, home: Path, *args: str, session: str = "") -> dict:
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home),
@@ -33,6 +49,8 @@ def _run(gateway: str, key: str, home: Path, *args: str) -> dict:
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
+    if session:  # the README's session name that survives /compact
+        env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Scroll-Session: {session}"
     done = subprocess.run(
         [agent_cli("claude", "@anthropic-ai/claude-code"), "-p", *args, "--output-format", "json"],
         env=env,
@@ -145,3 +163,40 @@ def test_claude_code_through_an_openai_format_upstream(gateway, upstream, consol
     assert [role for role, _ in logged_messages(console_log, _session(console_log))].count(
         "tool"
     ) == 1
+
+
+def test_claude_code_compacts_and_a_recall_finds_what_the_summary_dropped(
+    gateway, upstream, console_log, tmp_path, admin_client
+):
+    key = _key(upstream)
+    summary = "1. The user greeted the assistant and asked it to keep a code in mind."
+    code = "print([ms.expand(h.seq).content[-200:] for h in ms.search('vault code', k=3)])"
+
+    def recalled(body: dict) -> Reply:
+        printout = json.dumps(body["messages"][-1])
+        assert "4711" in printout, printout
+        return a_text("The vault code is 4711.")
+
+    upstream.then(
+        a_text("Noted."),
+        a_text(f"<analysis>Short chat.</analysis>\n<summary>{summary}</summary>"),
+        a_message([a_tool_use(RECALL_TOOL, {"code": code}, "toolu_r")]),
+        recalled,
+    )
+    _run(gateway, key, tmp_path, "Remember: the vault code is 4711.", session="cc")
+    _run(gateway, key, tmp_path, "--continue", "/compact", session="cc")
+    calls = len(upstream.requests)
+    done = _run(gateway, key, tmp_path, "--continue", "What is the vault code?", session="cc")
+    assert done["result"].endswith("The vault code is 4711.")
+    # The client's compaction: the summary, not the history, went up with the question.
+    sent = json.dumps(upstream.requests[calls]["messages"])
+    assert summary in sent and "4711" not in sent
+    events = console_log.session_events("gw:claude-code:cc", limit=None)
+    [marker] = [e for e in events if e.metadata.get("gw") == "rewrite"]
+    assert marker.metadata["compaction"] == "client"
+    said = next(e for e in events if e.seq == marker.metadata["summary"])
+    assert said.role == "assistant" and summary in said.content
+    lo, hi = marker.metadata["dropped"]
+    assert any(lo <= e.seq <= hi and "4711" in e.content for e in events)
+    page = admin_client.get(reverse("session", args=["gw:claude-code:cc"])).content.decode()
+    assert f'data-replaced="{lo}-{hi}" data-summary="{said.seq}"' in page

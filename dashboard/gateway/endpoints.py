@@ -52,6 +52,7 @@ from scroll_core.gateway import (
     ClientRequest,
     Stages,
     anthropic_api,
+    compaction,
     openai_api,
     responses_api,
 )
@@ -324,7 +325,13 @@ def _failure(api: str, exc: BaseException) -> Response:
     raise exc
 
 
-async def _handle(request: Request, api: str, parse: Callable[[Any], ClientRequest]) -> Response:
+async def _handle(
+    request: Request,
+    api: str,
+    parse: Callable[[Any], ClientRequest],
+    *,
+    compacting: bool = False,
+) -> Response:
     if request.method != "POST":
         return _error(api, 405, f"{request.path} takes POST")
     stages = Stages(began=request.received or None)
@@ -345,6 +352,8 @@ async def _handle(request: Request, api: str, parse: Callable[[Any], ClientReque
         if beta:  # forwarded to an Anthropic-format upstream (see anthropic_api)
             parsed.params[BETA_PARAM] = beta
         stages.lap("parse")
+        if parsed.compact:
+            return await _compacted(api, key, parsed, session, stages, whole=compacting)
         if parsed.stream:
             return await _streamed(api, key, parsed, session, stages, sent)
         reply = await _serve(key, parsed, session, stages, sent)
@@ -361,6 +370,63 @@ async def _handle(request: Request, api: str, parse: Callable[[Any], ClientReque
     response.headers["Server-Timing"] = _server_timing(stages)
     response.after = sent.set
     return response
+
+
+def _compact_sync(
+    key: GatewayKey, parsed: ClientRequest, session: str | None, stages: Stages
+) -> tuple[str, ClientReply]:
+    stages.lap("hop")
+    try:
+        return get_service().compact(key, parsed, session, stages=stages)
+    finally:
+        close_old_connections()
+
+
+async def _compacted(
+    api: str,
+    key: GatewayKey,
+    parsed: ClientRequest,
+    session: str | None,
+    stages: Stages,
+    *,
+    whole: bool,
+) -> Response:
+    """A remote compaction's answer (``scroll_core.gateway.compaction``): ``whole``, what
+    ``POST /v1/responses/compact`` returns (v1); else a response whose one output item is the
+    compaction (v2), or for an Anthropic client a message of one ``compaction`` block,
+    streamed when asked."""
+    handle, reply = await _in_pool(_compact_sync, key, parsed, session, stages)
+    stages.lap("hop_back")
+    headers = _timed({SESSION_HEADER: reply.stats.session_id}, stages)
+    if api == "anthropic":
+        if not parsed.stream:
+            return _json(anthropic_api.compaction_message(parsed.model, handle, reply), 200,
+                         headers)  # fmt: skip
+        framed = MessagesSse(parsed)._encode(
+            anthropic_api.compaction_events(parsed.model, handle, reply)
+        )
+
+        async def message_events() -> AsyncIterator[bytes]:
+            yield framed
+
+        return _sse(message_events(), headers)
+    item_id = responses_api.item_id(parsed.response_id, "cmp", 0)
+    if whole:
+        return _json(compaction.compaction_object(parsed, handle, item_id), headers=headers)
+    item = compaction.compaction_item(item_id, handle)
+    if not parsed.stream:
+        body = responses_api.response_object(
+            parsed, response_id=parsed.response_id, created_at=parsed.created_at,
+            status="completed", output=[item], reply=reply,
+        )  # fmt: skip
+        return _json(body, headers=headers)
+    sse = ResponsesSse(parsed)
+    data = sse.start() + sse._encode(sse.responses.compaction(item, reply))
+
+    async def events() -> AsyncIterator[bytes]:
+        yield data
+
+    return _sse(events(), headers)
 
 
 def _whole_reply(api: str, parsed: ClientRequest, reply: ClientReply) -> dict[str, Any]:
@@ -584,6 +650,12 @@ async def responses(request: Request) -> Response:
     return await _handle(request, "responses", responses_api.parse_responses_request)
 
 
+async def responses_compact(request: Request) -> Response:
+    """``POST /v1/responses/compact`` (remote compaction v1): see ``_compacted``."""
+    parse = partial(responses_api.parse_responses_request, compacting=True)
+    return await _handle(request, "responses", parse, compacting=True)
+
+
 def _stored_call(fn: Callable[..., T], *args: Any) -> T:
     try:
         return fn(*args)
@@ -769,6 +841,7 @@ ROUTES = {
     "/v1/models": models,
     "/v1/responses": responses,
     "/v1/responses/input_tokens": response_input_tokens,
+    "/v1/responses/compact": responses_compact,
     "/v1/responses/*": stored_response,
     "/v1/messages": messages,
     "/v1/messages/count_tokens": count_tokens,

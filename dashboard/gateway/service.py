@@ -43,7 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -74,9 +74,10 @@ from scroll_core.gateway import (
     GatewayConversation,
     HttpUpstream,
     Stages,
+    compaction,
     http_upstream,
 )
-from scroll_core.gateway.naming import session_id_for
+from scroll_core.gateway.naming import check_session_header, session_id_for
 from scroll_core.gateway.upstream import OnBlock, OnText
 from scroll_core.kernel import KernelConfig, KernelManager
 from scroll_core.profile import Profile
@@ -177,6 +178,8 @@ class GatewayService:
         self._sessions: dict[str, _Session] = {}
         self.session_wait_s = float(getattr(settings, "SCROLL_GATEWAY_SESSION_WAIT_S", 30.0))
         self.session_idle_s = float(getattr(settings, "SCROLL_GATEWAY_SESSION_IDLE_S", 900.0))
+        # Seals remote compactions' handles (every web process sharing SECRET_KEY checks them).
+        self.compaction_secret = compaction.derive_secret(settings.SECRET_KEY)
         self._written: dict[str, tuple[Any, ...]] = {}  # KernelState rows as last written
         self._halt = threading.Event()
         self._nudge = threading.Event()  # write the kernels now (a request ran a cell)
@@ -600,14 +603,84 @@ class GatewayService:
         answered: Callable[[ClientReply], None] | None,
         on_block: OnBlock | None = None,
     ) -> ClientReply:
+        session_id, request = self._session_of(key, request, session_header)
+        with self._holding(session_id):
+            return self._serve_held(key, request, session_id, stages, on_text, answered, on_block)
+
+    def _session_of(
+        self, key: GatewayKey, request: ClientRequest, session_header: str | None
+    ) -> tuple[str, ClientRequest]:
+        """The session ``request`` is served in, and the request with what it continues
+        from resolved (a compaction's point, a stored reply)."""
+        if request.compacted:  # the Responses API: continue from a compaction
+            point = compaction.open_handle(
+                self.compaction_secret, key.agent_id, request.compacted, request.compacted_param
+            )
+            check_session_header(key.agent_id, session_header, point.session_id, "compaction")
+            return point.session_id, replace(request, resumes=point)
         if request.previous_response_id:  # the Responses API: continue a stored reply
             session_id, request = stored_responses.continuation(key, request, session_header)
         elif request.conversation_id:  # the Conversations API: add to a conversation
             session_id = stored_conversations.session_of(key, request, session_header)
         else:
             session_id = session_id_for_request(key, request, session_header)
-        with self._holding(session_id):
-            return self._serve_held(key, request, session_id, stages, on_text, answered, on_block)
+        return session_id, request
+
+    def compact(
+        self,
+        key: GatewayKey,
+        request: ClientRequest,
+        session_header: str | None,
+        *,
+        stages: Stages | None = None,
+    ) -> tuple[str, ClientReply]:
+        """Answer a remote compaction (``request.compact``; see
+        ``scroll_core.gateway.compaction``): the handle of the point of the session's chain
+        it stands for, sealed for the key's agent, and its record, handed to the console as
+        a request's."""
+        with self._serving:
+            self._in_flight += 1
+        try:
+            with self.gate:
+                session_id, request = self._session_of(key, request, session_header)
+                with self._holding(session_id):
+                    self.admit(key, session_id)
+                    conversation = self.conversation(key, session_id)
+                    reply: ClientReply | None = None
+                    error = ""
+                    try:
+                        point, reply = conversation.compact(
+                            request, stages=stages, idle=self.gate.released
+                        )
+                        return compaction.seal(self.compaction_secret, key.agent_id, point), reply
+                    except Exception as exc:
+                        error = f"{type(exc).__name__}: {exc}"[:4000]
+                        raise
+                    finally:
+                        self._record(key, request, session_id, conversation, reply, error, [])
+        finally:
+            with self._serving:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._serving.notify_all()
+
+    def _record(
+        self,
+        key: GatewayKey,
+        request: ClientRequest,
+        session_id: str,
+        conversation: GatewayConversation,
+        reply: ClientReply | None,
+        error: str,
+        calls: list[Any],
+    ) -> None:
+        view = conversation.view
+        job = Job(key.pk, key.agent_id, key.profile_id, session_id,
+                  key.upstream_model(request.model), request.api, request.model,
+                  conversation.requests, reply, error,
+                  view.report.to_dict() if view is not None else None,
+                  IndexSnapshot(conversation.index), calls)  # fmt: skip
+        self.recorder.submit(job)
 
     def _serve_held(
         self,
@@ -661,12 +734,7 @@ class GatewayService:
             error = f"{type(exc).__name__}: {exc}"[:4000]
             raise
         finally:
-            view = conversation.view
-            job = Job(key.pk, key.agent_id, key.profile_id, session_id, model, request.api,
-                       request.model, conversation.requests, reply, error,
-                       view.report.to_dict() if view is not None else None,
-                       IndexSnapshot(conversation.index), calls.drain())  # fmt: skip
-            self.recorder.submit(job)
+            self._record(key, request, session_id, conversation, reply, error, calls.drain())
             if stages is not None:
                 stages.lap("bookkeeping")
 

@@ -1,17 +1,17 @@
 """The gateway's framework-free core: an OpenAI- and Anthropic-compatible front for any agent.
 
 Format translation (``openai_api``, ``responses_api`` and ``responses_stream``,
-``anthropic_api``), session naming (``naming``), history
-alignment (``align``), the extractive headline (``headline_fallback``), the upstream
-protocol and its HTTP clients (``upstream`` for OpenAI-compatible upstreams,
-``anthropic_upstream`` for Anthropic Messages ones, its requests built by
-``anthropic_request``), and the recall loop over one session's log,
+``anthropic_api``), remote compaction's handles (``compaction``), session naming
+(``naming``), history alignment (``align``), the extractive headline
+(``headline_fallback``), the upstream protocol and its HTTP clients (``upstream`` for
+OpenAI-compatible upstreams, ``anthropic_upstream`` for Anthropic Messages ones, its
+requests built by ``anthropic_request``), and the recall loop over one session's log,
 view and kernel (``conversation``). The Django/ASGI glue is ``dashboard.gateway``.
 """
 
 from __future__ import annotations
 
-from . import anthropic_api, openai_api, responses_api
+from . import anthropic_api, compaction, openai_api, responses_api
 from ._timing import Stages
 from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats, StoredPlace
 from .align import Alignment, align
@@ -39,6 +39,7 @@ __all__ = [
     "Upstream",
     "align",
     "anthropic_api",
+    "compaction",
     "extractive_headline",
     "http_upstream",
     "openai_api",

@@ -6,9 +6,11 @@ Every event the gateway appends carries ``metadata["gw"]``: ``prefix`` (the clie
 prompt and tools, kept out of the view), ``msg`` (a client message at chain position ``pos``
 with fingerprint ``fp``), ``part`` (a tool call of that message), ``reply`` and
 ``reply_call`` (what the client got), ``step`` (an internal recall step: its text, its calls
-and their results) and ``rewrite`` (the marker naming the seqs a client's rewrite took out
-of the conversation). ``HistoryLog`` keeps the chain of the client's messages in memory and
-rebuilds it, and the view's live set, from these when a process first serves a session.
+and their results), ``rewrite`` (the marker naming the seqs a client's rewrite took out of the
+conversation) and ``compaction`` (the marker of a client's remote compaction, naming the seqs
+it stands for: see ``compaction``). ``HistoryLog`` keeps the chain of the client's messages
+in memory and rebuilds it, and the view's live set, from these when a process first serves a
+session.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..telemetry import span
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix
 from ._types import ClientMessage, ClientRequest, StoredPlace
+from .compaction import client_summary
 from .stored import ChainLink as Link
 from .stored import chain_at, chain_step, read_back
 
@@ -60,6 +63,7 @@ class HistoryLog:
     _generation: int
     _prefix_hash: str | None
     _prefixes: dict[str, Prepared]
+    _recompact: bool
     lock: threading.Lock
 
     def _load(self) -> None:
@@ -82,6 +86,10 @@ class HistoryLog:
                 lo, hi = meta.get("dropped", [0, -1])
                 hidden.update(e.seq for e in events if lo <= e.seq <= hi)
                 self._generation += 1
+            elif kind == "compaction":
+                # The client holds a compacted context: the first view built here is
+                # evicted down to its tail again, as it was when the compaction was made.
+                self._recompact = True
             else:
                 chain_step(self.chain, event)
         self.state.add(events)
@@ -142,7 +150,9 @@ class HistoryLog:
             self.state.drop(hidden)
         return fresh
 
-    def _record_rewrite(self, common: int, sent: int) -> None:
+    def _record_rewrite(self, common: int, sent: int, new: Sequence[ClientMessage] = ()) -> None:
+        """Log a rewrite of the chain from ``common`` on; ``new``, the messages the client
+        sends from there, tells a client's own compaction (``compaction.client_summary``)."""
         self._sync()
         lo = self.chain[common].first_seq
         hi = self.state.synced_seq
@@ -153,9 +163,20 @@ class HistoryLog:
             f"of seqs {lo}-{hi} are no longer part of this conversation (the client now sends "
             f"{sent} messages). They stay in the Event Log: ms.expand({lo}, {hi})."
         )
+        meta: dict[str, Any] = {"gw": "rewrite", "at": common, "dropped": [lo, hi]}
+        summary = client_summary(self.chain[common:], new)
+        if summary is not None:
+            meta["compaction"], meta["summary"] = "client", summary
+            note = (
+                f"[scroll] The client compacted its history into its own summary (seq "
+                f"{summary}): the events of seqs {lo}-{hi} are no longer part of this "
+                f"conversation, and what the summary left out is still in the Event Log: "
+                f"ms.search(...) finds it, ms.expand({lo}, {hi}) reads it."
+            )
         with span(
-            "scroll.gateway.rewrite", session=self.session_id, seq_lo=lo, seq_hi=hi, at=common
-        ):
+            "scroll.gateway.rewrite", session=self.session_id, seq_lo=lo, seq_hi=hi, at=common,
+            summary=summary,
+        ):  # fmt: skip
             self.state.drop(dropped)
             self.log.append_many(
                 [
@@ -164,7 +185,7 @@ class HistoryLog:
                         kind=KIND_CONTEXT_MSG,
                         role="system",
                         content=note,
-                        metadata={"gw": "rewrite", "at": common, "dropped": [lo, hi]},
+                        metadata=meta,
                     )
                 ]
             )

@@ -14,6 +14,7 @@ __all__ = [
     "ClientMessage",
     "ClientReply",
     "ClientRequest",
+    "CompactionPoint",
     "GatewayStats",
     "StoredPlace",
     "canonical_args",
@@ -75,6 +76,17 @@ class StoredPlace:
 
 
 @dataclass(frozen=True)
+class CompactionPoint:
+    """The point of a session's chain a remote compaction stands for (Codex's compaction
+    item): the first ``position`` messages of the chain as it stood when the compaction's
+    marker event (``seq``) was logged. A request carrying the item continues from there."""
+
+    session_id: str
+    position: int
+    seq: int
+
+
+@dataclass(frozen=True)
 class ClientRequest:
     """A chat request as the gateway serves it, whichever API it came through.
 
@@ -112,6 +124,15 @@ class ClientRequest:
     # text when none of ``messages`` is a user's.
     prior: int = 0
     prior_user_text: str = ""
+    # Remote compaction (the Responses API, as Codex uses it): ``compacted`` is the handle
+    # of the last ``compaction`` item in the input (``compacted_param`` names it in errors;
+    # the messages are then only those after it), resolved by the server to ``resumes``;
+    # ``compact``: the client asks for a compaction (``/v1/responses/compact``, or an input
+    # ending in a ``compaction_trigger`` item) and gets a handle, no model call made.
+    compacted: str = ""
+    compacted_param: str = ""
+    resumes: CompactionPoint | None = None
+    compact: bool = False
 
     def first_user_text(self) -> str:
         return next((m.content for m in self.messages if m.role == "user"), "")

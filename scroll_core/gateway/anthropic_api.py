@@ -158,13 +158,18 @@ def _mark(block: dict[str, Any], at: str) -> dict[str, Any] | None:
     return mark or None
 
 
-def _messages(raw: Any, marks: list[list[Any]] | None = None) -> list[ClientMessage]:
+def _messages(
+    raw: Any, marks: list[list[Any]] | None = None, compacted: list[str] | None = None
+) -> list[ClientMessage]:
     """The history; each message a block of which carries a ``cache_control`` breakpoint is
     added to ``marks`` as ``[role, text, cache_control]`` (what ``anthropic_upstream`` needs
-    to put it back on the same message in the view)."""
+    to put it back on the same message in the view). A ``compaction`` block (a handle this
+    gateway gave: see ``compaction``) stands for everything before it, which is left out;
+    its handle and its place are put in ``compacted``."""
     _need(isinstance(raw, list) and bool(raw), "messages", "must be a non-empty list")
     out: list[ClientMessage] = []
     marks = [] if marks is None else marks
+    compacted = [] if compacted is None else compacted
     for i, message in enumerate(raw):
         where = f"messages.{i}"
         _need(isinstance(message, dict), where, "must be an object")
@@ -183,12 +188,25 @@ def _messages(raw: Any, marks: list[list[Any]] | None = None) -> list[ClientMess
         texts: list[str] = []
         calls: list[ToolCall] = []
         own_mark: dict[str, Any] | None = None
+        compacted_here = False
         for j, block in enumerate(content):
             at = f"{where}.content.{j}"
             _need(isinstance(block, dict), at, "must be an object")
             kind = block.get("type")
             _need(isinstance(kind, str), f"{at}.type", "is required")
             mark = _mark(block, at)
+            if kind == "compaction":
+                handle = block.get("encrypted_content")
+                _need(
+                    isinstance(handle, str) and bool(handle),
+                    f"{at}.encrypted_content",
+                    "is required (the compaction's handle, as this gateway gave it)",
+                )
+                compacted[:] = [str(handle), f"{at}.encrypted_content"]
+                for held in (out, marks, texts, calls):
+                    held.clear()
+                own_mark, compacted_here = None, True
+                continue
             if kind == "tool_use":
                 _need(
                     role == "assistant", f"{at}.type", "tool_use blocks belong to assistant turns"
@@ -212,7 +230,7 @@ def _messages(raw: Any, marks: list[list[Any]] | None = None) -> list[ClientMess
                 if shown:
                     texts.append(shown)
             own_mark = mark or own_mark
-        if role == "assistant":
+        if role == "assistant" and (texts or calls or not compacted_here):
             out.append(ClientMessage("assistant", "\n".join(texts), tuple(calls)))
         elif texts:
             out.append(ClientMessage(role, "\n".join(texts)))
@@ -358,12 +376,14 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
     stream = body.get("stream", False)
     _need(isinstance(stream, bool) or stream is None, "stream", "must be a boolean")
     marks: list[list[Any]] = []
-    messages = _messages(body.get("messages"), marks)
+    compacted: list[str] = []
+    messages = _messages(body.get("messages"), marks, compacted)
     _need(
-        any(m.role != "system" for m in messages),
+        any(m.role != "system" for m in messages) or bool(compacted),
         "messages",
         "must hold at least one user or assistant message with content",
     )
+    compact = _compaction(body) and not counting
     params: dict[str, Any] = {"max_tokens": max_tokens}
     system = _system(body.get("system"))
     system_mark = _system_mark(body.get("system"))
@@ -394,7 +414,71 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> ClientReques
         tools=tools,
         stream=bool(stream),
         params=params,
+        compacted=compacted[0] if compacted else "",
+        compacted_param=compacted[1] if compacted else "",
+        compact=compact,
     )
+
+
+def _compaction(body: dict[str, Any]) -> bool:
+    """Whether the request asks for a compaction (``compaction: {"type": "summarize"}``, the
+    Messages API's compaction request): answered from the log (see ``compaction``)."""
+    raw = body.get("compaction")
+    if raw is None:
+        return False
+    _need(isinstance(raw, dict) and raw.get("type") == "summarize", "compaction.type",
+          "must be 'summarize'")  # fmt: skip
+    _need(
+        body.get("context_management") is None,
+        "compaction",
+        "cannot be combined with context_management",
+    )
+    return True
+
+
+# What a compaction block says in place of a summary: the gateway writes none.
+COMPACTION_NOTE = (
+    "[scroll] The conversation before this point is kept whole in Scroll's Event Log and "
+    "stays recallable; nothing was summarised or dropped."
+)
+
+
+def compaction_message(model: str, handle: str, reply: ClientReply) -> dict[str, Any]:
+    """The answer to a compaction request: one ``compaction`` block, ``stop_reason``
+    ``compaction``, no usage (no model call)."""
+    return {
+        "id": new_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [
+            {"type": "compaction", "content": COMPACTION_NOTE, "encrypted_content": handle}
+        ],
+        "stop_reason": "compaction",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+        "scroll": reply.stats.to_dict(),
+    }
+
+
+def compaction_events(model: str, handle: str, reply: ClientReply) -> list[tuple[str, Any]]:
+    """``compaction_message`` as the events of a stream: the block opens empty and its
+    ``compaction_delta`` carries the note and the handle."""
+    whole = compaction_message(model, handle, reply)
+    head = {**whole, "content": [], "stop_reason": None}
+    block = {"type": "compaction", "content": None, "encrypted_content": None}
+    delta = {"type": "compaction_delta", "content": COMPACTION_NOTE, "encrypted_content": handle}
+    stop = {"stop_reason": "compaction", "stop_sequence": None}
+    return [
+        ("message_start", {"type": "message_start", "message": head}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": block}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": stop, "usage": whole["usage"],
+                           "scroll": whole["scroll"]}),
+        ("message_stop", {"type": "message_stop"}),
+    ]  # fmt: skip
 
 
 def new_id() -> str:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -41,7 +41,7 @@ from typing import Any
 from .. import wire
 from ..agent.cells import AgentKernel, CellOutcome, run_cell
 from ..agent.steps import fresh_profile, traced_call, unique_call
-from ..errors import ContextOverflow, ScrollError
+from ..errors import ContextOverflow, GatewayRequestInvalid, ScrollError
 from ..eviction import CompressRecord, compress
 from ..headlines import parse_headline
 from ..kernel.manager import KernelManager
@@ -50,16 +50,17 @@ from ..kernel.results import NamespaceDigest
 from ..models.base import ModelReply, ToolCall, Usage
 from ..profile import Profile
 from ..prompts import RECALL_TOOL
-from ..store import KIND_MODEL_TURN, KIND_TOOL_RESULT, EventStore
+from ..store import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventStore
 from ..telemetry import session_scope, span, usage
 from ..tokens import TokenCounter
 from ..view import ContextState, Prefix, WorkingView
 from ._history import HistoryLog, Link, Prepared
 from ._relay import TextRelay
 from ._timing import Stages
-from ._types import ClientMessage, ClientReply, ClientRequest, GatewayStats
-from .align import align
+from ._types import ClientMessage, ClientReply, ClientRequest, CompactionPoint, GatewayStats
+from .align import Alignment, align
 from .headline_fallback import extractive_headline
+from .stored import replay_chain
 from .upstream import OnBlock, OnText, Upstream
 
 __all__ = ["DEFAULT_RECALL_STEPS", "REQUEST_SPAN", "GatewayConversation"]
@@ -70,6 +71,20 @@ DEFAULT_RECALL_STEPS = 6
 REQUEST_SPAN = "invoke_agent scroll-gateway"
 log = logging.getLogger("scroll.gateway")
 BUDGET_NOTICE = "[scroll: the recall step budget ran out before the model answered]"
+
+
+@dataclass
+class _Aligned:
+    """A request aligned with the session's chain (``GatewayConversation._align``)."""
+
+    request: ClientRequest
+    found: Alignment
+    stats: GatewayStats
+    prepared: Prepared
+    incoming: list[str]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.request, self.found, self.stats, self.prepared))
 
 
 @dataclass
@@ -124,6 +139,7 @@ class GatewayConversation(HistoryLog):
         self._prefix_hash: str | None = None
         self._prefixes: dict[str, Prepared] = {}
         self._view: WorkingView | None = None
+        self._recompact = False  # set by ``_load`` for a session a client compacted
         self._sent: tuple[WorkingView, list[dict[str, Any]]] | None = None
         self._stages = Stages()
         self._relay: TextRelay | None = None
@@ -305,11 +321,30 @@ class GatewayConversation(HistoryLog):
         """The reply, and what is left to commit of it (None: nothing)."""
         self._refresh_profile()
         self._stages.lap("profile")
-        continuing = request.continues is not None or bool(request.conversation_id)
+        aligned = self._align(request)
+        request, found, stats, prepared = aligned
+        if found.kind == "retry":
+            return self._replayed(request, found.common, stats, prepared), None
+        request = self._append_new(aligned)
+        return self._recall_loop(request, upstream, model, prepared, _Loop(stats))
+
+    def _align(self, request: ClientRequest) -> _Aligned:
+        """Align ``request``'s history with the chain and prepare its prefix (nothing of
+        the history appended yet)."""
+        continuing = (
+            request.continues is not None
+            or request.resumes is not None
+            or bool(request.conversation_id)
+        )
+        links: list[Link] = []
+        read: dict[int, Any] = {}
         if continuing:
-            # From a stored reply, or a conversation's items: the chain as it stands.
+            # From a stored reply, a compaction, or a conversation's items: the chain as it
+            # stands (or stood) there.
             if request.continues is not None:
                 links, read = self._stored_chain(request.continues)
+            elif request.resumes is not None:
+                links, read = self._compacted_chain(request.resumes)
             else:
                 links, read = list(self.chain), {}
             incoming = [link.fp for link in links]
@@ -325,21 +360,132 @@ class GatewayConversation(HistoryLog):
         self._stages.lap("align")
         prepared = self._prepare(request)
         self._stages.lap("prefix")
-        if found.kind == "retry":
-            return self._replayed(request, found.common, stats, prepared), None
-        if continuing:
+        if continuing and found.kind != "retry":
             request = self._continued(request, links, read, found.common)
+        return _Aligned(request, found, stats, prepared, incoming)
+
+    def _append_new(self, aligned: _Aligned) -> ClientRequest:
+        """Log what ``aligned`` found new (a rewrite's marker first); the request as the
+        rest of its handling takes it."""
+        request, found, stats, prepared = aligned
         if found.kind == "rewrite":
-            self._record_rewrite(found.common, len(incoming))
+            new = request.messages[max(0, found.common - request.prior) :]
+            self._record_rewrite(found.common, len(aligned.incoming), new)
             stats.rewritten = True
         stats.appended = self._append_messages(
-            request.messages, found.common, incoming, request.prior
+            request.messages, found.common, aligned.incoming, request.prior
         )
         stats.client_tokens = prepared.client_prefix_tokens + sum(
-            link.tokens for link in self.chain[: len(incoming)]
+            link.tokens for link in self.chain[: len(aligned.incoming)]
         )
         self._stages.lap("append")
-        return self._recall_loop(request, upstream, model, prepared, _Loop(stats))
+        return request
+
+    # ------------------------------------------------------------------ a compaction
+    def compact(
+        self,
+        request: ClientRequest,
+        *,
+        stages: Stages | None = None,
+        idle: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> tuple[CompactionPoint, ClientReply]:
+        """Answer a client's remote compaction (see ``compaction``) with no model call: log
+        what its history holds that is new, force an eviction of the view down to its
+        protected tail, and log a marker (``gw: compaction``) naming the seqs the compaction
+        stands for. The point of the chain it stands for, and the reply's record (no text,
+        no usage; its compress steps)."""
+        self._stages = stages or Stages()
+        idle = idle or nullcontext
+        with idle():
+            self.lock.acquire()
+            self._stages.lap("wait")
+        try:
+            with (
+                session_scope(self.session_id),
+                span(
+                    "scroll.gateway.compaction",
+                    session=self.session_id,
+                    agent=self.agent_id,
+                    api=request.api,
+                    client_model=request.model,
+                    messages=len(request.messages),
+                    resumed=request.resumes is not None,
+                ) as traced,
+            ):
+                self._refresh_profile()
+                aligned = self._align(request)
+                if aligned.found.kind == "retry":
+                    position = aligned.found.common  # it stands for what the client holds
+                else:
+                    self._append_new(aligned)
+                    position = len(aligned.incoming)
+                loop = _Loop(aligned.stats)
+                self._sync()
+                first = self.chain[0].first_seq if position else self.state.synced_seq
+                last = self.state.synced_seq
+                self._compress(loop, aligned.prepared.prefix, "compaction", force=True)
+                evicted = next((r.evicted for _, r in loop.compressions if r.evicted), None)
+                marker = self._compaction_marker(position, first, last, evicted)
+                point = CompactionPoint(self.session_id, position, marker)
+                traced.set(at=position, seq=marker, seq_lo=first, seq_hi=last,
+                           evicted=list(evicted) if evicted else None)  # fmt: skip
+                self.requests += 1
+                reply = ClientReply(
+                    "", (), "stop", request.model, Usage(), loop.stats,
+                    compressions=tuple(loop.compressions), position=position,
+                )  # fmt: skip
+                return point, reply
+        finally:
+            self._idle = nullcontext
+            self.lock.release()
+
+    def _compaction_marker(
+        self, position: int, first: int, last: int, evicted: tuple[int, int] | None
+    ) -> int:
+        """Log the marker of a compaction standing for the chain's first ``position``
+        messages (seqs ``first``-``last``); its seq. It stays in the view: the model learns
+        that the history before is in the log, not lost."""
+        note = (
+            f"[scroll] The client compacted its context: its first {position} messages "
+            f"(seqs {first}-{last}) now stand behind one compaction item. Nothing was "
+            f"summarised or lost: they stay in the Event Log, ms.expand({first}, {last})."
+        )
+        meta: dict[str, Any] = {"gw": "compaction", "at": position, "replaced": [first, last]}
+        if evicted:
+            meta["evicted"] = list(evicted)
+        seqs = self.log.append_many(
+            [
+                self._event(
+                    f"compaction:{uuid.uuid4().hex[:12]}",
+                    kind=KIND_CONTEXT_MSG,
+                    role="system",
+                    content=note,
+                    metadata=meta,
+                    searchable=False,
+                )
+            ]
+        )
+        self._sync()
+        return seqs[0]
+
+    def _compacted_chain(self, point: CompactionPoint) -> tuple[list[Link], dict[int, Event]]:
+        """The chain's first ``point.position`` links as they stood when the compaction's
+        marker was logged, and the events read to find them (by seq): the chain as it stands
+        when nothing before the point was rewritten since, else replayed from the log."""
+        at = point.position
+        if at <= len(self.chain) and (at == 0 or self.chain[at - 1].first_seq < point.seq):
+            return self.chain[:at], {}
+        events = self.log.session_events(self.session_id, after_seq=0, limit=None)
+        marker = next((e for e in events if e.seq == point.seq), None)
+        links = replay_chain(events, point.seq) if marker is not None else []
+        meta = marker.metadata if marker is not None else None
+        if not isinstance(meta, dict) or meta.get("gw") != "compaction" or len(links) < at:
+            raise GatewayRequestInvalid(
+                "input",
+                f"the compaction's point (seq {point.seq}) is not in the log of its session "
+                f"{self.session_id!r}; send the history itself instead",
+            )
+        return links[:at], {e.seq: e for e in events}
 
     def _replayed(
         self, request: ClientRequest, at: int, stats: GatewayStats, prepared: Prepared
@@ -396,7 +542,8 @@ class GatewayConversation(HistoryLog):
     ) -> tuple[ClientReply, Callable[[], None] | None]:
         nonce = self._nonce = uuid.uuid4().hex[:10]
         pos = request.prior + len(request.messages)
-        view = self._compress(loop, prepared.prefix, "turn_start")
+        view = self._compress(loop, prepared.prefix, "turn_start", force=self._recompact)
+        self._recompact = False
         reply: ModelReply | None = None
         for step in range(1, self.max_steps + 1):
             reply, view = self._call(loop, upstream, model, request, prepared.prefix, view, step)

@@ -28,6 +28,9 @@ How items map:
   go to the client as ``custom_tool_call`` items and come back as calls with that argument.
 - hosted tools (web search, file search, ...) run at OpenAI and are not offered upstream, as
   the Anthropic route leaves out server tools; forcing one is refused.
+- a ``compaction`` item (a handle this gateway gave, see ``compaction``) stands for the
+  history before it: the items before it but the system text are left out; an input ending
+  with a ``compaction_trigger`` item asks for a compaction.
 """
 
 from __future__ import annotations
@@ -219,6 +222,8 @@ class _History:
         self._open_reply = False  # the last message is an assistant's that calls may join
         self._field = field
         self._chained = chained
+        self.compacted = ""  # the handle of the last compaction item (see ``_compaction``)
+        self.compacted_param = ""
 
     def add(self, item: Any, index: int | None) -> None:
         """Item ``index`` of ``input`` (None: ``input`` was the item itself). A client
@@ -251,6 +256,8 @@ class _History:
             self._open_reply = False
         elif kind == "reasoning":
             return  # the gateway relays no reasoning (see the module docstring)
+        elif kind == "compaction" and not self._chained:
+            self._compaction(item, where)
         elif kind == "item_reference":
             raise GatewayRequestInvalid(
                 f"{where}.type",
@@ -263,6 +270,20 @@ class _History:
                 f"unknown or unserved input item type {kind!r} (message, function_call, "
                 "function_call_output and reasoning are served)",
             )
+
+    def _compaction(self, item: dict[str, Any], where: str) -> None:
+        """A compaction item stands for the history before it (see ``compaction``): the
+        messages so far are the client's restatement of it and are left out; the system
+        text stays."""
+        handle = item.get("encrypted_content")
+        _need(
+            isinstance(handle, str) and bool(handle),
+            f"{where}.encrypted_content",
+            "is required (the compaction's handle, as this gateway gave it)",
+        )
+        self.compacted, self.compacted_param = str(handle), f"{where}.encrypted_content"
+        self.messages.clear()
+        self._open_reply = False
 
     def _message(self, item: dict[str, Any], where: str) -> None:
         role = item.get("role")
@@ -298,9 +319,13 @@ class _History:
             self._open_reply = True
 
 
-def parse_responses_request(body: Any, *, counting: bool = False) -> ClientRequest:
+def parse_responses_request(
+    body: Any, *, counting: bool = False, compacting: bool = False
+) -> ClientRequest:
     """The gateway request for a ``POST /v1/responses`` body (decoded JSON); ``counting`` for
-    ``/v1/responses/input_tokens``, whose body may leave out ``model`` and ``input``."""
+    ``/v1/responses/input_tokens``, whose body may leave out ``model`` and ``input``;
+    ``compacting`` for ``/v1/responses/compact`` (the request asks for a compaction, as one
+    whose input ends with a ``compaction_trigger`` item does)."""
     _need(isinstance(body, dict), "body", "must be a JSON object")
     model = body.get("model", "" if counting else None)
     _need(
@@ -333,14 +358,31 @@ def parse_responses_request(body: Any, *, counting: bool = False) -> ClientReque
     )
     history = _History(instructions or "")
     raw = body.get("input")
+    compact = compacting
     if isinstance(raw, str):
         history.add({"role": "user", "content": raw}, None)
     elif not (counting and raw is None):
         _need(isinstance(raw, list) and bool(raw), "input", "must be a string or a non-empty list")
+        last = len(raw) - 1
         for i, item in enumerate(raw):
+            if type(item) is dict and item.get("type") == "compaction_trigger":
+                # Remote compaction v2: the input ends with it (see ``compaction``).
+                _need(i == last, f"input.{i}.type", "a compaction_trigger must be the last item")
+                compact = True
+                continue
             history.add(item, i)
     if not counting:
-        _need(bool(history.messages), "input", "must hold at least one non-system item")
+        _need(
+            bool(history.messages) or bool(history.compacted),
+            "input",
+            "must hold at least one non-system item",
+        )
+    _need(
+        not (history.compacted and (previous or conversation)),
+        history.compacted_param,
+        "a compaction item cannot be used with previous_response_id or conversation: it "
+        "already stands for the history before it",
+    )
     tools, free_text = _tools(body.get("tools"))
     return ClientRequest(
         api="responses",
@@ -356,6 +398,9 @@ def parse_responses_request(body: Any, *, counting: bool = False) -> ClientReque
         store=store is not False,
         previous_response_id=previous.strip() if previous else "",
         conversation_id=conversation,
+        compacted=history.compacted,
+        compacted_param=history.compacted_param,
+        compact=compact and not counting,
     )
 
 

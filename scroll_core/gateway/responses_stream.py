@@ -222,3 +222,14 @@ class ResponseEvents:
         out = self._close_call() + self._close_text()
         out.append(self._event("response.failed", response=self._response("failed", error=error)))
         return out
+
+    def compaction(self, item: dict[str, Any], reply: ClientReply) -> list[dict[str, Any]]:
+        """A remote compaction's answer after ``start()``: its one ``compaction`` item, added
+        and done whole, and the completed response (see ``compaction``)."""
+        at = len(self.output)
+        self.output.append(item)
+        return [
+            self._event("response.output_item.added", output_index=at, item=dict(item)),
+            self._event("response.output_item.done", output_index=at, item=dict(item)),
+            self._event("response.completed", response=self._response("completed", reply=reply)),
+        ]

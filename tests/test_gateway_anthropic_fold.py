@@ -98,11 +98,35 @@ def test_a_body_from_the_kept_turns_equals_a_fresh_one_and_leaves_earlier_bodies
             continue
         body = messages_body(view, TOOLS, model="m", params=params, fold=fold)
         fresh = messages_body(copy.deepcopy(view), TOOLS, model="m", params=params)
-        assert body == fresh
+        if fold.rewrite is None or fold.rewrite >= len(body["messages"]) - 1:
+            assert body == fresh
+        else:
+            # After a rewrite in the middle, one breakpoint more, on the last turn before it
+            # (one of the client's may have made room for it); the rest as a fresh body.
+            assert _unmarked(body) == _unmarked(fresh)
+            last = body["messages"][fold.rewrite]["content"][-1]
+            assert "cache_control" in last or last["type"] == "thinking"
+        assert _breakpoints(body) <= 4
         assert_valid_request(body)
         sent.append((body, copy.deepcopy(body)))
     for body, as_sent in sent:
         assert body == as_sent  # later calls changed nothing already sent
+
+
+def _unmarked(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without breakpoints on its messages, each turn's content as blocks."""
+    out = copy.deepcopy(body)
+    for turn in out["messages"]:
+        content = turn["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        turn["content"] = [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]
+    return out
+
+
+def _breakpoints(body: dict[str, Any]) -> int:
+    parts = [*body.get("tools", ()), *body.get("system", ())]
+    parts += [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    return sum("cache_control" in b for b in parts)
 
 
 def test_an_upstream_keeps_one_fold_per_session_and_forgets_the_oldest():

@@ -32,6 +32,7 @@ __all__ = ["AnthropicCache", "Block", "OpenAICache", "blocks"]
 MIN_CACHED = 1024
 LOOKBACK = 20
 OPENAI_STEP = 128
+_COUNTS: dict[int, dict[str, int]] = {}
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,11 @@ def blocks(body: dict[str, Any], counter: TokenCounter) -> list[Block]:
         items = [{"type": "text", "text": content}] if isinstance(content, str) else content
         raw += [(message["role"], b) for b in items]
     texts = [_text(b) for _, b in raw]
-    counts = counter.count_many(texts)
+    # The same blocks come back in every request of a session: each text is counted once.
+    memo = _COUNTS.setdefault(id(counter), {})
+    fresh = [t for t in dict.fromkeys(texts) if t not in memo]
+    memo.update(zip(fresh, counter.count_many(fresh), strict=True))
+    counts = [memo[t] for t in texts]
     out: list[Block] = []
     digest = hashlib.sha1()
     end = 0

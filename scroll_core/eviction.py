@@ -6,7 +6,9 @@ Order, cheapest recovery first (DESIGN.md, "Eviction"):
 2. count; stop if at or below the trigger;
 3. batch-fold completed tool results into ``[scroll folded]`` pointers, largest saving first,
    skipping the active turn, the ``protected_recent_tool_results`` newest results and results
-   of ``pre_trim_min_chars`` or fewer characters; stop if that got the view under;
+   of ``pre_trim_min_chars`` or fewer characters; stop if that got the view to the low-water
+   mark (``fold_low_water``, well under the trigger), else go on, so that the middle of the
+   view is rewritten once (fold and eviction together) rather than by a fold every few calls;
 4. split pairing-safely (a tool call and its result never separate; the active turn stays)
    into an evicted middle and a protected tail of ``tail_tokens``; add the middle to the index
    as one tier-0 block carrying its turns' headlines; rebuild;

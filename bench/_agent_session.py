@@ -47,13 +47,15 @@ class Session:
     tools: list[dict[str, Any]]
     steps: list[Step] = field(default_factory=list)
     tool_results: int = 0
+    source: str = ""
 
     def steps_as_data(self) -> list[dict[str, Any]]:
         return [{"new": st.new, "reply": st.reply, "headline": st.headline} for st in self.steps]
 
     @classmethod
     def from_data(cls, like: Session, steps: list[dict[str, Any]]) -> Session:
-        return cls(like.system, like.tools, [Step(**st) for st in steps], like.tool_results)
+        steps_ = [Step(**st) for st in steps]
+        return cls(like.system, like.tools, steps_, like.tool_results, like.source)
 
 
 def _tool(name: str, doc: str, **props: str) -> dict[str, Any]:
@@ -156,31 +158,52 @@ _SAYS = (
 )
 
 
-def _sources() -> list[Path]:
-    out: list[Path] = []
-    for folder in ("scroll_core", "dashboard", "tests", "docs", "bench"):
-        out += sorted((REPO / folder).rglob("*.py")) + sorted((REPO / folder).rglob("*.md"))
-    return [p for p in out if p.stat().st_size > 2000]
+# The material is this repository as it stood at one commit, so a session is the same
+# whatever changes since (the working tree stands in when a shallow clone lacks it).
+PIN = "196237ea6840850a9fb771fab34c1317605ca5dc"
+FOLDERS = ("scroll_core", "dashboard", "tests", "docs", "bench")
 
 
-def _system() -> str:
-    parts = [
-        "You are an interactive CLI tool that helps users with software engineering tasks. "
-        "Use the instructions below and the tools available to you to assist the user.",
-        "# Project instructions (CLAUDE.md)",
-        (REPO / "README.md").read_text(encoding="utf-8")[:6000],
-    ]
-    return "\n\n".join(parts)
+def _git(*args: str, data: str | None = None) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], input=data, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _tree() -> tuple[str, dict[str, str]]:
+    """Where the material came from, and its files (path -> text) of more than 2,000 bytes."""
+    try:
+        listing = _git("ls-tree", "-r", "-l", PIN, "--", *FOLDERS, "README.md")
+        wanted = []
+        for line in listing.splitlines():
+            meta, path = line.split("\t", 1)
+            size = meta.split()[3]
+            if path.endswith((".py", ".md")) and size.isdigit() and int(size) > 2000:
+                wanted.append(path)
+        wanted.append("README.md")
+        out = _git("cat-file", "--batch", data="".join(f"{PIN}:{p}\n" for p in wanted))
+        files: dict[str, str] = {}
+        at = 0
+        raw = out.encode()
+        for path in wanted:
+            header_end = raw.index(b"\n", at)
+            size = int(raw[at:header_end].split()[2])
+            files[path] = raw[header_end + 1 : header_end + 1 + size].decode("utf-8", "replace")
+            at = header_end + 1 + size + 1
+        return f"git {PIN[:12]}", files
+    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
+        files = {}
+        for folder in FOLDERS:
+            for path in sorted((REPO / folder).rglob("*")):
+                if path.suffix in (".py", ".md") and path.stat().st_size > 2000:
+                    files[str(path.relative_to(REPO))] = path.read_text("utf-8", "replace")
+        files["README.md"] = (REPO / "README.md").read_text("utf-8")
+        return "working tree", files
 
 
 def _git_log() -> list[str]:
     try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "log", "--oneline", "-n", "400"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        out = _git("log", "--oneline", "-n", "400", PIN)
     except (OSError, subprocess.CalledProcessError):
         return ["(no history)"]
     return out.splitlines() or ["(no history)"]
@@ -189,14 +212,25 @@ def _git_log() -> list[str]:
 class _Material:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
-        self.files = _sources()
-        self.lines = {
-            p: p.read_text(encoding="utf-8", errors="replace").splitlines() for p in self.files
-        }
+        self.source, texts = _tree()
+        self.readme = texts.pop("README.md")
+        self.files = sorted(Path(p) for p in texts)
+        self.lines = {Path(p): text.splitlines() for p, text in texts.items()}
         self.log = _git_log()
 
+    def system(self) -> str:
+        return "\n\n".join(
+            [
+                "You are an interactive CLI tool that helps users with software engineering "
+                "tasks. Use the instructions below and the tools available to you to assist "
+                "the user.",
+                "# Project instructions (CLAUDE.md)",
+                self.readme[:6000],
+            ]
+        )
+
     def rel(self, path: Path) -> str:
-        return str(path.relative_to(REPO))
+        return str(path)
 
     def read(self, path: Path) -> tuple[dict[str, Any], str]:
         lines = self.lines[path]
@@ -261,7 +295,8 @@ def session(seed: int, requests: int = 320) -> Session:
     """A session of at least ``requests`` model calls, the same for the same seed."""
     rng = random.Random(seed)
     material = _Material(rng)
-    out = Session(system=_system(), tools=[dict(t) for t in TOOLS])
+    out = Session(system=material.system(), tools=[dict(t) for t in TOOLS])
+    out.source = material.source
     kinds = (
         ("Read", material.read, 0.4),
         ("Grep", material.grep, 0.2),

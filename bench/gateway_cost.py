@@ -290,11 +290,11 @@ def cause(
         same += 1
     if same == len(pb):
         return "append"
+    if _tool_ids(pbody) - _tool_ids(cbody):
+        return front  # the front was dropped (Scroll's first eviction also brings its tool)
     fixed = len(pbody.get("tools") or ()) + len(pbody.get("system") or ())
     if same < fixed:
         return "prefix"
-    if _tool_ids(pbody) - _tool_ids(cbody):
-        return front
     folds = sum(FOLD_MARK in b.text for b in cb) - sum(FOLD_MARK in b.text for b in pb)
     return "fold" if folds > 0 else "other"
 
@@ -366,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     server = Gateway(data_dir, free_port())
     result: dict[str, Any] = {"split": args.split, "requests_per_session": args.requests}
     totals: dict[str, dict[str, Any]] = {}
+    headline_tokens = 0
     try:
         keys = server.prepare(upstream.url, windows)
         server.start(args.startup_timeout)
@@ -373,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
             seed = SEEDS[args.split] + n
             base = session(seed, args.requests)
             result[f"session_{seed}_tool_results"] = base.tool_results
+            result["material"] = base.source
+            # What the Scroll arm's replies carry more than the others' (its output counts it).
+            headline_tokens += sum(counter.count("\n" + step.headline) for step in base.steps)
             for window in windows:
                 # Tool ids are unique in the gateway's Event Log: each window gets its own.
                 s = renamed(base, f"w{window}")
@@ -398,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
         window = name.split(".")[0]
         base = totals[f"{window}.resend"]["cost_uncached"]
         figures["relative"] = {rule: figures["cost"][rule] / base[rule] for rule in RULES}
+        evictions = figures["breaks"].get("eviction", 0)
+        if name.endswith(".scroll"):
+            folds = figures["breaks"].get("fold", 0)
+            figures["fold_breaks_per_eviction"] = folds / max(1, evictions)
+            figures["headline_output_tokens"] = headline_tokens
         result[name] = figures
     emit(result, args.json, quick=args.quick)
     if args.json:

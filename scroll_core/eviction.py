@@ -303,7 +303,7 @@ def _compress(
 # protected tail: 0 is the trigger itself (fold just enough, the earlier behaviour), 1 the
 # tail (fold only together with an eviction). Chosen on the dev sessions of
 # ``bench/gateway_cost.py`` (cost with the providers' prompt caches counted).
-FOLD_LOW_WATER_SHARE = 0.5
+FOLD_LOW_WATER_SHARE = 1.0
 
 
 def fold_low_water(profile: Profile) -> int:

@@ -147,7 +147,7 @@ def test_pre_fold_alone_can_avoid_eviction(clog):
     state = state_for(clog)
     total = view_tokens(state, clog)
     # A protected tail close to the trigger puts the low-water mark within the fold's reach.
-    profile = profile_with_trigger(total - 100, reserve_ratio=0.5)
+    profile = profile_with_trigger(total - 100, reserve_ratio=0.7)
     record = compress(state, profile, log=clog, prefix=PREFIX)
     assert record.action == "prefold"
     assert record.tokens_after <= fold_low_water(profile) < profile.trigger_tokens
@@ -360,7 +360,7 @@ def test_the_folded_pointer_says_exactly_how_to_recover_the_result(clog):
         chat.turn(k)
     chat.user("live")
     state = state_for(clog)
-    profile = profile_with_trigger(view_tokens(state, clog) - 10, reserve_ratio=0.5)
+    profile = profile_with_trigger(view_tokens(state, clog) - 10, reserve_ratio=0.7)
     record = compress(state, profile, log=clog, prefix=PREFIX)
     assert record.action == "prefold"
     seq = record.pre_folded[0]

@@ -408,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             figures["fold_breaks_per_eviction"] = folds / max(1, evictions)
             figures["headline_output_tokens"] = headline_tokens
         result[name] = figures
+    result["readme_tables"] = readme_tables(windows)
     emit(result, args.json, quick=args.quick)
     if args.json:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -415,6 +416,29 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(envelope(result, quick=args.quick), indent=2, sort_keys=True) + "\n"
         )
     return 0
+
+
+def readme_tables(windows: list[int]) -> list[dict[str, Any]]:
+    """The docs' tables: cost relative to resending everything uncached, per rule."""
+    columns = [f"w{w // 1024}k" for w in windows]
+    tables = [
+        {
+            "title": f"Cost relative to resend-all without a cache, {rule}'s rule",
+            "rows": ["resend", "compact", "scroll"],
+            "columns": columns,
+            "key": f"{{column}}.{{row}}.relative.{rule}",
+        }
+        for rule in RULES
+    ]
+    tables.append(
+        {
+            "title": "Scroll's prefix breaks by cause (of consecutive requests)",
+            "rows": ["append", "fold", "eviction", "prefix", "other"],
+            "columns": columns,
+            "key": "{column}.scroll.breaks.{row}",
+        }
+    )
+    return tables
 
 
 def renamed(s: Session, tag: str) -> Session:

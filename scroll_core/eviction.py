@@ -6,7 +6,9 @@ Order, cheapest recovery first (DESIGN.md, "Eviction"):
 2. count; stop if at or below the trigger;
 3. batch-fold completed tool results into ``[scroll folded]`` pointers, largest saving first,
    skipping the active turn, the ``protected_recent_tool_results`` newest results and results
-   of ``pre_trim_min_chars`` or fewer characters; stop if that got the view under;
+   of ``pre_trim_min_chars`` or fewer characters; stop if that got the view to the low-water
+   mark (``fold_low_water``, well under the trigger), else go on, so that the middle of the
+   view is rewritten once (fold and eviction together) rather than by a fold every few calls;
 4. split pairing-safely (a tool call and its result never separate; the active turn stays)
    into an evicted middle and a protected tail of ``tail_tokens``; add the middle to the index
    as one tier-0 block carrying its turns' headlines; rebuild;
@@ -43,7 +45,7 @@ from .view import (
     result_chars,
 )
 
-__all__ = ["CompressAction", "CompressRecord", "compress", "split_point"]
+__all__ = ["CompressAction", "CompressRecord", "compress", "fold_low_water", "split_point"]
 
 CompressAction = Literal["none", "prefold", "evict", "live_fold"]
 
@@ -204,9 +206,12 @@ def _compress(
     if before <= trigger and not force:
         return done("none", current)
 
-    # Step 3: batch-fold every eligible completed result, largest saving first. Folding the
-    # whole batch at once (rather than just enough) rewrites the middle of the view once
-    # instead of on every following step, which keeps the provider's prefix cache useful.
+    # Step 3: batch-fold every eligible completed result, largest saving first. A fold
+    # rewrites the view from the first folded result on, so the provider's prompt cache
+    # writes all of it again; folding alone ends the compress only when it gets the view to
+    # the low-water mark (``fold_low_water``), well under the trigger, else the middle is
+    # evicted in the same rewrite (step 4). A fold that only got the view just under the
+    # trigger was crossed again a few calls later, and every such fold cost a rewrite.
     active_at = _active_index(current.entries, state.active_start)
     pre_folded: list[int] = []
     saved = 0
@@ -220,7 +225,7 @@ def _compress(
             current = view()
             traced.set(folds=len(pre_folded), seqs=pre_folded, tokens_saved=saved)
     record: dict[str, Any] = {"pre_folded": tuple(pre_folded), "pre_folded_saved": saved}
-    if current.tokens <= trigger and not force:
+    if current.tokens <= fold_low_water(profile) and not force:
         return done("prefold", current, **record)
 
     # Step 4: evict the middle into the index, keeping the protected tail and active turn.
@@ -292,6 +297,19 @@ def _compress(
             sections=current.report.sections(),
         )
     return done(action, current, **record)
+
+
+# Where a fold alone must bring the view, as a share of the way from the trigger down to the
+# protected tail: 0 is the trigger itself (fold just enough, the earlier behaviour), 1 the
+# tail (fold only together with an eviction). Chosen on the dev sessions of
+# ``bench/gateway_cost.py`` (cost with the providers' prompt caches counted).
+FOLD_LOW_WATER_SHARE = 1.0
+
+
+def fold_low_water(profile: Profile) -> int:
+    """The view size a pre-fold alone must reach to end a compress without an eviction."""
+    trigger, tail = profile.trigger_tokens, profile.tail_tokens
+    return trigger - int(FOLD_LOW_WATER_SHARE * max(0, trigger - tail))
 
 
 def _active_index(entries: Sequence[ViewEntry], active_start: int | None) -> int | None:

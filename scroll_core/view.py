@@ -365,7 +365,9 @@ class WorkingView:
         them. When this view only extends it (same system prompt and archive, its entries
         first, the same objects, and no tool call that would join the last of its messages)
         those messages are kept and only the new entries converted; the result is a new
-        list sharing the earlier one's message dicts.
+        list sharing the earlier one's message dicts. Otherwise (a fold rewrote the middle)
+        the leading messages equal to the earlier ones are still the earlier objects, so an
+        upstream can tell where the rewrite starts (``TurnFold.rewrite``).
         """
         if reuse is not None:
             extended = self._extending(*reuse)
@@ -378,7 +380,14 @@ class WorkingView:
                 live[0] = {**live[0], "content": f"{self.archive}\n\n{live[0]['content']}"}
             else:
                 out.append({"role": "user", "content": self.archive})
-        return out + live
+        out += live
+        if reuse is not None:
+            sent = reuse[1]
+            for i in range(min(len(out), len(sent))):
+                if out[i] != sent[i]:
+                    break
+                out[i] = sent[i]
+        return out
 
     def _extending(
         self, earlier: WorkingView, sent: list[dict[str, Any]]

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scroll_core.errors import ContextWindowUnfit, ScrollError
-from scroll_core.eviction import compress
+from scroll_core.eviction import compress, fold_low_water
 from scroll_core.headlines import NO_MILESTONE
 from scroll_core.index import SEAM_BANNER
 from scroll_core.profile import Profile
@@ -146,14 +146,56 @@ def test_pre_fold_alone_can_avoid_eviction(clog):
     chat.user("the live question")
     state = state_for(clog)
     total = view_tokens(state, clog)
-    record = compress(state, profile_with_trigger(total - 100), log=clog, prefix=PREFIX)
+    # A protected tail close to the trigger puts the low-water mark within the fold's reach.
+    profile = profile_with_trigger(total - 100, reserve_ratio=0.7)
+    record = compress(state, profile, log=clog, prefix=PREFIX)
     assert record.action == "prefold"
+    assert record.tokens_after <= fold_low_water(profile) < profile.trigger_tokens
     assert record.evicted is None and len(state.index) == 0
     # One batch: every completed result but the five newest (8 - 5 = 3), oldest first at
     # equal size.
     assert [clog.get(s).tool_call_id for s in record.pre_folded] == ["call_1", "call_2", "call_3"]
     assert record.tokens_after <= total - 100
     assert record.pre_folded_saved == total - record.tokens_after
+
+
+def test_a_fold_that_only_gets_just_under_the_trigger_evicts_in_the_same_rewrite(clog):
+    chat = Session(clog)
+    for k in range(8):
+        chat.turn(k)
+    chat.user("the live question")
+    state = state_for(clog)
+    total = view_tokens(state, clog)
+    profile = profile_with_trigger(total - 100)
+    record = compress(state, profile, log=clog, prefix=PREFIX)
+    # Folding alone would get under the trigger, not to the low-water mark: a few calls
+    # later the view would cross again and every fold rewrites the provider's cached prefix.
+    assert record.pre_folded and record.action == "evict"
+    assert record.tokens_after <= profile.trigger_tokens
+    assert_no_orphans(record.view.messages())
+
+
+def test_a_growing_session_folds_alone_at_most_once_between_evictions(clog):
+    chat = Session(clog)
+    state = ContextState.new(S)
+    profile = Profile(context_size=8_000)
+    view = None
+    folds_alone = evictions = most = 0
+    for k in range(120):
+        chat.turn(k, result_chars=400 + 300 * (k % 7))
+        chat.user(f"next {k}")
+        record = compress(state, profile, log=clog, prefix=PREFIX, previous=view)
+        view = record.view
+        assert record.tokens_after <= profile.hard_limit
+        if record.action == "prefold":
+            folds_alone += 1
+            most = max(most, folds_alone)
+        elif record.evicted:
+            evictions += 1
+            folds_alone = 0
+    assert evictions >= 3
+    assert most <= 1
+    state.index.check()  # every evicted seq is still covered by the index
 
 
 def test_pre_fold_takes_the_largest_saving_first(clog):
@@ -318,9 +360,9 @@ def test_the_folded_pointer_says_exactly_how_to_recover_the_result(clog):
         chat.turn(k)
     chat.user("live")
     state = state_for(clog)
-    record = compress(
-        state, profile_with_trigger(view_tokens(state, clog) - 10), log=clog, prefix=PREFIX
-    )
+    profile = profile_with_trigger(view_tokens(state, clog) - 10, reserve_ratio=0.7)
+    record = compress(state, profile, log=clog, prefix=PREFIX)
+    assert record.action == "prefold"
     seq = record.pre_folded[0]
     tool_messages = [m for m in record.view.messages() if m["role"] == "tool"]
     folded = [m for m in tool_messages if m["content"].startswith(FOLD_MARK)]

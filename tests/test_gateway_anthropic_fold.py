@@ -98,11 +98,35 @@ def test_a_body_from_the_kept_turns_equals_a_fresh_one_and_leaves_earlier_bodies
             continue
         body = messages_body(view, TOOLS, model="m", params=params, fold=fold)
         fresh = messages_body(copy.deepcopy(view), TOOLS, model="m", params=params)
-        assert body == fresh
+        if fold.rewrite is None or fold.rewrite >= len(body["messages"]) - 1:
+            assert body == fresh
+        else:
+            # After a rewrite in the middle, one breakpoint more, on the last turn before it
+            # (one of the client's may have made room for it); the rest as a fresh body.
+            assert _unmarked(body) == _unmarked(fresh)
+            last = body["messages"][fold.rewrite]["content"][-1]
+            assert "cache_control" in last or last["type"] == "thinking"
+        assert _breakpoints(body) <= 4
         assert_valid_request(body)
         sent.append((body, copy.deepcopy(body)))
     for body, as_sent in sent:
         assert body == as_sent  # later calls changed nothing already sent
+
+
+def _unmarked(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without breakpoints on its messages, each turn's content as blocks."""
+    out = copy.deepcopy(body)
+    for turn in out["messages"]:
+        content = turn["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        turn["content"] = [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]
+    return out
+
+
+def _breakpoints(body: dict[str, Any]) -> int:
+    parts = [*body.get("tools", ()), *body.get("system", ())]
+    parts += [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    return sum("cache_control" in b for b in parts)
 
 
 def test_an_upstream_keeps_one_fold_per_session_and_forgets_the_oldest():
@@ -118,3 +142,56 @@ def test_an_upstream_keeps_one_fold_per_session_and_forgets_the_oldest():
     assert body == messages_body(copy.deepcopy(grown), [], model="m", params={})
     assert next(reversed(upstream._folds)) == id(views[1][0])  # the most recent now
     upstream.close()
+
+
+def test_after_a_fold_in_the_middle_the_unchanged_front_carries_a_breakpoint(store):
+    """The gateway's path: a view folds a result in its middle, its messages keep the earlier
+    objects up to the change, and the Anthropic body marks the last turn before it."""
+    from scroll_core.profile import Profile
+    from scroll_core.tokens import CharRatioCounter
+    from scroll_core.view import FOLD_MARK, ContextState, Prefix, build_view
+
+    counter = CharRatioCounter()
+    prefix = Prefix.build("sys", [], counter=counter)
+    sid = "fold-mark"
+    for k in range(30):
+        store.append(session_id=sid, kind="context_msg", role="user", content=f"q{k}")
+        store.append(
+            session_id=sid, kind="model_turn", role="assistant", name="Bash",
+            tool_call_id=f"c{k}", tool_input={"cmd": "ls"}, content="Bash {}",
+        )  # fmt: skip
+        store.append(
+            session_id=sid, kind="tool_result", role="tool", name="Bash",
+            tool_call_id=f"c{k}", content=f"r{k} " + "y" * 900,
+        )  # fmt: skip
+    state = ContextState.new(sid)
+    state.sync(store)
+    profile = Profile(context_size=100_000)
+    before = build_view(state, profile, log=store, prefix=prefix)
+    sent = before.messages()
+    fold = TurnFold()
+    messages_body(sent, TOOLS, model="m", params={}, fold=fold)
+    folded = next(
+        e.event for e in before.entries if e.event.tool_call_id == "c20" and e.event.role == "tool"
+    )
+    state.folded.add(folded.seq)
+    after = build_view(state, profile, log=store, prefix=prefix, previous=before)
+    messages = after.messages(reuse=(before, sent))
+    changed = next(i for i, m in enumerate(messages) if FOLD_MARK in str(m.get("content")))
+    assert all(a is b for a, b in zip(messages[:changed], sent[:changed], strict=True))
+    body = messages_body(messages, TOOLS, model="m", params={}, fold=fold)
+    assert_valid_request(body)
+    marked = [
+        i
+        for i, turn in enumerate(body["messages"])
+        if isinstance(turn["content"], list) and "cache_control" in turn["content"][-1]
+    ]
+    # The view's end and one turn a little before the folded result (pairing looks one ahead).
+    assert len(marked) == 2 and marked[-1] == len(body["messages"]) - 1
+    at = next(
+        i
+        for i, turn in enumerate(body["messages"])
+        if isinstance(turn["content"], list)
+        and any(b.get("tool_use_id") == "c20" for b in turn["content"])
+    )
+    assert at - 4 <= marked[0] < at

@@ -248,7 +248,7 @@ def test_breakpoints_on_the_clients_tools_reach_the_upstream_and_a_server_tools_
     assert_valid_request(sent)
     marked = {t["name"]: t.get("cache_control") for t in sent["tools"]}
     assert marked["Bash"] == one_hour and marked["Read"] is None
-    assert RECALL_TOOL in marked and marked[RECALL_TOOL] is None and "web_search" not in marked
+    assert RECALL_TOOL not in marked and "web_search" not in marked  # nothing evicted yet
     # The hour-long breakpoint comes first (tools lead the prefix), the five-minute ones of
     # the system and the view's end after it: the order the API asks for, left as it is.
     assert [m.get("ttl", "5m") for _, m in _marks(sent)] == ["5m", "5m"]

@@ -15,7 +15,7 @@ from anthropic_schema import assert_valid_request
 from gateway_clients import WEATHER, an, ask, assistant_of, make_key, oa
 from gateway_upstream import HEADLINE, a_error, a_message, a_text, a_tool_use
 
-from scroll_core.prompts import RECALL_TOOL
+from scroll_core.prompts import HEADLINE_INSTRUCTION, RECALL_TOOL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,7 +59,8 @@ def test_the_anthropic_client_gets_a_message_from_an_anthropic_upstream(gateway,
     assert sent["model"] == "claude-upstream" and sent["max_tokens"] == 300
     assert "stream" not in sent
     (system,) = sent["system"]
-    assert system["text"].startswith("Be brief.") and RECALL_TOOL in system["text"]
+    # Nothing evicted yet: the headline instruction, no rubric and no recall tool.
+    assert system["text"] == f"Be brief.\n\n{HEADLINE_INSTRUCTION}"
     assert all(m["role"] != "system" for m in sent["messages"])
     # Prompt-cache breakpoints after the prefix and at the end of the view.
     ephemeral = {"type": "ephemeral"}
@@ -68,8 +69,7 @@ def test_the_anthropic_client_gets_a_message_from_an_anthropic_upstream(gateway,
         "role": "user",
         "content": [{"type": "text", "text": "hello", "cache_control": ephemeral}],
     }
-    recall = next(t for t in sent["tools"] if t["name"] == RECALL_TOOL)
-    assert recall["input_schema"]["properties"]["code"]["type"] == "string"
+    assert "tools" not in sent
 
 
 def test_the_anthropic_client_streams_text_as_the_upstream_writes_it(gateway, upstream):
@@ -126,7 +126,7 @@ def test_anthropic_client_tools_pass_through_an_anthropic_upstream_untouched(
         {"type": "tool_use", "id": "toolu_w1", "name": "get_weather", "input": {"city": "Oslo"}},
     ]
     assert upstream.requests[0]["tools"][0] == WEATHER_TOOL  # the client's tool, as it sent it
-    assert [t["name"] for t in upstream.requests[0]["tools"]] == ["get_weather", RECALL_TOOL]
+    assert [t["name"] for t in upstream.requests[0]["tools"]] == ["get_weather"]
     messages += [
         {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
         {

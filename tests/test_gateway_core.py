@@ -20,9 +20,9 @@ from scroll_core.headlines import parse_headline
 from scroll_core.kernel import Kernel, KernelConfig
 from scroll_core.models import ModelReply, ToolCall, Usage
 from scroll_core.profile import Profile
-from scroll_core.prompts import RECALL_TOOL
+from scroll_core.prompts import HEADLINE_INSTRUCTION, RECALL_TOOL
 from scroll_core.store import EventLog
-from scroll_core.tokens import CharRatioCounter
+from scroll_core.tokens import CharRatioCounter, default_counter
 
 HEADLINE = "⟦chat | status: answered; next: wait | anchors: test⟧"
 
@@ -171,13 +171,40 @@ def test_only_the_new_suffix_is_appended_and_the_headline_is_stripped_and_stored
         e for e in clog.session_events("gw:alice:s", limit=None) if e.metadata.get("gw") == "reply"
     ]
     assert [e.headline for e in replies] == [HEADLINE, HEADLINE]
-    # The upstream got the client's system prompt, the recall rubric and the recall tool.
+    # The upstream got the client's system prompt and the headline instruction; nothing is
+    # evicted yet, so no recall tool and no rubric.
     sent = upstream.requests[1]
     assert sent["messages"][0]["role"] == "system"
-    assert sent["messages"][0]["content"].startswith("You are terse.")
-    assert RECALL_TOOL in sent["messages"][0]["content"]
-    assert [t["function"]["name"] for t in sent["tools"]] == [RECALL_TOOL]
+    assert sent["messages"][0]["content"] == f"You are terse.\n\n{HEADLINE_INSTRUCTION}"
+    assert sent["tools"] == []
     assert [m["content"] for m in sent["messages"] if m["role"] == "user"] == ["hi", "again"]
+
+
+def test_before_the_first_eviction_scroll_adds_at_most_200_tokens_and_no_tool(clog):
+    counter = default_counter()
+    upstream = ScriptedUpstream()
+    conv = conversation(clog, context_size=4096)
+    system = "You are a coding agent. Be brief."
+    history = [user("Fix the failing test in tests/test_x.py, please.")]
+    added: list[int] = []  # tokens sent upstream beyond the client's own request
+    tools: list[list[str]] = []
+    for i in range(30):
+        body = request(*history, system=system, tools=[WEATHER])
+        reply = conv.handle(body, upstream, model="up")
+        sent = upstream.requests[-1]
+        tools.append([t["function"]["name"] for t in sent["tools"]])
+        evicted = bool(conv.index.blocks)
+        if not evicted:
+            text = json.dumps(sent["messages"], ensure_ascii=False) + json.dumps(sent["tools"])
+            mine = json.dumps([{"role": "system", "content": system}, *history], ensure_ascii=False)
+            added.append(counter.count(text) - counter.count(mine + json.dumps([WEATHER])))
+            assert tools[-1] == ["get_weather"]
+        else:
+            assert tools[-1] == ["get_weather", RECALL_TOOL]
+            assert RECALL_TOOL in sent["messages"][0]["content"]  # and its instructions
+        history += [assistant_of(reply), user(f"step {i}: " + "more output of the test run " * 30)]
+    assert added and max(added) <= 200
+    assert any(RECALL_TOOL in names for names in tools)  # the first eviction brought it
 
 
 def test_a_retry_appends_nothing_and_gets_the_same_reply(clog):

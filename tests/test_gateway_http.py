@@ -84,10 +84,7 @@ def test_client_tools_pass_through_untouched_streamed_and_not(gateway, upstream)
     ] == [("call_w1", "get_weather", {"city": "Paris"})]
     assert message.content == "Checking."
     assert upstream.requests[0]["tools"][0] == WEATHER
-    assert [t["function"]["name"] for t in upstream.requests[0]["tools"]] == [
-        "get_weather",
-        RECALL_TOOL,
-    ]
+    assert [t["function"]["name"] for t in upstream.requests[0]["tools"]] == ["get_weather"]
     history += [
         assistant_of(final),
         {"role": "tool", "tool_call_id": "call_w1", "content": "sunny, 21C"},

@@ -262,7 +262,7 @@ def test_a_custom_tools_call_reaches_the_client_as_free_text_and_round_trips(
     )
     assert called.input == PATCH_TEXT  # the text itself, not JSON around it
     offered = {t["function"]["name"]: t["function"] for t in upstream.requests[0]["tools"]}
-    assert set(offered) == {"apply_patch", "get_weather", "recall_history_python"}
+    assert set(offered) == {"apply_patch", "get_weather"}  # no recall tool before an eviction
     patch = offered["apply_patch"]["parameters"]
     assert patch["required"] == ["input"]  # the hosted web_search was not offered upstream
     assert "start: patch" in patch["properties"]["input"]["description"]

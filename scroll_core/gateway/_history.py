@@ -27,7 +27,7 @@ from ..errors import GatewayRequestInvalid, ScrollError
 from ..kernel.ms import MsCapability
 from ..models.base import ToolCall
 from ..profile import Profile
-from ..prompts import RECALL_TOOL, gateway_prompt, recall_tool_definition
+from ..prompts import HEADLINE_INSTRUCTION, RECALL_TOOL, gateway_prompt, recall_tool_definition
 from ..store import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventStore
 from ..telemetry import span
 from ..tokens import TokenCounter
@@ -43,10 +43,13 @@ __all__ = ["HistoryLog", "Link", "Prepared", "client_tokens"]
 @dataclass
 class Prepared:
     """The prefix sent upstream for one client system prompt and tool list, and what the
-    client's own system prompt and tools cost it."""
+    client's own system prompt and tools cost it. ``early``: the prefix sent until the first
+    eviction, the client's own plus the headline instruction alone (no recall tool: nothing
+    has left the view yet, so there is nothing to recall)."""
 
     prefix: Prefix
     client_prefix_tokens: int
+    early: Prefix
 
 
 class HistoryLog:
@@ -107,12 +110,16 @@ class HistoryLog:
                 else (self.counter.count(request.system))
             )
             system = gateway_prompt(print_cap=self.profile.print_cap)
+            early = HEADLINE_INSTRUCTION
             if request.system.strip():
                 system = f"{request.system}\n\n{system}"
+                early = f"{request.system}\n\n{early}"
             prefix = Prefix.build(
                 system, [*request.tools, recall_tool_definition()], counter=self.counter
             )
-            cached = self._prefixes[digest] = Prepared(prefix, client_tokens)
+            cached = self._prefixes[digest] = Prepared(
+                prefix, client_tokens, Prefix.build(early, request.tools, counter=self.counter)
+            )
         if digest != self._prefix_hash:
             self.log.append_many(
                 [

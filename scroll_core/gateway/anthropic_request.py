@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._json import loads
@@ -73,7 +73,18 @@ class TurnFold:
     copy a block before changing it (``messages_body`` does). One fold serves one session
     (``AnthropicUpstream`` keeps one per view it has seen last, a few dozen at most)."""
 
-    __slots__ = ("_marked", "_marks", "_paired", "_src", "_starts", "_system", "_turns", "marked")
+    __slots__ = (
+        "_marked",
+        "_marks",
+        "_paired",
+        "_rewrite",
+        "_src",
+        "_starts",
+        "_system",
+        "_turns",
+        "marked",
+        "rewrite",
+    )
 
     def __init__(self) -> None:
         self._src: list[dict[str, Any]] = []  # the messages folded (kept: their ids key reuse)
@@ -85,6 +96,10 @@ class TurnFold:
         self._marked: list[int] = []  # the turns a client's breakpoint went on
         # After ``turns``: the indices, in what it returned, of the turns that may hold one.
         self.marked: list[int] = []
+        # After ``turns``: when the messages changed in the middle rather than only grew (a
+        # fold rewrote the view), the index of the last turn that is as it was; else None.
+        self.rewrite: int | None = None
+        self._rewrite: int | None = None
 
     def turns(
         self, messages: list[dict[str, Any]], marks: list[Any] | None = None
@@ -100,6 +115,8 @@ class TurnFold:
         if same == len(src) == len(messages):
             return self._result()
         keep = bisect_right(self._starts, same) - 1  # turns made of unchanged messages only
+        # Turns before ``keep - 2`` come out as they did (pairing looks one turn ahead).
+        self._rewrite = keep - 3 if same < len(src) and keep >= 3 else None
         if keep < 1:
             self._system, self._turns, self._starts, self._paired = [], [], [], []
             self._marked = []
@@ -123,6 +140,7 @@ class TurnFold:
         turns = _led(self._paired)
         shift = len(turns) - len(self._paired)
         self.marked = sorted({t + shift for t in self._marked})
+        self.rewrite = None if self._rewrite is None else self._rewrite + shift
         return "\n\n".join(s for s in self._system if s), turns
 
     def _add(self, i: int, role: str, block: dict[str, Any] | None) -> None:
@@ -276,14 +294,25 @@ def messages_body(
         # until an eviction changes the view's front. The client's own breakpoints (on its
         # tools, on its system prompt: their time to live; on messages still in the view
         # with the text the client sent) are kept too.
-        turns, marked = _owned(turns, fold.marked)
+        # After a fold rewrote the middle of the view, one more on the last turn before the
+        # change: the lookup from it finds what the last calls wrote, so the unchanged front
+        # is read from the cache instead of written again with everything after it.
+        rewrite = (
+            fold.rewrite if fold.rewrite is not None and fold.rewrite < len(turns) - 1 else None
+        )
+        at = sorted({*fold.marked, rewrite}) if rewrite is not None else fold.marked
+        turns, marked = _owned(turns, at)
         body["messages"] = turns
         if system:
             body["system"][0]["cache_control"] = dict(marks.get("system") or EPHEMERAL)
+        kept: list[dict[str, Any]] = []
+        if rewrite is not None:
+            kept = _mark_last(turns[rewrite])
+            marked = _breakpoints(turns, at)
         last = turns[-1]["content"][-1]
         if last["type"] not in THINKING_BLOCKS:
             last.setdefault("cache_control", dict(EPHEMERAL))
-        _fit_breakpoints(body, [*marked, last] if "cache_control" in last else marked)
+        _fit_breakpoints(body, [*marked, last] if "cache_control" in last else marked, kept)
     thinking = params.get("thinking")
     if thinking:
         body["thinking"] = thinking  # the client's extended thinking, as it asked
@@ -321,6 +350,25 @@ def _owned(
     return out, found
 
 
+def _mark_last(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """A breakpoint on ``turn``'s last block (a copy: ``_owned`` made the list its own) unless
+    that is a thinking block; the block marked, in a list, or an empty one."""
+    blocks = turn["content"]
+    if blocks[-1]["type"] in THINKING_BLOCKS:
+        return []
+    if "cache_control" not in blocks[-1]:
+        blocks[-1] = {**blocks[-1], "cache_control": dict(EPHEMERAL)}
+    return [blocks[-1]]
+
+
+def _breakpoints(turns: list[dict[str, Any]], at: list[int]) -> list[dict[str, Any]]:
+    """The blocks holding a breakpoint in the turns ``at`` and in the last turn but its last
+    block, in order (what ``_owned`` returns)."""
+    last = len(turns) - 1
+    found = [b for i in at if i < last for b in turns[i]["content"] if "cache_control" in b]
+    return found + [b for b in turns[last]["content"][:-1] if "cache_control" in b]
+
+
 def _message_marks(messages: list[dict[str, Any]], marks: Mapping[str, Any]) -> list[Any] | None:
     """The client's breakpoint for each view message: a message equal (role and text) to
     one the client marked carries its ``cache_control``. A message whose text Scroll changed
@@ -336,14 +384,17 @@ def _message_marks(messages: list[dict[str, Any]], marks: Mapping[str, Any]) -> 
     ]
 
 
-def _fit_breakpoints(body: dict[str, Any], marked: list[dict[str, Any]]) -> None:
+def _fit_breakpoints(
+    body: dict[str, Any], marked: list[dict[str, Any]], also: Sequence[dict[str, Any]] = ()
+) -> None:
     """At most ``MAX_BREAKPOINTS`` (the API's limit), counted in the order the API caches
     the prefix: tools, system, messages (``marked``: the message blocks holding one, in
     order). The system's and the view's last are kept, the client's earliest dropped first
     (its tools' before its messages'); a longer time to live never follows a shorter one
-    (the API's rule), so an earlier breakpoint takes the longest of those after it."""
+    (the API's rule), so an earlier breakpoint takes the longest of those after it. ``also``:
+    more of ``marked`` to keep before the client's (the one after a rewrite)."""
     blocks = [t for t in body.get("tools") or () if "cache_control" in t]
-    kept = [b for b in body.get("system") or () if "cache_control" in b]
+    kept = [b for b in body.get("system") or () if "cache_control" in b] + list(also)
     blocks += kept + marked
     last = body["messages"][-1]["content"][-1]
     if marked and marked[-1] is last:

@@ -423,7 +423,7 @@ class GatewayConversation(HistoryLog):
                 self._sync()
                 first = self.chain[0].first_seq if position else self.state.synced_seq
                 last = self.state.synced_seq
-                self._compress(loop, aligned.prepared.prefix, "compaction", force=True)
+                self._compress(loop, aligned.prepared, "compaction", force=True)
                 evicted = next((r.evicted for _, r in loop.compressions if r.evicted), None)
                 marker = self._compaction_marker(position, first, last, evicted)
                 point = CompactionPoint(self.session_id, position, marker)
@@ -512,25 +512,34 @@ class GatewayConversation(HistoryLog):
             self._prefixes.clear()
 
     def _compress(
-        self, loop: _Loop, prefix: Prefix, reason: str, *, force: bool = False
+        self, loop: _Loop, prepared: Prepared, reason: str, *, force: bool = False
     ) -> WorkingView:
-        record = compress(
-            self.state,
-            self.profile,
-            log=self.log,
-            prefix=prefix,
-            digest=self.digest,
-            counter=self.counter,
-            force=force,
-            previous=self._view,  # its entries are reused: the check costs O(new events)
-        )
-        loop.compressions.append((reason, record))
-        if record.evicted:
-            loop.stats.evictions += 1
-        assert record.view is not None
-        self._view = record.view
+        """Algorithm 1 on the session's view, under the early prefix until the first eviction
+        and the full one (recall tool, rubric) from then on."""
+        full = bool(len(self.state.index))
+        view: WorkingView | None = None
+        for prefix in (prepared.prefix,) if full else (prepared.early, prepared.prefix):
+            record = compress(
+                self.state,
+                self.profile,
+                log=self.log,
+                prefix=prefix,
+                digest=self.digest,
+                counter=self.counter,
+                force=force,
+                previous=self._view,  # its entries are reused: the check costs O(new events)
+            )
+            loop.compressions.append((reason, record))
+            if record.evicted:
+                loop.stats.evictions += 1
+            assert record.view is not None
+            self._view = view = record.view
+            if not len(self.state.index):
+                break  # nothing evicted yet: the early prefix stands
+            force = False  # the first eviction happened: the view counted again with the rest
         self._stages.lap("compress")
-        return record.view
+        assert view is not None
+        return view
 
     def _recall_loop(
         self,
@@ -542,11 +551,11 @@ class GatewayConversation(HistoryLog):
     ) -> tuple[ClientReply, Callable[[], None] | None]:
         nonce = self._nonce = uuid.uuid4().hex[:10]
         pos = request.prior + len(request.messages)
-        view = self._compress(loop, prepared.prefix, "turn_start", force=self._recompact)
+        view = self._compress(loop, prepared, "turn_start", force=self._recompact)
         self._recompact = False
         reply: ModelReply | None = None
         for step in range(1, self.max_steps + 1):
-            reply, view = self._call(loop, upstream, model, request, prepared.prefix, view, step)
+            reply, view = self._call(loop, upstream, model, request, prepared, view, step)
             recall = [c for c in reply.tool_calls if c.name == RECALL_TOOL]
             client_calls = self._unique(
                 [c for c in reply.tool_calls if c.name != RECALL_TOOL], nonce, step
@@ -644,7 +653,7 @@ class GatewayConversation(HistoryLog):
                 commit = partial(self._commit_reply, events, recall, nonce, step, link, loop)
                 return reply_out, commit
             self._append_step(events, recall, nonce, step, loop)
-            view = self._compress(loop, prepared.prefix, "after_step")
+            view = self._compress(loop, prepared, "after_step")
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _append_step(
@@ -690,7 +699,7 @@ class GatewayConversation(HistoryLog):
         upstream: Upstream,
         model: str,
         request: ClientRequest,
-        prefix: Prefix,
+        prepared: Prepared,
         view: WorkingView,
         step: int,
     ) -> tuple[ModelReply, WorkingView]:
@@ -706,10 +715,10 @@ class GatewayConversation(HistoryLog):
             try:
                 reply = traced_call(
                     model,
-                    partial(self._complete, upstream, messages, prefix, model, request, step),
+                    partial(self._complete, upstream, messages, view.prefix, model, request, step),
                     session=self.session_id,
                     source="gateway",
-                    request=partial(_in_process_request, model, messages, prefix),
+                    request=partial(_in_process_request, model, messages, view.prefix),
                     view=partial(wire.view_record, view.report, self.state.index),
                     messages=messages,
                     compacted=bool(self.state.index.blocks),
@@ -724,7 +733,7 @@ class GatewayConversation(HistoryLog):
                     self._relay.settle("")  # drop what was held back of the refused call
                 if attempt == 2:
                     raise
-                view = self._compress(loop, prefix, "overflow", force=True)
+                view = self._compress(loop, prepared, "overflow", force=True)
                 continue
             loop.usage += reply.usage
             self._stages.lap("trace")

@@ -113,7 +113,9 @@ class Behaviour:
     def __call__(self, body: dict[str, Any]) -> Reply:
         self.calls += 1
         self.tools_seen.add(
-            frozenset(t.get("name") or t.get("function", {}).get("name") for t in body["tools"])
+            frozenset(
+                t.get("name") or t.get("function", {}).get("name") for t in body.get("tools", ())
+            )
         )
         view = View.of(body)
         text, tool, code = self.respond(view)

@@ -50,6 +50,16 @@ def server_loop() -> asyncio.AbstractEventLoop | None:
     return loop
 
 
+async def _send_retrying_stale(layer: Any, group: str, message: dict[str, Any]) -> None:
+    """``group_send`` once more when the first try meets a dead connection: after a Redis
+    restart every connection pooled before it fails its next command once ("Connection
+    closed by server") and is dropped, and the message would be lost though Redis answers."""
+    try:
+        await layer.group_send(group, message)
+    except LAYER_DOWN_ERRORS:
+        await layer.group_send(group, message)
+
+
 async def _send_all(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> int:
     """Send in order; returns how many were not sent. While the layer is down the rest of
     the batch is dropped at once (``dashboard.layer_outage`` logs the outage once)."""
@@ -59,7 +69,7 @@ async def _send_all(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) 
             layer_outage.failed(LayerDown(), len(messages) - index)
             return failed + len(messages) - index
         try:
-            await layer.group_send(group, message)
+            await _send_retrying_stale(layer, group, message)
         except LAYER_DOWN_ERRORS as exc:
             layer_outage.failed(exc, len(messages) - index)
             return failed + len(messages) - index

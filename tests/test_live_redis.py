@@ -185,6 +185,35 @@ def test_senders_log_an_outage_once_and_its_end_once(redis_layer, caplog):
     assert not any(r.exc_info for r in caplog.records)
 
 
+def test_the_first_send_after_a_restart_goes_through_on_a_connection_pooled_before_it(
+    redis_layer, caplog
+):
+    """A connection pooled before the restart fails its next command once; the message it
+    carried is sent again on a fresh one, not dropped, and no outage is logged."""
+    from dashboard import push
+
+    caplog.set_level(logging.INFO)
+    # A server's loop, which keeps its layer's connection pool between sends.
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(5)
+    push.remember_server_loop(loop)
+    try:
+        message = spans_message([_span("8" * 16)])
+        assert send_groups([(SPANS, message)])  # pools a connection
+        redis_layer.stop()
+        redis_layer.start()
+        assert send_groups([(SPANS, message)])
+    finally:
+        push._server_loop = None
+        asyncio.run_coroutine_threadsafe(get_channel_layer().close_pools(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(5)
+        loop.close()
+    assert not [r for r in caplog.records if r.name == "dashboard.layer"]
+
+
 CELL = "Run this.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
 
 

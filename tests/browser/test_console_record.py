@@ -30,7 +30,7 @@ def test_a_gateway_sessions_calls_show_what_the_upstream_received(
     from dashboard.record.read import session_calls
     from dashboard.runs.models import TuningProfile
 
-    profile = TuningProfile.objects.create(name="gw-browser-record", context_size=3000)
+    profile = TuningProfile.objects.create(name="gw-browser-record", context_size=2048)
     client = oa(gateway, make_key(upstream, profile=profile))
     history = [{"role": "system", "content": "You are terse. Ünïcödé ☃ welcome."}]
     for i in range(20):

@@ -16,13 +16,12 @@ are not evidence (they echo it)."""
 
 from __future__ import annotations
 
-from ..prompts import RECALL_TOOL
-from ..store import KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventStore
+from ..store import KIND_MODEL_TURN, Event, EventStore
 from ..store.fts_query import tokens
 from .filters import search_filters
 from .flag import Flag
 from .terms import share, stem, terms
-from .trajectory import RecordedTurn
+from .trajectory import RecordedTurn, is_evidence
 
 __all__ = ["ARCHIVE_SHARED", "MIN_SHARE", "archive_answered", "no_disconfirming_query"]
 
@@ -34,9 +33,7 @@ MIN_REQUEST_TERMS = 2
 
 
 def _is_evidence(event: Event, asked: set[int]) -> bool:
-    if event.kind == KIND_MODEL_TURN or event.role == "assistant" or event.seq in asked:
-        return False
-    return not (event.kind == KIND_TOOL_RESULT and event.name == RECALL_TOOL)
+    return is_evidence(event.kind, event.role, event.name, event.seq, asked)
 
 
 def _when(event: Event) -> tuple[str, int]:
@@ -54,13 +51,14 @@ def _looked_after(turn: RecordedTurn, session_id: str, day: str) -> bool:
 
 
 def no_disconfirming_query(
-    session_id: str, turns: list[RecordedTurn], log: EventStore
+    session_id: str, turns: list[RecordedTurn], log: EventStore, after_seq: int = 0
 ) -> list[Flag]:
+    """The flags on the turns that end after ``after_seq``."""
     asked = {t.request.seq for t in turns}
     flags = []
     for turn in turns:
         wanted = terms(turn.request.content)
-        if turn.answer is None or len(wanted) < MIN_REQUEST_TERMS:
+        if turn.end_seq <= after_seq or turn.answer is None or len(wanted) < MIN_REQUEST_TERMS:
             continue
         read = {s for c in turn.cells for call in c.ms_calls for s in call.seqs}
         scored = []

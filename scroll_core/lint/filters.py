@@ -6,8 +6,9 @@ The search is run again from its logged arguments, over the events that were the
 ran (before the turn's request, as ``ms.search`` leaves out the active turn). "Few" is fewer
 than half of the ``k`` the agent asked for; the hits that count against the filter are the
 unfiltered query's hits that matched a term themselves and score at least as well as the
-weakest hit the filtered query kept (any matched hit when it kept none), and that no ``ms``
-call of the turn returned; ``MANY`` of them or more raise the flag."""
+weakest hit the filtered query kept (any matched hit when it kept none), that can be evidence
+(not the agent's own calls, replies, recall printouts or the session's requests) and that no
+``ms`` call of the turn returned; ``MANY`` of them or more raise the flag."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..store import EventStore
 from ..store.search import Hit
 from ..timeutil import parse_ts
 from .flag import Flag
-from .trajectory import MsCall, RecordedTurn
+from .trajectory import MsCall, RecordedTurn, is_evidence
 
 __all__ = ["FILTERS", "MANY", "search_filters", "undercounting_filter"]
 
@@ -99,9 +100,15 @@ def _describe(query: str, parts: dict[str, Any]) -> str:
     return f"ms.search({', '.join(shown)})"
 
 
-def undercounting_filter(session_id: str, turns: list[RecordedTurn], log: EventStore) -> list[Flag]:
+def undercounting_filter(
+    session_id: str, turns: list[RecordedTurn], log: EventStore, after_seq: int = 0
+) -> list[Flag]:
+    """The flags on the turns that end after ``after_seq``."""
     flags = []
+    asked = {t.request.seq for t in turns}
     for turn in turns:
+        if turn.end_seq <= after_seq:
+            continue
         read = {s for cell in turn.cells for call in cell.ms_calls for s in call.seqs}
         for cell in turn.cells:
             for call in cell.ms_calls:
@@ -126,6 +133,7 @@ def undercounting_filter(session_id: str, turns: list[RecordedTurn], log: EventS
                         h.seq
                         for h in _search(log, query, k, wider, turn.request.seq)
                         if h.matched
+                        and is_evidence(h.kind, h.role, h.name, h.seq, asked)
                         and (floor is None or h.score >= floor)
                         and h.seq not in read
                         and h.seq not in {x.seq for x in kept}

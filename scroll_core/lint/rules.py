@@ -144,10 +144,9 @@ def lint_session(log: EventStore, session_id: str, *, after_seq: int = 0) -> lis
     events = log.session_events(session_id, limit=None)
     cells = recorded_cells(log, session_id, events)
     turns = recorded_turns(log, session_id, events)
-    judged = [t for t in turns if t.end_seq > after_seq]
     flags = [flag for rule in RULES.values() for flag in rule(session_id, cells)]
     flags += [flag for rule in LOG_RULES.values() for flag in rule(session_id, cells, log)]
-    flags += undercounting_filter(session_id, judged, log)
-    flags += no_disconfirming_query(session_id, judged, log)
+    flags += undercounting_filter(session_id, turns, log, after_seq)
+    flags += no_disconfirming_query(session_id, turns, log, after_seq)
     flags += archive_answered(session_id, turns, events)
     return sorted((f for f in flags if f.cell_seq > after_seq), key=lambda f: (f.cell_seq, f.rule))

@@ -8,9 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..prompts import RECALL_TOOL
 from ..store import KIND_CONTEXT_MSG, KIND_MODEL_TURN, KIND_TOOL_RESULT, Event, EventStore
 
-__all__ = ["MsCall", "RecordedCell", "RecordedTurn", "recorded_cells", "recorded_turns"]
+__all__ = [
+    "MsCall",
+    "RecordedCell",
+    "RecordedTurn",
+    "is_evidence",
+    "recorded_cells",
+    "recorded_turns",
+]
 
 
 @dataclass(frozen=True)
@@ -127,3 +135,11 @@ def recorded_turns(
             )
         )
     return turns
+
+
+def is_evidence(kind: str, role: str | None, name: str | None, seq: int, asked: set[int]) -> bool:
+    """Whether an event can be evidence for a request: not the agent's own calls and replies,
+    not its recall tool's printouts, not a request of the session (``asked``): they echo it."""
+    if kind == KIND_MODEL_TURN or role == "assistant" or seq in asked:
+        return False
+    return not (kind == KIND_TOOL_RESULT and name == RECALL_TOOL)

@@ -3,6 +3,7 @@ sit on questions the agent got wrong (a rule that flags right and wrong answers 
 
     python bench/lint.py --json [--conversations N] [--questions N] [--context-size C]
                          [--split test|dev|both] [--sandbox auto|bwrap|process]
+    python bench/lint.py --tune --json   # no_disconfirming_query's evidence share, on DEV
 
 Two sets of sessions, each recorded here by Scroll's own loop with the rule-based policy
 model (not an LLM), then linted from the Event Log alone (``scroll_core.lint.lint_session``):
@@ -20,7 +21,10 @@ A flag sits on the question whose turn holds its cell (or reply). Per rule: flag
 flagged, how many of those were wrong, their share (precision for "wrong"), and that share
 over the wrong share of all questions (lift: 1 is noise; the base rate is measured in the
 same run). The rules' thresholds are round defaults fitted to no data set, so no split was
-used to choose them; test is the headline and dev is beside it.
+used to choose them, except ``no_disconfirming_query``'s evidence share (the share of the
+request's terms an event must hold to count as evidence), chosen with ``--tune`` on the dev
+split only: the candidate whose flagged questions are most often wrong, among those flagging
+at least ``TUNE_MIN_FLAGS`` questions. Test is the headline and dev is beside it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +49,22 @@ from dashboard.runs import demo, demo_data
 from scroll_core import EventLog
 from scroll_core.agent import Session
 from scroll_core.kernel import Kernel, KernelConfig, KernelManager
-from scroll_core.lint import RULE_NAMES, Flag, lint_session, recorded_turns
+from scroll_core.lint import (
+    RULE_NAMES,
+    Flag,
+    lint_session,
+    no_disconfirming_query,
+    recorded_turns,
+)
+from scroll_core.lint.answers import MIN_SHARE
 from scroll_core.models import PolicyModel
 from scroll_core.profile import Profile
 
 WRONG_BELOW = 0.5  # answer F1 under which a LoCoMo answer counts as wrong
 DEFAULT_CONVERSATIONS = 5
 DEFAULT_QUESTIONS = 60
+TUNE_SHARES = (0.5, 2 / 3, 0.75, 1.0)
+TUNE_MIN_FLAGS = 10
 METRICS = ("flags", "questions_flagged", "flagged_wrong", "wrong_share_flagged", "lift")
 DEFAULT_SIZE = 4096
 
@@ -92,7 +106,14 @@ def _tally(questions: list[tuple[bool, list[str]]], flags: list[Flag]) -> dict[s
 
 
 # ---------------------------------------------------------------------- LoCoMo e2e
-def locomo(args: argparse.Namespace, tmp: Path, split: str) -> tuple[dict[str, Any], list[Flag]]:
+Visit = Callable[[EventLog, str, list[bool]], None]
+
+
+def locomo(
+    args: argparse.Namespace, tmp: Path, split: str, visit: Visit | None = None
+) -> tuple[dict[str, Any], list[Flag]]:
+    """Record and lint the scroll arm's sessions of ``split``; ``visit`` is shown each session
+    with whether each of its questions was wrong."""
     ids = list(TEST if split == "test" else DEV)[: args.conversations]
     conversations = load(args.data, ids)
     profile = Profile(context_size=args.context_size)
@@ -119,8 +140,10 @@ def locomo(args: argparse.Namespace, tmp: Path, split: str) -> tuple[dict[str, A
             by_turn = _on_turns(log, session_id, flags)
             if len(recorded_turns(log, session_id)) != len(items):
                 raise SystemExit(f"{session_id}: turns and questions do not line up")
-            for i, (item, outcome) in enumerate(zip(items, outcomes, strict=True)):
-                questions.append((score(item, outcome.answer) < WRONG_BELOW, by_turn.get(i, [])))
+            wrong = [score(i, o.answer) < WRONG_BELOW for i, o in zip(items, outcomes, strict=True)]
+            questions += [(w, by_turn.get(i, [])) for i, w in enumerate(wrong)]
+            if visit is not None:
+                visit(log, session_id, wrong)
             print(f"{conv.sample_id}: {len(items)} questions, {len(flags)} flags", file=sys.stderr)
     figures = _tally(questions, all_flags)
     figures["lint_seconds"] = round(lint_s, 2)
@@ -197,6 +220,7 @@ def main() -> None:
     parser.add_argument("--split", choices=["test", "dev", "both"], default="both")
     parser.add_argument("--sandbox", choices=["auto", "bwrap", "process"], default="auto")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--tune", action="store_true", help="choose the evidence share on dev")
     args = parser.parse_args()
     if not args.data.is_file():
         parser.error(f"LoCoMo not found at {args.data}")
@@ -206,6 +230,9 @@ def main() -> None:
         parser.error("--questions must be at least 1")
     if args.context_size < 1024:
         parser.error("--context-size must be at least 1024")
+    if args.tune:
+        emit(tune(args), args.json)
+        return
     splits = ["test", "dev"] if args.split == "both" else [args.split]
     started = time.perf_counter()
     parts: dict[str, dict[str, Any]] = {}
@@ -236,6 +263,41 @@ def main() -> None:
         },
     }
     emit(result, args.json)
+
+
+def tune(args: argparse.Namespace) -> dict[str, Any]:
+    """no_disconfirming_query under each candidate share over the dev sessions."""
+    hits: dict[float, list[bool]] = {share: [] for share in TUNE_SHARES}
+    base: list[bool] = []
+
+    def visit(log: EventLog, session_id: str, wrong: list[bool]) -> None:
+        base.extend(wrong)
+        turns = recorded_turns(log, session_id)
+        for share in TUNE_SHARES:
+            flags = no_disconfirming_query(session_id, turns, log, min_share=share)
+            flagged = set(_on_turns(log, session_id, flags))
+            hits[share] += [w for i, w in enumerate(wrong) if i in flagged]
+
+    with tempfile.TemporaryDirectory(prefix="scroll-lint-tune-") as tmp:
+        locomo(args, Path(tmp), "dev", visit)
+    rate = sum(base) / len(base)
+    sweep = {
+        f"{share:.3f}": {
+            "questions_flagged": len(flagged),
+            "wrong_share_flagged": round(sum(flagged) / len(flagged), 4) if flagged else None,
+            "lift": round(sum(flagged) / len(flagged) / rate, 3) if flagged and rate else None,
+        }
+        for share, flagged in hits.items()
+    }
+    fit = [s for s in TUNE_SHARES if len(hits[s]) >= TUNE_MIN_FLAGS]
+    best = max(fit, key=lambda s: (sum(hits[s]) / len(hits[s]), -s)) if fit else MIN_SHARE
+    return {
+        "split": "dev",
+        "wrong_share": round(rate, 4),
+        "sweep": sweep,
+        "chosen_share": round(best, 4),
+        "figures": {"chosen_share": round(best, 4)},
+    }
 
 
 def flat_figures(parts: dict[str, dict[str, Any]]) -> dict[str, float]:

@@ -99,3 +99,18 @@ def test_the_lint_panel_shows_each_flag_beside_its_alert(console_log, traced, ad
     assert f'href="{reverse("alerts")}#alert-{alert.pk}" class="state-open">open</a>' in fragment
     page = admin_client.get(reverse("alerts")).content.decode()
     assert f'href="{reverse("session", args=[S])}#lint-panel">seq {alert.key}</a>' in page
+
+
+def test_a_turn_ends_with_the_loops_turn_span_or_a_gateway_request():
+    from dashboard.telemetry.lint_alerts import is_turn_end
+
+    assert is_turn_end({"name": "scroll.turn", "session_id": S, "attributes": {}})
+    assert is_turn_end(
+        {"name": "invoke_agent scroll-gateway", "session_id": S,
+         "attributes": {"gen_ai.operation.name": "invoke_agent"}}
+    )  # fmt: skip
+    assert not is_turn_end({"name": "scroll.turn", "session_id": "", "attributes": {}})
+    assert not is_turn_end(
+        {"name": "execute_tool repl_exec", "session_id": S,
+         "attributes": {"gen_ai.operation.name": "execute_tool"}}
+    )  # fmt: skip

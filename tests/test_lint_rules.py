@@ -107,7 +107,10 @@ def test_the_command_prints_each_flag_and_a_count_per_rule(console_log, kernel):
     call_command("scroll_lint", S, stdout=out)
     text = out.getvalue()
     assert f"{S} seq " in text and "[window_refill]" in text
-    assert text.strip().endswith("1 session(s): window_refill 1, re_reading 0, head_and_tail 0")
+    assert text.strip().endswith(
+        "1 session(s): window_refill 1, re_reading 0, head_and_tail 0, undercounting_filter 0, "
+        "no_disconfirming_query 0, archive_answered 0"
+    )
     with pytest.raises(CommandError, match="no such session"):
         call_command("scroll_lint", "nope", stdout=StringIO())
 

@@ -16,8 +16,11 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.eventlog import get_event_log
+from dashboard.projects.access import require_session
 from dashboard.runs.models import TuningProfile
 from dashboard.runs.permissions import START_RUN, permission_required
+from dashboard.telemetry.lint_alerts import LINT_KINDS
+from dashboard.telemetry.models import Alert
 from scroll_core.errors import ConfigError
 from scroll_core.lint import RULE_NAMES, lint_session
 from scroll_core.models.policy import POLICY_NAME
@@ -130,12 +133,21 @@ def qualify_compare(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def session_lint(request: HttpRequest, session_id: str) -> HttpResponse:
-    """The lint rules' flags for one recorded session (the session page loads it)."""
+    """The lint rules' flags for one recorded session (the session page loads it), each with
+    the alert the live lint raised for it, when it did (``dashboard.telemetry.lint_alerts``)."""
+    require_session(request, session_id)
     log = get_event_log()
     if log.session(session_id) is None:
         raise Http404(f"no session {session_id!r} in the Event Log")
     flags = lint_session(log, session_id)
-    ctx = {"session_id": session_id, "flags": flags, "rules": list(RULE_NAMES)}
+    alerts = {
+        (a.rule.kind, a.key): a
+        for a in Alert.objects.filter(
+            session_id=session_id, rule__kind__in=LINT_KINDS.values()
+        ).select_related("rule")
+    }
+    rows = [(f, alerts.get((LINT_KINDS.get(f.rule, ""), str(f.cell_seq)))) for f in flags]
+    ctx = {"session_id": session_id, "rows": rows, "rules": list(RULE_NAMES)}
     return render(request, "dashboard/_session_lint.html", ctx)
 
 

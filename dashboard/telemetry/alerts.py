@@ -23,6 +23,9 @@ kernel_failure    execute_tool spans with ``scroll.status`` timeout or killed, a
 context_unfit     ``error.type`` ContextWindowUnfit, or ``scroll.stop_reason`` context_unfit
 eviction_net_loss ``scroll.blocks`` with ``scroll.seq_lo``/``seq_hi``: a block whose re-reads
                   (after ``threshold`` of them) cost more prefill than keeping it would have
+lint_*            a finished turn (``scroll.turn``, the gateway's ``invoke_agent``): the
+                  trajectory lint's new flags on the session, one alert each, keyed by the
+                  cell's seq (``dashboard.telemetry.lint_alerts``)
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from django.utils import timezone
 
 from dashboard import groups
 from dashboard.push import send_group
+from dashboard.telemetry.lint_alerts import is_turn_end, lint_triggers
 from dashboard.telemetry.models import Alert, AlertRule
 from dashboard.telemetry.netloss import block_range, block_size, reread_tokens
 
@@ -87,7 +91,7 @@ def _is_cell(span: Mapping[str, Any]) -> bool:
 
 
 class _SessionState:
-    __slots__ = ("blocks", "cells", "chats", "last_headline", "reread")
+    __slots__ = ("blocks", "cells", "chats", "last_headline", "linted", "reread")
 
     def __init__(self) -> None:
         self.chats: deque[bool] = deque(maxlen=1000)  # True: a bad headline
@@ -95,6 +99,7 @@ class _SessionState:
         self.blocks: dict[str, int] = defaultdict(int)
         self.last_headline: str | None = None
         self.reread: dict[str, list[int]] = {}  # block -> [W, H, re-read tokens]
+        self.linted = 0  # the trajectory lint has judged the session up to this seq
 
 
 class AlertEngine:
@@ -226,11 +231,26 @@ class AlertEngine:
     def observe(self, span: Mapping[str, Any]) -> list[Alert]:
         """Evaluate ``span`` and raise or bump its alerts; returns the alerts changed."""
         changed = []
-        for trigger in self.triggers(span):
+        for trigger in self.triggers(span) + self.lint(span):
             alert = raise_alert(trigger, self.rules()[trigger.kind])
             if alert is not None:
                 changed.append(alert)
         return changed
+
+    def lint(self, span: Mapping[str, Any]) -> list[Trigger]:
+        """The trajectory lint's new flags when ``span`` ends a turn (reads the Event Log)."""
+        if not is_turn_end(span):
+            return []
+        enabled = {k: r for k, r in self.rules().items() if r.enabled}
+        session_id = str(span.get("session_id"))
+        with self._lock:
+            after = self._state(session_id).linted
+        found, linted = lint_triggers(span, enabled, after)
+        with self._lock:
+            state = self._state(session_id)
+            state.linted = max(state.linted, linted)
+        span_id = str(span.get("span_id") or "")
+        return [Trigger(kind, session_id, text, key, span_id) for kind, key, text in found]
 
 
 def _net_loss(

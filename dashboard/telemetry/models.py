@@ -102,7 +102,8 @@ class SpanRecord(models.Model):
 
 
 class AlertRule(models.Model):
-    """One "rotting index" rule and its threshold; a migration seeds one per kind."""
+    """One alert rule and its threshold ("rotting index" rules over spans, and one per rule of
+    the trajectory lint over each finished turn); a migration seeds one per kind."""
 
     INDEX_GAP = "index_gap"
     HEADLINE_QUALITY = "headline_quality"
@@ -112,6 +113,13 @@ class AlertRule(models.Model):
     CONTEXT_UNFIT = "context_unfit"
     EVICTION_NET_LOSS = "eviction_net_loss"
     SPANS_PRUNED = "spans_pruned"
+    # The trajectory lint (scroll_core.lint), run on each finished turn; its re_reading rule
+    # is live as SPAN_REREAD.
+    LINT_WINDOW_REFILL = "lint_window_refill"
+    LINT_HEAD_AND_TAIL = "lint_head_and_tail"
+    LINT_UNDERCOUNTING_FILTER = "lint_undercounting_filter"
+    LINT_NO_DISCONFIRMING_QUERY = "lint_no_disconfirming_query"
+    LINT_ARCHIVE_ANSWERED = "lint_archive_answered"
     KIND_CHOICES = [
         (INDEX_GAP, "Index gap (the blocks no longer tile the evicted range)"),
         (HEADLINE_QUALITY, "Headline quality falling (missing, malformed, duplicate)"),
@@ -121,6 +129,11 @@ class AlertRule(models.Model):
         (CONTEXT_UNFIT, "Context window unfit"),
         (EVICTION_NET_LOSS, "Evicted span re-read past its cost (a net loss under a prefix cache)"),
         (SPANS_PRUNED, "Stored spans pruned to stay under SCROLL_SPAN_RETENTION_BYTES"),
+        (LINT_WINDOW_REFILL, "Lint: a query run again after the print cap cut it"),
+        (LINT_HEAD_AND_TAIL, "Lint: only the head and tail of a long session read"),
+        (LINT_UNDERCOUNTING_FILTER, "Lint: a search filter hid evidence that ranks as well"),
+        (LINT_NO_DISCONFIRMING_QUERY, "Lint: answered from old evidence, nothing searched after"),
+        (LINT_ARCHIVE_ANSWERED, "Lint: the reply answers the archive, not the live turn"),
     ]
 
     kind = models.CharField(max_length=32, choices=KIND_CHOICES, unique=True)

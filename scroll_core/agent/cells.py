@@ -27,6 +27,8 @@ EMPTY_OUTPUT = "[the cell printed nothing]"
 # Bounds on the ms calls a tool result's metadata lists (replay reads them as retrievals).
 LOGGED_MS_CALLS = 50
 LOGGED_MS_SEQS = 50
+# A call's arguments are logged when small (the trajectory lint re-runs a search from them).
+LOGGED_MS_ARGS_CHARS = 600
 # A namespace digest longer than this is logged by its size only.
 DIGEST_TEXT_CHARS = 16_000
 
@@ -170,6 +172,9 @@ def _logged_ms(call: MsCallRecord) -> dict[str, Any]:
         logged["seqs_total"] = len(call.seqs)
     if call.error:
         logged["error"] = True
+    arguments = {"args": call.args, "kwargs": call.kwargs}
+    if len(json.dumps(arguments, default=str)) <= LOGGED_MS_ARGS_CHARS:
+        logged.update(arguments)
     return logged
 
 

@@ -8,22 +8,28 @@
   against it too).
 - ``head_and_tail``: a cell that read the first and the last turns of a long session and
   nothing between: mid-session evidence is never seen (search the session instead).
+
+The rules over a session's turns are in ``filters`` (``undercounting_filter``) and
+``answers`` (``no_disconfirming_query``, ``archive_answered``); ``lint_session`` runs all six.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..store import EventStore
-from .trajectory import RecordedCell, recorded_cells
+from .answers import archive_answered, no_disconfirming_query
+from .filters import undercounting_filter
+from .flag import Flag
+from .trajectory import RecordedCell, recorded_cells, recorded_turns
 
 __all__ = [
     "LOG_RULES",
     "REREAD_LIMIT",
     "RULES",
     "RULE_NAMES",
+    "TURN_RULES",
     "Flag",
     "head_and_tail",
     "lint_session",
@@ -34,15 +40,6 @@ __all__ = [
 REREAD_LIMIT = 3  # the console's span_reread alert counts from the same number
 HEAD_TAIL = 5  # events at each end of a session that count as its head and its tail
 LONG_SESSION = 4 * HEAD_TAIL  # shorter sessions are all head and tail
-
-
-@dataclass(frozen=True)
-class Flag:
-    rule: str
-    session_id: str
-    cell_seq: int  # the call that shows the failure
-    seqs: tuple[int, ...]  # every seq that shows it
-    explanation: str
 
 
 def _normal(code: str) -> str:
@@ -134,12 +131,22 @@ RULES: dict[str, Rule] = {"window_refill": window_refill, "re_reading": re_readi
 LOG_RULES: dict[str, Callable[[str, list[RecordedCell], EventStore], list[Flag]]] = {
     "head_and_tail": head_and_tail
 }
-RULE_NAMES = (*RULES, *LOG_RULES)
+# Rules over the session's turns (request, cells, reply) and the log (scroll_core/lint/
+# filters.py, answers.py).
+TURN_RULES = ("undercounting_filter", "no_disconfirming_query", "archive_answered")
+RULE_NAMES = (*RULES, *LOG_RULES, *TURN_RULES)
 
 
-def lint_session(log: EventStore, session_id: str) -> list[Flag]:
-    """Every rule's flags for one recorded session, in seq order."""
-    cells = recorded_cells(log, session_id)
+def lint_session(log: EventStore, session_id: str, *, after_seq: int = 0) -> list[Flag]:
+    """Every rule's flags for one recorded session, in seq order; ``after_seq`` keeps only
+    the flags on cells and replies after it (a live lint of the newest turn), and the rules
+    over turns then judge only the turns that end after it."""
+    events = log.session_events(session_id, limit=None)
+    cells = recorded_cells(log, session_id, events)
+    turns = recorded_turns(log, session_id, events)
     flags = [flag for rule in RULES.values() for flag in rule(session_id, cells)]
     flags += [flag for rule in LOG_RULES.values() for flag in rule(session_id, cells, log)]
-    return sorted(flags, key=lambda f: (f.cell_seq, f.rule))
+    flags += undercounting_filter(session_id, turns, log, after_seq)
+    flags += no_disconfirming_query(session_id, turns, log, after_seq)
+    flags += archive_answered(session_id, turns, events)
+    return sorted((f for f in flags if f.cell_seq > after_seq), key=lambda f: (f.cell_seq, f.rule))

@@ -18,7 +18,10 @@ from scroll_core.lint import RULE_NAMES, lint_session
 
 
 class Command(BaseCommand):
-    help = "Lint recorded sessions (window refill, re-reading, head-and-tail reads) with seqs."
+    help = (
+        "Lint recorded sessions (window refill, re-reading, head-and-tail reads, undercounting "
+        "filters, no disconfirming query, archive answered) with seqs."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("sessions", nargs="*", help="session ids (default: every session)")

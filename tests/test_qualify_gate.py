@@ -83,3 +83,38 @@ def test_no_requirement_no_gate_and_an_unrelated_edit_is_not_gated(admin_client)
     admin_client.post(f"/admin/gateway/gatewaykey/{key.pk}/change/", form, follow=True)
     key.refresh_from_db()
     assert key.name == "renamed" and not GateDecision.objects.exists()
+
+
+def _start_from_console(admin_client, profile: TuningProfile):
+    return admin_client.post("/runs/", {"task": "say hi", "profile": str(profile.pk)}, follow=True)
+
+
+def test_the_runs_form_refuses_a_run_whose_model_the_profile_has_not_qualified(
+    admin_client, monkeypatch
+):
+    from dashboard.runs.models import RunRecord
+
+    monkeypatch.setenv("SCROLL_SANDBOX_FALLBACK", "process")
+    strict = _profile("strict", QualificationRequirement.REFUSE)
+    answer = _start_from_console(admin_client, strict)
+    assert answer.status_code == 400
+    assert "Not started" in answer.content.decode()
+    assert "requires qualified models" in answer.content.decode()
+    assert not RunRecord.objects.exists()
+    decision = GateDecision.objects.get()
+    assert decision.outcome == "refused" and decision.subject == "console run"
+
+
+def test_the_runs_form_starts_a_warned_run_and_audits_it(admin_client, monkeypatch):
+    from dashboard.runs.models import RunRecord
+
+    monkeypatch.setenv("SCROLL_SANDBOX_FALLBACK", "process")
+    lenient = _profile("lenient", QualificationRequirement.WARN)
+    answer = _start_from_console(admin_client, lenient)
+    assert "Started with a warning" in answer.content.decode()
+    run = RunRecord.objects.get()
+    decision = GateDecision.objects.get()
+    assert decision.outcome == "warned" and decision.subject == f"run {run.session_id}"
+    # A profile that requires nothing starts runs without a decision to audit.
+    _start_from_console(admin_client, _profile("free", None))
+    assert RunRecord.objects.count() == 2 and GateDecision.objects.count() == 1

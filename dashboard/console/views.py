@@ -37,6 +37,7 @@ from dashboard.eventlog import get_event_log
 from dashboard.groups import session_safe_id
 from dashboard.projects.access import Access, access_of, require_session
 from dashboard.projects.models import OPERATOR, AgentOwner
+from dashboard.qualify import gate as qualify_gate
 from dashboard.runs.grants import grants_for, readers_of
 from dashboard.runs.modelinfo import what_will_run
 from dashboard.runs.models import KernelAction, KernelState, RunRecord, TuningProfile
@@ -606,6 +607,12 @@ def _start_run(request: HttpRequest, runner: Any) -> tuple[RunRecord | None, str
         return None, why
     if not hasattr(runner, "start_run"):
         return None, "This console has no runner."
+    # A profile that requires qualified models gates the run's model as it gates a gateway
+    # key's (Scroll's own loop speaks the OpenAI format); refused or warned, it is audited.
+    verdict = qualify_gate.evaluate(profile, [model or runner.POLICY_NAME], "openai")
+    if verdict.refused:
+        qualify_gate.record(verdict, subject="console run", user=request.user)
+        return None, f"Not started: {verdict.message}"
     try:
         run = runner.start_run(
             task=task,
@@ -619,6 +626,10 @@ def _start_run(request: HttpRequest, runner: Any) -> tuple[RunRecord | None, str
         return None, f"Not started: {exc}"
     except ValueError as exc:  # a task of only "---" lines has no turn to run
         return None, f"Not started: {exc} (a line of only --- splits the task into turns)."
+    if qualify_gate.record(verdict, subject=f"run {run.session_id}", user=request.user) and (
+        verdict.missing
+    ):
+        messages.warning(request, f"Started with a warning: {verdict.message}")
     return run, ""
 
 

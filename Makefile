@@ -8,10 +8,13 @@ BENCH_STAMP := $(VENV)/.installed-bench
 PHOENIX_VERSION ?= 20.26.1
 PHOENIX_VENV := .phoenix-venv
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
+AIDER_VERSION ?= 0.86.2
+AIDER_VENV := .aider-venv
+AIDER_STAMP := $(AIDER_VENV)/.installed-$(AIDER_VERSION)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run run-uvicorn worker test test-embedded test-scaled lint fmt typecheck bench phoenix
+.PHONY: install run run-uvicorn worker test test-embedded test-scaled lint fmt typecheck bench phoenix aider
 
 install: $(STAMP)
 
@@ -70,6 +73,16 @@ phoenix: $(PHOENIX_STAMP)
 $(PHOENIX_STAMP):
 	@test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
 	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix==$(PHOENIX_VERSION)
+	@touch $@
+
+# Aider (PyPI's aider-chat) for tests/test_gateway_aider.py, which runs the real CLI through the
+# gateway, in a virtualenv of its own (git ignores it): it pins openai 2.x and numpy 1.x, where
+# Scroll has openai 3 and numpy 2. Without it that test skips, except under CI=true.
+aider: $(AIDER_STAMP)
+
+$(AIDER_STAMP):
+	@test -x $(AIDER_VENV)/bin/python || $(PYTHON) -m venv $(AIDER_VENV)
+	$(AIDER_VENV)/bin/python -m pip install --quiet aider-chat==$(AIDER_VERSION)
 	@touch $@
 
 lint: install

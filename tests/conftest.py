@@ -34,6 +34,8 @@ CI_REQUIRED = (
     "docker-compose",
     "@anthropic-ai/claude-code",
     "@openai/codex",
+    "opencode-ai",
+    "aider-chat",
 )
 
 

@@ -29,19 +29,22 @@ WEATHER = {
 
 _clients: list[Any] = []
 
-# Where .ci/run installs the coding agents' CLIs from npm (git ignores it).
-AGENTS_BIN = Path(__file__).resolve().parents[1] / ".agents" / "node_modules" / ".bin"
+# Where .ci/run installs the coding agents' CLIs from npm, and Aider (PyPI) in a virtualenv of
+# its own (`make aider`); git ignores both.
+REPO = Path(__file__).resolve().parents[1]
+AGENTS_BIN = REPO / ".agents" / "node_modules" / ".bin"
+AIDER_BIN = REPO / ".aider-venv" / "bin"
 
 
-def agent_cli(command: str, package: str) -> str:
-    """The path of a coding agent's CLI (``SCROLL_<COMMAND>`` or ``.agents/``); the test is
-    skipped, naming the npm package, when it is not installed (under CI=true that skip fails:
-    ``tests/conftest.py``)."""
-    found = os.environ.get(f"SCROLL_{command.upper()}") or shutil.which(
-        command, path=str(AGENTS_BIN)
-    )
+def agent_cli(command: str, package: str, registry: str = "npm") -> str:
+    """The path of a coding agent's CLI (``SCROLL_<COMMAND>``, else ``.agents/`` for an npm
+    package or ``.aider-venv/`` for Aider); the test is skipped, naming the package, when it
+    is not installed (under CI=true that skip fails: ``tests/conftest.py``)."""
+    where = AGENTS_BIN if registry == "npm" else AIDER_BIN
+    found = os.environ.get(f"SCROLL_{command.upper()}") or shutil.which(command, path=str(where))
     if not found:
-        pytest.skip(f"{package} (npm) is not installed under .agents/ (.ci/run installs it)")
+        home = ".agents/" if registry == "npm" else f"{where.parent.name}/"
+        pytest.skip(f"{package} ({registry}) is not installed under {home} (.ci/run installs it)")
     return found
 
 

@@ -9,6 +9,7 @@ request served, on the way to an OpenAI-format one.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -318,3 +319,41 @@ def test_a_breakpoint_on_a_message_whose_text_scroll_changed_is_dropped(gateway,
     texts = [text for text, _ in _marks(sent)]
     assert "run it" in texts  # the client's, on a message the view holds as it sent it
     assert texts[-1] == "what failed?"  # the view's own last breakpoint
+
+
+def test_context_management_is_scrolls_to_do_and_is_not_forwarded(gateway, upstream):
+    """The API's server-side context management (context editing's clear-tool-uses edit,
+    threshold compaction's ``compact_20260112``), asked with the official client's beta
+    call: the request is served from Scroll's view, the edits do not go up (the view is
+    already under the key's window and the log keeps what they would drop), so no
+    compaction block comes back; the beta header goes up as the client sent it."""
+    client = an(gateway, _key(upstream))
+    upstream.then(a_message([{"type": "text", "text": f"It says hello.\n{HEADLINE}"}]))
+    betas = ["context-management-2025-06-27", "compact-2026-01-12"]
+    edits = [
+        {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 30000},
+         "keep": {"type": "tool_uses", "value": 1}},
+        {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50000},
+         "pause_after_compaction": True},
+    ]  # fmt: skip
+    reply = client.beta.messages.create(
+        model="claude-x",
+        max_tokens=100,
+        betas=betas,
+        tools=[{"name": "read", "description": "Read a file.",
+                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+        messages=[
+            {"role": "user", "content": "What does a.txt say?"},
+            {"role": "assistant", "content": [a_tool_use("read", {"path": "a.txt"}, "toolu_1")]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello"}]},
+        ],
+        context_management={"edits": edits},
+    )  # fmt: skip
+    assert [b.type for b in reply.content] == ["text"] and reply.stop_reason == "end_turn"
+    assert reply.content[0].text == "It says hello."
+    sent = upstream.requests[0]
+    assert_valid_request(sent)
+    assert "context_management" not in sent
+    assert "hello" in json.dumps(sent["messages"])  # the tool result Scroll keeps in its view
+    assert set(upstream.headers[0]["anthropic-beta"].split(",")) == set(betas)

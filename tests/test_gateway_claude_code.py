@@ -5,8 +5,9 @@ Claude Code, not our reading of the Messages API, decides whether such an agent 
 through Scroll: the CLI of late 2026 sends a ``system``-role message inside ``messages``
 (its environment section), which the gateway refused with a 400 until it read that role.
 
-Its compaction (``/compact``; auto-compact sends the same two requests) is the client's
-own: it asks the model for a summary, then starts over from it. The gateway records that as
+Its compaction (``/compact``, and auto-compact, whose threshold its own
+``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`` lowers here) is the client's own: it asks the model for a
+summary, then starts over from it. The gateway records that as
 a rewrite, and one whose new history carries the summary it gave as a client compaction,
 which the session page links to the seqs it replaced; what the summary dropped is recalled.
 
@@ -40,8 +41,11 @@ from scroll_core.store import EventLog
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _run(gateway: str, key: str, home: Path, *args: str, session: str = "") -> dict:
+def _run(
+    gateway: str, key: str, home: Path, *args: str, session: str = "", **settings: str
+) -> dict:
     env = {
+        **settings,
         "PATH": os.environ["PATH"],
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": gateway,
@@ -200,3 +204,45 @@ def test_claude_code_compacts_and_a_recall_finds_what_the_summary_dropped(
     assert any(lo <= e.seq <= hi and "4711" in e.content for e in events)
     page = admin_client.get(reverse("session", args=["gw:claude-code:cc"])).content.decode()
     assert f'data-replaced="{lo}-{hi}" data-summary="{said.seq}"' in page
+
+
+def test_claude_code_auto_compacts_and_a_recall_finds_what_the_summary_dropped(
+    gateway, upstream, console_log, tmp_path
+):
+    """Auto-compact, its threshold lowered by Claude Code's own setting: the usage the first
+    reply reports is past it, so the next prompt first gets a summary, then goes up with it."""
+    key = _key(upstream)
+    summary = "1. The user greeted the assistant and asked it to keep a code in mind."
+    code = "print([ms.expand(h.seq).content[-200:] for h in ms.search('vault code', k=3)])"
+
+    def recalled(body: dict) -> Reply:
+        printout = json.dumps(body["messages"][-1])
+        assert "4711" in printout, printout
+        return a_text("The vault code is 4711.")
+
+    upstream.then(
+        a_text("Noted."),
+        a_text("It is sunny.", prompt=20000),  # past 1% of the window: Claude Code compacts next
+        a_text(f"<analysis>Short chat.</analysis>\n<summary>{summary}</summary>"),
+        a_message([a_tool_use(RECALL_TOOL, {"code": code}, "toolu_r")]),
+        recalled,
+    )
+    low = {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "1"}  # of its model's window (1M tokens)
+    _run(gateway, key, tmp_path, "Remember: the vault code is 4711.", session="cc", **low)
+    _run(gateway, key, tmp_path, "--continue", "How is the weather?", session="cc", **low)
+    calls = len(upstream.requests)
+    done = _run(gateway, key, tmp_path, "--continue", "What is the vault code?", session="cc",
+                **low)  # fmt: skip
+    assert done["result"].endswith("The vault code is 4711.")
+    # Claude Code compacted on its own before the question: it asked for the summary, then
+    # sent the question with the summary in place of the first exchange.
+    assert "<summary>" in json.dumps(upstream.requests[calls]["messages"][-1])
+    sent = json.dumps(upstream.requests[calls + 1]["messages"])
+    assert summary in sent and "What is the vault code?" in sent and "4711" not in sent
+    events = console_log.session_events("gw:claude-code:cc", limit=None)
+    [marker] = [e for e in events if e.metadata.get("gw") == "rewrite"]
+    assert marker.metadata["compaction"] == "client"
+    said = next(e for e in events if e.seq == marker.metadata["summary"])
+    assert said.role == "assistant" and summary in said.content
+    lo, hi = marker.metadata["dropped"]
+    assert any(lo <= e.seq <= hi and "4711" in e.content for e in events)

@@ -75,6 +75,34 @@ def test_killed_sessions_cost_no_read_or_append_an_error(own_server):
         assert log.count("killed") == 2
 
 
+_LEFT_OPEN: list = []  # held: a context left by garbage collection would finish its command
+
+
+def _left_busy(url: str) -> psycopg.Connection:
+    """A connection as a failure mid-batch leaves it: a COPY (how a large append streams its
+    rows) still in progress, so the connection is ACTIVE and every later query on it fails
+    ("another command is already in progress"), though its socket is fine."""
+    db = psycopg.connect(url, autocommit=True)
+    copy = db.cursor().copy("COPY (SELECT 1) TO STDOUT")
+    copy.__enter__()
+    _LEFT_OPEN.append(copy)
+    assert db.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE
+    return db
+
+
+def test_a_writer_or_reader_left_busy_by_a_failure_is_replaced_before_it_is_used(own_server):
+    # No retries allowed: the left-over connection must not be used at all.
+    with _open(own_server, outage_s=0) as log:
+        log.append(session_id="busy", kind="context_msg", content="before")
+        assert log.count("busy") == 1  # this thread's reader is open now
+        log._writer.close()
+        log._writer = _left_busy(own_server.url)
+        log._local.db.close()
+        log._local.db = _left_busy(own_server.url)
+        log.append(session_id="busy", kind="context_msg", content="after")
+        assert [e.content for e in log.session_events("busy")] == ["before", "after"]
+
+
 def test_reads_and_appends_wait_for_the_server_within_the_outage_budget(own_server):
     with _open(own_server, outage_s=30) as log:
         log.append(session_id="waits", kind="context_msg", content="x", dedup_key="k1")

@@ -41,7 +41,7 @@ from .log_common import (
     keys_by_session,
 )
 from .payloads import check_ref, ref_of
-from .pg_outage import alive, is_transient, outage_budget_s, retrying
+from .pg_outage import is_transient, outage_budget_s, ready, retrying
 from .pg_schema import APPEND_ONLY_SQLSTATE, SEQ_LOCK, migrate
 from .pg_search import PG_DIALECT
 from .records import Seqs
@@ -161,7 +161,7 @@ class PgEventLog(_EventLogBase):
         if self._closed:
             raise EventLogError(f"event log {self.location} is closed")
         db: psycopg.Connection[Any] | None = getattr(self._local, "db", None)
-        if db is None or not alive(db):
+        if db is None or not ready(db):
             self._drop_reader()
             db = self._connect(readonly=True)
             self._local.db = db
@@ -192,7 +192,7 @@ class PgEventLog(_EventLogBase):
         if self._closed:
             raise EventLogError(f"event log {self.location} is closed")
         with self._write_lock:
-            if not alive(self._writer):
+            if not ready(self._writer):
                 self._writer.close()
                 self._writer = self._connect()
             with self._writer.transaction():

@@ -27,6 +27,7 @@ __all__ = [
     "alive",
     "is_transient",
     "outage_budget_s",
+    "ready",
     "retrying",
 ]
 
@@ -98,6 +99,22 @@ def alive(db: psycopg.Connection[Any]) -> bool:
     # only when the server ended it (a FATAL, then EOF). Rarely it is a parameter report
     # after a configuration reload: replacing the connection then costs one connect.
     return not readable
+
+
+def ready(db: psycopg.Connection[Any]) -> bool:
+    """Whether a connection its caller owns outright (the writer under its lock, a thread's
+    own reader) can take the caller's next query. Nobody else is using it, so a command
+    still in progress or a pipeline still open is left over from a failure: an outage that
+    broke a batch mid-pipeline leaves it ACTIVE with its pipeline ABORTED, and every later
+    query on it fails ("cannot exit pipeline mode while busy") though its socket is fine.
+    (A transaction its owner has open, INTRANS, is the owner's: nested use is allowed.)"""
+    if db.closed or db.broken:
+        return False
+    if db.info.transaction_status == pq.TransactionStatus.ACTIVE:
+        return False
+    if db.info.pipeline_status != pq.PipelineStatus.OFF:
+        return False
+    return alive(db)
 
 
 def retrying(

@@ -30,17 +30,6 @@ TASK = "\n---\n".join(
 )
 
 
-@pytest.fixture(scope="module")
-def stoppable_pg():
-    from tests import servers
-
-    try:
-        with servers.postgres(own=True) as server:
-            yield server
-    except servers.ServerUnavailable as exc:
-        servers.unavailable("PostgreSQL", str(exc))
-
-
 @pytest.fixture
 def cluster(tmp_path, stoppable_pg, redis_server):
     cluster = Cluster(

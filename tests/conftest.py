@@ -18,6 +18,9 @@ import pytest
 from scroll_core import EventLog
 from tests.servers import in_ci
 
+# The fault tests' servers, Event Log, worker and workload (issue 30).
+pytest_plugins = ["tests.fault_fixtures"]
+
 REPO = Path(__file__).resolve().parents[1]
 # CI lays shared/ beside the checkout; the data is read in place, never copied in.
 SHARED_DATA = REPO.parent / "shared" / "data"

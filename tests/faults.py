@@ -1,22 +1,32 @@
-"""The fault suite's workload and its checks (``tests/test_faults_postgres.py``).
+"""The fault suite's workload and its checks (``tests/test_faults_postgres.py``,
+``tests/test_faults_redis.py``; their fixtures are in ``tests/fault_fixtures.py``).
 
 A ``Workload`` drives what a deployment does while a fault happens: runs executed by a real
 worker, gateway requests through the real gateway (daphne on loopback, a loopback
 upstream), pages through the console. ``run_through`` starts runs before the fault, begins
-the fault, starts another run and asks the gateway and the pages during it, ends the fault,
-then asks again until the gateway answers, and waits for every run. ``Outcome`` holds what
-was seen; ``assert_nothing_lost`` checks what every fault must leave: every run done, no
-event twice, the log's ``session_stats`` equal to its rows, only provider-shaped 503s from
-the gateway during the fault and 200s after it, and no page answered 500.
+the fault, starts another run and asks the gateway and the pages during it, ends the fault
+(again, for a fault that comes ``times`` times in a row), then asks again until the gateway
+answers, and waits for every run. ``Outcome`` holds what was seen; ``assert_nothing_lost``
+checks what every fault must leave: every run done, no event twice, the log's
+``session_stats`` equal to its rows, only provider-shaped 503s from the gateway during the
+fault and 200s after it, and no page answered 500.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -54,6 +64,97 @@ class Fault:
     gateway_refused: bool = True
     # New runs can be queued during it (the console database takes writes).
     queue_during: bool = True
+    # The error code of the gateway's 503 during it: what it could not reach.
+    refusal_code: str = "database_unavailable"
+    # How many times in a row it happens (begin, the requests during it, end; again).
+    times: int = 1
+
+
+def with_url(url: str, *, login: str | None = None, database: str | None = None) -> str:
+    """``url`` with another login and/or database."""
+    parts = urlsplit(url)
+    if login is not None:
+        parts = parts._replace(netloc=f"{login}@{parts.hostname}:{parts.port}")
+    if database is not None:
+        parts = parts._replace(path=f"/{database}")
+    return urlunsplit(parts)
+
+
+def admin(url: str) -> psycopg.Connection[Any]:
+    """An owner's session that is never read-only, whatever the server's default says."""
+    return psycopg.connect(url, autocommit=True, options="-c default_transaction_read_only=off")
+
+
+class DiskUnavailable(RuntimeError):
+    """No small filesystem could be mounted for the disk-full fault (the message says why)."""
+
+
+@dataclass
+class SmallDisk:
+    """A small filesystem holding the log's tables: ``fill`` takes all its space (a file
+    written until ENOSPC), ``free`` gives it back."""
+
+    root: Path
+
+    @property
+    def ballast(self) -> Path:
+        return self.root / "ballast"
+
+    def fill(self) -> None:
+        with self.ballast.open("wb") as out:
+            try:
+                while True:
+                    out.write(b"\0" * (1 << 20))
+                    out.flush()
+                    os.fsync(out.fileno())
+            except OSError:
+                pass  # ENOSPC: the disk is full
+
+    def free(self) -> None:
+        self.ballast.unlink(missing_ok=True)
+
+
+@contextmanager
+def small_disk(owner_url: str, size_mb: int = 16) -> Iterator[SmallDisk]:
+    """The Event Log's ``events`` and ``payloads`` (``owner_url``: its database, as owner)
+    moved to a tablespace on a tmpfs of ``size_mb`` mounted here (as root, as CI runs), and
+    moved back and unmounted at the end. PostgreSQL then refuses what does not fit with its
+    own disk-full error (53100), as it would on a full volume; its WAL stays where it was."""
+    root = Path(tempfile.mkdtemp(prefix="scroll-faults-disk-"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise DiskUnavailable(mounted.stderr.strip() or f"mount exited {mounted.returncode}")
+    disk = SmallDisk(root)
+    space = root / "tablespace"
+    try:
+        space.mkdir()
+        shutil.chown(space, "postgres", "postgres")
+        name = f"small_{uuid.uuid4().hex[:8]}"
+        with admin(owner_url) as db:
+            db.execute(f"CREATE TABLESPACE {name} LOCATION '{space}'")
+            db.execute(f"ALTER TABLE events SET TABLESPACE {name}")
+            db.execute(f"ALTER TABLE payloads SET TABLESPACE {name}")
+        yield disk
+        disk.free()
+        with admin(owner_url) as db:
+            db.execute("ALTER TABLE events SET TABLESPACE pg_default")
+            db.execute("ALTER TABLE payloads SET TABLESPACE pg_default")
+            db.execute(f"DROP TABLESPACE {name}")
+    finally:
+        disk.free()
+        subprocess.run(["umount", "-l", str(root)], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def runs_waited(records: list[Any]) -> bool:
+    """Whether a run met the fault (and waited for the database), as the worker logs it."""
+    return any("waits for the database" in r.getMessage() for r in records)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -104,17 +205,18 @@ class Workload:
             60,
             "every run's first turn",
         )
-        fault.begin()
-        try:
-            if fault.queue_during:
-                out.runs.append(runner.start_run(PLAN, pause_s=0.3))
-            sent = len(self.upstream.requests)
-            out.gateway_during.append(self.ask_gateway("during the fault"))
-            out.upstream_during.append(len(self.upstream.requests) - sent)
-            self.view_pages(out.pages, [r.session_id for r in out.runs])
-            time.sleep(max(0.0, FAULT_S - 2.0))
-        finally:
-            fault.end()
+        for _ in range(fault.times):
+            fault.begin()
+            try:
+                if fault.queue_during:
+                    out.runs.append(runner.start_run(PLAN, pause_s=0.3))
+                sent = len(self.upstream.requests)
+                out.gateway_during.append(self.ask_gateway("during the fault"))
+                out.upstream_during.append(len(self.upstream.requests) - sent)
+                self.view_pages(out.pages, [r.session_id for r in out.runs])
+                time.sleep(max(0.0, FAULT_S - 2.0))
+            finally:
+                fault.end()
         ended = time.monotonic()
         steps = {r.pk: RunRecord.objects.get(pk=r.pk).steps for r in out.runs}
         while True:
@@ -189,7 +291,7 @@ def assert_nothing_lost(out: Outcome, fault: Fault, owner_url: str) -> None:
         assert reply.headers["content-type"] == "application/json"
         assert int(reply.headers["retry-after"]) > 0
         error = reply.json()["error"]
-        assert (error["type"], error["code"]) == ("service_unavailable", "database_unavailable")
+        assert (error["type"], error["code"]) == ("service_unavailable", fault.refusal_code)
     assert out.gateway_after[-1].status_code == 200
     assert all(r.status_code in (200, 503) for r in out.gateway_after), [
         r.status_code for r in out.gateway_after

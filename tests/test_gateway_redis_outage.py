@@ -16,24 +16,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def redis_limits(settings, gateway, own_redis):
-    """The gateway's shared limits on ``own_redis``; Redis runs again after the test."""
-    settings.SCROLL_REDIS_URL = own_redis.url
+def redis_limits(settings, gateway, stoppable_redis):
+    """The gateway's shared limits on ``stoppable_redis``; Redis runs again after the test."""
+    settings.SCROLL_REDIS_URL = stoppable_redis.url
     reset_service()
-    yield own_redis.control
-    own_redis.control.start()
+    yield stoppable_redis.control
+    stoppable_redis.control.start()
     reset_service()
-
-
-@pytest.fixture(scope="module")
-def own_redis():
-    from tests import servers
-
-    try:
-        with servers.redis(own=True) as server:
-            yield server
-    except servers.ServerUnavailable as exc:
-        servers.unavailable("Redis", str(exc))
 
 
 def test_clients_get_a_retryable_503_while_redis_is_down_then_get_through(
@@ -80,17 +69,17 @@ def test_clients_get_a_retryable_503_while_redis_is_down_then_get_through(
     assert again.choices[0].message.content.startswith("ok")
 
 
-def test_only_redis_being_unreachable_counts_as_an_outage(own_redis):
+def test_only_redis_being_unreachable_counts_as_an_outage(stoppable_redis):
     import redis
 
     from dashboard.layer_outage import redis_unreachable
 
-    client = redis.Redis.from_url(own_redis.url)
+    client = redis.Redis.from_url(stoppable_redis.url)
     try:
         with pytest.raises(redis.ResponseError) as bad_command:
             client.execute_command("NO-SUCH-COMMAND")
         assert not redis_unreachable(bad_command.value)  # a bug, answered as one
-        own_redis.control.stop()
+        stoppable_redis.control.stop()
         with pytest.raises(redis.ConnectionError) as refused:
             client.ping()
         assert redis_unreachable(refused.value)
@@ -99,33 +88,33 @@ def test_only_redis_being_unreachable_counts_as_an_outage(own_redis):
         except RuntimeError as wrapped:
             assert redis_unreachable(wrapped)
     finally:
-        own_redis.control.start()
+        stoppable_redis.control.start()
         client.close()
 
 
 def test_the_heartbeat_logs_a_redis_outage_once_and_its_end(
-    settings, gateway, upstream, own_redis, caplog
+    settings, gateway, upstream, stoppable_redis, caplog
 ):
     import logging
     import time
 
     settings.SCROLL_WORKER_LEASE_S = 0.6  # a beat every 0.2 s
-    settings.SCROLL_REDIS_URL = own_redis.url
+    settings.SCROLL_REDIS_URL = stoppable_redis.url
     reset_service()
     caplog.set_level(logging.INFO, logger="dashboard.gateway")
     try:
         # A session served here: each beat renews its lease at Redis.
         ask(oa(gateway, make_key(upstream, agent="beat")), [{"role": "user", "content": "hi"}])
         time.sleep(0.3)
-        own_redis.control.stop()
+        stoppable_redis.control.stop()
         time.sleep(1.2)  # six beats
-        own_redis.control.start()
+        stoppable_redis.control.start()
         deadline = time.monotonic() + 5
         while "heartbeat back" not in caplog.text:
             assert time.monotonic() < deadline, caplog.text
             time.sleep(0.05)
     finally:
-        own_redis.control.start()
+        stoppable_redis.control.start()
         reset_service()
     beats = [r for r in caplog.records if "heartbeat" in r.getMessage()]
     assert [r.levelname for r in beats] == ["WARNING", "INFO"], caplog.text

@@ -28,26 +28,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PAUSED = 'id="live-status"'
 
 
-@pytest.fixture(scope="module")
-def own_redis():
-    from tests import servers
-
-    try:
-        with servers.redis(own=True) as server:
-            yield server
-    except servers.ServerUnavailable as exc:
-        servers.unavailable("Redis", str(exc))
-
-
 @pytest.fixture
-def redis_layer(settings, own_redis):
+def redis_layer(settings, stoppable_redis):
     """The console's channel layer, as settings make it for SCROLL_REDIS_URL, on
-    ``own_redis``; Redis is running again after the test, whatever it did."""
-    settings.CHANNEL_LAYERS = {"default": redis_channel_layer(own_redis.url)}
+    ``stoppable_redis``; Redis is running again after the test, whatever it did."""
+    settings.CHANNEL_LAYERS = {"default": redis_channel_layer(stoppable_redis.url)}
     channel_layers.backends.clear()
     layer_outage.down_since = None
-    yield own_redis.control
-    own_redis.control.start()
+    yield stoppable_redis.control
+    stoppable_redis.control.start()
     channel_layers.backends.clear()
     layer_outage.down_since = None
 

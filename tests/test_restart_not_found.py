@@ -21,17 +21,6 @@ MISSING = (
 )
 
 
-@pytest.fixture(scope="module")
-def stoppable_pg():
-    from tests import servers
-
-    try:
-        with servers.postgres(own=True) as server:
-            yield server
-    except servers.ServerUnavailable as exc:
-        servers.unavailable("PostgreSQL", str(exc))
-
-
 def _database(server_url: str) -> str:
     name = f"restart_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server_url, autocommit=True) as admin:

@@ -15,17 +15,6 @@ from console_process import ConsoleProcess
 from dashboard.telemetry.spool import SpanSpool
 
 
-@pytest.fixture(scope="module")
-def stoppable_pg():
-    from tests import servers
-
-    try:
-        with servers.postgres(own=True) as server:
-            yield server
-    except servers.ServerUnavailable as exc:
-        servers.unavailable("PostgreSQL", str(exc))
-
-
 @pytest.fixture
 def console(stoppable_pg, tmp_path):
     """Start a console on a fresh database of ``stoppable_pg``: ``console(spool_bytes)``."""

@@ -8,7 +8,8 @@ third of it. A run whose lease has expired (its worker was killed or stalled) is
 again: the next worker resumes it from the checkpoint saved at the last turn boundary, and the
 agent ``Session`` replays from the Event Log what the interrupted turn had already appended, so
 nothing is appended twice. After ``MAX_ATTEMPTS`` claims, or when the run cannot be resumed
-here, it is marked failed with the reason instead.
+here, it is marked failed with the reason instead. A lease that ran out during a database
+outage is not taken over until the owner had a lease's time to renew it (``Worker.tick``).
 
 Every write a worker makes to a run is fenced by its ownership (``worker=<me>``): a worker
 that lost its lease stops at its next write instead of overwriting the new owner's.
@@ -146,16 +147,18 @@ def make_model(name: str | None, profile: Profile, *, task_code: bool = True) ->
 
 
 # -- claiming -------------------------------------------------------------------------------
-def _claimable(now: Any, pinned_to: str) -> Any:
-    queued = Q(status=RunRecord.QUEUED) & (Q(pinned_to="") | Q(pinned_to=pinned_to))
-    expired = Q(status=RunRecord.RUNNING, lease_until__lt=now)
-    return RunRecord.objects.filter(queued | expired).order_by("created_at", "id")
+def _claimable(now: Any, pinned_to: str, expired: bool) -> Any:
+    claimable = Q(status=RunRecord.QUEUED) & (Q(pinned_to="") | Q(pinned_to=pinned_to))
+    if expired:
+        claimable |= Q(status=RunRecord.RUNNING, lease_until__lt=now)
+    return RunRecord.objects.filter(claimable).order_by("created_at", "id")
 
 
 def claim_next(
-    worker_id: str, *, lease_s: float = LEASE_S, pinned_to: str = ""
+    worker_id: str, *, lease_s: float = LEASE_S, pinned_to: str = "", expired: bool = True
 ) -> RunRecord | None:
-    """Claim the oldest queued run, or one whose lease expired; None when there is none.
+    """Claim the oldest queued run, or (``expired``) one whose lease expired; None when
+    there is none.
 
     The update names the status, owner and lease it read, so it matches for one claimant
     only; on PostgreSQL ``SKIP LOCKED`` also keeps claimants off each other's candidate.
@@ -163,9 +166,9 @@ def claim_next(
     now = timezone.now()
     if connection.vendor == "postgresql":
         with transaction.atomic():
-            candidates = list(_claimable(now, pinned_to).select_for_update(skip_locked=True)[:1])
-            return _cas_claim(candidates, worker_id, now, lease_s)
-    return _cas_claim(list(_claimable(now, pinned_to)[:8]), worker_id, now, lease_s)
+            found = _claimable(now, pinned_to, expired).select_for_update(skip_locked=True)
+            return _cas_claim(list(found[:1]), worker_id, now, lease_s)
+    return _cas_claim(list(_claimable(now, pinned_to, expired)[:8]), worker_id, now, lease_s)
 
 
 def _cas_claim(
@@ -233,6 +236,9 @@ class Worker:
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_renew = 0.0
+        # When this worker's loop last met a database outage (monotonic), None if never: for
+        # a lease after it, runs whose lease expired are not taken over (see ``tick``).
+        self._away_at: float | None = None
         # Open turns of ended runs still to be marked interrupted in the log (it was away
         # when they ended): session id -> (session checkpoint, reason). Retried every tick.
         self._unmarked: dict[str, tuple[dict[str, Any], str]] = {}
@@ -270,8 +276,11 @@ class Worker:
             except Exception as exc:
                 if not database_unavailable(exc):
                     log.exception("worker %s: loop pass failed", self.id)
-                elif not away:
-                    log.warning("worker %s: the database is away: %s", self.id, exc)
+                else:
+                    self._away_at = time.monotonic()
+                    self._last_renew = 0.0  # renew at the first pass the database answers
+                    if not away:
+                        log.warning("worker %s: the database is away: %s", self.id, exc)
                     away = True
                 close_old_connections()
             self._halt.wait(self.poll_s)
@@ -279,15 +288,24 @@ class Worker:
 
     def tick(self) -> None:
         """One pass: answer commands, renew leases, mark the open turns of ended runs,
-        claim runs while slots are free."""
+        claim runs while slots are free.
+
+        A lease that ran out while the console database was away says nothing about its
+        worker: no worker could renew then. So for one lease after this worker last met an
+        outage it claims queued runs only; an owner still alive has renewed by then (at its
+        first pass that reaches the database, and from each run waiting for it), and a run
+        whose worker died meanwhile is taken over one lease later than usual."""
         self._answer_commands()
         self._mark_pending()
         now = timezone.now().timestamp()
         if now - self._last_renew >= self.lease_s / 3:
             self._renew()
             self._last_renew = now
+        settled = self._away_at is None or time.monotonic() - self._away_at >= self.lease_s
         while not self._halt.is_set() and self.free_slots() > 0:
-            run = claim_next(self.id, lease_s=self.lease_s, pinned_to=PROCESS_TOKEN)
+            run = claim_next(
+                self.id, lease_s=self.lease_s, pinned_to=PROCESS_TOKEN, expired=settled
+            )
             if run is None:
                 break
             self._launch(run)
@@ -398,16 +416,18 @@ class Worker:
                 self._wait_for_databases(live, exc)
 
     def _wait_for_databases(self, live: _Live, cause: Exception) -> None:
-        """Return once the console database takes a write (the run's heartbeat, fenced by
-        ownership: a read-only database answers reads) and the Event Log answers, with the
-        run's checkpoint re-read; NotResumable once the outage has lasted ``outage_s``."""
+        """Return once the console database takes a write (the run's heartbeat and lease,
+        fenced by ownership: a read-only database answers reads) and the Event Log answers,
+        with the run's checkpoint re-read; NotResumable once the outage has lasted
+        ``outage_s``."""
         deadline = (live.outage_since or time.monotonic()) + self.outage_s
         while True:
             _check_stop(live)
             try:
                 close_old_connections()
+                now = timezone.now()
                 owned = RunRecord.objects.filter(pk=live.run.pk, worker=self.id).update(
-                    heartbeat_at=timezone.now()
+                    heartbeat_at=now, lease_until=now + timedelta(seconds=self.lease_s)
                 )
                 if owned != 1:
                     live.lost = True

@@ -22,9 +22,12 @@ repository) is played in three arms on the same content, the model's replies scr
 Every recorded request is priced under Anthropic's rule and under OpenAI's (``_prompt_cache``),
 at list prices (Claude Sonnet: $3 input, $3.75 cache write, $0.30 read, $15 output; GPT-5:
 $1.25 input, $0.125 cached, $10 output), relative to resending everything with no cache (1.00).
-Between consecutive requests of an arm, the first changed block says what broke the cached
-prefix: ``append`` (nothing did), ``fold`` (a tool result became a pointer), ``eviction`` or
-``compaction`` (the front was dropped), ``prefix`` (system or tools changed).
+``cost_parts`` splits each arm's cost into uncached input, cache reads, cache writes and
+output; ``<window>.<arm>.fronts`` (details) lists the view's size before and after every
+eviction or compaction. Between consecutive requests of an arm, the first changed block says
+what broke the cached prefix: ``append`` (nothing did), ``fold`` (a tool result became a
+pointer), ``eviction`` or ``compaction`` (the front was dropped), ``prefix`` (system or tools
+changed).
 
 Sessions are seeded: ``--split dev`` (seeds 1, 2, ...) is for choosing knobs, ``--split test``
 (seeds 101, ...) for the figures reported. With ``--json`` the envelope is written to
@@ -453,6 +456,14 @@ def readme_tables(windows: list[int]) -> list[dict[str, Any]]:
         }
         for rule in RULES
     ]
+    tables.append(
+        {
+            "title": "Where the money goes, anthropic's rule (dollars per session)",
+            "rows": ["cache_read", "cache_write", "input", "output"],
+            "columns": [f"{c}.{arm}" for c in columns for arm in ("compact", "scroll")],
+            "key": "{column}.cost_parts.anthropic.{row}",
+        }
+    )
     tables.append(
         {
             "title": "Scroll's prefix breaks by cause (of consecutive requests)",

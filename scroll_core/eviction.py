@@ -316,7 +316,7 @@ def _fold_to_tail(
     live turns still over the protected tail, largest saving first.
 
     The cut never enters the active turn, so a long one (a task of a dozen tool calls) stays
-    whole: the view left after the eviction was up to three times the tail, and the next
+    whole: the view left after an eviction could be several times the tail, and the next
     eviction, which rewrites every token after the front again, came that much sooner. The
     ``protected_recent_tool_results`` newest results and short results stay.
     """
@@ -325,19 +325,22 @@ def _fold_to_tail(
         return current
     active_at = _active_index(current.entries, state.active_start)
     active_from = None if active_at is None else current.entries[active_at].event.seq
+    chosen: list[tuple[int, int]] = []
+    for entry, saving in _prefold_candidates(current.entries, None, state, profile, counter):
+        if excess <= 0:
+            break
+        chosen.append((entry.event.seq, saving))
+        excess -= saving
+    if not chosen:
+        return current
     live: list[int] = []
     active: list[int] = []
     with span("scroll.fold", mode="tail") as traced:
-        for entry, saving in _prefold_candidates(current.entries, None, state, profile, counter):
-            if excess <= 0:
-                break
-            seq = entry.event.seq
+        for seq, _ in chosen:
             state.folded.add(seq)
             (active if active_from is not None and seq >= active_from else live).append(seq)
-            excess -= saving
-        traced.set(folds=len(live) + len(active), seqs=live + active)
-    if not live and not active:
-        return current
+        saved = sum(saving for _, saving in chosen)
+        traced.set(folds=len(chosen), seqs=live + active, tokens_saved=saved)
     record.update(live_folded=tuple(live), active_folded=tuple(active))
     return view()
 

@@ -22,9 +22,12 @@ repository) is played in three arms on the same content, the model's replies scr
 Every recorded request is priced under Anthropic's rule and under OpenAI's (``_prompt_cache``),
 at list prices (Claude Sonnet: $3 input, $3.75 cache write, $0.30 read, $15 output; GPT-5:
 $1.25 input, $0.125 cached, $10 output), relative to resending everything with no cache (1.00).
-Between consecutive requests of an arm, the first changed block says what broke the cached
-prefix: ``append`` (nothing did), ``fold`` (a tool result became a pointer), ``eviction`` or
-``compaction`` (the front was dropped), ``prefix`` (system or tools changed).
+``cost_parts`` splits each arm's cost into uncached input, cache reads, cache writes and
+output; ``<window>.<arm>.fronts`` (details) lists the view's size before and after every
+eviction or compaction. Between consecutive requests of an arm, the first changed block says
+what broke the cached prefix: ``append`` (nothing did), ``fold`` (a tool result became a
+pointer), ``eviction`` or ``compaction`` (the front was dropped), ``prefix`` (system or tools
+changed).
 
 Sessions are seeded: ``--split dev`` (seeds 1, 2, ...) is for choosing knobs, ``--split test``
 (seeds 101, ...) for the figures reported. With ``--json`` the envelope is written to
@@ -307,9 +310,11 @@ def price(requests: list[tuple[dict[str, Any], int]], window: int, front: str) -
     writes = Counter[str]()
     breaks = Counter[str]()
     writes_by = Counter[str]()
+    parts: dict[str, Counter[Any]] = {rule: Counter() for rule in RULES}
+    fronts: list[dict[str, int]] = []
     tokens_in = tokens_out = overflow = 0
     prev: tuple[dict[str, Any], list[Block]] | None = None
-    for body, output in requests:
+    for n, (body, output) in enumerate(requests):
         request = blocks(body, counter)
         size = request[-1].end
         tokens_in += size
@@ -317,9 +322,12 @@ def price(requests: list[tuple[dict[str, Any], int]], window: int, front: str) -
         overflow += size > window
         why = cause(prev, (body, request), front) if prev else "first"
         breaks[why] += 1
+        if prev and why == front:
+            fronts.append({"request": n, "before": prev[1][-1].end, "after": size})
         for rule, cache in caches.items():
             usage = cache.usage(request, output)
             cost[rule] += RULES[rule].cost(usage).amount
+            _split(parts[rule], RULES[rule], usage)
             uncached[rule] += (
                 RULES[rule].cost(Usage(input_tokens=size, output_tokens=output)).amount
             )
@@ -339,7 +347,21 @@ def price(requests: list[tuple[dict[str, Any], int]], window: int, front: str) -
         "cache_write_tokens": dict(writes),
         "breaks": dict(breaks),
         "anthropic_writes_by_cause": dict(writes_by),
+        "cost_parts": {rule: {k: float(v) for k, v in c.items()} for rule, c in parts.items()},
+        "fronts": fronts,
     }
+
+
+def _split(into: Counter[Any], rates: Rates, usage: Usage) -> None:
+    """``usage``'s cost by what it paid for: uncached input, cache reads and writes, output."""
+    written = rates.cache_write_per_mtok or rates.input_per_mtok
+    million = Decimal(1_000_000)
+    into["input"] += Decimal(usage.uncached_input_tokens) * rates.input_per_mtok / million
+    into["cache_read"] += (
+        Decimal(usage.cache_read_input_tokens or 0) * rates.cache_read_per_mtok / million
+    )
+    into["cache_write"] += Decimal(usage.cache_creation_input_tokens or 0) * written / million
+    into["output"] += Decimal(usage.output_tokens) * rates.output_per_mtok / million
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     server = Gateway(data_dir, free_port())
     result: dict[str, Any] = {"split": args.split, "requests_per_session": args.requests}
     totals: dict[str, dict[str, Any]] = {}
+    fronts: dict[str, list[dict[str, int]]] = {}
     headline_tokens = 0
     try:
         keys = server.prepare(upstream.url, windows)
@@ -392,8 +415,10 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                 }
                 for arm, figures in arms.items():
-                    into = totals.setdefault(f"w{window // 1024}k.{arm}", {})
-                    _add(into, figures)
+                    name = f"w{window // 1024}k.{arm}"
+                    # Each front break (eviction, compaction): the view before and after.
+                    fronts.setdefault(f"{name}.fronts", []).extend(figures.pop("fronts"))
+                    _add(totals.setdefault(name, {}), figures)
     finally:
         server.stop()
         upstream.close()
@@ -408,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             figures["fold_breaks_per_eviction"] = folds / max(1, evictions)
             figures["headline_output_tokens"] = headline_tokens
         result[name] = figures
+    result.update(fronts)
     result["readme_tables"] = readme_tables(windows)
     emit(result, args.json, quick=args.quick)
     if args.json:
@@ -430,6 +456,14 @@ def readme_tables(windows: list[int]) -> list[dict[str, Any]]:
         }
         for rule in RULES
     ]
+    tables.append(
+        {
+            "title": "Where the money goes, anthropic's rule (dollars per session)",
+            "rows": ["cache_read", "cache_write", "input", "output"],
+            "columns": [f"{c}.{arm}" for c in columns for arm in ("compact", "scroll")],
+            "key": "{column}.cost_parts.anthropic.{row}",
+        }
+    )
     tables.append(
         {
             "title": "Scroll's prefix breaks by cause (of consecutive requests)",

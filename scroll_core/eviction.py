@@ -11,7 +11,8 @@ Order, cheapest recovery first (DESIGN.md, "Eviction"):
    view is rewritten once (fold and eviction together) rather than by a fold every few calls;
 4. split pairing-safely (a tool call and its result never separate; the active turn stays)
    into an evicted middle and a protected tail of ``tail_tokens``; add the middle to the index
-   as one tier-0 block carrying its turns' headlines; rebuild;
+   as one tier-0 block carrying its turns' headlines; rebuild; if what stayed live is still
+   over the tail (a long active turn), fold its older results in the same rewrite;
 5. if still over, fold the remaining live results one at a time (the active turn's last);
 6. if the view is still over the hard limit, raise ``ContextWindowUnfit``.
 
@@ -23,7 +24,7 @@ built.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -266,6 +267,7 @@ def _compress(
             evicted_headlines=tuple(headlines),
             index_block=block.key,
         )
+        current = _fold_to_tail(current, state, profile, counter, view, record)
 
     # Step 5: fold what is still live, one at a time, the active turn's results last.
     if current.tokens > trigger:
@@ -286,7 +288,10 @@ def _compress(
         if live_folded or active_folded:
             current = view()
             action = "live_fold"
-            record.update(live_folded=tuple(live_folded), active_folded=tuple(active_folded))
+            record.update(
+                live_folded=(*record.get("live_folded", ()), *live_folded),
+                active_folded=(*record.get("active_folded", ()), *active_folded),
+            )
 
     # Step 6: nothing else can go without losing the active turn.
     if current.tokens > profile.hard_limit:
@@ -297,6 +302,47 @@ def _compress(
             sections=current.report.sections(),
         )
     return done(action, current, **record)
+
+
+def _fold_to_tail(
+    current: WorkingView,
+    state: ContextState,
+    profile: Profile,
+    counter: TokenCounter,
+    view: Callable[[], WorkingView],
+    record: dict[str, Any],
+) -> WorkingView:
+    """Step 4, end: fold, in the rewrite the eviction makes anyway, the older results of the
+    live turns still over the protected tail, largest saving first.
+
+    The cut never enters the active turn, so a long one (a task of a dozen tool calls) stays
+    whole: the view left after an eviction could be several times the tail, and the next
+    eviction, which rewrites every token after the front again, came that much sooner. The
+    ``protected_recent_tool_results`` newest results and short results stay.
+    """
+    excess = sum(e.tokens for e in current.entries) - profile.tail_tokens
+    if excess <= 0:
+        return current
+    active_at = _active_index(current.entries, state.active_start)
+    active_from = None if active_at is None else current.entries[active_at].event.seq
+    chosen: list[tuple[int, int]] = []
+    for entry, saving in _prefold_candidates(current.entries, None, state, profile, counter):
+        if excess <= 0:
+            break
+        chosen.append((entry.event.seq, saving))
+        excess -= saving
+    if not chosen:
+        return current
+    live: list[int] = []
+    active: list[int] = []
+    with span("scroll.fold", mode="tail") as traced:
+        for seq, _ in chosen:
+            state.folded.add(seq)
+            (active if active_from is not None and seq >= active_from else live).append(seq)
+        saved = sum(saving for _, saving in chosen)
+        traced.set(folds=len(chosen), seqs=live + active, tokens_saved=saved)
+    record.update(live_folded=tuple(live), active_folded=tuple(active))
+    return view()
 
 
 # Where a fold alone must bring the view, as a share of the way from the trigger down to the

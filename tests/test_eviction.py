@@ -340,6 +340,38 @@ def test_live_results_fold_one_at_a_time_with_the_active_turn_last(clog):
     assert FOLD_MARK in text and "ms.recall_tool('call_2')" in text
 
 
+def test_an_eviction_folds_a_long_active_turns_older_results_in_the_same_rewrite(clog):
+    # The cut never enters the active turn; what stays of it over the tail is folded at the
+    # eviction (which rewrites the view anyway), not left to bring the next eviction sooner.
+    chat = Session(clog)
+    for k in range(6):
+        chat.turn(k)
+    chat.user("live")
+    active = [chat.result(chat.call(f"a{i}"), f"a{i} " + "z" * 1_600) for i in range(8)]
+    state = state_for(clog)
+    profile = Profile(context_size=8_000)  # trigger 6,400, tail 800
+    record = compress(state, profile, log=clog, prefix=PREFIX)
+    assert record.action == "evict" and record.evicted is not None
+    # The three oldest results of the active turn are folded, the five newest stay whole.
+    assert record.active_folded == tuple(active[:3])
+    assert not set(active[3:]) & state.folded
+    assert record.tokens_after <= profile.trigger_tokens
+    text = "\n".join(str(m.get("content")) for m in record.view.messages())
+    assert "ms.recall_tool('call_7')" in text and "a7 zzz" in text
+    state.index.check()
+
+
+def test_an_eviction_folds_nothing_when_the_tail_fits(clog):
+    chat = Session(clog)
+    for k in range(8):
+        chat.turn(k)
+    chat.user("live")
+    state = state_for(clog)
+    record = compress(state, Profile(context_size=4_000), log=clog, prefix=PREFIX)
+    assert record.action == "evict"
+    assert record.active_folded == () and record.live_folded == ()
+
+
 def test_an_active_turn_too_big_for_the_window_is_refused_with_numbers(clog):
     chat = Session(clog)
     chat.turn(0)

@@ -32,6 +32,7 @@ __all__ = ["KNOB_LABELS", "replay_page", "urlpatterns"]
 KNOB_LABELS: dict[str, str] = {
     "context_size": "Window C (tokens)",
     "trigger_ratio": "Compress at (share of C)",
+    "trigger_cap_tokens": "Compress at most at (tokens)",
     "reserve_ratio": "Protected tail (share of C)",
     "tail_cap_tokens": "Tail at most (tokens)",
     "tail_floor_tokens": "Tail at least (tokens)",

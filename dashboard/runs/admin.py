@@ -39,6 +39,7 @@ PROFILE_INPUT_BOUNDS: dict[str, tuple[float | None, float | None]] = {
     name: (None, bound) for name, bound in UPPER_BOUNDS.items()
 } | {
     "context_size": (MIN_CONTEXT_SIZE, MAX_CONTEXT_SIZE),
+    "trigger_cap_tokens": (1, MAX_CONTEXT_SIZE),
     "tail_cap_tokens": (0, MAX_CONTEXT_SIZE),
     "tail_floor_tokens": (0, MAX_CONTEXT_SIZE),
     "protected_recent_tool_results": (0, UPPER_BOUNDS["protected_recent_tool_results"]),
@@ -69,7 +70,10 @@ class TuningProfileAdmin(admin.ModelAdmin):
     search_fields = ("name", "description")
     fieldsets: list[tuple[str | None, dict[str, Any]]] = [
         (None, {"fields": ("name", "description")}),
-        ("Window and trigger", {"fields": ("context_size", "trigger_ratio")}),
+        (
+            "Window and trigger",
+            {"fields": ("context_size", "trigger_ratio", "trigger_cap_tokens")},
+        ),
         (
             "Protected tail",
             {

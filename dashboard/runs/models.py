@@ -45,6 +45,7 @@ def _help(name: str) -> str:
     return {
         "context_size": "C: the model's window in tokens.",
         "trigger_ratio": "Compress when the view passes this share of C; in (0, 1].",
+        "trigger_cap_tokens": "Compress at the latest when the view passes this many tokens.",
         "reserve_ratio": "Share of C kept as the protected tail; in (0, 1).",
         "tail_cap_tokens": "The protected tail never exceeds this many tokens.",
         "tail_floor_tokens": "The protected tail's floor (capped by tail_floor_ratio of C).",
@@ -74,6 +75,9 @@ class TuningProfile(models.Model):
     )
     trigger_ratio = models.FloatField(
         default=_DEFAULTS.trigger_ratio, help_text=_help("trigger_ratio")
+    )
+    trigger_cap_tokens = models.IntegerField(
+        default=_DEFAULTS.trigger_cap_tokens, help_text=_help("trigger_cap_tokens")
     )
     reserve_ratio = models.FloatField(
         default=_DEFAULTS.reserve_ratio, help_text=_help("reserve_ratio")

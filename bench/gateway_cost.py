@@ -222,22 +222,27 @@ class Recorder:
 
 
 class Gateway(DaphneServer):
-    def prepare(self, upstream_url: str, windows: list[int]) -> dict[int, str]:
+    def prepare(self, upstream_url: str, windows: list[int]) -> dict[str, str]:
+        """A gateway key per window and Scroll arm: ``scroll-<C>`` under the seeded
+        ``long-window-cache`` knobs, ``reference-<C>`` under the reference's defaults."""
         self.migrate()
         script = (
             "import json\n"
             "from dashboard.gateway.models import GatewayKey\n"
             "from dashboard.runs.models import TuningProfile\n"
+            "from scroll_core.profile import CACHED_LONG_WINDOW\n"
             "keys = {}\n"
             f"for size in {windows!r}:\n"
-            "    p = TuningProfile.objects.create(name=f'cost-{size}', context_size=size)\n"
-            "    keys[size] = GatewayKey.issue(agent_id=f'cost-{size}', profile=p, "
-            f"upstream_base_url={upstream_url!r}, upstream_format='anthropic', "
+            "    for arm, knobs in (('scroll', CACHED_LONG_WINDOW), ('reference', {})):\n"
+            "        p = TuningProfile.objects.create(\n"
+            "            name=f'cost-{arm}-{size}', context_size=size, **knobs)\n"
+            "        keys[f'{arm}-{size}'] = GatewayKey.issue(agent_id=f'cost-{arm}-{size}', "
+            f"profile=p, upstream_base_url={upstream_url!r}, upstream_format='anthropic', "
             "max_recall_steps=4)[1]\n"
             "print(json.dumps(keys))\n"
         )
         out = self.manage("shell", "-c", script, timeout=120)
-        return {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+        return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def scroll_arm(
@@ -409,7 +414,21 @@ def main(argv: list[str] | None = None) -> int:
                         compact_arm(s, window, min(4000, int(0.06 * window))), window, "compaction"
                     ),
                     "scroll": price(
-                        scroll_arm(s, server.base, keys[window], upstream, f"s{seed}-{window}"),
+                        scroll_arm(
+                            s, server.base, keys[f"scroll-{window}"], upstream, f"s{seed}-{window}"
+                        ),
+                        window,
+                        "eviction",
+                    ),
+                    # The same under the reference's tail and trigger (DESIGN.md's defaults).
+                    "scroll_reference": price(
+                        scroll_arm(
+                            renamed(base, f"r{window}"),
+                            server.base,
+                            keys[f"reference-{window}"],
+                            upstream,
+                            f"r{seed}-{window}",
+                        ),
                         window,
                         "eviction",
                     ),
@@ -428,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         base = totals[f"{window}.resend"]["cost_uncached"]
         figures["relative"] = {rule: figures["cost"][rule] / base[rule] for rule in RULES}
         evictions = figures["breaks"].get("eviction", 0)
-        if name.endswith(".scroll"):
+        if name.endswith((".scroll", ".scroll_reference")):
             folds = figures["breaks"].get("fold", 0)
             figures["fold_breaks_per_eviction"] = folds / max(1, evictions)
             figures["headline_output_tokens"] = headline_tokens
@@ -450,7 +469,7 @@ def readme_tables(windows: list[int]) -> list[dict[str, Any]]:
     tables = [
         {
             "title": f"Cost relative to resend-all without a cache, {rule}'s rule",
-            "rows": ["resend", "compact", "scroll"],
+            "rows": ["resend", "compact", "scroll", "scroll_reference"],
             "columns": columns,
             "key": f"{{column}}.{{row}}.relative.{rule}",
         }

@@ -1,19 +1,17 @@
-"""The profile: defaults from the reference (but two caps), derived numbers, validation naming
-the field."""
+"""The profile: defaults from the reference, derived numbers, validation naming the field."""
 
 from __future__ import annotations
 
 import pytest
 
 from scroll_core.errors import ConfigError
-from scroll_core.profile import MAX_CONTEXT_SIZE, UPPER_BOUNDS, Profile
+from scroll_core.profile import CACHED_LONG_WINDOW, MAX_CONTEXT_SIZE, UPPER_BOUNDS, Profile
 
 
-def test_defaults_are_the_reference_constants_below_the_caps():
-    p = Profile(context_size=32_000)
-    assert p.trigger_tokens == 25_600
-    assert p.tail_tokens == 3_200
+def test_defaults_are_the_reference_constants():
     p = Profile(context_size=128_000)
+    assert p.trigger_tokens == 102_400
+    assert p.tail_tokens == 12_800
     assert p.output_reserve == 4096
     assert p.hard_limit == 128_000 - 4096
     assert (p.protected_recent_tool_results, p.pre_trim_min_chars, p.tier_cap) == (5, 200, 10)
@@ -23,8 +21,8 @@ def test_defaults_are_the_reference_constants_below_the_caps():
 @pytest.mark.parametrize(
     ("context_size", "tail", "reserve"),
     [
-        (1_000_000, 4_096, 4096),  # capped at 4096
-        (40_000, 4_000, 2000),  # reserve_ratio * C
+        (1_000_000, 40_000, 4096),  # capped at 40000
+        (200_000, 20_000, 4096),  # reserve_ratio * C
         (8_000, 800, 400),  # 0.1 * C below the 10000 floor
         (2_000, 200, 100),
     ],
@@ -36,22 +34,30 @@ def test_tail_and_output_reserve_follow_the_formulas(context_size, tail, reserve
 
 
 def test_the_floor_applies_when_reserve_ratio_is_small():
-    p = Profile(context_size=200_000, reserve_ratio=0.01, tail_cap_tokens=40_000)
+    p = Profile(context_size=200_000, reserve_ratio=0.01)
     assert p.tail_tokens == 10_000
 
 
-def test_large_windows_evict_at_the_trigger_cap_down_to_the_tail_cap():
-    # The reference's 0.8 * C and 0.1 * C, capped: at 128k the view is evicted at 98,304
-    # tokens (not 104,857) down to a 4,096-token tail (not 13,107).
+def test_the_defaults_are_the_references_and_the_cached_profile_caps_large_windows():
+    # The reference's 0.8 * C and 0.1 * C with no trigger cap: at 128k, 104,857 and 13,107.
     p = Profile(context_size=131_072)
-    assert (p.trigger_tokens, p.tail_tokens) == (98_304, 4_096)
-    # Raised caps give the reference's numbers back.
-    q = p.replace(trigger_cap_tokens=MAX_CONTEXT_SIZE, tail_cap_tokens=40_000)
-    assert (q.trigger_tokens, q.tail_tokens) == (104_857, 13_107)
+    assert (p.trigger_tokens, p.tail_tokens) == (104_857, 13_107)
+    # The long-window-cache knobs evict at 98,304 tokens down to a 4,096-token tail ...
+    q = p.replace(**CACHED_LONG_WINDOW)
+    assert (q.trigger_tokens, q.tail_tokens) == (98_304, 4_096)
+    # ... and change nothing at a 32k window.
+    r = Profile(context_size=32_768)
+    assert (
+        r.replace(**CACHED_LONG_WINDOW).trigger_tokens,
+        r.replace(**CACHED_LONG_WINDOW).tail_tokens,
+    ) == (
+        r.trigger_tokens,
+        r.tail_tokens,
+    )
     with pytest.raises(ConfigError, match="trigger_cap_tokens must be positive"):
-        p.replace(trigger_cap_tokens=0)
+        q.replace(trigger_cap_tokens=0)
     with pytest.raises(ConfigError, match="trigger_cap_tokens 3000"):
-        p.replace(trigger_cap_tokens=3_000)  # under the tail: eviction could never get under it
+        q.replace(trigger_cap_tokens=3_000)  # under the tail: eviction could never get under it
 
 
 def test_a_trigger_of_one_is_clamped_to_the_hard_limit():

@@ -77,9 +77,8 @@ def test_a_profile_edit_applies_at_the_next_compress(runner):
 
     assert run.status == RunRecord.DONE, run.error
     triggers = list(CompressEvent.objects.filter(run=run).values_list("trigger_tokens", flat=True))
-    # turn start (0.8 * C, capped), then the compress after the cell that edited the profile
-    # (0.5 * C)
-    assert triggers[0] == min(int(0.8 * profile.context_size), profile.trigger_cap_tokens)
+    # turn start (0.8 * C), then the compress after the cell that edited the profile (0.5 * C)
+    assert triggers[0] == int(0.8 * profile.context_size)
     assert triggers[1:] == [int(0.5 * profile.context_size)] * (len(triggers) - 1)
     assert [c.field for c in run.profile_changes()] == ["trigger_ratio"]
     assert ProfileChange.objects.get().new_value == "0.5"

@@ -160,6 +160,26 @@ class SearchTuning:
     # 0.778 against the linear ranker's 0.756) but loses recall@5 and MRR on both held-out
     # sets (see the README).
     ranker_trees: str = ""
+    # Two bounds that keep the ranker close to plain BM25 (issue 34: the ranker, fitted on
+    # LoCoMo's short two-person chat, lost to plain BM25 at the top rank on long assistant
+    # conversations). ``ranker_share`` interpolates: a turn scores
+    # ``s * ranker / best ranker + (1 - s) * bm25 / best bm25`` (1.0: the ranker alone; 0.0:
+    # BM25's order). ``bm25_margin`` bounds displacement: a candidate BM25 ranks r-th
+    # (from 0) is never shown below place ``r + margin``, so the top ``k`` always holds
+    # BM25's top ``k - margin``; -1 is off. The shape switch ``long_turn_words``: when above
+    # 0, both bounds apply only to a search whose BM25 candidates are long turns (their
+    # median length in words at least this), the shape of an assistant's history; a search
+    # over short chat turns, the shape the ranker was fitted on, keeps the ranker's order
+    # (0: every search is bounded). All three chosen together by
+    # ``python bench/retrieval.py --tune-safe`` (``bench/_safe_tune.py``): the setting whose
+    # worst recall@1/5/10 difference from plain BM25 over the dev sets (LoCoMo dev, the
+    # generated assistant conversations' dev part) is highest. Median candidate length is
+    # 20 words on LoCoMo dev (95th percentile 29) and 86 on the assistant set (5th
+    # percentile 33); bounding only above 30 keeps LoCoMo's gains, and a share of 0.5 beats
+    # a margin of 1 to 3 there by one item at recall@5 (see docs/figures-retrieval.md).
+    ranker_share: float = 0.5
+    bm25_margin: int = -1
+    long_turn_words: int = 30
     trees: TreeRanker | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -170,6 +190,10 @@ class SearchTuning:
             raise ConfigError(
                 f"term_rarity must be one of {', '.join(TERM_RARITY)}, got {self.term_rarity!r}"
             )
+        if not 0.0 <= self.ranker_share <= 1.0:
+            raise ConfigError(f"ranker_share must be in [0, 1], got {self.ranker_share!r}")
+        if self.bm25_margin < -1:
+            raise ConfigError(f"bm25_margin must be -1 (off) or >= 0, got {self.bm25_margin!r}")
         if len(self.ranker_weights) > len(RANK_FEATURES):
             raise ConfigError(
                 f"ranker_weights has {len(self.ranker_weights)} weights; the ranker has "
@@ -431,10 +455,16 @@ def run_search(
                 scores[seq] = total
     else:
         scores = _hand_scores(rows, base, text, terms, tuning)
+    bound = _bounds_apply(rows, base, tuning)
+    if bound and tuning.ranker_share < 1.0:
+        scores = _mixed(scores, base, tuning.ranker_share)
     if tuning.diversity_weight:
         ranked = _diversify(scores, rows, k, tuning.diversity_weight)
     else:
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
+        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    if bound and tuning.bm25_margin >= 0:
+        ranked = _bounded(ranked, base, k, tuning.bm25_margin)
+    ranked = [(seq, score) for seq, score in ranked[:k] if seq in rows]
     hits = []
     for seq, score in ranked:
         r = rows[seq]
@@ -443,6 +473,72 @@ def run_search(
             Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in matched)
         )
     return hits
+
+
+def _bounds_apply(
+    rows: dict[int, tuple[Any, ...]], base: dict[int, float], tuning: SearchTuning
+) -> bool:
+    """Whether ``ranker_share`` and ``bm25_margin`` bound this search: always when
+    ``long_turn_words`` is 0, else when the BM25 candidates' median length in words is at
+    least that."""
+    if tuning.ranker_share >= 1.0 and tuning.bm25_margin < 0:
+        return False
+    if tuning.long_turn_words <= 0:
+        return True
+    return candidate_words(rows, base) >= tuning.long_turn_words
+
+
+def candidate_words(rows: dict[int, tuple[Any, ...]], base: dict[int, float]) -> float:
+    """The median length in words of the BM25 candidates' text (the session shape the
+    shape switch reads)."""
+    lengths = sorted(len((rows[seq][7] or "").split()) for seq in base if seq in rows)
+    if not lengths:
+        return 0.0
+    middle = len(lengths) // 2
+    return float(
+        lengths[middle] if len(lengths) % 2 else (lengths[middle - 1] + lengths[middle]) / 2
+    )
+
+
+def _mixed(scores: dict[int, float], base: dict[int, float], share: float) -> dict[int, float]:
+    """Each turn's score interpolated with its own plain bm25, both over their best (a turn
+    read only as a neighbour has bm25 0)."""
+    top = max(scores.values(), default=0.0) or 1.0
+    best = max(base.values(), default=0.0) or 1.0
+    out = {}
+    for seq in scores.keys() | base.keys():
+        value = share * scores.get(seq, 0.0) / top + (1.0 - share) * base.get(seq, 0.0) / best
+        if value > 0:
+            out[seq] = value
+    return out
+
+
+def _bounded(
+    ranked: list[tuple[int, float]], base: dict[int, float], k: int, margin: int
+) -> list[tuple[int, float]]:
+    """The first ``k`` of ``ranked`` with BM25's order as a floor: place ``p`` takes the best
+    BM25 candidate not yet shown when BM25 ranks it at ``p - margin`` or higher, else the
+    next of ``ranked``. Scores are kept non-increasing."""
+    order = sorted(base, key=lambda seq: (-base[seq], seq))
+    own = dict(ranked)
+    shown: set[int] = set()
+    out: list[tuple[int, float]] = []
+    floor, pick = 0, 0
+    while len(out) < k:
+        while floor < len(order) and order[floor] in shown:
+            floor += 1
+        while pick < len(ranked) and ranked[pick][0] in shown:
+            pick += 1
+        if floor < len(order) and (floor + margin <= len(out) or pick >= len(ranked)):
+            seq = order[floor]
+        elif pick < len(ranked):
+            seq = ranked[pick][0]
+        else:
+            break
+        shown.add(seq)
+        score = own.get(seq, 0.0)
+        out.append((seq, min(score, out[-1][1]) if out else score))
+    return out
 
 
 def search_features(

@@ -468,9 +468,12 @@ def probes(items: list[dict[str, Any]]) -> list[Probe]:
 
 def split_of(conversation: str) -> str:
     """``"dev"`` for a conversation at an even position, ``"heldout"`` for an odd one."""
+    prefix, _, digits = conversation.partition("-")
     try:
-        number = int(conversation.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
+        if prefix != "asst":
+            raise ValueError
+        number = int(digits)
+    except ValueError:
         raise ValueError(f"{conversation!r} is not a generated conversation id") from None
     return "dev" if number % 2 == 0 else "heldout"
 

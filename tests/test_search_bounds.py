@@ -11,7 +11,7 @@ from search_corpus import add, ranked
 
 from scroll_core import SearchTuning
 from scroll_core.errors import ConfigError
-from scroll_core.store.search import candidate_words
+from scroll_core.store.search_bounds import bounded, candidate_words, mixed
 
 SHIPPED = SearchTuning()
 # The ranker without any bound: the shipped search before issue 34.
@@ -125,3 +125,25 @@ def test_candidate_words_is_the_median_length_of_bm25s_candidates():
 def test_bad_bounds_are_refused(bad):
     with pytest.raises(ConfigError):
         replace(SHIPPED, **bad)
+
+
+def test_the_floor_places_bm25s_candidates_no_lower_than_their_rank_plus_the_margin():
+    base = {1: 5.0, 2: 4.0, 3: 3.0, 4: 2.0, 5: 1.0}
+    ranked = [(5, 9.0), (4, 8.0), (9, 7.5), (3, 7.0), (2, 6.0), (1, 5.0)]  # 9: a neighbour
+    assert [s for s, _ in bounded(ranked, base, 6, 0)] == [1, 2, 3, 4, 5, 9]
+    one = bounded(ranked, base, 6, 1)
+    assert [s for s, _ in one] == [5, 1, 2, 3, 4, 9]
+    assert [s for s, _ in bounded(ranked, base, 3, 2)] == [5, 4, 1]
+    for margin in (0, 1, 2, 3):
+        top = [s for s, _ in bounded(ranked, base, 6, margin)]
+        order = sorted(base, key=lambda s: -base[s])
+        assert all(top.index(seq) <= r + margin for r, seq in enumerate(order))
+    assert [v for _, v in one] == sorted((v for _, v in one), reverse=True)
+
+
+def test_the_mix_at_share_zero_is_bm25_and_keeps_neighbours_below():
+    scores = {1: 1.0, 2: 3.0, 9: 2.0}
+    base = {1: 4.0, 2: 2.0}
+    assert mixed(scores, base, 0.0) == {1: 1.0, 2: 0.5}
+    half = mixed(scores, base, 0.5)
+    assert half[2] > half[1] > half[9] > 0

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigError, InvalidEvent
 from ..timeutil import format_ts
-from . import fts_query
+from . import fts_query, search_bounds
 from .query_dates import named_dates
 from .rank_trees import SHIPPED_TREES, TreeRanker, load_trees
 from .schema_common import sqlite_int
@@ -455,15 +455,17 @@ def run_search(
                 scores[seq] = total
     else:
         scores = _hand_scores(rows, base, text, terms, tuning)
-    bound = _bounds_apply(rows, base, tuning)
+    bound = search_bounds.applies(
+        rows, base, tuning.ranker_share, tuning.bm25_margin, tuning.long_turn_words
+    )
     if bound and tuning.ranker_share < 1.0:
-        scores = _mixed(scores, base, tuning.ranker_share)
+        scores = search_bounds.mixed(scores, base, tuning.ranker_share)
     if tuning.diversity_weight:
         ranked = _diversify(scores, rows, k, tuning.diversity_weight)
     else:
         ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
     if bound and tuning.bm25_margin >= 0:
-        ranked = _bounded(ranked, base, k, tuning.bm25_margin)
+        ranked = search_bounds.bounded(ranked, base, k, tuning.bm25_margin)
     ranked = [(seq, score) for seq, score in ranked[:k] if seq in rows]
     hits = []
     for seq, score in ranked:
@@ -473,72 +475,6 @@ def run_search(
             Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in matched)
         )
     return hits
-
-
-def _bounds_apply(
-    rows: dict[int, tuple[Any, ...]], base: dict[int, float], tuning: SearchTuning
-) -> bool:
-    """Whether ``ranker_share`` and ``bm25_margin`` bound this search: always when
-    ``long_turn_words`` is 0, else when the BM25 candidates' median length in words is at
-    least that."""
-    if tuning.ranker_share >= 1.0 and tuning.bm25_margin < 0:
-        return False
-    if tuning.long_turn_words <= 0:
-        return True
-    return candidate_words(rows, base) >= tuning.long_turn_words
-
-
-def candidate_words(rows: dict[int, tuple[Any, ...]], base: dict[int, float]) -> float:
-    """The median length in words of the BM25 candidates' text (the session shape the
-    shape switch reads)."""
-    lengths = sorted(len((rows[seq][7] or "").split()) for seq in base if seq in rows)
-    if not lengths:
-        return 0.0
-    middle = len(lengths) // 2
-    return float(
-        lengths[middle] if len(lengths) % 2 else (lengths[middle - 1] + lengths[middle]) / 2
-    )
-
-
-def _mixed(scores: dict[int, float], base: dict[int, float], share: float) -> dict[int, float]:
-    """Each turn's score interpolated with its own plain bm25, both over their best (a turn
-    read only as a neighbour has bm25 0)."""
-    top = max(scores.values(), default=0.0) or 1.0
-    best = max(base.values(), default=0.0) or 1.0
-    out = {}
-    for seq in scores.keys() | base.keys():
-        value = share * scores.get(seq, 0.0) / top + (1.0 - share) * base.get(seq, 0.0) / best
-        if value > 0:
-            out[seq] = value
-    return out
-
-
-def _bounded(
-    ranked: list[tuple[int, float]], base: dict[int, float], k: int, margin: int
-) -> list[tuple[int, float]]:
-    """The first ``k`` of ``ranked`` with BM25's order as a floor: place ``p`` takes the best
-    BM25 candidate not yet shown when BM25 ranks it at ``p - margin`` or higher, else the
-    next of ``ranked``. Scores are kept non-increasing."""
-    order = sorted(base, key=lambda seq: (-base[seq], seq))
-    own = dict(ranked)
-    shown: set[int] = set()
-    out: list[tuple[int, float]] = []
-    floor, pick = 0, 0
-    while len(out) < k:
-        while floor < len(order) and order[floor] in shown:
-            floor += 1
-        while pick < len(ranked) and ranked[pick][0] in shown:
-            pick += 1
-        if floor < len(order) and (floor + margin <= len(out) or pick >= len(ranked)):
-            seq = order[floor]
-        elif pick < len(ranked):
-            seq = ranked[pick][0]
-        else:
-            break
-        shown.add(seq)
-        score = own.get(seq, 0.0)
-        out.append((seq, min(score, out[-1][1]) if out else score))
-    return out
 
 
 def search_features(

@@ -9,6 +9,8 @@
     python bench/retrieval.py --fit-ranker --fit linear_cv   # the linear ranker's LOCO CV
     python bench/retrieval.py --backend postgres   # Scroll's rows on the PostgreSQL log
     python bench/retrieval.py --json --quick   # ablation timed at 50,000 events, not 1M
+    python bench/retrieval.py --sets      # every row on every set against its plain BM25
+    python bench/retrieval.py --tune-safe   # the bounds against BM25, worst dev set (issue 34)
 
 The ablation ("ablation" in the JSON) has one row per ranking technique, each a
 ``SearchTuning`` switched on its own over the shipped search, all measured in this run on
@@ -58,6 +60,7 @@ from typing import Any
 
 from _common import SHARED_DATA, emit, percentile
 
+from bench import _other_sets
 from bench._heldout import build_items as build_heldout
 from bench._heldout import heldout_log
 from bench._heldout import score as score_heldout
@@ -80,6 +83,7 @@ from bench._ranker_fit import (
     recalls,
 )
 from bench._retrieval_tune import GRID, TECHNIQUE_GRID, tune_on_dev, tune_techniques
+from bench._safe_tune import choose as choose_safe
 from bench._tree_fit import fit_trees, linear_cross_validate, rank_features_only
 from bench.eventlog import BATCH, SEED, make_queries, make_rows, make_vocabulary
 from scroll_core import EventLog, EventStore, SearchTuning
@@ -93,6 +97,7 @@ BASELINE_TOLERANCE = 0.01
 METRICS = ("recall_at_1", "recall_at_5", "recall_at_10", "hit_at_10")
 SPLITS = ("test", "dev", "all")
 HEADLINE_ROW = "scroll_search"
+UNBOUNDED_ROW = "ranker_unbounded"
 # Where the issue says the search is weakest; the ablation reports them per row.
 WEAK_CATEGORIES = ("multi_hop", "open_domain")
 HELDOUT_METRICS = ("recall_at_5", "recall_at_10", "mrr_at_10")
@@ -191,7 +196,11 @@ def scroll_variants() -> dict[str, tuple[str, SearchTuning]]:
             "+ turns ±2, coverage and proximity: the hand formula before the ranker",
             hand,
         ),
-        HEADLINE_ROW: ("Scroll's search as shipped (learned ranker)", default),
+        UNBOUNDED_ROW: (
+            "the learned ranker unbounded: the shipped search before issue 34's bounds",
+            replace(default, ranker_share=1.0, bm25_margin=-1),
+        ),
+        HEADLINE_ROW: ("Scroll's search as shipped (learned ranker, bounded by BM25)", default),
     }
     if not default.ranker_trees:
         # The tree ranker, while it ships off: a row here puts it on both backends
@@ -222,6 +231,9 @@ def describe_tuning(tuning: SearchTuning) -> dict[str, Any]:
         "ranker_weights": list(tuning.ranker_weights),
         "term_rarity": tuning.term_rarity,
         "ranker_trees": tuning.ranker_trees,
+        "ranker_share": tuning.ranker_share,
+        "bm25_margin": tuning.bm25_margin,
+        "long_turn_words": tuning.long_turn_words,
     }
 
 
@@ -533,6 +545,92 @@ class Bench:
         self.log.close()
 
 
+# The rows every set reports, and the recalls the shipped row must hold against plain BM25.
+SAFE_METRICS = ("recall_at_1", "recall_at_5", "recall_at_10")
+PLAIN_ROW = "plain_bm25"
+
+
+def set_rows(
+    rows: dict[str, dict[str, Any]], workdir: Path, data: Path = SHARED_DATA
+) -> dict[str, Any]:
+    """Every per-conversation row on every set and split (``<set>.<split>``): LoCoMo's from
+    ``rows``, the generated assistant conversations' and the transcripts' measured here with
+    their own plain BM25 (``bench/_other_sets.py``); then the shipped row minus plain at
+    recall@1, @5 and @10 on each, and whether it is at or above plain on all of them."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for split in ("test", "dev"):
+        table[f"locomo.{split}"] = {
+            name: {m: row[split][m] for m in METRICS} | {"items": row[split]["items"]}
+            for name, row in rows.items()
+            if row["scope"] == "conversation"
+        }
+    variants = scroll_variants()
+    with _other_sets.other_sets(data, workdir) as sets:
+        for one in sets:
+            measured = {
+                PLAIN_ROW: _other_sets.summarise(one.items, _other_sets.score(one.items, one.plain))
+            }
+            for name, (_, tuning) in variants.items():
+                scored = _other_sets.score(one.items, one.scroll(tuning))
+                measured[name] = _other_sets.summarise(one.items, scored)
+            for split in measured[PLAIN_ROW]:
+                table[f"{one.name}.{split}"] = {
+                    name: summary[split] for name, summary in measured.items()
+                }
+    margins = {
+        key: {m: round(t[HEADLINE_ROW][m] - t[PLAIN_ROW][m], 4) for m in SAFE_METRICS}
+        for key, t in table.items()
+    }
+    unbounded = {
+        key: {m: round(t[UNBOUNDED_ROW][m] - t[PLAIN_ROW][m], 4) for m in SAFE_METRICS}
+        for key, t in table.items()
+        if UNBOUNDED_ROW in t
+    }
+    return {
+        "sets": table,
+        "shipped_minus_plain": margins,
+        "unbounded_minus_plain": unbounded,
+        "shipped_at_or_above_plain": all(v >= 0 for m in margins.values() for v in m.values()),
+        "dev_sets": ["locomo.dev", "assistant.dev"],
+        "rule": "knobs chosen on locomo.dev and assistant.dev only (bench/_safe_tune.py); "
+        "locomo.test, assistant.heldout and transcripts.heldout are never tuned on",
+    }
+
+
+def set_figures(result: dict[str, Any]) -> dict[str, float]:
+    flat: dict[str, float] = {}
+    for key, table in result["sets"].items():
+        for name, row in table.items():
+            for m in SAFE_METRICS:
+                flat[f"set_{key.replace('.', '_')}_{name}_{m}"] = float(row[m])
+    for key, gaps in result["shipped_minus_plain"].items():
+        for m, v in gaps.items():
+            flat[f"set_{key.replace('.', '_')}_shipped_minus_plain_{m}"] = float(v)
+    flat["sets_shipped_at_or_above_plain"] = float(result["shipped_at_or_above_plain"])
+    return flat
+
+
+def set_tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One README table per set: each row's recall@1/5/10."""
+    return [
+        {
+            "title": f"{key}: every row against the set's plain BM25 (same run)",
+            "rows": list(table),
+            "columns": list(SAFE_METRICS),
+            "key": f"set_{key.replace('.', '_')}_{{row}}_{{column}}",
+        }
+        for key, table in result["sets"].items()
+    ]
+
+
+def print_sets(result: dict[str, Any]) -> None:
+    for key, table in result["sets"].items():
+        print(f"{key} ({table[PLAIN_ROW]['items']} items)   r@1    r@5    r@10")
+        for name, row in table.items():
+            print(f"  {name:<26}" + "".join(f"{row[m]:>7.4f}" for m in SAFE_METRICS))
+    print(f"shipped at or above plain on every set: {result['shipped_at_or_above_plain']}")
+
+
 def baseline_check(plain: dict[str, Any]) -> dict[str, Any]:
     measured = {m: plain["all"][m] for m in PUBLISHED_PLAIN}
     difference = {m: round(measured[m] - PUBLISHED_PLAIN[m], 4) for m in PUBLISHED_PLAIN}
@@ -641,10 +739,11 @@ def readme_tables(
 
 def report(bench: Bench, latency_events: int, workdir: Path) -> dict[str, Any]:
     rows = bench.rows()
+    sets = set_rows(rows, workdir)
     ablation = bench.ablation(latency_events, workdir)
     check = baseline_check(rows["plain_bm25"])
     splits = [split_of(i.conversation) for i in bench.items]
-    flat = figures(rows, check)
+    flat = figures(rows, check) | set_figures(sets)
     for name, row in ablation.items():
         for split in ("test", "dev"):
             for metric in ("recall_at_5", "recall_at_10", "hit_at_10"):
@@ -681,7 +780,8 @@ def report(bench: Bench, latency_events: int, workdir: Path) -> dict[str, Any]:
         "search_tuning": describe_tuning(SearchTuning()),
         "headline_row": HEADLINE_ROW,
         "rows": rows,
-        "readme_tables": readme_tables(rows, ablation),
+        "readme_tables": readme_tables(rows, ablation) + set_tables(sets),
+        "sets": sets,
     }
 
 
@@ -750,6 +850,44 @@ def run_tune(bench: Bench, as_json: bool) -> None:
     print(f"chosen  {out['chosen']}  dev {choice.objective}")
     changed = "differs: update scroll_core/store/search.py"
     print("constants unchanged" if not out["changed"] else changed)
+
+
+def run_tune_safe(bench: Bench, as_json: bool, workdir: Path) -> None:
+    """``bench/_safe_tune.py``'s grid on the dev sets alone: LoCoMo dev and the generated
+    assistant conversations' dev part, each against its own plain BM25."""
+    dev = [i for i in bench.items if split_of(i.conversation) == "dev"]
+    indexes = per_conversation_indexes(bench.samples)
+    with EventLog(workdir / "assistant-tune.sqlite3") as log:
+        sessions = _other_sets.assistant_set(workdir, log)
+        assistant_dev = [i for i in sessions.items if i.split == "dev"]
+        plain = {
+            "locomo": _mean(
+                score_rows(dev, lambda i, k: indexes[i.conversation].search(i.question, k))
+            ),
+            "assistant": _other_sets.summarise(
+                assistant_dev, _other_sets.score(assistant_dev, sessions.plain)
+            )["dev"],
+        }
+
+        def locomo(tuning: SearchTuning) -> dict[str, float]:
+            return bench.measure(tuning, dev)
+
+        def assistant(tuning: SearchTuning) -> dict[str, Any]:
+            scored = _other_sets.score(assistant_dev, sessions.scroll(tuning))
+            return _other_sets.summarise(assistant_dev, scored)["dev"]
+
+        say = None if as_json else (lambda line: print(line, flush=True))
+        out = choose_safe(plain, {"locomo": locomo, "assistant": assistant}, progress=say)
+        sessions.close()
+    for index in indexes.values():
+        index.close()
+    out["plain"] = plain
+    out["current"] = describe_tuning(SearchTuning())
+    out["figures"] = {"chosen_worst_gap": float(out["chosen"]["worst"])}
+    if as_json:
+        emit(out, True)
+        return
+    print(f"chosen {out['chosen']['setting']}  worst {out['chosen']['worst']:+.4f}")
 
 
 def run_tune_techniques(bench: Bench, as_json: bool) -> None:
@@ -951,6 +1089,16 @@ def main(argv: list[str] | None = None) -> None:
         help="with --fit-ranker: fit only these (repeatable; default all)",
     )
     parser.add_argument(
+        "--tune-safe",
+        action="store_true",
+        help="choose the bounds against plain BM25 on the worst dev set (bench/_safe_tune.py)",
+    )
+    parser.add_argument(
+        "--sets",
+        action="store_true",
+        help="only the rows on every set against each set's plain BM25 (no ablation)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="time the ablation on 50,000 events, not 1,000,000"
     )
     parser.add_argument(
@@ -983,6 +1131,20 @@ def main(argv: list[str] | None = None) -> None:
                 return
             if args.tune_techniques:
                 run_tune_techniques(bench, args.json)
+                return
+            if args.tune_safe:
+                run_tune_safe(bench, args.json, Path(tmp))
+                return
+            if args.sets:
+                rows = bench.rows()
+                sets = set_rows(rows, Path(tmp))
+                if args.json:
+                    emit(
+                        {"figures": set_figures(sets), "readme_tables": set_tables(sets), **sets},
+                        True,
+                    )
+                else:
+                    print_sets(sets)
                 return
             events = args.latency_events or (50_000 if args.quick else 1_000_000)
             result = report(bench, max(1, events), Path(tmp))

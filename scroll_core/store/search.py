@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigError, InvalidEvent
 from ..timeutil import format_ts
-from . import fts_query
+from . import fts_query, search_bounds
 from .query_dates import named_dates
 from .rank_trees import SHIPPED_TREES, TreeRanker, load_trees
 from .schema_common import sqlite_int
@@ -160,6 +160,26 @@ class SearchTuning:
     # 0.778 against the linear ranker's 0.756) but loses recall@5 and MRR on both held-out
     # sets (see the README).
     ranker_trees: str = ""
+    # Two bounds that keep the ranker close to plain BM25 (issue 34: the ranker, fitted on
+    # LoCoMo's short two-person chat, lost to plain BM25 at the top rank on long assistant
+    # conversations). ``ranker_share`` interpolates: a turn scores
+    # ``s * ranker / best ranker + (1 - s) * bm25 / best bm25`` (1.0: the ranker alone; 0.0:
+    # BM25's order). ``bm25_margin`` bounds displacement: a candidate BM25 ranks r-th
+    # (from 0) is never shown below place ``r + margin``, so the top ``k`` always holds
+    # BM25's top ``k - margin``; -1 is off. The shape switch ``long_turn_words``: when above
+    # 0, both bounds apply only to a search whose BM25 candidates are long turns (their
+    # median length in words at least this), the shape of an assistant's history; a search
+    # over short chat turns, the shape the ranker was fitted on, keeps the ranker's order
+    # (0: every search is bounded). All three chosen together by
+    # ``python bench/retrieval.py --tune-safe`` (``bench/_safe_tune.py``): the setting whose
+    # worst recall@1/5/10 difference from plain BM25 over the dev sets (LoCoMo dev, the
+    # generated assistant conversations' dev part) is highest. Median candidate length is
+    # 20 words on LoCoMo dev (95th percentile 29) and 86 on the assistant set (5th
+    # percentile 33); bounding only above 30 keeps LoCoMo's gains, and a share of 0.5 beats
+    # a margin of 1 to 3 there by one item at recall@5 (see docs/figures-retrieval.md).
+    ranker_share: float = 0.5
+    bm25_margin: int = -1
+    long_turn_words: int = 30
     trees: TreeRanker | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -170,6 +190,10 @@ class SearchTuning:
             raise ConfigError(
                 f"term_rarity must be one of {', '.join(TERM_RARITY)}, got {self.term_rarity!r}"
             )
+        if not 0.0 <= self.ranker_share <= 1.0:
+            raise ConfigError(f"ranker_share must be in [0, 1], got {self.ranker_share!r}")
+        if self.bm25_margin < -1:
+            raise ConfigError(f"bm25_margin must be -1 (off) or >= 0, got {self.bm25_margin!r}")
         if len(self.ranker_weights) > len(RANK_FEATURES):
             raise ConfigError(
                 f"ranker_weights has {len(self.ranker_weights)} weights; the ranker has "
@@ -431,10 +455,18 @@ def run_search(
                 scores[seq] = total
     else:
         scores = _hand_scores(rows, base, text, terms, tuning)
+    bound = search_bounds.applies(
+        rows, base, tuning.ranker_share, tuning.bm25_margin, tuning.long_turn_words
+    )
+    if bound and tuning.ranker_share < 1.0:
+        scores = search_bounds.mixed(scores, base, tuning.ranker_share)
     if tuning.diversity_weight:
         ranked = _diversify(scores, rows, k, tuning.diversity_weight)
     else:
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
+        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    if bound and tuning.bm25_margin >= 0:
+        ranked = search_bounds.bounded(ranked, base, k, tuning.bm25_margin)
+    ranked = [(seq, score) for seq, score in ranked[:k] if seq in rows]
     hits = []
     for seq, score in ranked:
         r = rows[seq]

@@ -1,0 +1,89 @@
+"""Bounds that keep a re-ranked search close to plain BM25 (issue 34).
+
+The learned ranker was fitted on LoCoMo's short two-person chat; on long assistant
+conversations it lost to plain BM25 at the top rank. ``SearchTuning`` bounds it three ways,
+each applied by ``run_search`` after the ranker has scored the turns it read:
+
+- ``mixed``: each turn's ranker score (over the best) interpolated with its own plain bm25
+  (over the best);
+- ``bounded``: BM25's order as a floor, so a candidate BM25 ranks r-th is never shown below
+  place r + margin;
+- ``applies``: the shape switch, bounding only a search whose BM25 candidates are long turns
+  (``candidate_words``, their median length in words).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["applies", "bounded", "candidate_words", "mixed"]
+
+
+def applies(
+    rows: dict[int, tuple[Any, ...]],
+    base: dict[int, float],
+    share: float,
+    margin: int,
+    long_words: int,
+) -> bool:
+    """Whether a share below 1 or a margin of 0 or more bounds this search: always when
+    ``long_words`` is 0, else when the BM25 candidates' median length in words is at least
+    ``long_words``."""
+    if share >= 1.0 and margin < 0:
+        return False
+    if long_words <= 0:
+        return True
+    return candidate_words(rows, base) >= long_words
+
+
+def candidate_words(rows: dict[int, tuple[Any, ...]], base: dict[int, float]) -> float:
+    """The median length in words of the BM25 candidates' text (the session shape the
+    shape switch reads)."""
+    lengths = sorted(len((rows[seq][7] or "").split()) for seq in base if seq in rows)
+    if not lengths:
+        return 0.0
+    middle = len(lengths) // 2
+    return float(
+        lengths[middle] if len(lengths) % 2 else (lengths[middle - 1] + lengths[middle]) / 2
+    )
+
+
+def mixed(scores: dict[int, float], base: dict[int, float], share: float) -> dict[int, float]:
+    """Each turn's score interpolated with its own plain bm25, both over their best (a turn
+    read only as a neighbour has bm25 0)."""
+    top = max(scores.values(), default=0.0) or 1.0
+    best = max(base.values(), default=0.0) or 1.0
+    out = {}
+    for seq in scores.keys() | base.keys():
+        value = share * scores.get(seq, 0.0) / top + (1.0 - share) * base.get(seq, 0.0) / best
+        if value > 0:
+            out[seq] = value
+    return out
+
+
+def bounded(
+    ranked: list[tuple[int, float]], base: dict[int, float], k: int, margin: int
+) -> list[tuple[int, float]]:
+    """The first ``k`` of ``ranked`` with BM25's order as a floor: place ``p`` takes the best
+    BM25 candidate not yet shown when BM25 ranks it at ``p - margin`` or higher, else the
+    next of ``ranked``. Scores are kept non-increasing."""
+    order = sorted(base, key=lambda seq: (-base[seq], seq))
+    own = dict(ranked)
+    shown: set[int] = set()
+    out: list[tuple[int, float]] = []
+    floor, pick = 0, 0
+    while len(out) < k:
+        while floor < len(order) and order[floor] in shown:
+            floor += 1
+        while pick < len(ranked) and ranked[pick][0] in shown:
+            pick += 1
+        if floor < len(order) and (floor + margin <= len(out) or pick >= len(ranked)):
+            seq = order[floor]
+        elif pick < len(ranked):
+            seq = ranked[pick][0]
+        else:
+            break
+        shown.add(seq)
+        score = own.get(seq, 0.0)
+        out.append((seq, min(score, out[-1][1]) if out else score))
+    return out

@@ -76,8 +76,12 @@ class TuningProfile(models.Model):
     trigger_ratio = models.FloatField(
         default=_DEFAULTS.trigger_ratio, help_text=_help("trigger_ratio")
     )
+    # A database default too: code that knows the table as it was before this column (an
+    # older migration's model, a process not yet restarted on upgrade) can still add a row.
     trigger_cap_tokens = models.IntegerField(
-        default=_DEFAULTS.trigger_cap_tokens, help_text=_help("trigger_cap_tokens")
+        default=_DEFAULTS.trigger_cap_tokens,
+        db_default=_DEFAULTS.trigger_cap_tokens,
+        help_text=_help("trigger_cap_tokens"),
     )
     reserve_ratio = models.FloatField(
         default=_DEFAULTS.reserve_ratio, help_text=_help("reserve_ratio")

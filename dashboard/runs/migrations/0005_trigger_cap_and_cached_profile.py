@@ -38,6 +38,7 @@ class Migration(migrations.Migration):
             name="trigger_cap_tokens",
             field=models.IntegerField(
                 default=NO_CAP,
+                db_default=NO_CAP,
                 help_text="Compress at the latest when the view passes this many tokens.",
             ),
         ),

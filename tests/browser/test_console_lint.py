@@ -9,6 +9,8 @@ import pytest
 from agent_fakes import ScriptedModel, reply
 from playwright.sync_api import expect
 
+from dashboard.telemetry.lint_alerts import LINT_KINDS
+from dashboard.telemetry.models import AlertRule
 from dashboard.telemetry.spans import ConsoleSpanSink
 from scroll_core import telemetry
 from scroll_core.agent import Session
@@ -23,6 +25,10 @@ S = "lint-live"
 
 @pytest.fixture
 def sink(console_log):
+    # The lint rules as their migration seeds them: an earlier transactional test on this
+    # worker flushed the seeded rows.
+    for kind in LINT_KINDS.values():
+        AlertRule.objects.get_or_create(kind=kind, defaults={"threshold": 1, "window": 0})
     sink = ConsoleSpanSink()
     telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
     yield sink

@@ -3,8 +3,10 @@ gateway (closed after each test by the ``gateway`` fixture), and a tool schema."
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,25 @@ def agent_cli(command: str, package: str, registry: str = "npm") -> str:
         home = ".agents/" if registry == "npm" else f"{where.parent.name}/"
         pytest.skip(f"{package} ({registry}) is not installed under {home} (.ci/run installs it)")
     return found
+
+
+def run_cli_events(
+    command: list[str], env: dict[str, str], cwd: Path, timeout: float
+) -> list[dict[str, Any]]:
+    """Run an agent CLI non-interactively (no stdin); the JSON events it printed, one a line.
+    A non-zero exit fails the test with what it printed."""
+    done = subprocess.run(
+        command,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 def close_clients() -> None:

@@ -17,20 +17,6 @@ from scroll_core.store.pg_outage import is_transient, outage_budget_s
 from scroll_core.tokens import CharRatioCounter
 
 
-@pytest.fixture(scope="module")
-def own_server():
-    """A PostgreSQL server of this module's own: its tests stop and start it."""
-    from tests import servers
-
-    try:
-        with servers.postgres(own=True) as server:
-            if server.control is None:
-                pytest.skip("an external PostgreSQL server cannot be restarted by the tests")
-            yield server
-    except servers.ServerUnavailable as exc:
-        servers.unavailable("PostgreSQL", str(exc))
-
-
 def _open(server, outage_s: float) -> PgEventLog:
     return PgEventLog(server.url, token_counter=CharRatioCounter(), outage_s=outage_s)
 
@@ -52,24 +38,24 @@ def _terminate_other_sessions(url: str) -> int:
     return len(rows)
 
 
-def test_a_read_and_an_append_after_a_restart_succeed_on_the_first_try(own_server):
+def test_a_read_and_an_append_after_a_restart_succeed_on_the_first_try(stoppable_pg):
     # No retries allowed: the dead connections must be replaced before they are used.
-    with _open(own_server, outage_s=0) as log:
+    with _open(stoppable_pg, outage_s=0) as log:
         log.append(session_id="restart", kind="context_msg", content="before", dedup_key="a")
         assert log.count("restart") == 1  # this thread's reader is open now
-        own_server.control.stop()
-        own_server.control.start()
+        stoppable_pg.control.stop()
+        stoppable_pg.control.start()
         assert log.count("restart") == 1
         assert [e.content for e in log.session_events("restart")] == ["before"]
         log.append(session_id="restart", kind="context_msg", content="after", dedup_key="b")
         assert log.count("restart") == 2
 
 
-def test_killed_sessions_cost_no_read_or_append_an_error(own_server):
-    with _open(own_server, outage_s=0) as log:
+def test_killed_sessions_cost_no_read_or_append_an_error(stoppable_pg):
+    with _open(stoppable_pg, outage_s=0) as log:
         log.append(session_id="killed", kind="context_msg", content="one")
         assert log.search("one", session_id="killed")
-        assert _terminate_other_sessions(own_server.url) >= 2  # the reader and the writer
+        assert _terminate_other_sessions(stoppable_pg.url) >= 2  # the reader and the writer
         assert [h.session_id for h in log.search("one", session_id="killed")] == ["killed"]
         log.append(session_id="killed", kind="context_msg", content="two")
         assert log.count("killed") == 2
@@ -90,24 +76,24 @@ def _left_busy(url: str) -> psycopg.Connection:
     return db
 
 
-def test_a_writer_or_reader_left_busy_by_a_failure_is_replaced_before_it_is_used(own_server):
+def test_a_writer_or_reader_left_busy_by_a_failure_is_replaced_before_it_is_used(stoppable_pg):
     # No retries allowed: the left-over connection must not be used at all.
-    with _open(own_server, outage_s=0) as log:
+    with _open(stoppable_pg, outage_s=0) as log:
         log.append(session_id="busy", kind="context_msg", content="before")
         assert log.count("busy") == 1  # this thread's reader is open now
         log._writer.close()
-        log._writer = _left_busy(own_server.url)
+        log._writer = _left_busy(stoppable_pg.url)
         log._local.db.close()
-        log._local.db = _left_busy(own_server.url)
+        log._local.db = _left_busy(stoppable_pg.url)
         log.append(session_id="busy", kind="context_msg", content="after")
         assert [e.content for e in log.session_events("busy")] == ["before", "after"]
 
 
-def test_reads_and_appends_wait_for_the_server_within_the_outage_budget(own_server):
-    with _open(own_server, outage_s=30) as log:
+def test_reads_and_appends_wait_for_the_server_within_the_outage_budget(stoppable_pg):
+    with _open(stoppable_pg, outage_s=30) as log:
         log.append(session_id="waits", kind="context_msg", content="x", dedup_key="k1")
-        own_server.control.stop()
-        back = threading.Timer(1.0, own_server.control.start)
+        stoppable_pg.control.stop()
+        back = threading.Timer(1.0, stoppable_pg.control.start)
         back.start()
         try:
             started = time.monotonic()
@@ -121,17 +107,17 @@ def test_reads_and_appends_wait_for_the_server_within_the_outage_budget(own_serv
         assert log.count("waits") == 2
 
 
-def test_an_outage_longer_than_the_budget_is_store_unavailable(own_server):
-    with _open(own_server, outage_s=0.3) as log:
+def test_an_outage_longer_than_the_budget_is_store_unavailable(stoppable_pg):
+    with _open(stoppable_pg, outage_s=0.3) as log:
         log.append(session_id="gone", kind="context_msg", content="kept")
-        own_server.control.stop()
+        stoppable_pg.control.stop()
         try:
             with pytest.raises(StoreUnavailable, match="did not answer"):
                 log.count("gone")
             with pytest.raises(StoreUnavailable):
                 log.append(session_id="gone", kind="context_msg", content="lost", dedup_key="z")
         finally:
-            own_server.control.start()
+            stoppable_pg.control.start()
         assert [e.content for e in log.session_events("gone")] == ["kept"]
 
 

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from gateway_clients import agent_cli, logged_messages, make_key
+from gateway_clients import agent_cli, logged_messages, make_key, run_cli_events
 from gateway_upstream import HEADLINE, Reply, completion, text, tool_call
 
 from dashboard.runs.models import TuningProfile
@@ -68,18 +67,7 @@ def _run(home: Path, work: Path, key: str, *args: str) -> list[dict]:
         "SCROLL_API_KEY": key,
     }
     command = [agent_cli("codex", "@openai/codex"), "exec", "--skip-git-repo-check", "--json"]
-    done = subprocess.run(
-        [*command, "--sandbox", "danger-full-access", *args],
-        env=env,
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    assert done.returncode == 0, (done.stdout, done.stderr)
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return run_cli_events([*command, "--sandbox", "danger-full-access", *args], env, work, 120)
 
 
 def _said(events: list[dict]) -> list[str]:

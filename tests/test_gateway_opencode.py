@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from gateway_clients import agent_cli, logged_messages, make_key
+from gateway_clients import agent_cli, logged_messages, make_key, run_cli_events
 from gateway_upstream import HEADLINE, completion, text, tool_call
 
 from scroll_core.prompts import HEADLINE_INSTRUCTION
@@ -56,18 +55,7 @@ def _run(home: Path, work: Path, key: str, *args: str) -> list[dict]:
         "SCROLL_API_KEY": key,
     }
     command = [agent_cli("opencode", "opencode-ai"), "run", "--pure", "--format", "json"]
-    done = subprocess.run(
-        [*command, "--title", "deploy", *args],
-        env=env,
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    assert done.returncode == 0, (done.stdout, done.stderr)
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return run_cli_events([*command, "--title", "deploy", *args], env, work, 180)
 
 
 def _said(events: list[dict]) -> list[str]:

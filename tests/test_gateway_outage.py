@@ -27,19 +27,6 @@ from scroll_core.store.pg_log import PgEventLog
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(scope="module")
-def stoppable_pg():
-    """A PostgreSQL server of this module's own (the tests stop it), even in the PostgreSQL
-    pass, whose shared server the rest of the suite is using."""
-    from tests import servers
-
-    try:
-        with servers.postgres(own=True) as server:
-            yield server
-    except servers.ServerUnavailable as exc:
-        servers.unavailable("PostgreSQL", str(exc))
-
-
 @pytest.fixture
 def pg_log(request, settings, stoppable_pg):
     """The console's Event Log in a fresh database on ``stoppable_pg``; the server is running

@@ -16,6 +16,7 @@ import inspect
 from datetime import timedelta
 from typing import Any
 
+from ..kernel.ms import MsCapability
 from ..store import EventStore
 from ..store.search import Hit
 from ..timeutil import parse_ts
@@ -29,24 +30,14 @@ FILTERS = ("session", "kind", "speaker", "date")
 ALL = "*"
 
 
-def _signature(
-    query: str,
-    k: int = 10,
-    *,
-    session: str | None = None,
-    kind: str | list[str] | None = None,
-    speaker: str | list[str] | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    on: str | None = None,
-    agent: str | None = None,
-    scope: str = "agent",
-    neighbours: int = 1,
-) -> None:
-    """``ms.search``'s parameters, to read a logged call's arguments by name."""
+def _search_signature() -> inspect.Signature:
+    """``ms.search``'s own parameters (without ``self``), to read a logged call's arguments
+    by name exactly as the kernel bound them."""
+    signature = inspect.signature(MsCapability.search)
+    return signature.replace(parameters=list(signature.parameters.values())[1:])
 
 
-_SEARCH = inspect.signature(_signature)
+_SEARCH = _search_signature()
 
 
 def search_filters(call: MsCall, session_id: str) -> tuple[str, int, dict[str, Any]] | None:

@@ -68,6 +68,33 @@ def test_a_finished_turn_raises_its_flags_as_alerts_once(console_log, traced):
     assert Alert.objects.get().state == Alert.RESOLVED
 
 
+def test_a_live_lint_judges_the_new_turn_against_a_bounded_stretch_of_history(
+    console_log, traced, monkeypatch
+):
+    from dashboard.telemetry import lint_alerts
+    from scroll_core.lint import lint_session
+
+    ring, sink = traced
+    model = ScriptedModel(reply("Bonjour."), reply("Translate 'good morning': Bonjour!"))
+    with Session(console_log, model, session_id=S, profile=Profile(context_size=16_000)) as agent:
+        assert agent.ask(TRANSLATE).ok
+        assert _feed(ring, sink) == []  # the first turn, linted as it ends
+        ring.clear()
+        # The request the next reply answers then lies further back than the live lint reads:
+        # no alert, while the whole-session lint (scroll_lint, the session page) flags it.
+        monkeypatch.setattr(lint_alerts, "LIVE_LOOKBACK_EVENTS", 1)
+        assert agent.ask(PRODUCT).ok
+    assert _feed(ring, sink) == []
+    assert [f.rule for f in lint_session(console_log, S)] == ["archive_answered"]
+    # Read back far enough, the same turn raises it.
+    monkeypatch.setattr(lint_alerts, "LIVE_LOOKBACK_EVENTS", 2_000)
+    (turn,) = SpanRecord.objects.filter(name="scroll.turn").order_by("-id")[:1]
+    sink.engine._sessions.clear()  # as a process that has not linted the session yet
+    assert [a.rule.kind for a in sink.engine.observe(turn.to_dict())] == [
+        AlertRule.LINT_ARCHIVE_ANSWERED
+    ]
+
+
 def test_a_clean_turn_and_a_disabled_rule_raise_nothing(console_log, traced):
     ring, sink = traced
     AlertRule.objects.filter(kind=AlertRule.LINT_ARCHIVE_ANSWERED).update(enabled=False)

@@ -19,7 +19,7 @@ from dashboard.eventlog import get_event_log
 from dashboard.telemetry.models import Alert, AlertRule
 from scroll_core.lint import Flag, lint_session
 
-__all__ = ["LINT_KINDS", "is_turn_end", "lint_triggers", "message"]
+__all__ = ["LINT_KINDS", "LIVE_LOOKBACK_EVENTS", "is_turn_end", "lint_triggers", "message"]
 
 log = logging.getLogger("dashboard.telemetry.lint_alerts")
 
@@ -31,6 +31,11 @@ LINT_KINDS = {
     "archive_answered": AlertRule.LINT_ARCHIVE_ANSWERED,
 }
 TURN_SPAN = "scroll.turn"
+
+
+# How many of a session's events before the newest turns a live lint reads besides them
+# (``manage.py scroll_lint`` and the session page read the whole session).
+LIVE_LOOKBACK_EVENTS = 2_000
 
 
 def is_turn_end(span: Mapping[str, Any]) -> bool:
@@ -58,7 +63,13 @@ def lint_triggers(
         events = event_log.session_events(session_id, after_seq=after_seq, limit=None)
         if not events:
             return [], after_seq
-        flags = lint_session(event_log, session_id, after_seq=after_seq)
+        # What came before, up to a bound: the rules judge the new turns against recent
+        # history, so a turn's lint costs the same at a session's 100th event and its 100,000th
+        # (the whole session each turn made a long gateway session quadratic on the sink).
+        earlier = event_log.session_events_before(
+            session_id, events[0].seq, limit=LIVE_LOOKBACK_EVENTS
+        )
+        flags = lint_session(event_log, session_id, after_seq=after_seq, events=earlier + events)
     except Exception:
         log.exception("console: the trajectory lint failed on session %s", session_id)
         return [], after_seq

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from ..store import EventStore
+from ..store import Event, EventStore
 from .answers import archive_answered, no_disconfirming_query
 from .filters import undercounting_filter
 from .flag import Flag
@@ -137,11 +137,19 @@ TURN_RULES = ("undercounting_filter", "no_disconfirming_query", "archive_answere
 RULE_NAMES = (*RULES, *LOG_RULES, *TURN_RULES)
 
 
-def lint_session(log: EventStore, session_id: str, *, after_seq: int = 0) -> list[Flag]:
+def lint_session(
+    log: EventStore,
+    session_id: str,
+    *,
+    after_seq: int = 0,
+    events: list[Event] | None = None,
+) -> list[Flag]:
     """Every rule's flags for one recorded session, in seq order; ``after_seq`` keeps only
     the flags on cells and replies after it (a live lint of the newest turn), and the rules
-    over turns then judge only the turns that end after it."""
-    events = log.session_events(session_id, limit=None)
+    over turns then judge only the turns that end after it. ``events``: the part of the
+    session to judge, oldest first, when the caller bounds it (default: all of it)."""
+    if events is None:
+        events = log.session_events(session_id, limit=None)
     cells = recorded_cells(log, session_id, events)
     turns = recorded_turns(log, session_id, events)
     flags = [flag for rule in RULES.values() for flag in rule(session_id, cells)]

@@ -119,12 +119,18 @@ def no_disconfirming_query(
     return flags
 
 
-def archive_answered(session_id: str, turns: list[RecordedTurn], events: list[Event]) -> list[Flag]:
+def archive_answered(
+    session_id: str, turns: list[RecordedTurn], events: list[Event], after_seq: int = 0
+) -> list[Flag]:
+    """The flags on the replies after ``after_seq`` (each judged against every earlier
+    request of ``events``)."""
     headlined = [e for e in events if e.role == "user" and e.headline and e.kind != KIND_MODEL_TURN]
     flags = []
     for i, turn in enumerate(turns):
+        if turn.answer is None or turn.answer.seq <= after_seq:
+            continue
         live = terms(turn.request.content)
-        if turn.answer is None or len(live) < MIN_REQUEST_TERMS:
+        if len(live) < MIN_REQUEST_TERMS:
             continue
         said = terms(turn.answer.content)
         if not said or said & live:

@@ -156,5 +156,5 @@ def lint_session(
     flags += [flag for rule in LOG_RULES.values() for flag in rule(session_id, cells, log)]
     flags += undercounting_filter(session_id, turns, log, after_seq)
     flags += no_disconfirming_query(session_id, turns, log, after_seq)
-    flags += archive_answered(session_id, turns, events)
+    flags += archive_answered(session_id, turns, events, after_seq)
     return sorted((f for f in flags if f.cell_seq > after_seq), key=lambda f: (f.cell_seq, f.rule))

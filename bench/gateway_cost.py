@@ -29,6 +29,11 @@ what broke the cached prefix: ``append`` (nothing did), ``fold`` (a tool result 
 pointer), ``eviction`` or ``compaction`` (the front was dropped), ``prefix`` (system or tools
 changed).
 
+Cost and recall on the same session: at the end, ``<window>.<arm>.recall`` counts, of
+``PROBES`` facts each of which only one tool result held (``bench/_recall_probes.py``), how
+many the arm's last request still holds and, for Scroll, how many more ``ms.search`` over its
+Event Log finds (as the recall tool would); ``answered`` is their sum.
+
 Sessions are seeded: ``--split dev`` (seeds 1, 2, ...) is for choosing knobs, ``--split test``
 (seeds 101, ...) for the figures reported. With ``--json`` the envelope is written to
 ``bench/results/gateway_cost.json`` (``--out`` to change).
@@ -54,6 +59,7 @@ import httpx
 from _agent_session import Session, session
 from _common import REPO, emit, envelope
 from _prompt_cache import AnthropicCache, Block, OpenAICache, blocks
+from _recall_probes import held, probes, recalled
 from _server import DaphneServer, free_port
 
 from scroll_core.models.base import Usage
@@ -73,6 +79,7 @@ SUMMARY_PROMPT = (
 )
 EPHEMERAL = {"type": "ephemeral"}
 SEEDS = {"dev": 1, "test": 101}
+PROBES = 40  # facts asked for at the end of each session (``_recall_probes``)
 counter = default_counter()
 
 
@@ -222,6 +229,11 @@ class Recorder:
 
 
 class Gateway(DaphneServer):
+    @property
+    def log_path(self) -> Path:
+        """The gateway's Event Log (the embedded default's file in the data folder)."""
+        return Path(self.env["SCROLL_DATA_DIR"]) / "eventlog.sqlite3"
+
     def prepare(self, upstream_url: str, windows: list[int]) -> dict[str, str]:
         """A gateway key per window and Scroll arm: ``scroll-<C>`` under the seeded
         ``long-window-cache`` knobs, ``reference-<C>`` under the reference's defaults."""
@@ -408,31 +420,43 @@ def main(argv: list[str] | None = None) -> int:
             for window in windows:
                 # Tool ids are unique in the gateway's Event Log: each window gets its own.
                 s = renamed(base, f"w{window}")
-                arms = {
-                    "resend": price(resend_arm(s), window, "eviction"),
-                    "compact": price(
-                        compact_arm(s, window, min(4000, int(0.06 * window))), window, "compaction"
-                    ),
-                    "scroll": price(
-                        scroll_arm(
-                            s, server.base, keys[f"scroll-{window}"], upstream, f"s{seed}-{window}"
-                        ),
-                        window,
-                        "eviction",
+                played = {
+                    "resend": resend_arm(s),
+                    "compact": compact_arm(s, window, min(4000, int(0.06 * window))),
+                    "scroll": scroll_arm(
+                        s, server.base, keys[f"scroll-{window}"], upstream, f"s{seed}-{window}"
                     ),
                     # The same under the reference's tail and trigger (DESIGN.md's defaults).
-                    "scroll_reference": price(
-                        scroll_arm(
-                            renamed(base, f"r{window}"),
-                            server.base,
-                            keys[f"reference-{window}"],
-                            upstream,
-                            f"r{seed}-{window}",
-                        ),
-                        window,
-                        "eviction",
+                    "scroll_reference": scroll_arm(
+                        renamed(base, f"r{window}"),
+                        server.base,
+                        keys[f"reference-{window}"],
+                        upstream,
+                        f"r{seed}-{window}",
                     ),
                 }
+                arms = {
+                    arm: price(requests, window, "compaction" if arm == "compact" else "eviction")
+                    for arm, requests in played.items()
+                }
+                asked = probes(base, PROBES)
+                agents = {
+                    "scroll": f"cost-scroll-{window}",
+                    "scroll_reference": f"cost-reference-{window}",
+                }
+                for arm, requests in played.items():
+                    last = requests[-1][0]
+                    holds = [held(last, p) for p in asked]
+                    found = [
+                        not h and arm in agents and recalled(server.log_path, agents[arm], p)
+                        for p, h in zip(asked, holds, strict=True)
+                    ]
+                    arms[arm]["recall"] = {
+                        "probes": len(asked),
+                        "held": sum(holds),
+                        "recalled": sum(found),
+                        "answered": sum(holds) + sum(found),
+                    }
                 for arm, figures in arms.items():
                     name = f"w{window // 1024}k.{arm}"
                     # Each front break (eviction, compaction): the view before and after.
@@ -481,6 +505,15 @@ def readme_tables(windows: list[int]) -> list[dict[str, Any]]:
             "rows": ["cache_read", "cache_write", "input", "output"],
             "columns": [f"{c}.{arm}" for c in columns for arm in ("compact", "scroll")],
             "key": "{column}.cost_parts.anthropic.{row}",
+        }
+    )
+    tables.append(
+        {
+            "title": f"What each arm can still answer at the end, of {PROBES} facts per session "
+            "that one tool result held (held in its last request + recalled by ms.search)",
+            "rows": ["held", "recalled", "answered"],
+            "columns": [f"{c}.{arm}" for c in columns for arm in ("compact", "scroll")],
+            "key": "{column}.recall.{row}",
         }
     )
     tables.append(

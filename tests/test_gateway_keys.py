@@ -92,3 +92,31 @@ def test_the_model_map_maps_and_falls_back():
     assert key.upstream_model("gpt-4o") == "qwen" and key.upstream_model("other") == "llama"
     assert key.client_models() == ["gpt-4o"]
     assert GatewayKey(model_map={}).upstream_model("as-is") == "as-is"
+
+
+def test_a_new_key_starts_with_the_long_window_cache_profile_and_the_default_without_it(
+    admin_client,
+):
+    from dashboard.runs.models import CACHED_PROFILE_NAME, TuningProfile
+    from dashboard.runs.profiles import core_profile
+
+    key, _ = GatewayKey.issue(agent_id="cached", upstream_base_url="http://127.0.0.1:9/v1")
+    assert key.profile is not None and key.profile.name == CACHED_PROFILE_NAME
+    # Its sessions evict at 98,304 tokens down to a 4,096-token tail at a 128k window,
+    # where the default profile waits until 102,400 and keeps 12,800.
+    cached, default = core_profile(key.profile_id), core_profile(None)
+    assert cached.context_size == default.context_size == 128_000
+    assert (cached.trigger_tokens, cached.tail_tokens) == (98_304, 4_096)
+    assert (default.trigger_tokens, default.tail_tokens) == (102_400, 12_800)
+    # The admin's add form offers it first too.
+    page = admin_client.get("/admin/gateway/gatewaykey/add/").content.decode()
+    field = re.search(r'<select name="profile".*?</select>', page, re.DOTALL)
+    selected = field and re.search(r'<option value="(\d+)" selected>', field.group(0))
+    assert selected and int(selected.group(1)) == key.profile_id
+
+    # An operator who deletes it leaves the keys on the default profile, and new keys too.
+    TuningProfile.objects.filter(name=CACHED_PROFILE_NAME).delete()
+    key.refresh_from_db()
+    assert key.profile is None
+    later, _ = GatewayKey.issue(agent_id="later", upstream_base_url="http://127.0.0.1:9/v1")
+    assert later.profile is None

@@ -16,7 +16,7 @@ from django.db import models
 from django.utils import timezone
 
 from dashboard.projects.models import AgentOwner, Project, default_project_id
-from dashboard.runs.models import TuningProfile
+from dashboard.runs.models import TuningProfile, cached_profile_id
 
 __all__ = ["KEY_PREFIX", "GatewayKey", "StoredConversation", "StoredResponse", "hash_key"]
 
@@ -54,7 +54,15 @@ class GatewayKey(models.Model):
     prefix = models.CharField(max_length=32, unique=True, editable=False)
     key_hash = models.CharField(max_length=64, editable=False)
     profile = models.ForeignKey(
-        TuningProfile, null=True, blank=True, on_delete=models.SET_NULL, related_name="gateway_keys"
+        TuningProfile,
+        null=True,
+        blank=True,
+        default=cached_profile_id,
+        on_delete=models.SET_NULL,
+        related_name="gateway_keys",
+        help_text="The knobs of this key's sessions. A new key starts with long-window-cache "
+        "(cheaper behind a provider's prompt cache past a 40k window); blank: the default "
+        "profile.",
     )
     upstream_format = models.CharField(
         max_length=16,

@@ -49,7 +49,8 @@ worker: install
 # (Debian's postgresql and redis-server, started on loopback by tests/servers.py). Without
 # them the second pass warns and is skipped, except under CI=true where it fails. The second
 # pass runs only the tests those backends can change (the console_backend mark, which
-# tests/conftest.py sets from what each test uses); the rest would repeat the first pass.
+# tests/conftest.py sets from what each test uses, less the modules marked
+# same_on_every_backend); the rest would repeat the first pass.
 # Both passes run in parallel (pytest-xdist) and print their 30 slowest tests. One worker more
 # than there are cores: tests wait on the servers and kernels they start, and the spare worker
 # keeps the cores busy (on 2 cores: 473 s -> 440 s for the first pass); worksteal moves

@@ -73,6 +73,10 @@ def pytest_make_collect_report(collector):
 # pytest-django's django_db mark, or its module talks to the channel layer. Every other test
 # (the core library, kernels, servers it starts with an environment of its own) gets the
 # same result on both passes, so it runs once. `pytest -m console_backend` selects the rest.
+# A module may mark itself `same_on_every_backend` when it reaches the backends but checks
+# what they cannot change; it says why (the browser pages' layout and scripts, the real
+# agent CLIs' wire protocols: the database and channel layer under them are tested on both
+# passes by the view, gateway and live tests). That keeps the second pass to what it can find.
 # (Not django_db_blocker: pytest-django's autouse fixtures request it for every test.)
 CONSOLE_BACKEND_FIXTURES = frozenset(
     {
@@ -101,12 +105,20 @@ def pytest_configure(config):
         "console_backend: reaches the console's database, settings or channel layer (set by "
         "conftest.py, never by hand): the PostgreSQL and Redis pass runs only these",
     )
+    config.addinivalue_line(
+        "markers",
+        "same_on_every_backend: reaches the console's backends, but what it checks cannot "
+        "change with them (a page's layout, a real agent CLI's protocol); the module says why. "
+        "Not run again on PostgreSQL and Redis",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the mark set here
 def pytest_collection_modifyitems(config, items):
     seen: dict[str, bool] = {}
     for item in items:
+        if item.get_closest_marker("same_on_every_backend") is not None:
+            continue
         if (
             CONSOLE_BACKEND_FIXTURES.intersection(getattr(item, "fixturenames", ()))
             or item.get_closest_marker("django_db") is not None

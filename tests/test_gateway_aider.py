@@ -24,7 +24,11 @@ from gateway_upstream import HEADLINE, completion
 from scroll_core.prompts import HEADLINE_INSTRUCTION
 from scroll_core.store import EventLog
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# What this checks is the real CLI's wire protocol through the gateway, which the console's
+# database and channel layer cannot change: it runs on the embedded pass only
+# (tests/conftest.py, same_on_every_backend); the gateway on PostgreSQL and Redis is the
+# other gateway tests'.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.same_on_every_backend]
 
 # What Aider's own docs have a model unknown to LiteLLM declare, in ~/.aider.model.metadata.json.
 METADATA = {

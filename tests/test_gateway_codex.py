@@ -30,7 +30,11 @@ from dashboard.runs.models import TuningProfile
 from scroll_core.prompts import RECALL_TOOL
 from scroll_core.store import EventLog
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# What this checks is the real CLI's wire protocol through the gateway, which the console's
+# database and channel layer cannot change: it runs on the embedded pass only
+# (tests/conftest.py, same_on_every_backend); the gateway on PostgreSQL and Redis is the
+# other gateway tests'.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.same_on_every_backend]
 
 CONFIG = """\
 model = "gpt-test"

@@ -15,7 +15,15 @@ import pytest
 from dashboard.runs import runner as runner_module
 from tests.browser.conftest import shoot
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# What this checks is the page in a real browser (layout, scripts, what a user can reach),
+# which the console's database and channel layer cannot change: it runs on the embedded
+# pass only (tests/conftest.py, same_on_every_backend); the Redis live path is
+# test_console_live.py's and test_console_redis.py's.
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.same_on_every_backend,
+]
 
 CELL = "Compute.\n```python\nrows = [i * i for i in range(50)]\nprint('sum', sum(rows))\n```"
 # The page's live socket is open (static/scroll.js marks the body).

@@ -18,7 +18,15 @@ from scroll_core.lint import recorded_turns
 from scroll_core.profile import Profile
 from tests.browser.conftest import shoot
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# What this checks is the page in a real browser (layout, scripts, what a user can reach),
+# which the console's database and channel layer cannot change: it runs on the embedded
+# pass only (tests/conftest.py, same_on_every_backend); the Redis live path is
+# test_console_live.py's and test_console_redis.py's.
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.same_on_every_backend,
+]
 
 S = "lint-live"
 

@@ -16,7 +16,15 @@ from dashboard.groups import session_safe_id
 from dashboard.runs import runner as runner_module
 from tests.browser.conftest import shoot
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# What this checks is the page in a real browser (layout, scripts, what a user can reach),
+# which the console's database and channel layer cannot change: it runs on the embedded
+# pass only (tests/conftest.py, same_on_every_backend); the Redis live path is
+# test_console_live.py's and test_console_redis.py's.
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.same_on_every_backend,
+]
 
 CELL = "Next.\n```python\nx = 6 * 7\nprint('answer', x)\n```"
 

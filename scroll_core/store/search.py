@@ -273,6 +273,13 @@ class SearchDialect:
     # statement's text then stays the same from search to search, so the server plans it
     # once and keeps it prepared instead of parsing a new ``IN (...)`` every time.
     arrays: bool = False
+    # ``candidates`` given the log's ``TermStats`` too, to keep exact statistics between
+    # searches (in ``TermStats.backend``; SQLite's ``sqlite_bm25.ScopedStats``); used instead
+    # of ``candidates`` when the search has the log's ``TermStats``.
+    cached_candidates: (
+        Callable[[Any, list[str], int, SearchFilters, SearchTuning, TermStats], dict[int, float]]
+        | None
+    ) = None
     # Term statistics for ``SearchTuning.term_rarity == "log"``, over a set of agents' events
     # (``scope_key``; the whole log's for None): how many documents the full-text index
     # holds (``doc_count(db, agents)``), and how many hold each term
@@ -367,6 +374,9 @@ class TermStats:
         self.max_terms = max_terms
         self._scopes: dict[tuple[str, ...] | None, tuple[int, dict[str, int]]] = {}
         self.lock = threading.Lock()
+        # Exact statistics the backend keeps between this log's searches, with its own keys
+        # and invalidation (a dialect that ``keeps_stats`` sets it on first use).
+        self.backend: Any = None
 
     @property
     def held(self) -> int:
@@ -435,7 +445,7 @@ def run_search(
     terms = fts_query.query_terms(text)
     if not terms:
         return dialect.list_range(db, k, filters) if filters.has_dates else []
-    rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect, stats)
     if not base:
         return []
     matched = set(base)
@@ -495,7 +505,7 @@ def search_features(
     terms = fts_query.query_terms(query)
     if not terms or k <= 0:
         return {}
-    rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect, stats)
     if not base:
         return {}
     rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
@@ -551,11 +561,16 @@ def _read_pool(
     filters: SearchFilters,
     tuning: SearchTuning,
     dialect: SearchDialect,
+    stats: TermStats | None = None,
 ) -> tuple[dict[int, tuple[Any, ...]], dict[int, float]]:
     """The BM25 candidates (``{seq: score}``) and, read once, the rows of the candidates and
     the turns beside them: the session each belongs to scores the neighbour signal, the
     text feeds the term features and the winners' hits."""
-    base = dialect.candidates(db, terms, max(k, tuning.candidates), filters, tuning)
+    limit = max(k, tuning.candidates)
+    if dialect.cached_candidates is not None and stats is not None:
+        base = dialect.cached_candidates(db, terms, limit, filters, tuning, stats)
+    else:
+        base = dialect.candidates(db, terms, limit, filters, tuning)
     if not base:
         return {}, {}
     reach = _reach(tuning)

@@ -14,10 +14,29 @@ import sqlite3
 from typing import Any
 
 from . import fts_query
-from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning
-from .sqlite_bm25 import agent_totals, doc_freqs, scoped_bm25
+from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning, TermStats
+from .sqlite_bm25 import ScopedStats, agent_totals, doc_freqs, index_docs, scoped_bm25
 
 __all__ = ["SQLITE"]
+
+
+def _cached_candidates(
+    db: sqlite3.Connection,
+    terms: list[str],
+    limit: int,
+    filters: SearchFilters,
+    tuning: SearchTuning,
+    stats: TermStats,
+) -> dict[int, float]:
+    """``_candidates``, a scoped search's statistics kept in the log's ``stats`` between
+    searches (``sqlite_bm25.ScopedStats``: dropped whenever the log grows)."""
+    if filters.agent_id is None:
+        return _candidates(db, terms, limit, filters, tuning)
+    with stats.lock:
+        if not isinstance(stats.backend, ScopedStats):
+            stats.backend = ScopedStats()
+        cache = stats.backend
+    return scoped_bm25(db, terms, limit, filters, tuning, cache)
 
 
 def _candidates(
@@ -62,23 +81,7 @@ def _doc_count(db: sqlite3.Connection, agents: Any) -> int:
     ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
     if agents is not None:
         return agent_totals(db, agents)[0]
-    row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
-    if row is None or not row[0]:
-        return 0
-    return _varint(bytes(row[0]))
-
-
-def _varint(block: bytes) -> int:
-    """SQLite's varint at the start of ``block``: big-endian 7-bit groups while the high bit
-    is set, a ninth byte giving all its 8 bits."""
-    value = 0
-    for i, byte in enumerate(block[:9]):
-        if i == 8:
-            return (value << 8) | byte
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value
-    return value
+    return index_docs(db)
 
 
 def _doc_freq(db: sqlite3.Connection, terms: list[str], agents: Any) -> list[int]:
@@ -90,4 +93,11 @@ def _doc_freq(db: sqlite3.Connection, terms: list[str], agents: Any) -> list[int
     return [int(db.execute(sql, (fts_query.quote_term(t),)).fetchone()[0]) for t in terms]
 
 
-SQLITE = SearchDialect("?", _candidates, _list_range, doc_count=_doc_count, doc_freq=_doc_freq)
+SQLITE = SearchDialect(
+    "?",
+    _candidates,
+    _list_range,
+    doc_count=_doc_count,
+    doc_freq=_doc_freq,
+    cached_candidates=_cached_candidates,
+)

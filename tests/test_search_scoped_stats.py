@@ -99,3 +99,30 @@ def test_a_log_of_one_agent_counts_terms_without_the_agent_join(tmp_path):
         _add(log, OTHER, ["apple"])
         _seen(log, "apple", ME)
         assert not log.term_stats.backend._scopes[(ME,)].whole
+
+
+def test_a_one_agent_log_is_ranked_by_fts5_until_another_agent_writes(tmp_path):
+    """The agents searched hold the whole index: FTS5's own bm25 (the same sums) ranks it.
+    Once another agent has an event, the search is ranked on the agent's statistics alone
+    again, and ``scoped_bm25``'s SQL gives those scores."""
+    from scroll_core.store.search import SearchFilters, SearchTuning
+    from scroll_core.store.sqlite_bm25 import scoped_bm25
+    from scroll_core.store.sqlite_search import SQLITE
+
+    with EventLog(tmp_path / "one.sqlite3") as log:
+        _add(log, ME, ["apple pie", "apple", "pear", "tart apple apple", "plum"])
+        db = log._reader()
+        tuning, mine = SearchTuning(), SearchFilters(agent_id=ME)
+        shortcut = SQLITE.candidates(db, ["apple", "tart"], 10, mine, tuning)
+        assert shortcut == SQLITE.candidates(db, ["apple", "tart"], 10, SearchFilters(), tuning)
+        assert shortcut == scoped_bm25(db, ["apple", "tart"], 10, mine, tuning)
+        _add(log, OTHER, ["apple", "apple cake", "apple"], session="o")
+        scoped = SQLITE.candidates(db, ["apple", "tart"], 10, mine, tuning)
+        assert scoped == scoped_bm25(db, ["apple", "tart"], 10, mine, tuning)
+        assert scoped != SQLITE.candidates(db, ["apple", "tart"], 10, SearchFilters(), tuning)
+        # Weights FTS5 would sum differently (0.3 is not a power of two) keep the SQL.
+        odd = SearchTuning(rank_weights=(0.3, 2.0, 0.5))
+        _add(tmp_log := EventLog(tmp_path / "two.sqlite3"), ME, ["apple pie", "apple"])
+        with tmp_log:
+            got = SQLITE.candidates(tmp_log._reader(), ["apple"], 10, mine, odd)
+            assert got == scoped_bm25(tmp_log._reader(), ["apple"], 10, mine, odd)

@@ -418,8 +418,12 @@ def _ranked_in_sql(
 class _Scope:
     """One set of agents' statistics at one state of the log (``ScopedStats``)."""
 
-    def __init__(self, owner: ScopedStats, docs: int, tokens: int, whole: bool) -> None:
+    def __init__(
+        self, owner: ScopedStats, version: int, docs: int, tokens: int, whole: bool
+    ) -> None:
         self.owner = owner
+        # The log's newest seq when these were counted (``ScopedStats.version``).
+        self.version = version
         self.docs = docs
         self.tokens = tokens
         # Whether the agents hold every document of the index (a log of one agent).
@@ -463,9 +467,14 @@ class ScopedStats:
         with self.lock:
             return self._terms
 
+    @staticmethod
+    def version(db: Any) -> int:
+        """The log's state: its newest seq (any append raises it)."""
+        return int(db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+
     def scope(self, db: Any, agents: Sequence[str]) -> _Scope:
         """``agents``' statistics at the log's current state, counted if not kept."""
-        version = int(db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+        version = self.version(db)
         key = tuple(sorted(set(agents)))
         with self.lock:
             if version != self._version:
@@ -474,7 +483,7 @@ class ScopedStats:
         if found is not None:
             return found
         docs, tokens = agent_totals(db, key)
-        found = _Scope(self, docs, tokens, docs > 0 and docs == index_docs(db))
+        found = _Scope(self, version, docs, tokens, docs > 0 and docs == index_docs(db))
         with self.lock:
             if self._version == version:
                 found = self._scopes.setdefault(key, found)

@@ -70,3 +70,13 @@ def test_a_prefix_is_found_only_at_a_word_start_and_per_turn():
     texts = ["repainted the room", "Painting", "x-ray", "array", "", "spray paint"]
     assert matcher.held_all(texts) == [0, 1, 2, 0, 0, 1]
     assert mask_terms(0b1011) == [0, 1, 3]
+
+
+def test_the_snippet_is_make_snippets_own():
+    rng = random.Random(9)
+    for terms in (["hiking"], ["paint", "hike"], ["ray", "42nd", "x"], ["zzz"], ["straße"]):
+        matcher = TermMatcher(terms)
+        for text in random_texts(rng, WORDS, 60) + random_texts(rng, WORDS + UNICODE, 20):
+            long = text * 8  # past the snippet's width, so the window moves
+            for content in (text, long):
+                assert matcher.snippet(content) == fts_query.make_snippet(content, terms)

@@ -461,8 +461,13 @@ def run_search(
         rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
         scores = {}
         features = _rank_features(rows, base, text, terms, tuning, rarity, weights)
+        # The weighted sum in feature order, leaving out the features weighted 0 (adding
+        # 0 * x changes no sum); the same sums as ``sum(w * x ...)``.
+        weighed = [(i, w) for i, w in enumerate(weights) if w]
         for seq, values in features.items():
-            total = sum(w * x for w, x in zip(weights, values, strict=False))
+            total = 0.0
+            for i, w in weighed:
+                total += w * values[i]
             if total > 0:
                 scores[seq] = total
     else:
@@ -480,9 +485,10 @@ def run_search(
         ranked = search_bounds.bounded(ranked, base, k, tuning.bm25_margin)
     ranked = [(seq, score) for seq, score in ranked[:k] if seq in rows]
     hits = []
+    matcher = TermMatcher(terms)
     for seq, score in ranked:
         r = rows[seq]
-        snippet = fts_query.make_snippet(r[7], terms)
+        snippet = matcher.snippet(r[7])
         hits.append(
             Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in matched)
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from dataclasses import replace
 from typing import Any
 
 from . import fts_query
@@ -61,7 +62,9 @@ def _scoped(
     agents = [filters.agent_id] if isinstance(filters.agent_id, str) else filters.agent_id
     scope = cache.scope(db, list(agents or ()))
     if scope.whole and _exact_weights(tuning.rank_weights):
-        found = _ranked_by_fts5(db, terms, limit, filters, tuning)
+        # Every indexed event is the agents': the agent clause would only lead SQLite to
+        # walk the agent's events and run the match once per event.
+        found = _ranked_by_fts5(db, terms, limit, replace(filters, agent_id=None), tuning)
         if cache.version(db) == scope.version:
             return found
     return scoped_bm25(db, terms, limit, filters, tuning, cache)

@@ -19,11 +19,15 @@ where ASCII lowering would not.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 
 from . import fts_query
 
 __all__ = ["TermMatcher", "mask_terms"]
+
+# A word of ASCII text, as FTS5's unicode61 (and ``fts_query.WORDS``) splits it.
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 
 
 class TermMatcher:
@@ -111,6 +115,35 @@ class TermMatcher:
                     out.append((at, index))
                     break
         return out
+
+    def snippet(self, content: str, width: int = fts_query.SNIPPET_CHARS) -> str:
+        """``fts_query.make_snippet(content, terms, width)``, the same text: for ASCII text the
+        first word holding a term is found with ``str.find`` and the words of the window
+        are bracketed by a fixed pattern, so no pattern is compiled for the query."""
+        if not (self._fast and self.terms and content.isascii()):
+            return fts_query.make_snippet(content, self.terms, width)
+        lowered = content.lower()
+        first = min(self._first_start(lowered, p) for p in self.prefixes)
+        if first > len(content):
+            return content[:width] + ("…" if len(content) > width else "")
+        start = max(0, first - width // 3)
+        end = min(len(content), start + width)
+        starts = self._starts
+
+        def mark(word: re.Match[str]) -> str:
+            text = word.group(0)
+            return f"[{text}]" if text.lower().startswith(starts) else text
+
+        window = _ASCII_WORD.sub(mark, content[start:end])
+        return ("…" if start > 0 else "") + window + ("…" if end < len(content) else "")
+
+    @staticmethod
+    def _first_start(lowered: str, prefix: str) -> int:
+        """Where ``prefix`` first starts a word of ``lowered`` (ASCII), or a large number."""
+        found = lowered.find(prefix)
+        while found > 0 and lowered[found - 1].isalnum():
+            found = lowered.find(prefix, found + 1)
+        return found if found >= 0 else len(lowered) + 1
 
 
 def mask_terms(mask: int) -> list[int]:

@@ -39,8 +39,16 @@ def parse_ts(value: str | datetime | date) -> datetime:
 
 def format_ts(value: str | datetime | date) -> str:
     """Normalise a timestamp to the stored fixed-width UTC form."""
-    return parse_ts(value).strftime(_FORMAT)
+    return _stored(parse_ts(value))
 
 
 def now_ts() -> str:
-    return datetime.now(UTC).strftime(_FORMAT)
+    return _stored(datetime.now(UTC))
+
+
+def _stored(dt: datetime) -> str:
+    """``dt`` (aware, UTC) as ``_FORMAT`` gives it. ``isoformat`` is the same text from year
+    1000 on, and made without ``strftime``'s format parsing (once per appended event)."""
+    if dt.year < 1000:
+        return dt.strftime(_FORMAT)
+    return dt.isoformat(timespec="microseconds")[:26] + "Z"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from array import array
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -41,6 +42,8 @@ class TiktokenCounter:
             ) from exc
         self.name = encoding
         self._eot = self._enc.eot_token
+        # The end-of-text id as it sits in the buffer encoder's output (native uint32).
+        self._eot_bytes = self._eot.to_bytes(4, sys.byteorder)
         self._buffer_encode = self._probe_buffer_encode()
 
     def _probe_buffer_encode(self) -> Any:
@@ -81,6 +84,8 @@ class TiktokenCounter:
         """
         if len(texts) < 2 or any(_EOT in t for t in texts):
             return [self.count(t) for t in texts]
+        if self._buffer_encode is not None:
+            return self._split_buffer(_EOT.join(texts), len(texts))
         ids = self._encode_with_eot(_EOT.join(texts))
         counts = []
         start = 0
@@ -89,6 +94,23 @@ class TiktokenCounter:
             counts.append(stop - start)
             start = stop + 1
         counts.append(len(ids) - start)
+        return counts
+
+    def _split_buffer(self, joined: str, parts: int) -> list[int]:
+        """Token counts of the ``parts`` texts ``joined`` by the end-of-text marker, read off
+        the encoder's buffer of native uint32 ids with ``bytes.find`` (a find that lands
+        inside an id, off a 4-byte boundary, is not the marker and is searched past)."""
+        buffer = memoryview(self._buffer_encode(joined, {_EOT})).cast("B").tobytes()
+        eot = self._eot_bytes
+        counts = []
+        start = 0
+        for _ in range(parts - 1):
+            stop = buffer.find(eot, start)
+            while stop % 4:
+                stop = buffer.find(eot, stop + 1)
+            counts.append((stop - start) // 4)
+            start = stop + 4
+        counts.append((len(buffer) - start) // 4)
         return counts
 
 

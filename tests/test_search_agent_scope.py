@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from scroll_core import SearchTuning
 from scroll_core.store.search import SearchFilters, search_features
-from scroll_core.store.sqlite_bm25 import doc_length, query_tokens
+from scroll_core.store.sqlite_bm25 import doc_length, query_tokens, scoped_bm25
 from scroll_core.store.sqlite_search import SQLITE
 
 ME, OTHER = "alice", "mallory"
@@ -146,8 +146,13 @@ def test_scoped_bm25_equals_fts5s_own_on_a_log_of_one_agent(tmp_path):
         for weights in ((1.0, 2.0, 0.5), (0.3, 1.7, 0.1)):
             tuning = SearchTuning(rank_weights=weights)
             for terms in queries:
-                scoped = SQLITE.candidates(db, terms, 10, SearchFilters(agent_id=ME), tuning)
+                # The SQL ranking itself (a search of a one-agent log is handed to FTS5
+                # on the strength of this equality, ``sqlite_search._scoped``).
+                scoped = scoped_bm25(db, terms, 10, SearchFilters(agent_id=ME), tuning)
                 whole = SQLITE.candidates(db, terms, 10, SearchFilters(), tuning)
+                assert SQLITE.candidates(db, terms, 10, SearchFilters(agent_id=ME), tuning) == (
+                    scoped
+                )
                 assert scoped, terms
                 assert list(scoped) == list(whole)
                 if weights == (1.0, 2.0, 0.5):

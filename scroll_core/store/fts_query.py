@@ -14,6 +14,7 @@ import re
 __all__ = [
     "MAX_TERMS",
     "STOP_WORDS",
+    "WORDS",
     "exact_pattern",
     "exact_pieces",
     "make_snippet",
@@ -30,6 +31,8 @@ SNIPPET_CHARS = 160
 
 # unicode61 keeps letters, numbers and private-use characters; everything else separates.
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+# The same, public: the words of a text as FTS5's unicode61 splits them (not case-folded).
+WORDS = _TOKEN
 
 STOP_WORDS = frozenset(
     """

@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Self, TypeVar
+from typing import Any, NamedTuple, Self, TypeVar
 
 from ..errors import EventNotFound, InvalidEvent
 from ..telemetry import SESSION, span
@@ -72,9 +72,9 @@ _APPEND_KEYS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class _Row:
-    """A validated event ready for INSERT."""
+class _Row(NamedTuple):
+    """A validated event ready for INSERT (a named tuple: a third of a frozen dataclass's
+    cost to make, once per appended event)."""
 
     values: tuple[Any, ...]
     session_id: str
@@ -284,7 +284,7 @@ class _EventLogBase(ABC):
 
     def _prepare(self, index: int, event: Mapping[str, Any]) -> _Row:
         where = f"event {index}"
-        unknown = set(event) - _APPEND_KEYS
+        unknown = () if _APPEND_KEYS.issuperset(event) else set(event) - _APPEND_KEYS
         if unknown:
             raise InvalidEvent(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         session_id = _required_text(event, "session_id", where)

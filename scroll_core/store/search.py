@@ -22,6 +22,7 @@ import itertools
 import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
@@ -33,6 +34,7 @@ from . import fts_query, search_bounds
 from .query_dates import named_dates
 from .rank_trees import SHIPPED_TREES, TreeRanker, load_trees
 from .schema_common import sqlite_int
+from .term_match import TermMatcher, mask_terms
 
 __all__ = [
     "RANK_FEATURES",
@@ -271,6 +273,13 @@ class SearchDialect:
     # statement's text then stays the same from search to search, so the server plans it
     # once and keeps it prepared instead of parsing a new ``IN (...)`` every time.
     arrays: bool = False
+    # ``candidates`` given the log's ``TermStats`` too, to keep exact statistics between
+    # searches (in ``TermStats.backend``; SQLite's ``sqlite_bm25.ScopedStats``); used instead
+    # of ``candidates`` when the search has the log's ``TermStats``.
+    cached_candidates: (
+        Callable[[Any, list[str], int, SearchFilters, SearchTuning, TermStats], dict[int, float]]
+        | None
+    ) = None
     # Term statistics for ``SearchTuning.term_rarity == "log"``, over a set of agents' events
     # (``scope_key``; the whole log's for None): how many documents the full-text index
     # holds (``doc_count(db, agents)``), and how many hold each term
@@ -365,6 +374,9 @@ class TermStats:
         self.max_terms = max_terms
         self._scopes: dict[tuple[str, ...] | None, tuple[int, dict[str, int]]] = {}
         self.lock = threading.Lock()
+        # Exact statistics the backend keeps between this log's searches, with its own keys
+        # and invalidation (a dialect that ``keeps_stats`` sets it on first use).
+        self.backend: Any = None
 
     @property
     def held(self) -> int:
@@ -433,7 +445,7 @@ def run_search(
     terms = fts_query.query_terms(text)
     if not terms:
         return dialect.list_range(db, k, filters) if filters.has_dates else []
-    rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect, stats)
     if not base:
         return []
     matched = set(base)
@@ -449,8 +461,13 @@ def run_search(
         rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
         scores = {}
         features = _rank_features(rows, base, text, terms, tuning, rarity, weights)
+        # The weighted sum in feature order, leaving out the features weighted 0 (adding
+        # 0 * x changes no sum); the same sums as ``sum(w * x ...)``.
+        weighed = [(i, w) for i, w in enumerate(weights) if w]
         for seq, values in features.items():
-            total = sum(w * x for w, x in zip(weights, values, strict=False))
+            total = 0.0
+            for i, w in weighed:
+                total += w * values[i]
             if total > 0:
                 scores[seq] = total
     else:
@@ -468,9 +485,10 @@ def run_search(
         ranked = search_bounds.bounded(ranked, base, k, tuning.bm25_margin)
     ranked = [(seq, score) for seq, score in ranked[:k] if seq in rows]
     hits = []
+    matcher = TermMatcher(terms)
     for seq, score in ranked:
         r = rows[seq]
-        snippet = fts_query.make_snippet(r[7], terms)
+        snippet = matcher.snippet(r[7])
         hits.append(
             Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in matched)
         )
@@ -493,7 +511,7 @@ def search_features(
     terms = fts_query.query_terms(query)
     if not terms or k <= 0:
         return {}
-    rows, base = _read_pool(db, terms, k, filters, tuning, dialect)
+    rows, base = _read_pool(db, terms, k, filters, tuning, dialect, stats)
     if not base:
         return {}
     rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
@@ -549,11 +567,16 @@ def _read_pool(
     filters: SearchFilters,
     tuning: SearchTuning,
     dialect: SearchDialect,
+    stats: TermStats | None = None,
 ) -> tuple[dict[int, tuple[Any, ...]], dict[int, float]]:
     """The BM25 candidates (``{seq: score}``) and, read once, the rows of the candidates and
     the turns beside them: the session each belongs to scores the neighbour signal, the
     text feeds the term features and the winners' hits."""
-    base = dialect.candidates(db, terms, max(k, tuning.candidates), filters, tuning)
+    limit = max(k, tuning.candidates)
+    if dialect.cached_candidates is not None and stats is not None:
+        base = dialect.cached_candidates(db, terms, limit, filters, tuning, stats)
+    else:
+        base = dialect.candidates(db, terms, limit, filters, tuning)
     if not base:
         return {}, {}
     reach = _reach(tuning)
@@ -586,8 +609,11 @@ def _hand_scores(
 ) -> dict[int, float]:
     """Each turn's bm25 after the term features, plus shares of its neighbours' (the
     ``SearchTuning`` formula)."""
-    base = _rescored(rows, base, text, terms, tuning)
-    shares = _window_shares(rows, terms, _reach(tuning)) if tuning.window_weight else {}
+    matcher = TermMatcher(terms)
+    base = _rescored(rows, base, text, terms, tuning, matcher)
+    shares = (
+        _window_shares(rows, terms, _reach(tuning), None, matcher) if tuning.window_weight else {}
+    )
     scores: dict[int, float] = {}
     for seq, row in rows.items():
         session = row[1]
@@ -609,12 +635,13 @@ def _rescored(
     text: str,
     terms: list[str],
     tuning: SearchTuning,
+    matcher: TermMatcher | None = None,
 ) -> dict[int, float]:
     """The candidates' bm25 after the switches that rescore a turn on its own text: term
     features, exact pieces, speaker match, feedback."""
     exact = fts_query.exact_pieces(text) if tuning.exact_weight else []
     if (len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight)) or exact:
-        base = _term_features(rows, base, terms, exact, tuning)
+        base = _term_features(rows, base, terms, exact, tuning, matcher)
     if tuning.speaker_weight:
         base = _speaker_match(rows, base, terms, tuning.speaker_weight)
     if tuning.feedback_terms and tuning.feedback_docs and tuning.feedback_weight:
@@ -622,68 +649,63 @@ def _rescored(
     return base
 
 
-def _held_terms(
-    text: str, pattern: re.Pattern[str], prefixes: list[str], seen: dict[str, int | None]
-) -> set[int]:
-    """Which query terms (by index) ``text`` holds: each word the pattern finds counts for
-    the first term whose stem prefix it starts with (``seen`` remembers words already
-    placed, across the turns of one search)."""
-    held: set[int] = set()
-    for word in set(pattern.findall(text)):
-        which = seen.get(word, -1)
-        if which == -1:
-            folded = word.casefold()
-            which = next((i for i, p in enumerate(prefixes) if folded.startswith(p)), None)
-            seen[word] = which
-        if which is not None:
-            held.add(which)
-    return held
-
-
 def _window_shares(
     rows: dict[int, tuple[Any, ...]],
     terms: list[str],
     reach: int,
     rarity: list[float] | None = None,
+    matcher: TermMatcher | None = None,
+    beside: dict[int, list[tuple[int, int]]] | None = None,
 ) -> dict[int, tuple[float, float, float, float]]:
     """Per turn read: the share of the query's distinct terms it holds, and the share held
     by it and the turns up to ``reach`` places away in its session together (the turn seen
     as a passage: a question and its answer rarely repeat each other's words); then both
     again with each term weighted by its rarity: among the turns read (``RANK_FEATURES``),
-    or as given (``_term_rarity``)."""
-    prefixes = [fts_query.stem_prefix(t) for t in terms]
-    # The snippet's pattern (compiled once per query) finds the words in C: splitting every
-    # turn read into tokens in Python cost more than the rest of the search.
-    pattern = fts_query.term_words(terms)
-    seen: dict[str, int | None] = {}
-    held = {
-        seq: _held_terms(f"{row[7] or ''} {row[8] or ''}", pattern, prefixes, seen)
-        for seq, row in rows.items()
-    }
+    or as given (``_term_rarity``). Which terms a turn holds is a bit mask
+    (``term_match``); a rarity sum adds its terms in ascending order."""
+    matcher = matcher or TermMatcher(terms)
+    masks = matcher.held_all([f"{row[7] or ''} {row[8] or ''}" for row in rows.values()])
+    held = dict(zip(rows, masks, strict=True))
+    n = len(terms)
     if rarity is None:
-        holding = [0] * len(terms)
-        for found in held.values():
-            for which in found:
-                holding[which] += 1
+        holding = [0] * n
+        for mask, times in Counter(held.values()).items():
+            for which in mask_terms(mask):
+                holding[which] += times
         rarity = [math.log((len(rows) + 1) / (h + 0.5)) for h in holding]
     total = sum(rarity) or 1.0
-    n = len(terms)
+    weighed: dict[int, float] = {}
+
+    def rare(mask: int) -> float:
+        value = weighed.get(mask)
+        if value is None:
+            value = weighed[mask] = sum(rarity[i] for i in mask_terms(mask)) / total
+        return value
+
+    beside = _beside(rows, reach) if beside is None else beside
     out: dict[int, tuple[float, float, float, float]] = {}
-    for seq, row in rows.items():
-        own = held[seq]
-        window = set(own)
-        for distance in range(1, reach + 1):
-            for other in (seq - distance, seq + distance):
-                near = rows.get(other)
-                if near is not None and near[1] == row[1]:
-                    window |= held[other]
-        out[seq] = (
-            len(own) / n,
-            len(window) / n,
-            sum(rarity[i] for i in own) / total,
-            sum(rarity[i] for i in window) / total,
-        )
+    for seq, others in beside.items():
+        own = window = held[seq]
+        for _, other in others:
+            window |= held[other]
+        out[seq] = (own.bit_count() / n, window.bit_count() / n, rare(own), rare(window))
     return out
+
+
+def _beside(rows: dict[int, tuple[Any, ...]], reach: int) -> dict[int, list[tuple[int, int]]]:
+    """Per turn read, the turns read up to ``reach`` places before and after it in its
+    session, as (distance, seq): the one before, then the one after, nearest first."""
+    sessions = {seq: row[1] for seq, row in rows.items()}
+    get = sessions.get
+    return {
+        seq: [
+            (distance, other)
+            for distance in range(1, reach + 1)
+            for other in (seq - distance, seq + distance)
+            if get(other) == session
+        ]
+        for seq, session in sessions.items()
+    }
 
 
 def _rank_features(
@@ -698,10 +720,12 @@ def _rank_features(
     """``RANK_FEATURES`` for every turn read; ``own``, the ``near`` sums, ``day`` and
     ``answers`` after the same rescoring switches as the hand formula. With ``weights``, a
     feature they weigh 0 (or do not reach) is left 0 rather than computed."""
-    base = _rescored(rows, base, text, terms, tuning)
+    matcher = TermMatcher(terms)
+    base = _rescored(rows, base, text, terms, tuning, matcher)
     top = max(base.values(), default=0.0) or 1.0
     reach = _reach(tuning)
-    shares = _window_shares(rows, terms, reach, rarity)
+    beside = _beside(rows, reach)
+    shares = _window_shares(rows, terms, reach, rarity, matcher, beside)
 
     def wanted(index: int) -> bool:
         return weights is None or (index < len(weights) and weights[index] != 0)
@@ -725,10 +749,9 @@ def _rank_features(
     for seq, row in rows.items():
         session = row[1]
         near = [0.0, 0.0]
-        for distance in range(1, min(2, reach) + 1):
-            for other in (seq - distance, seq + distance):
-                if other in base and other in rows and rows[other][1] == session:
-                    near[distance - 1] += base[other] / top
+        for distance, other in beside[seq]:
+            if distance <= 2 and other in base:
+                near[distance - 1] += base[other] / top
         before = seq - 1
         answers = (
             base[before] / top * asking[before]
@@ -815,14 +838,13 @@ def _term_features(
     terms: list[str],
     exact: list[str],
     tuning: SearchTuning,
+    matcher: TermMatcher | None = None,
 ) -> dict[int, float]:
     """``base`` rescored by how many distinct query terms each candidate holds, how close
     together two of them stand, and how many of the query's exact pieces (numbers, dates,
     versions, identifiers) it holds verbatim. A term is found by its stem prefix (the
     snippet's rule), a stand-in for FTS5's porter stemmer that needs no second index."""
-    prefixes = [fts_query.stem_prefix(t) for t in terms]
-    heads = {p[:4] for p in prefixes}
-    head_sizes = {min(len(p), 4) for p in prefixes}
+    matcher = matcher or TermMatcher(terms)
     spread = max(1, len(terms) - 1)
     features = len(terms) > 1 and (tuning.coverage_weight or tuning.proximity_weight)
     verbatim = fts_query.exact_pattern(exact) if exact else None
@@ -834,15 +856,7 @@ def _term_features(
         text = f"{row[7] or ''} {row[8] or ''}"
         factor = 1.0
         if features:
-            positions: list[tuple[int, int]] = []  # (token index, term index)
-            for at, token in enumerate(fts_query.tokens(text)):
-                # Most tokens are turned away by a set lookup or two, before any prefix scan.
-                if not any(token[:n] in heads for n in head_sizes):
-                    continue
-                for which, prefix in enumerate(prefixes):
-                    if token.startswith(prefix):
-                        positions.append((at, which))
-                        break
+            positions = matcher.positions(text)  # (token index, term index)
             held = len({which for _, which in positions})
             if held:
                 factor += tuning.coverage_weight * (held - 1) / spread

@@ -37,9 +37,11 @@ from .search import SearchFilters, SearchTuning
 __all__ = [
     "INSTANCES",
     "TOTALS",
+    "ScopedStats",
     "agent_totals",
     "doc_freqs",
     "doc_length",
+    "index_docs",
     "query_tokens",
     "record_totals",
     "scoped_bm25",
@@ -108,6 +110,22 @@ def doc_length(size: bytes | None) -> int:
             total += value
             value = used = 0
     return total
+
+
+def index_docs(db: Any) -> int:
+    """Documents in the whole FTS5 index: the first varint of its averages record (row 1 of
+    ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
+    row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return 0
+    value = 0
+    for i, byte in enumerate(bytes(row[0])[:9]):
+        if i == 8:  # a ninth byte gives all its 8 bits
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return value
 
 
 def _doc_length_sql(db: Any) -> None:
@@ -249,9 +267,14 @@ def _weights(tuning: SearchTuning) -> tuple[float, float, float]:
     return content, headline, name
 
 
-def doc_freqs(db: Any, terms: list[str], agents: Sequence[str]) -> list[int]:
+def doc_freqs(db: Any, terms: list[str], agents: Sequence[str], whole: bool = False) -> list[int]:
     """Events of ``agents`` holding each term, matched by FTS5 itself. The match leads
-    (CROSS JOIN): led by the agent's index, SQLite would run the match once per event."""
+    (CROSS JOIN): led by the agent's index, SQLite would run the match once per event.
+    ``whole``: the caller knows ``agents`` hold every document of the index, so FTS5's own
+    count of the matches is theirs, without looking up each match's agent."""
+    if whole:
+        sql = "SELECT count(*) FROM events_fts WHERE events_fts MATCH ?"
+        return [int(db.execute(sql, (quote_term(t),)).fetchone()[0]) for t in terms]
     sql = (
         "SELECT count(*) FROM events_fts CROSS JOIN events e ON e.seq = events_fts.rowid "
         f"WHERE events_fts MATCH ? AND e.agent_id IN ({', '.join('?' * len(agents))}) "
@@ -277,6 +300,7 @@ def scoped_bm25(
     limit: int,
     filters: SearchFilters,
     tuning: SearchTuning,
+    cache: ScopedStats | None = None,
 ) -> dict[int, float]:
     """The best ``limit`` events passing ``filters`` (which name the agents searched) by
     FTS5's BM25 with those agents' statistics, as ``{seq: score}`` (higher is better).
@@ -287,14 +311,15 @@ def scoped_bm25(
     agents = _agents(filters)
     if not agents:
         return {}
-    docs, tokens = agent_totals(db, agents)
+    scope = (cache or ScopedStats()).scope(db, agents)
+    docs, tokens = scope.docs, scope.tokens
     if docs == 0:
         return {}
     avgdl = tokens / docs
     weights = _weights(tuning)
     stems = [query_tokens(t) for t in terms]
     if all(len(s) == 1 for s in stems):
-        idf = _idf(docs, doc_freqs(db, terms, agents))
+        idf = _idf(docs, scope.freqs(db, terms, agents))
         return _ranked_in_sql(db, [s[0] for s in stems], idf, avgdl, weights, filters, limit)
     # A term FTS5 splits into a phrase: matched here, offset by offset.
     per_term = [_occurrences(db, s, agents, filters) for s in stems]
@@ -388,3 +413,90 @@ def _ranked_in_sql(
         FROM sized ORDER BY score DESC, doc LIMIT ?
     """
     return {int(doc): float(score) for doc, score in db.execute(sql, params).fetchall()}
+
+
+class _Scope:
+    """One set of agents' statistics at one state of the log (``ScopedStats``)."""
+
+    def __init__(
+        self, owner: ScopedStats, version: int, docs: int, tokens: int, whole: bool
+    ) -> None:
+        self.owner = owner
+        # The log's newest seq when these were counted (``ScopedStats.version``).
+        self.version = version
+        self.docs = docs
+        self.tokens = tokens
+        # Whether the agents hold every document of the index (a log of one agent).
+        self.whole = whole
+        self.counted: dict[str, int] = {}
+
+    def freqs(self, db: Any, terms: list[str], agents: Sequence[str]) -> list[int]:
+        """``doc_freqs`` of ``terms``, each counted once at this state of the log."""
+        owner = self.owner
+        with owner.lock:
+            missing = [t for t in dict.fromkeys(terms) if t not in self.counted]
+        found = dict(zip(missing, doc_freqs(db, missing, agents, self.whole), strict=True))
+        with owner.lock:
+            owner.keep(self, found)
+            return [self.counted.get(t, found.get(t, 0)) for t in terms]
+
+
+class ScopedStats:
+    """The BM25 statistics of each set of agents searched, kept between the searches of one
+    log: their documents and tokens (``agent_totals``), whether they hold the whole index,
+    and how many of their documents hold each term counted so far (``doc_freqs``).
+
+    All of it is dropped as soon as the log has grown. Events are append-only, so the newest
+    seq (read once per search, one step down the table's B-tree) names the state the counts
+    were made at, whichever connection or process appended; a kept count is what a fresh
+    count would give (unlike ``TermStats``, which allows a bounded staleness). Only terms
+    are kept, at most ``max_terms`` over every set (all dropped when full)."""
+
+    def __init__(self, max_terms: int = 65_536) -> None:
+        if max_terms < 1:
+            raise ValueError("ScopedStats needs max_terms >= 1")
+        self.max_terms = max_terms
+        self.lock = threading.Lock()
+        self._version = -1
+        self._scopes: dict[tuple[str, ...], _Scope] = {}
+        self._terms = 0
+
+    @property
+    def held(self) -> int:
+        """How many term counts are kept."""
+        with self.lock:
+            return self._terms
+
+    @staticmethod
+    def version(db: Any) -> int:
+        """The log's state: its newest seq (any append raises it)."""
+        return int(db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+
+    def scope(self, db: Any, agents: Sequence[str]) -> _Scope:
+        """``agents``' statistics at the log's current state, counted if not kept."""
+        version = self.version(db)
+        key = tuple(sorted(set(agents)))
+        with self.lock:
+            if version != self._version:
+                self._version, self._scopes, self._terms = version, {}, 0
+            found = self._scopes.get(key)
+        if found is not None:
+            return found
+        docs, tokens = agent_totals(db, key)
+        found = _Scope(self, version, docs, tokens, docs > 0 and docs == index_docs(db))
+        with self.lock:
+            if self._version == version:
+                found = self._scopes.setdefault(key, found)
+        return found
+
+    def keep(self, scope: _Scope, counted: dict[str, int]) -> None:
+        """Keep ``counted`` in ``scope`` (under ``lock``), dropping every count when full."""
+        if not any(kept is scope for kept in self._scopes.values()):
+            return  # the log grew meanwhile: this scope's counts are no longer kept
+        if self._terms + len(counted) > self.max_terms:
+            for kept in self._scopes.values():
+                kept.counted = {}
+            self._terms = 0
+        new = {t: n for t, n in counted.items() if t not in scope.counted}
+        scope.counted.update(new)
+        self._terms += len(new)

@@ -162,7 +162,8 @@ def _cell(arm: Arm, conversation: str, stream: bool, clients: int, requests: int
 
 def cells(arms: list[Arm], concurrencies: list[int], requests: int, rounds: int,
           log: Callable[[str], None] = lambda _: None) -> dict[str, float]:  # fmt: skip
-    """Every cell for every arm, ``rounds`` times, interleaved (see the module docstring):
+    """Every cell for every arm, ``rounds`` times, interleaved (see the module docstring),
+    ``requests`` a cell and arm per round, shared among the clients (at least 2 each):
     ``peer_<arm>_<conversation>_<mode>_c<clients>_{rps,p50_ms,p95_ms,cpu_ms_per_request}``,
     and for each arm but the first two (the direct call and Scroll) Scroll's rps over its."""
     out: dict[str, float] = {}
@@ -175,7 +176,8 @@ def cells(arms: list[Arm], concurrencies: list[int], requests: int, rounds: int,
             shift = round_ % len(arms)
             for arm in arms[shift:] + arms[:shift]:
                 label = f"{arm.name}-{cell}-r{round_}"
-                t, w, c = _cell(arm, conversation, mode == "stream", clients, requests, label)
+                each = max(2, requests // clients)
+                t, w, c = _cell(arm, conversation, mode == "stream", clients, each, label)
                 times[arm.name] += t
                 wall[arm.name] += w
                 cpu[arm.name] += c

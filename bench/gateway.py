@@ -1,7 +1,7 @@
 """Gateway benchmark: what the gateway adds in front of an upstream, and what it saves.
 
     python bench/gateway.py --json [--quick] [--history 200 --requests 30 --clients 1,32]
-                                   [--rounds 4]
+                                   [--rounds 4] [--peers litellm [--peer-only]]
 
 One run, one loopback upstream (an OpenAI-compatible server in this process that answers at
 once, or replays a transcript's replies), and daphne serving the console's ASGI app over a
@@ -31,6 +31,13 @@ temporary data folder in a subprocess:
   arm (``responses_stored_noevict_c1_*``): the same client in the API's stored form, each
   request sending only its new message and the last response's id (each response stored
   before its answer leaves, the conversation read back from the log).
+
+* the peer arm (``--peers litellm``, ``peer_*``): throughput and latency of the upstream
+  called directly, Scroll (C = 131,072, nothing evicting) and LiteLLM's proxy (its own
+  virtualenv, ``make litellm``; one process, no database, so it logs nothing, where Scroll
+  commits every call to its Event Log and records it in the console), on the same upstream,
+  in interleaved rounds: new and continuing conversations, streaming or not, at
+  ``--peer-clients`` (1, 16, 64); see ``_peer_cells``. ``--peer-only`` times only these.
 
 With ``--json`` the envelope (``figures``: flat numbers) is printed and written to
 ``bench/results/gateway.json`` (``--out`` to change). Timings taken on a loaded machine are
@@ -716,7 +723,7 @@ def peer_figures(
         arms, clients, requests, rounds, log=lambda line: print(line, file=sys.stderr)
     )
     out["peer_litellm_version"] = proxy.version()
-    out["peer_requests_per_client"] = requests
+    out["peer_requests_per_cell"] = requests
     out["peer_rounds"] = rounds
     return out
 
@@ -763,8 +770,14 @@ def main(argv: list[str] | None = None) -> int:
         "`make litellm` builds it)",
     )
     parser.add_argument("--peer-clients", default="1,16,64")
-    parser.add_argument("--peer-requests", type=int, default=20, help="per client per round")
-    parser.add_argument("--peer-rounds", type=int, default=3)
+    parser.add_argument(
+        "--peer-requests",
+        type=int,
+        default=192,
+        help="timed requests of a peer cell, per arm per round, shared among its clients "
+        "(at least 2 each)",
+    )
+    parser.add_argument("--peer-rounds", type=int, default=2)
     parser.add_argument(
         "--peer-only", action="store_true", help="time only the peer cells (needs --peers)"
     )

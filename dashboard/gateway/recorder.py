@@ -147,28 +147,22 @@ class Recorder:
         sessions: dict[str, list[Job]] = {}
         for job in jobs:
             sessions.setdefault(job.session_id, []).append(job)
-        runs: list[RunRecord] = []
         try:
             try:
-                with transaction.atomic():
-                    spent: dict[int, tuple[int, int]] = {}
-                    for session_jobs in sessions.values():
-                        try:
-                            with transaction.atomic():
-                                run, used = _record(session_jobs)
-                        except Exception:  # the bookkeeping must never break the gateway
-                            log.exception(
-                                "gateway: recording session %s failed", session_jobs[0].session_id
-                            )
-                            continue
-                        runs.append(run)
-                        for key_id, (tokens, requests) in used.items():
-                            was = spent.get(key_id, (0, 0))
-                            spent[key_id] = (was[0] + tokens, was[1] + requests)
-                    _charge(spent)
+                runs = _record_all(list(sessions.values()))
             except Exception:
-                log.exception("gateway: recording %d sessions failed", len(sessions))
+                # What only the commit checks (a deferred foreign key: a profile deleted
+                # meanwhile) fails the whole batch: each session again on its own, so one
+                # bad session costs only its own record.
+                log.warning("gateway: a batch of %d sessions failed; one by one", len(sessions))
                 runs = []
+                for session_jobs in sessions.values():
+                    try:
+                        runs += _record_all([session_jobs])
+                    except Exception:  # the bookkeeping must never break the gateway
+                        log.exception(
+                            "gateway: recording session %s failed", session_jobs[0].session_id
+                        )
             push_sessions(runs)
             self._prune()
         finally:
@@ -184,6 +178,27 @@ class Recorder:
             stored_responses.prune()
         except Exception:  # as the bookkeeping above: never the gateway's failure
             log.exception("gateway: forgetting expired stored responses failed")
+
+
+def _record_all(batch: list[list[Job]]) -> list[RunRecord]:
+    """Each session's jobs in one transaction, a savepoint each (a session that fails there
+    is logged and left out), and the keys charged once; the runs written."""
+    runs = []
+    spent: dict[int, tuple[int, int]] = {}
+    with transaction.atomic():
+        for session_jobs in batch:
+            try:
+                with transaction.atomic():
+                    run, used = _record(session_jobs)
+            except Exception:  # the bookkeeping must never break the gateway
+                log.exception("gateway: recording session %s failed", session_jobs[0].session_id)
+                continue
+            runs.append(run)
+            for key_id, (tokens, requests) in used.items():
+                was = spent.get(key_id, (0, 0))
+                spent[key_id] = (was[0] + tokens, was[1] + requests)
+        _charge(spent)
+    return runs
 
 
 def _charge(spent: dict[int, tuple[int, int]]) -> None:

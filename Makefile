@@ -101,7 +101,8 @@ $(LITELLM_STAMP):
 		'uvicorn>=0.33,<1' 'uvloop>=0.22.1,<1' 'fastapi>=0.136.3,<1' 'starlette>=1.0.1,<2' \
 		'backoff>=2.2.1,<3' 'gunicorn>=23,<24' 'rq>=2.7,<3' websockets orjson apscheduler \
 		PyJWT cryptography semver python-multipart expression fastapi-sso mcp soundfile
-	LITELLM_LOCAL_MODEL_COST_MAP=True $(LITELLM_VENV)/bin/python -c 'import litellm.proxy.proxy_server'
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(LITELLM_VENV)/bin/python -c 'import litellm.proxy.proxy_server, \
+		litellm.proxy.proxy_cli, litellm.proxy.mcp_server.outbound_credentials.resolver'
 	@touch $@
 
 lint: install

@@ -11,10 +11,13 @@ PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 AIDER_VERSION ?= 0.86.2
 AIDER_VENV := .aider-venv
 AIDER_STAMP := $(AIDER_VENV)/.installed-$(AIDER_VERSION)
+LITELLM_VERSION ?= 1.110.2
+LITELLM_VENV := .litellm-venv
+LITELLM_STAMP := $(LITELLM_VENV)/.installed-$(LITELLM_VERSION)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run run-uvicorn worker test test-embedded test-scaled lint fmt typecheck bench phoenix aider
+.PHONY: install run run-uvicorn worker test test-embedded test-scaled lint fmt typecheck bench phoenix aider litellm
 
 install: $(STAMP)
 
@@ -84,6 +87,23 @@ aider: $(AIDER_STAMP)
 $(AIDER_STAMP):
 	@test -x $(AIDER_VENV)/bin/python || $(PYTHON) -m venv $(AIDER_VENV)
 	$(AIDER_VENV)/bin/python -m pip install --quiet aider-chat==$(AIDER_VERSION)
+	@touch $@
+
+# LiteLLM's proxy for `bench/gateway.py --peers litellm` (Scroll's throughput beside it), in a
+# virtualenv of its own (git ignores it). Its [proxy] extra pins a litellm-proxy wheel that the
+# registry does not have, though the proxy ships inside litellm itself: the extra's other
+# requirements are named here, with the modules the proxy imports at start. Never 1.107.0
+# (a compromised release).
+litellm: $(LITELLM_STAMP)
+
+$(LITELLM_STAMP):
+	@test -x $(LITELLM_VENV)/bin/python || $(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/python -m pip install --quiet litellm==$(LITELLM_VERSION) \
+		'uvicorn>=0.33,<1' 'uvloop>=0.22.1,<1' 'fastapi>=0.136.3,<1' 'starlette>=1.0.1,<2' \
+		'backoff>=2.2.1,<3' 'gunicorn>=23,<24' 'rq>=2.7,<3' websockets orjson apscheduler \
+		PyJWT cryptography semver python-multipart expression fastapi-sso mcp soundfile
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(LITELLM_VENV)/bin/python -c 'import litellm.proxy.proxy_server, \
+		litellm.proxy.proxy_cli, litellm.proxy.mcp_server.outbound_credentials.resolver'
 	@touch $@
 
 lint: install

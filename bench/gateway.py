@@ -1,7 +1,7 @@
 """Gateway benchmark: what the gateway adds in front of an upstream, and what it saves.
 
     python bench/gateway.py --json [--quick] [--history 200 --requests 30 --clients 1,32]
-                                   [--rounds 4]
+                                   [--rounds 4] [--peers litellm [--peer-only]]
 
 One run, one loopback upstream (an OpenAI-compatible server in this process that answers at
 once, or replays a transcript's replies), and daphne serving the console's ASGI app over a
@@ -31,6 +31,13 @@ temporary data folder in a subprocess:
   arm (``responses_stored_noevict_c1_*``): the same client in the API's stored form, each
   request sending only its new message and the last response's id (each response stored
   before its answer leaves, the conversation read back from the log).
+
+* the peer arm (``--peers litellm``, ``peer_*``): throughput and latency of the upstream
+  called directly, Scroll (C = 131,072, nothing evicting) and LiteLLM's proxy (its own
+  virtualenv, ``make litellm``; one process, no database, so it logs nothing, where Scroll
+  commits every call to its Event Log and records it in the console), on the same upstream,
+  in interleaved rounds: new and continuing conversations, streaming or not, at
+  ``--peer-clients`` (1, 16, 64); see ``_peer_cells``. ``--peer-only`` times only these.
 
 With ``--json`` the envelope (``figures``: flat numbers) is printed and written to
 ``bench/results/gateway.json`` (``--out`` to change). Timings taken on a loaded machine are
@@ -65,6 +72,8 @@ from _gateway_data import (
     locomo_exchanges,
     locomo_qa,
 )
+from _litellm import MASTER_KEY, LiteLLMProxy, litellm_venv
+from _peer_cells import Arm, cells
 from _server import SERVERS, DaphneServer, free_port
 
 # A well-behaved model writes a new headline every turn; the same one again and again is what
@@ -108,8 +117,11 @@ class Upstream:
                     reply = reply or _anthropic_message(f"ok\n{HEADLINE.format(n=n)}")
                 default = completion_for(f"ok\n{HEADLINE.format(n=n)}")
                 data = json.dumps(reply or default).encode()
+                kind = "application/json"
+                if body.get("stream") and not self.path.endswith("/messages"):
+                    data, kind = _sse(reply or default), "text/event-stream"
                 self.send_response(200)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -126,6 +138,28 @@ class Upstream:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def _sse(completion: dict[str, Any]) -> bytes:
+    """A ``chat.completion`` as the Server-Sent Events a streaming upstream sends: a role
+    chunk, the text, the finish, the usage, ``[DONE]`` (all at once: the upstream has no
+    latency of its own to show)."""
+    base = {key: completion[key] for key in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    choice = completion["choices"][0]
+    deltas = [
+        ({"role": "assistant", "content": ""}, None),
+        ({"content": choice["message"].get("content") or ""}, None),
+        ({}, choice["finish_reason"]),
+    ]
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        for delta, finish in deltas
+    ]
+    chunks.append({**base, "choices": [], "usage": completion["usage"]})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (
+        b"data: [DONE]\n\n"
+    )
 
 
 class Server(DaphneServer):
@@ -655,6 +689,45 @@ def claude_code(gateway: str, upstream: Upstream, key: str) -> dict[str, float]:
     }
 
 
+class _Done(Exception):
+    """--peer-only: the peer cells are timed, the other arms are not wanted."""
+
+
+def peer_figures(
+    scroll: Server,
+    key: str,
+    proxy: LiteLLMProxy,
+    upstream_url: str,
+    clients: list[int],
+    requests: int,
+    rounds: int,
+) -> dict[str, Any]:
+    """Throughput of the upstream called directly, Scroll (nothing evicting) and LiteLLM, in
+    interleaved rounds (``_peer_cells``)."""
+    arms = [
+        Arm("direct", f"{upstream_url}/chat/completions", lambda session: {}),
+        Arm(
+            "scroll",
+            f"{scroll.base}/v1/chat/completions",
+            lambda session: {"authorization": f"Bearer {key}", "x-scroll-session": session},
+            scroll.pid,
+        ),
+        Arm(
+            "litellm",
+            f"{proxy.base}/v1/chat/completions",
+            lambda session: {"authorization": f"Bearer {MASTER_KEY}"},
+            proxy.pid,
+        ),
+    ]
+    out: dict[str, Any] = cells(
+        arms, clients, requests, rounds, log=lambda line: print(line, file=sys.stderr)
+    )
+    out["peer_litellm_version"] = proxy.version()
+    out["peer_requests_per_cell"] = requests
+    out["peer_rounds"] = rounds
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON and write --out")
@@ -683,7 +756,43 @@ def main(argv: list[str] | None = None) -> int:
         "recorder, heartbeat) while the other is timed, which on a 2-core machine raised "
         f"daphne's added p50 by ~3 ms; compare servers with --servers {','.join(SERVERS)}",
     )
+    parser.add_argument(
+        "--peers",
+        default="",
+        help="peer gateways timed beside Scroll for throughput (only: litellm), in cells of "
+        "--peer-clients x streaming or not x new or continuing conversations; the bench stops "
+        "with an error if a peer asked for is not installed",
+    )
+    parser.add_argument(
+        "--litellm-venv",
+        default=None,
+        help="LiteLLM's virtualenv (default: $SCROLL_LITELLM_VENV, else .litellm-venv; "
+        "`make litellm` builds it)",
+    )
+    parser.add_argument("--peer-clients", default="1,16,64")
+    parser.add_argument(
+        "--peer-requests",
+        type=int,
+        default=192,
+        help="timed requests of a peer cell, per arm per round, shared among its clients "
+        "(at least 2 each)",
+    )
+    parser.add_argument("--peer-rounds", type=int, default=2)
+    parser.add_argument(
+        "--peer-only", action="store_true", help="time only the peer cells (needs --peers)"
+    )
     args = parser.parse_args(argv)
+    peers = [name.strip() for name in args.peers.split(",") if name.strip()]
+    if any(name != "litellm" for name in peers):
+        parser.error("--peers takes: litellm")
+    if args.peer_only and not peers:
+        parser.error("--peer-only needs --peers")
+    peer_clients = [int(c) for c in args.peer_clients.split(",") if c.strip()]
+    if peers and (not peer_clients or min(peer_clients) < 1 or args.peer_requests < 1
+                  or args.peer_rounds < 1):  # fmt: skip
+        parser.error("--peer-clients >= 1, --peer-requests >= 1 and --peer-rounds >= 1")
+    # Asked for and missing: an error now, before anything starts, never a skipped arm.
+    venv = litellm_venv(args.litellm_venv) if "litellm" in peers else None
     if args.quick:
         args.requests, args.questions, args.rounds = 5, 3, 1
     concurrencies = [int(c) for c in args.clients.split(",") if c.strip()]
@@ -711,6 +820,18 @@ def main(argv: list[str] | None = None) -> int:
             keys.append(server.prepare(upstream.url))
             server.start(args.startup_timeout)
         pids = [server.pid for server in running]
+        if venv is not None:
+            proxy = LiteLLMProxy(venv, data_dir / "litellm", free_port(), upstream.url)
+            try:
+                proxy.start(max(args.startup_timeout, 240.0))
+                result.update(
+                    peer_figures(running[0], keys[0]["wide"], proxy, upstream.url, peer_clients,
+                                 args.peer_requests, args.peer_rounds)
+                )  # fmt: skip
+            finally:
+                proxy.stop()
+        if args.peer_only:
+            raise _Done
         for arm in ("wide", "evict"):
             label = "noevict" if arm == "wide" else "evict"
             gateways = [(server.base, k[arm]) for server, k in zip(running, keys, strict=True)]
@@ -748,6 +869,8 @@ def main(argv: list[str] | None = None) -> int:
         arms = [f"{a}_c{c}" for a in ("noevict", "evict") for c in concurrencies]
         arms += [f"{name}_{arm}" for name in servers[1:] for arm in arms]
         result["readme_tables"] = readme_tables(arms)
+    except _Done:
+        pass
     finally:
         for server in running:
             server.stop()

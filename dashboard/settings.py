@@ -29,6 +29,9 @@ SCROLL_SPAN_RETENTION_BYTES  and at most this many bytes of them (attributes, ev
 SCROLL_SPAN_SPOOL_BYTES  spans that end while the console database is away wait on disk
                        (<data folder>/span-spool), in at most this many bytes (default
                        67108864); past it the oldest are dropped, counted and logged
+SCROLL_LIVE_LINT_WAIT_MS  a session's finished turns are linted together this long after the
+                       first of them (default 1000); 0 lints at every turn end, on the
+                       request's interpreter
 SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
 SCROLL_RUNNER_WORKERS  runs executing at once in one worker (embedded or scroll_worker; default 4)
 SCROLL_WORKERS         "embedded" (default): each serving process runs one worker thread;
@@ -391,6 +394,7 @@ SCROLL_BENCH = _env_flag("SCROLL_BENCH", False)
 SCROLL_SPAN_RETENTION = _env_int("SCROLL_SPAN_RETENTION", 50_000, minimum=1)
 SCROLL_SPAN_RETENTION_BYTES = _env_int("SCROLL_SPAN_RETENTION_BYTES", 200_000_000, minimum=1)
 # Spans that end while the console database is away wait on disk, in at most this many bytes.
+SCROLL_LIVE_LINT_WAIT_MS = _env_int("SCROLL_LIVE_LINT_WAIT_MS", 1000, minimum=0)
 SCROLL_SPAN_SPOOL_BYTES = _env_int("SCROLL_SPAN_SPOOL_BYTES", 64 * 1024 * 1024, minimum=1)
 SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
 SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)

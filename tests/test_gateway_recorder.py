@@ -3,6 +3,8 @@ request path, merged per session, nothing lost."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dashboard.gateway.models import GatewayKey
@@ -99,3 +101,19 @@ def test_gateway_sessions_recorded_before_get_their_agent_from_the_migration():
     assert (old.agent_id, old.task_code) == ("dave", False)
     task = RunRecord.objects.get(session_id="task:x")
     assert (task.agent_id, task.task_code) == ("", True)  # other runs untouched
+
+
+def test_a_session_whose_record_fails_at_commit_costs_only_its_own(recorder):
+    # The batch is one transaction; a foreign key checked only at commit (a profile deleted
+    # since the request) fails it whole, and the sessions are then written one by one.
+    key, _ = GatewayKey.issue(agent_id="dan", upstream_base_url="http://127.0.0.1:9/v1")
+    recorder.submit(_job(key, "gw:dan:good", 1, "kept"))
+    recorder.submit(replace(_job(key, "gw:dan:bad", 1, "lost"), profile_id=987654))
+    recorder.submit(_job(key, "gw:dan:also", 1, "kept too"))
+    assert recorder.flush(30)
+    assert set(RunRecord.objects.values_list("session_id", flat=True)) == {
+        "gw:dan:good",
+        "gw:dan:also",
+    }
+    key.refresh_from_db()
+    assert (key.requests, key.tokens_used) == (2, 220)  # the lost one charged nothing

@@ -4,6 +4,8 @@ shows the flag beside its alert."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from agent_fakes import ScriptedModel, reply
 
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.django_db
 S = "live-lint"
 TRANSLATE = "Translate 'good morning' into French."
 PRODUCT = "What is 23 times 41? Reply with the number."
+WRONG = "Translate 'good morning': Bonjour!"  # answers the earlier request
 
 
 @pytest.fixture
@@ -141,3 +144,42 @@ def test_a_turn_ends_with_the_loops_turn_span_or_a_gateway_request():
         {"name": "execute_tool repl_exec", "session_id": S,
          "attributes": {"gen_ai.operation.name": "execute_tool"}}
     )  # fmt: skip
+
+
+def test_a_sink_that_defers_the_lint_judges_a_sessions_turns_together_once_due(console_log, traced):
+    ring, _ = traced
+    sink = ConsoleSpanSink(start=False, lint_wait_s=60.0)
+    try:
+        _turns(console_log, (TRANSLATE, "Bonjour."), (PRODUCT, WRONG))
+        # Processed, the turns wait: nothing judged yet, the session counted as waiting.
+        assert _feed(ring, sink) == []
+        assert sink.engine.lint_waiting() == 1
+        # Not yet due: a second pass leaves them waiting.
+        sink.engine.lint_due(60.0)
+        assert sink.engine.lint_waiting() == 1
+        # Due (here: everything now), one lint over both turns raises the flag once.
+        sink.lint_now()
+        (alert,) = Alert.objects.filter(rule__kind__startswith="lint_")
+        assert alert.rule.kind == AlertRule.LINT_ARCHIVE_ANSWERED
+        assert alert.key == str(recorded_turns(console_log, S)[1].answer.seq)
+        assert sink.engine.lint_waiting() == 0
+        sink.lint_now()
+        assert Alert.objects.filter(rule__kind__startswith="lint_").count() == 1
+    finally:
+        sink.close()
+
+
+def test_a_deferred_lint_runs_when_its_wait_is_over(console_log, traced):
+    ring, _ = traced
+    sink = ConsoleSpanSink(start=False, lint_wait_s=0.2)
+    try:
+        _turns(console_log, (TRANSLATE, "Bonjour."), (PRODUCT, WRONG))
+        assert _feed(ring, sink) == []
+        time.sleep(0.3)
+        sink.process([])  # the next batch (or the idle worker) finds the session due
+        assert [a.rule.kind for a in Alert.objects.filter(rule__kind__startswith="lint_")] == [
+            AlertRule.LINT_ARCHIVE_ANSWERED
+        ]
+        assert sink.engine.lint_waiting() == 0
+    finally:
+        sink.close()

@@ -28,7 +28,7 @@ from dashboard.gateway import stored_responses
 from dashboard.gateway.models import GatewayKey
 from dashboard.record.store import store_calls
 from dashboard.runs.models import CompressEvent, RunRecord
-from dashboard.runs.notify import push_session
+from dashboard.runs.notify import push_sessions
 from scroll_core.gateway import ClientReply
 from scroll_core.wire import WireCall
 
@@ -139,20 +139,31 @@ class Recorder:
             connections.close_all()
 
     def _write(self, jobs: Sequence[Job]) -> None:
+        """The batch's sessions in one transaction (a savepoint each, so one that fails
+        leaves the others), the keys' counters once per key, then one push for them all:
+        many new conversations in a batch cost one commit and one hop to the loop, not one
+        per session."""
         close_old_connections()
         sessions: dict[str, list[Job]] = {}
         for job in jobs:
             sessions.setdefault(job.session_id, []).append(job)
         try:
-            for session_jobs in sessions.values():
-                try:
-                    run = _record(session_jobs)
-                except Exception:  # the console's bookkeeping must never break the gateway
-                    log.exception(
-                        "gateway: recording session %s failed", session_jobs[0].session_id
-                    )
-                    continue
-                push_session(run)
+            try:
+                runs = _record_all(list(sessions.values()))
+            except Exception:
+                # What only the commit checks (a deferred foreign key: a profile deleted
+                # meanwhile) fails the whole batch: each session again on its own, so one
+                # bad session costs only its own record.
+                log.warning("gateway: a batch of %d sessions failed; one by one", len(sessions))
+                runs = []
+                for session_jobs in sessions.values():
+                    try:
+                        runs += _record_all([session_jobs])
+                    except Exception:  # the bookkeeping must never break the gateway
+                        log.exception(
+                            "gateway: recording session %s failed", session_jobs[0].session_id
+                        )
+            push_sessions(runs)
             self._prune()
         finally:
             # Not held across the linger: a batch is a few statements, and a connection
@@ -169,64 +180,88 @@ class Recorder:
             log.exception("gateway: forgetting expired stored responses failed")
 
 
-def _record(jobs: Sequence[Job]) -> RunRecord:
-    """Write one session's finished requests (oldest first) in one transaction."""
-    first = jobs[0]
+def _record_all(batch: list[list[Job]]) -> list[RunRecord]:
+    """Each session's jobs in one transaction, a savepoint each (a session that fails there
+    is logged and left out), and the keys charged once; the runs written."""
+    runs = []
     spent: dict[int, tuple[int, int]] = {}
     with transaction.atomic():
-        run, _ = RunRecord.objects.get_or_create(
-            session_id=first.session_id,
-            defaults={
-                "task": f"gateway: agent {first.agent_id} through {first.api} "
-                f"({first.client_model})",
-                "kind": GATEWAY_KIND,
-                "agent_id": first.agent_id,
-                # The client runs its own tools; Scroll runs no code of the task's.
-                "task_code": False,
-                "profile_id": first.profile_id,
-                "model_name": first.model,
-                "started_at": timezone.now(),
-            },
+        for session_jobs in batch:
+            try:
+                with transaction.atomic():
+                    run, used = _record(session_jobs)
+            except Exception:  # the bookkeeping must never break the gateway
+                log.exception("gateway: recording session %s failed", session_jobs[0].session_id)
+                continue
+            runs.append(run)
+            for key_id, (tokens, requests) in used.items():
+                was = spent.get(key_id, (0, 0))
+                spent[key_id] = (was[0] + tokens, was[1] + requests)
+        _charge(spent)
+    return runs
+
+
+def _charge(spent: dict[int, tuple[int, int]]) -> None:
+    """Add each key's tokens and requests to its counters."""
+    for key_id, (tokens, requests) in spent.items():
+        GatewayKey.objects.filter(pk=key_id).update(
+            tokens_used=F("tokens_used") + tokens,
+            requests=F("requests") + requests,
+            last_used_at=timezone.now(),
         )
-        rows: list[CompressEvent] = []
-        for job in jobs:
-            run.model_name = job.model
-            run.error = job.error
-            reply = job.reply
-            if reply is not None:
-                mine = [
-                    CompressEvent.from_step(
-                        run, run.session_id, job.turn, step, _Step(reason, record), job.index
-                    )
-                    for step, (reason, record) in enumerate(reply.compressions)
-                ]
-                rows += mine
-                run.turns += 1
-                run.steps += reply.stats.upstream_calls
-                run.evictions += reply.stats.evictions
-                run.folds += sum(row.folds for row in mine)
-                run.expands += reply.stats.recalls
-                run.last_answer = reply.content[:4000]
-                tokens, requests = spent.get(job.key_id, (0, 0))
-                used = reply.usage.input_tokens + reply.usage.output_tokens
-                spent[job.key_id] = (tokens + used, requests + 1)
-            if job.report is not None:
-                run.view_tokens = job.report["total"]
-                run.trigger_tokens = job.report["trigger_tokens"]
-                run.context_size = job.report["context_size"]
-                run.last_report = job.report
-            run.status = RunRecord.DONE if reply is not None else RunRecord.FAILED
-        CompressEvent.objects.bulk_create(rows)
-        store_calls(call for job in jobs for call in job.calls)
-        for key_id, (tokens, requests) in spent.items():
-            GatewayKey.objects.filter(pk=key_id).update(
-                tokens_used=F("tokens_used") + tokens,
-                requests=F("requests") + requests,
-                last_used_at=timezone.now(),
-            )
-        run.ended_at = timezone.now()
-        run.save()
-    return run
+
+
+def _record(jobs: Sequence[Job]) -> tuple[RunRecord, dict[int, tuple[int, int]]]:
+    """Write one session's finished requests (oldest first), in the caller's transaction;
+    the tokens and requests each key spent on them."""
+    first = jobs[0]
+    spent: dict[int, tuple[int, int]] = {}
+    run, _ = RunRecord.objects.get_or_create(
+        session_id=first.session_id,
+        defaults={
+            "task": f"gateway: agent {first.agent_id} through {first.api} ({first.client_model})",
+            "kind": GATEWAY_KIND,
+            "agent_id": first.agent_id,
+            # The client runs its own tools; Scroll runs no code of the task's.
+            "task_code": False,
+            "profile_id": first.profile_id,
+            "model_name": first.model,
+            "started_at": timezone.now(),
+        },
+    )
+    rows: list[CompressEvent] = []
+    for job in jobs:
+        run.model_name = job.model
+        run.error = job.error
+        reply = job.reply
+        if reply is not None:
+            mine = [
+                CompressEvent.from_step(
+                    run, run.session_id, job.turn, step, _Step(reason, record), job.index
+                )
+                for step, (reason, record) in enumerate(reply.compressions)
+            ]
+            rows += mine
+            run.turns += 1
+            run.steps += reply.stats.upstream_calls
+            run.evictions += reply.stats.evictions
+            run.folds += sum(row.folds for row in mine)
+            run.expands += reply.stats.recalls
+            run.last_answer = reply.content[:4000]
+            tokens, requests = spent.get(job.key_id, (0, 0))
+            used = reply.usage.input_tokens + reply.usage.output_tokens
+            spent[job.key_id] = (tokens + used, requests + 1)
+        if job.report is not None:
+            run.view_tokens = job.report["total"]
+            run.trigger_tokens = job.report["trigger_tokens"]
+            run.context_size = job.report["context_size"]
+            run.last_report = job.report
+        run.status = RunRecord.DONE if reply is not None else RunRecord.FAILED
+    CompressEvent.objects.bulk_create(rows)
+    store_calls(call for job in jobs for call in job.calls)
+    run.ended_at = timezone.now()
+    run.save()
+    return run, spent
 
 
 @dataclass

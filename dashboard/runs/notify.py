@@ -4,14 +4,33 @@ from __future__ import annotations
 
 from dashboard import groups
 from dashboard.push import send_groups
-from dashboard.runs.models import RunRecord
+from dashboard.runs.models import RunRecord, TuningProfile
 
-__all__ = ["push_profile_runs", "push_session"]
+__all__ = ["push_profile_runs", "push_session", "push_sessions"]
 
 
 def push_session(run: RunRecord) -> None:
-    message = {"type": "session.changed", "session_id": run.session_id, "summary": run.summary()}
-    send_groups([(groups.SPANS, message), (groups.session_group(run.session_id), message)])
+    push_sessions([run])
+
+
+def push_sessions(runs: list[RunRecord]) -> None:
+    """``session.changed`` for each run, all in one hop to the server's loop; each profile
+    the summaries name read once."""
+    wanted = {
+        r.profile_id
+        for r in runs
+        if r.profile_id is not None and not RunRecord.profile.is_cached(r)
+    }
+    profiles = {p.pk: p for p in TuningProfile.objects.filter(pk__in=wanted)} if wanted else {}
+    outbox = []
+    for run in runs:
+        if run.profile_id in profiles:
+            run.profile = profiles[run.profile_id]
+        summary = run.summary()
+        message = {"type": "session.changed", "session_id": run.session_id, "summary": summary}
+        outbox += [(groups.SPANS, message), (groups.session_group(run.session_id), message)]
+    if outbox:
+        send_groups(outbox)
 
 
 def push_profile_runs(profile_id: int) -> None:

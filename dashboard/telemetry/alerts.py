@@ -110,6 +110,9 @@ class AlertEngine:
         self._sessions: dict[str, _SessionState] = {}
         self._rules: dict[str, AlertRule] = {}
         self._rules_at = 0.0
+        # Turn ends whose lint waits (``observe(defer_lint=True)``): session -> (when its
+        # first waiting turn ended, its latest turn-end span), oldest first.
+        self._lint_waiting: dict[str, tuple[float, Mapping[str, Any]]] = {}
 
     # -- rules ---------------------------------------------------------------------------
     def rules(self) -> dict[str, AlertRule]:
@@ -228,14 +231,45 @@ class AlertEngine:
                             fire(AlertRule.EVICTION_NET_LOSS, message, key=block)
         return found
 
-    def observe(self, span: Mapping[str, Any]) -> list[Alert]:
-        """Evaluate ``span`` and raise or bump its alerts; returns the alerts changed."""
+    def observe(self, span: Mapping[str, Any], *, defer_lint: bool = False) -> list[Alert]:
+        """Evaluate ``span`` and raise or bump its alerts; returns the alerts changed. With
+        ``defer_lint`` a turn end's trajectory lint waits for ``lint_due``."""
+        lint = self._defer(span) if defer_lint else self.lint(span)
+        return self._raise(self.triggers(span) + lint)
+
+    def _raise(self, triggers: list[Trigger]) -> list[Alert]:
         changed = []
-        for trigger in self.triggers(span) + self.lint(span):
+        for trigger in triggers:
             alert = raise_alert(trigger, self.rules()[trigger.kind])
             if alert is not None:
                 changed.append(alert)
         return changed
+
+    def _defer(self, span: Mapping[str, Any]) -> list[Trigger]:
+        if is_turn_end(span):
+            session_id = str(span.get("session_id"))
+            with self._lock:
+                since = self._lint_waiting.get(session_id, (time.monotonic(), span))[0]
+                self._lint_waiting[session_id] = (since, span)
+        return []
+
+    def lint_due(self, wait_s: float, *, everything: bool = False) -> list[Alert]:
+        """Lint the sessions whose first deferred turn ended ``wait_s`` ago or more (every
+        deferred session with ``everything``), each once over all its waiting turns; raise
+        their flags. Returns the alerts changed."""
+        now = time.monotonic()
+        due = []
+        with self._lock:
+            for session_id, (since, span) in list(self._lint_waiting.items()):
+                if not everything and now - since < wait_s:
+                    break  # oldest first: the rest waited less
+                due.append(span)
+                del self._lint_waiting[session_id]
+        return self._raise([trigger for span in due for trigger in self.lint(span)])
+
+    def lint_waiting(self) -> int:
+        """How many sessions have turns waiting for their lint."""
+        return len(self._lint_waiting)
 
     def lint(self, span: Mapping[str, Any]) -> list[Trigger]:
         """The trajectory lint's new flags when ``span`` ends a turn (reads the Event Log)."""

@@ -4,6 +4,9 @@ gateway's ``invoke_agent`` span) its session is linted from the Event Log
 (``AlertRule.LINT_*``), keyed by the seq of the cell or reply that shows it; the message is
 the flag's explanation with its seqs.
 
+The console's span sink defers this: a session's turns that end within
+``dashboard.telemetry.spans.LIVE_LINT_WAIT_S`` of each other are linted together, once.
+
 A flag is raised once: a session is linted only after the seqs it was last linted up to, and
 a flag whose alert exists in any state (resolved included) is not raised again. The lint's
 ``re_reading`` rule is live as the ``span_reread`` alert, which sees every retrieval span.

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from dashboard.telemetry.lint_alerts import LINT_KINDS
 from dashboard.telemetry.models import AlertRule
-from dashboard.telemetry.spans import ConsoleSpanSink
+from dashboard.telemetry.spans import LIVE_LINT_WAIT_S, ConsoleSpanSink
 from scroll_core import telemetry
 from scroll_core.agent import Session
 from scroll_core.lint import recorded_turns
@@ -37,7 +37,8 @@ def sink(console_log):
     # worker flushed the seeded rows.
     for kind in LINT_KINDS.values():
         AlertRule.objects.get_or_create(kind=kind, defaults={"threshold": 1, "window": 0})
-    sink = ConsoleSpanSink()
+    # As the process's sink: the session's turns linted together once they waited.
+    sink = ConsoleSpanSink(lint_wait_s=LIVE_LINT_WAIT_S)
     telemetry.configure(sinks=[sink], ring_size=None, otlp=False)
     yield sink
     sink.flush(5.0)

@@ -1,0 +1,186 @@
+"""Top-k BM25 on PostgreSQL that does not score every match: MaxScore over the query's
+lexemes (``pg_search`` ranks with it).
+
+Scoring every document that holds any query word costs what the commonest word costs: at a
+million events a word in one event of six has 150,000 matches, each read and scored, for a
+top 30. MaxScore (Turtle and Flood, 1995) bounds each lexeme's share of a score: BM25 gives
+lexeme ``t`` at most ``idf(t) * (k1 + 1)`` whatever its frequency and the document's
+length. The lexemes are taken rarest first: the documents holding the rarest are scored in
+full (every query lexeme), and their ``limit``-th best score is a threshold; a document
+holding none of the lexemes taken so far scores at most the sum of the others' bounds, so
+once that sum is below the threshold no such document can reach the top and the search
+stops. Otherwise the next rarest lexeme is taken and only the documents holding it and none
+of those before are scored (a tsquery ``next & !(taken)``); the top lists of these disjoint
+sets merge into the top of their union. A common word's idf is small (floored at 1e-6 once
+it is in half the documents), so a query with one uncommon word reads that word's matches
+and stops.
+
+The result is the same as scoring every match: the same statistics (read once, by the first
+statement, and passed to the others as parameters, so every part is scored alike even while
+a writer appends), the same expression summed in the same lexeme order, the same order
+(score, then seq), and the stop is strict (a document outside the scored sets is below the
+threshold, not equal to it). The statements run in one REPEATABLE READ snapshot when the
+connection is not already in a transaction, so a concurrent append is in every part or in
+none. A query whose every lexeme is common still scores all its matches: that is the cost
+that stays (see docs/search.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from psycopg.pq import TransactionStatus
+
+from .pg_schema import TS_CONFIG
+
+__all__ = ["K1", "STATS_SQL", "B", "score_sql", "top_k"]
+
+# BM25 constants, as FTS5 uses them.
+K1 = 1.2
+B = 0.75
+# Each lexeme's bound is raised by this share so that rounding in a sum never makes a bound
+# smaller than a score it bounds.
+_SLACK = 1e-9
+
+# The query's lexemes with their document frequencies and idf over the searched agents
+# (``{scope}``), and the average document length: one statement, one snapshot.
+STATS_SQL = f"""
+    WITH lex AS MATERIALIZED (
+        SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('{TS_CONFIG}', %(text)s)) AS u
+    ), scope AS MATERIALIZED (
+        SELECT {{scope}} AS agents
+    ), tot AS MATERIALIZED (
+        SELECT coalesce(sum(a.docs), 0) AS docs, coalesce(sum(a.tokens), 0) AS tokens
+        FROM fts_agent_totals AS a, scope WHERE a.agent_id = ANY(scope.agents)
+    )
+    SELECT l.lexeme, coalesce(t.docs, 0), greatest(ln(
+            ((tot.docs - coalesce(t.docs, 0))::float8 + 0.5) / (coalesce(t.docs, 0)::float8 + 0.5)
+        ), 1e-6::float8),
+        greatest(tot.tokens::float8 / greatest(tot.docs, 1), 1.0::float8)
+    FROM lex AS l CROSS JOIN tot CROSS JOIN scope
+    LEFT JOIN LATERAL (
+        SELECT sum(f.docs) AS docs FROM fts_agent_terms AS f
+        WHERE f.agent_id = ANY(scope.agents) AND f.lexeme = l.lexeme
+    ) AS t ON true
+    ORDER BY l.lexeme
+"""
+
+
+def score_sql(where: str) -> str:
+    """The best ``limit`` documents matching the tsquery ``%(query)s`` (and the filter SQL
+    ``where``, `` AND ...`` on ``events e`` with named parameters, or empty),
+    each as (seq, BM25 over every query lexeme), with the statistics given as parameters:
+    ``lexemes`` and their ``idfs`` (in lexeme order), ``avgdl``, and the column weights.
+
+    For each match the tsvector is cut down to the query's lexemes before it is unnested
+    (deleting every other lexeme, in C), the positions are counted with their column's
+    weight (labels A, C, D) and BM25 is summed over the lexemes in the tsvector's own order
+    (so the sum is the same whatever plan the server picks). The score is a scalar subquery
+    per match, not a grouped ``sum(... ORDER BY lexeme)`` over all matches' lexemes: that
+    sorted each match's rows on their own and cost a third of the statement.
+    """
+    join = " JOIN events e ON e.seq = f.seq" if where else ""
+    tf = (
+        "(%(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"
+        " + %(wc)s::float8 * cardinality(array_positions(u.weights, 'C'))"
+        " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')))"
+    )
+    norm = f"({K1}::float8 * ({1 - B}::float8 + {B}::float8 * f.doclen / %(avgdl)s::float8))"
+    return f"""
+        SELECT f.seq, (
+            SELECT sum((%(idfs)s::float8[])[array_position(%(lexemes)s::text[], t.lexeme)]
+                       * (t.tf * {K1 + 1}::float8) / (t.tf + {norm}))
+            FROM (
+                SELECT u.lexeme, {tf}::float8 AS tf
+                FROM unnest(ts_delete(f.tsv, tsvector_to_array(
+                    ts_delete(f.tsv, %(lexemes)s::text[])))) AS u
+            ) AS t
+        ) AS score
+        FROM events_fts f{join}
+        WHERE f.tsv @@ %(query)s::tsquery{where}
+        ORDER BY score DESC, f.seq LIMIT %(limit)s
+    """
+
+
+def _quoted(lexeme: str) -> str:
+    """A tsquery operand that is only ever this lexeme (no operator, no stemming)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _any_of(lexemes: list[str]) -> str:
+    return " | ".join(_quoted(lex) for lex in lexemes)
+
+
+@contextmanager
+def _snapshot(db: Any) -> Iterator[None]:
+    """One REPEATABLE READ snapshot for the statements inside, unless ``db`` is already in a
+    transaction (a time-limited search's), which is then used as it is."""
+    if db.info.transaction_status != TransactionStatus.IDLE:
+        yield
+        return
+    with db.transaction():
+        db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
+
+
+def top_k(
+    db: Any,
+    limit: int,
+    scope: str,
+    params: dict[str, Any],
+    where: str = "",
+    early: bool = True,
+) -> dict[int, float]:
+    """The best ``limit`` documents by BM25 for the lexemes of ``params["text"]``
+    ({seq: score}).
+
+    ``scope`` is the SQL array of the searched agents, ``params`` also holds its parameters,
+    the column weights (``wa``, ``wc``, ``wd``) and those of the filter SQL ``where``
+    (``f0``...; see ``score_sql``). ``early`` False scores
+    every match in one statement (the reference the early stop is measured and tested
+    against).
+    """
+    with _snapshot(db):
+        stats = db.execute(STATS_SQL.replace("{scope}", scope), params)
+        rows = stats.fetchall()
+        if not rows:
+            return {}
+        lexemes = [row[0] for row in rows]
+        idfs = [float(row[2]) for row in rows]
+        base = {
+            **params,
+            "lexemes": lexemes,
+            "idfs": idfs,
+            "avgdl": float(rows[0][3]),
+            "limit": limit,
+        }
+        sql = score_sql(where)
+        weights = (float(params["wa"]), float(params["wc"]), float(params["wd"]))
+        # Rarest first (ties by lexeme, so the plan is the same from run to run); a lexeme no
+        # document holds is skipped: it can match nothing.
+        order = sorted((docs, lex) for lex, docs, *_ in rows if docs > 0)
+        if not order:
+            return {}
+        bound = dict(zip(lexemes, (idf * (K1 + 1) * (1 + _SLACK) for idf in idfs), strict=True))
+        if not early or min(weights) < 0:  # a negative weight has no upper bound to stop on
+            taken = [lex for _, lex in order]
+            return _scored(db, sql, {**base, "query": _any_of(taken)})
+        best: dict[int, float] = {}
+        taken = []
+        for _, lexeme in order:
+            query = _quoted(lexeme)
+            if taken:
+                query = f"{query} & !({_any_of(taken)})"
+            best.update(_scored(db, sql, {**base, "query": query}))
+            best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
+            taken.append(lexeme)
+            rest = sum(bound[lex] for _, lex in order if lex not in taken)
+            if len(best) >= limit and rest < min(best.values()):
+                break
+        return best
+
+
+def _scored(db: Any, sql: str, params: dict[str, Any]) -> dict[int, float]:
+    return {int(seq): float(score) for seq, score in db.execute(sql, params).fetchall()}

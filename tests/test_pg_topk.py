@@ -77,10 +77,10 @@ class Recording:
     def transaction(self) -> Any:
         return self.db.transaction()
 
-    def execute(self, sql: str, params: Any = None) -> Any:
+    def execute(self, sql: str, params: Any = None, **options: Any) -> Any:
         if isinstance(params, dict) and "query" in params:
             self.queries.append(params["query"])
-        return self.db.execute(sql, params)
+        return self.db.execute(sql, params, **options)
 
 
 def _ordered(scores: dict[int, float]) -> list[tuple[int, float]]:
@@ -134,7 +134,7 @@ def test_when_the_rarest_words_matches_cannot_settle_the_top_the_next_word_is_ad
     scope, params = _params(f"{COMMON} {RARE}")
     # About 120 events hold the rare word (in content or as a name): fewer than the 200 asked.
     top_k(db, 200, scope, params)
-    assert db.queries == [f"'{RARE}'", f"'{COMMON}' & !('{RARE}')"]
+    assert db.queries == [f"'{RARE}'", f"('{COMMON}') & !'{RARE}'"]
 
 
 def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):

@@ -5,15 +5,15 @@ Scoring every document that holds any query word costs what the commonest word c
 million events a word in one event of six has 150,000 matches, each read and scored, for a
 top 30. MaxScore (Turtle and Flood, 1995) bounds each lexeme's share of a score: BM25 gives
 lexeme ``t`` at most ``idf(t) * (k1 + 1)`` whatever its frequency and the document's
-length. The lexemes are taken rarest first: the documents holding the rarest are scored in
-full (every query lexeme), and their ``limit``-th best score is a threshold; a document
-holding none of the lexemes taken so far scores at most the sum of the others' bounds, so
-once that sum is below the threshold no such document can reach the top and the search
-stops. Otherwise the next rarest lexeme is taken and only the documents holding it and none
-of those before are scored (a tsquery ``next & !(taken)``); the top lists of these disjoint
-sets merge into the top of their union. A common word's idf is small (floored at 1e-6 once
-it is in half the documents), so a query with one uncommon word reads that word's matches
-and stops.
+length. The documents holding the rarest lexeme are scored first, in full (every query
+lexeme), and their ``limit``-th best score is a threshold. A document holding only lexemes
+whose bounds sum below the threshold cannot reach the top: the commonest lexemes are skipped
+while their bounds' sum stays below it, and one more statement scores the documents holding
+any lexeme that is left and not the rarest (a tsquery ``(left) & !rarest``); the top lists
+of these disjoint sets merge into the top of their union. A common word's idf is small
+(floored at 1e-6 once it is in half the documents), so a query with one uncommon word reads
+that word's matches and stops. Two statements at most, not one per lexeme: each statement
+costs about a millisecond of its own, and the threshold could only grow between them.
 
 The result is the same as scoring every match: the same statistics (read once, by the first
 statement, and passed to the others as parameters, so every part is scored alike even while
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import combinations
 from typing import Any
 
 from psycopg.pq import TransactionStatus
@@ -167,20 +168,47 @@ def top_k(
         if not early or min(weights) < 0:  # a negative weight has no upper bound to stop on
             taken = [lex for _, lex in order]
             return _scored(db, sql, {**base, "query": _any_of(taken)})
-        best: dict[int, float] = {}
-        taken = []
-        for _, lexeme in order:
-            query = _quoted(lexeme)
-            if taken:
-                query = f"{query} & !({_any_of(taken)})"
+        # The rarest lexeme's matches first; then, at most once more, the documents without
+        # it that hold enough of the other lexemes to reach the threshold.
+        first = order[0][1]
+        best = _scored(db, sql, {**base, "query": _quoted(first)})
+        threshold = min(best.values()) if len(best) >= limit else 0.0
+        enough = _enough([lex for _, lex in order[1:]], bound, threshold)
+        if enough:
+            query = f"({enough}) & !{_quoted(first)}"
             best.update(_scored(db, sql, {**base, "query": query}))
             best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
-            taken.append(lexeme)
-            rest = sum(bound[lex] for _, lex in order if lex not in taken)
-            if len(best) >= limit and rest < min(best.values()):
-                break
         return best
 
 
+# Past this many lexemes besides the rarest, the sets of them that could reach the threshold
+# are not listed (2**n of them): any one of them is then enough to be scored.
+_MOST_LISTED = 10
+
+
+def _enough(lexemes: list[str], bound: dict[str, float], threshold: float) -> str:
+    """A tsquery matching every document whose ``lexemes`` could reach ``threshold``: one
+    holding a set of them whose bounds sum to at least it. The smallest such sets, each an
+    AND, OR-ed (every lexeme on its own when the threshold is 0 or there are too many);
+    empty when no set of them can reach it."""
+    if not lexemes:
+        return ""
+    if threshold <= 0 or len(lexemes) > _MOST_LISTED:
+        return _any_of(lexemes)
+    sets: list[tuple[str, ...]] = []
+    for size in range(1, len(lexemes) + 1):
+        for chosen in combinations(lexemes, size):
+            held = set(chosen)
+            if any(held.issuperset(s) for s in sets):
+                continue  # a smaller set already brings every such document in
+            if sum(bound[lex] for lex in chosen) >= threshold:
+                sets.append(chosen)
+    return " | ".join("(" + " & ".join(_quoted(lex) for lex in s) + ")" for s in sets)
+
+
 def _scored(db: Any, sql: str, params: dict[str, Any]) -> dict[int, float]:
-    return {int(seq): float(score) for seq, score in db.execute(sql, params).fetchall()}
+    # Never prepared: a generic plan cannot see how many documents the tsquery matches and
+    # may scan the whole table for a rare word; planned with the tsquery in hand, the GIN
+    # index answers it (half a millisecond of planning against hundreds on a bad plan).
+    rows = db.execute(sql, params, prepare=False).fetchall()
+    return {int(seq): float(score) for seq, score in rows}

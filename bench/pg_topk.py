@@ -16,6 +16,11 @@ the same column weights:
 - ``sqlite_fts5_raw``: FTS5's ``bm25()`` MATCH, straight (the SQLite raw side of
   ``bench/eventlog.py``).
 
+- ``rum`` (with ``--rum``): the RUM index (Debian's ``postgresql-15-rum``) on the same
+  tsvectors, rows in its own rank order (``ORDER BY tsv <=> query LIMIT 10``), which stops
+  early but is not BM25: ``bm25_top10_recall_in_rum_top{30,300}`` is how much of BM25's top
+  10 its first 30 or 300 rows hold. The index is dropped afterwards.
+
 ``topk_same_as_every_match`` is the share of queries whose top 10 (seqs, in order) is the
 same on both PostgreSQL sides. ``--database`` names a database to reuse: filled when empty,
 used as it is when it already holds the ``--events`` rows (a 1M fill takes many minutes).
@@ -80,7 +85,25 @@ def fill_sqlite(path: Path, rows: list[dict[str, Any]]) -> sqlite3.Connection:
     return raw
 
 
-def run(n: int, database: str | None, server: str | None) -> dict[str, Any]:
+RUM_SQL = (
+    "SELECT seq FROM events_fts WHERE tsv @@ %(q)s::tsquery ORDER BY tsv <=> %(q)s::tsquery "
+    "LIMIT %(n)s"
+)
+
+
+def add_rum(db: psycopg.Connection[Any]) -> float:
+    """Create the RUM index on the full-text table; return the seconds it took."""
+    try:
+        db.execute("CREATE EXTENSION IF NOT EXISTS rum")
+    except psycopg.Error as exc:
+        needs = "--rum needs the rum extension (apt-get install postgresql-15-rum)"
+        raise SystemExit(f"{needs}: {exc}") from None
+    began = time.perf_counter()
+    db.execute("CREATE INDEX events_fts_rum ON events_fts USING rum (tsv rum_tsvector_ops)")
+    return time.perf_counter() - began
+
+
+def run(n: int, database: str | None, server: str | None, rum: bool = False) -> dict[str, Any]:
     rng = random.Random(SEED)
     vocab = make_vocabulary(rng)
     rows = make_rows(n, rng, vocab)
@@ -123,6 +146,23 @@ def run(n: int, database: str | None, server: str | None) -> dict[str, Any]:
             expr = match_expression(query_terms(q))
             return [row[0] for row in lite.execute(fts_sql, (expr,)).fetchall()]
 
+        def lexemes(q: str) -> str:
+            text = " ".join(query_terms(q))
+            rows = db.execute(
+                "SELECT DISTINCT lexeme FROM unnest(to_tsvector('scroll_english', %s))", (text,)
+            ).fetchall()
+            return " | ".join("'" + r[0].replace("'", "''") + "'" for r in rows)
+
+        def by_rum(n: int) -> Callable[[str], list[int]]:
+            def go(q: str) -> list[int]:
+                query = lexemes(q)
+                if not query:
+                    return []
+                return [r[0] for r in db.execute(RUM_SQL, {"q": query, "n": n}).fetchall()]
+
+            return go
+
+        rum_s = add_rum(db) if rum else 0.0
         sides: dict[str, Callable[[str], Any]] = {
             "every_match": every,
             "topk": topk(10),
@@ -130,11 +170,14 @@ def run(n: int, database: str | None, server: str | None) -> dict[str, Any]:
             "search": lambda q: log.search(q, k=10),
             "sqlite_fts5_raw": fts,
         }
+        if rum:
+            sides.update(rum=by_rum(10), rum_300=by_rum(300))
         for q in queries[:20]:  # warm every side alike
             for side in sides.values():
                 side(q)
         times: dict[str, list[float]] = {name: [] for name in sides}
         same = 0
+        recall: dict[int, list[float]] = {30: [], 300: []}
         for q in queries:
             got = {}
             for name, side in sides.items():
@@ -142,12 +185,22 @@ def run(n: int, database: str | None, server: str | None) -> dict[str, Any]:
                 got[name] = side(q)
                 times[name].append((time.perf_counter() - start) * 1000)
             same += got["topk"] == got["every_match"]
+            if rum and got["every_match"]:
+                truth = set(got["every_match"])
+                for cut in recall:
+                    recall[cut].append(len(truth & set(got["rum_300"][:cut])) / len(truth))
         lite.close()
+        if rum:
+            db.execute("DROP INDEX events_fts_rum")
     out: dict[str, Any] = {"events": n, "queries": len(queries), "pg_fill_s": round(fill_s, 1)}
     for name, ms in times.items():
         out[f"{name}_p50_ms"] = round(median(ms), 3)
         out[f"{name}_p99_ms"] = round(percentile(ms, 99), 3)
     out["topk_same_as_every_match"] = round(same / len(queries), 3)
+    if rum:
+        out["rum_build_s"] = round(rum_s, 1)
+        for cut, shares in recall.items():
+            out[f"bm25_top10_recall_in_rum_top{cut}"] = round(sum(shares) / len(shares), 3)
     out["topk_p99_over_every_match_p99"] = round(out["topk_p99_ms"] / out["every_match_p99_ms"], 3)
     out["search_p99_over_sqlite_fts5_raw_p99"] = round(
         out["search_p99_ms"] / out["sqlite_fts5_raw_p99_ms"], 3
@@ -161,8 +214,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--database", default=None, help="a database to fill or reuse")
     parser.add_argument("--postgres-url", default=None, help="a server to make a database in")
+    parser.add_argument("--rum", action="store_true", help="time the RUM index too")
     args = parser.parse_args()
-    emit(run(args.events, args.database, args.postgres_url), args.json)
+    emit(run(args.events, args.database, args.postgres_url, args.rum), args.json)
 
 
 if __name__ == "__main__":

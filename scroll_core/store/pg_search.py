@@ -28,14 +28,13 @@ from typing import Any
 
 from .fts_query import SNIPPET_CHARS
 from .pg_schema import TS_CONFIG
-from .pg_topk import top_k
+from .pg_topk import K1, B, top_k
 from .search import HIT_COLUMNS, Hit, SearchDialect, SearchFilters, SearchTuning
 
 __all__ = ["PG_DIALECT"]
 
-# BM25 constants, as FTS5 uses them.
-_K1 = 1.2
-_B = 0.75
+# BM25 constants, as FTS5 uses them (``pg_topk`` holds them).
+_K1, _B = K1, B
 # The agents whose statistics a search sums: those named (``%(agents)s``), or every agent.
 _NAMED = "%(agents)s::text[]"
 _EVERY = "ARRAY(SELECT agent_id FROM fts_agent_totals)"

@@ -68,11 +68,19 @@ class Recording:
     """A real connection that keeps the tsquery of each scoring statement it runs."""
 
     def __init__(self, db: psycopg.Connection[Any]) -> None:
-        self.db, self.queries = db, []
+        self.db, self.queries, self.levels = db, [], []
 
     @property
     def info(self) -> Any:
         return self.db.info
+
+    @property
+    def isolation_level(self) -> Any:
+        return self.db.isolation_level
+
+    @isolation_level.setter
+    def isolation_level(self, level: Any) -> None:
+        self.db.isolation_level = level
 
     def transaction(self) -> Any:
         return self.db.transaction()
@@ -80,6 +88,7 @@ class Recording:
     def execute(self, sql: str, params: Any = None, **options: Any) -> Any:
         if isinstance(params, dict) and "query" in params:
             self.queries.append(params["query"])
+            self.levels.append(self.db.execute("SHOW transaction_isolation").fetchone()[0])
         return self.db.execute(sql, params, **options)
 
 
@@ -135,6 +144,10 @@ def test_when_the_rarest_words_matches_cannot_settle_the_top_the_next_word_is_ad
     # About 120 events hold the rare word (in content or as a name): fewer than the 200 asked.
     top_k(db, 200, scope, params)
     assert db.queries == [f"'{RARE}'", f"('{COMMON}') & !'{RARE}'"]
+    # Both parts in one snapshot, and the connection left as it was found.
+    assert db.levels == ["repeatable read", "repeatable read"]
+    assert db.db.isolation_level is None
+    assert db.db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from itertools import combinations
 from typing import Any
 
+from psycopg import IsolationLevel
 from psycopg.pq import TransactionStatus
 
 from .pg_schema import TS_CONFIG
@@ -127,13 +128,18 @@ def _any_of(lexemes: list[str]) -> str:
 @contextmanager
 def _snapshot(db: Any) -> Iterator[None]:
     """One REPEATABLE READ snapshot for the statements inside, unless ``db`` is already in a
-    transaction (a time-limited search's), which is then used as it is."""
+    transaction (a time-limited search's), which is then used as it is. The level goes with
+    the BEGIN (one round trip, not a BEGIN and a SET TRANSACTION)."""
     if db.info.transaction_status != TransactionStatus.IDLE:
         yield
         return
-    with db.transaction():
-        db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        yield
+    prior = db.isolation_level
+    db.isolation_level = IsolationLevel.REPEATABLE_READ
+    try:
+        with db.transaction():
+            yield
+    finally:
+        db.isolation_level = prior
 
 
 def top_k(

@@ -114,7 +114,7 @@ def test_the_early_stop_returns_the_top_of_scoring_every_match(filled, limit, ag
     db = filled._reader()
     for text in QUERIES:
         scope, params = _params(text, agents)
-        early = _ordered(top_k(db, limit, scope, params))
+        early = _ordered(top_k(db, limit, scope, params, few=0))
         full = _ordered(top_k(db, limit, scope, params, early=False))
         assert early == full, text
         # ...and the single statement that scored every match before (summed in another
@@ -131,7 +131,7 @@ def test_the_early_stop_returns_the_top_of_scoring_every_match(filled, limit, ag
 def test_a_query_with_one_uncommon_word_scores_only_that_words_matches(filled):
     db = Recording(filled._reader())
     scope, params = _params(f"{COMMON} {RARE}")
-    top = top_k(db, 10, scope, params)
+    top = top_k(db, 10, scope, params, few=0)
     assert db.queries == [f"'{RARE}'"]  # the common word's 1,200 matches were never read
     assert len(top) == 10
     # Every event holds the common word: the full scoring reads them all for the same top.
@@ -142,12 +142,21 @@ def test_when_the_rarest_words_matches_cannot_settle_the_top_the_next_word_is_ad
     db = Recording(filled._reader())
     scope, params = _params(f"{COMMON} {RARE}")
     # About 120 events hold the rare word (in content or as a name): fewer than the 200 asked.
-    top_k(db, 200, scope, params)
+    top_k(db, 200, scope, params, few=0)
     assert db.queries == [f"'{RARE}'", f"('{COMMON}') & !'{RARE}'"]
     # Both parts in one snapshot, and the connection left as it was found.
     assert db.levels == ["repeatable read", "repeatable read"]
     assert db.db.isolation_level is None
     assert db.db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_few_matches_are_scored_in_one_statement(filled):
+    db = Recording(filled._reader())
+    scope, params = _params(f"{RARE} {MIDDLING}")  # about 120 + 350 matches
+    few = top_k(db, 10, scope, params, few=1000)
+    assert db.queries == [f"'{RARE}' | '{MIDDLING}'"]  # rarest first
+    assert _ordered(few) == _ordered(top_k(db, 10, scope, params, few=0))
+    assert len(db.queries) > 1  # the early stop, for the same top
 
 
 def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):
@@ -167,7 +176,7 @@ def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):
             for text in QUERIES[:4]:
                 scope, params = _params(text, filters.agent_id, weights)
                 params.update(named)
-                early = top_k(db, 10, scope, params, where)
+                early = top_k(db, 10, scope, params, where, few=0)
                 full = top_k(db, 10, scope, params, where, early=False)
                 assert _ordered(early) == _ordered(full), (weights, filters, text)
 
@@ -216,7 +225,7 @@ def test_searches_beside_a_concurrent_writer_agree_with_scoring_every_match(fill
             scope, params = _params(f"{COMMON} {RARE}")
             with db.transaction():
                 db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                early = top_k(db, 10, scope, params)
+                early = top_k(db, 10, scope, params, few=0)
                 full = top_k(db, 10, scope, params, early=False)
             assert _ordered(early) == _ordered(full)
             assert len(filled.search(f"{COMMON} {RARE}", k=10)) == 10
@@ -227,7 +236,7 @@ def test_searches_beside_a_concurrent_writer_agree_with_scoring_every_match(fill
     assert not errors
     scope, params = _params(f"{COMMON} {RARE}")
     db = filled._reader()
-    assert _ordered(top_k(db, 30, scope, params)) == _ordered(
+    assert _ordered(top_k(db, 30, scope, params, few=0)) == _ordered(
         top_k(db, 30, scope, params, early=False)
     )
 

@@ -37,11 +37,14 @@ from psycopg.pq import TransactionStatus
 
 from .pg_schema import TS_CONFIG
 
-__all__ = ["K1", "STATS_SQL", "B", "score_sql", "top_k"]
+__all__ = ["FEW", "K1", "STATS_SQL", "B", "score_sql", "top_k"]
 
 # BM25 constants, as FTS5 uses them.
 K1 = 1.2
 B = 0.75
+# Matches in all (the sum of the query lexemes' document frequencies) up to which one
+# statement scores them all: a statement costs about what scoring a few hundred matches does.
+FEW = 1000
 # Each lexeme's bound is raised by this share so that rounding in a sum never makes a bound
 # smaller than a score it bounds.
 _SLACK = 1e-9
@@ -149,6 +152,7 @@ def top_k(
     params: dict[str, Any],
     where: str = "",
     early: bool = True,
+    few: int | None = None,
 ) -> dict[int, float]:
     """The best ``limit`` documents by BM25 for the lexemes of ``params["text"]``
     ({seq: score}).
@@ -157,8 +161,10 @@ def top_k(
     the column weights (``wa``, ``wc``, ``wd``) and those of the filter SQL ``where``
     (``f0``...; see ``score_sql``). ``early`` False scores
     every match in one statement (the reference the early stop is measured and tested
-    against).
+    against). ``few`` (``FEW`` unless given): at most this many matches in all (by the
+    lexemes' document frequencies) are scored in one statement.
     """
+    few = FEW if few is None else few
     with _snapshot(db):
         stats = db.execute(STATS_SQL.replace("{scope}", scope), params)
         rows = stats.fetchall()
@@ -181,7 +187,10 @@ def top_k(
         if not order:
             return {}
         bound = dict(zip(lexemes, (idf * (K1 + 1) * (1 + _SLACK) for idf in idfs), strict=True))
-        if not early or min(weights) < 0:  # a negative weight has no upper bound to stop on
+        # Scored in one statement: on request, with a negative weight (no upper bound to stop
+        # on), or when the matches are so few that a second statement would cost more than
+        # scoring them all.
+        if not early or min(weights) < 0 or sum(docs for docs, _ in order) <= few:
             taken = [lex for _, lex in order]
             return _scored(db, sql, {**base, "query": _any_of(taken)})
         # The rarest lexeme's matches first; then, at most once more, the documents without

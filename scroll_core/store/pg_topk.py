@@ -6,23 +6,24 @@ million events a word in one event of six has 150,000 matches, each read and sco
 top 30. MaxScore (Turtle and Flood, 1995) bounds each lexeme's share of a score: BM25 gives
 lexeme ``t`` at most ``idf(t) * (k1 + 1)`` whatever its frequency and the document's
 length. The documents holding the rarest lexeme are scored first, in full (every query
-lexeme), and their ``limit``-th best score is a threshold. A document holding only lexemes
-whose bounds sum below the threshold cannot reach the top: the commonest lexemes are skipped
-while their bounds' sum stays below it, and one more statement scores the documents holding
-any lexeme that is left and not the rarest (a tsquery ``(left) & !rarest``); the top lists
-of these disjoint sets merge into the top of their union. A common word's idf is small
-(floored at 1e-6 once it is in half the documents), so a query with one uncommon word reads
-that word's matches and stops. Two statements at most, not one per lexeme: each statement
-costs about a millisecond of its own, and the threshold could only grow between them.
+lexeme), and their ``limit``-th best score is a threshold. A document without the rarest
+lexeme scores at most the sum of the bounds of the lexemes it holds, so only one holding a
+set of them whose bounds reach the threshold can enter the top: one more statement scores
+those (a tsquery OR-ing the smallest such sets, each an AND, and ``& !rarest``), and the top
+lists of the two disjoint parts merge into the top of their union. A common word's idf is
+small (floored at 1e-6 once it is in half the documents), so a query with one uncommon
+word reads that word's matches and stops. Two statements at most, not one per lexeme: each
+costs about a millisecond of its own. A query with few matches in all (``FEW``) is scored
+in one statement.
 
 The result is the same as scoring every match: the same statistics (read once, by the first
 statement, and passed to the others as parameters, so every part is scored alike even while
-a writer appends), the same expression summed in the same lexeme order, the same order
+a writer appends), the same expression summed in the tsvector's lexeme order, the same order
 (score, then seq), and the stop is strict (a document outside the scored sets is below the
 threshold, not equal to it). The statements run in one REPEATABLE READ snapshot when the
 connection is not already in a transaction, so a concurrent append is in every part or in
 none. A query whose every lexeme is common still scores all its matches: that is the cost
-that stays (see docs/search.md).
+that stays (figures in docs/figures-performance.md).
 """
 
 from __future__ import annotations

@@ -10,9 +10,11 @@ so the difference is what the Event Log adds. (COPY is the fastest way PostgreSQ
 rows; a multi-row INSERT or ``executemany`` into the same schema is slower.) Batches
 alternate between the sides.
 
-Search: ``PgEventLog.search`` (BM25 in SQL over the GIN matches, the term features and the
-neighbour signal, hit rows and snippets) against the same BM25 statement sent straight to
-the server, top 10 with the same weights (what FTS5's ``bm25()`` is to the SQLite side).
+Search: ``PgEventLog.search`` (BM25 top-k in SQL over the GIN matches, stopping early
+(``pg_topk``), the term features and the neighbour signal, hit rows and snippets) against
+the BM25 statement that scores every match sent straight to the server (what search ran
+before ``pg_topk``), top 10 with the same weights (what FTS5's ``bm25()`` is to the SQLite
+side). ``bench/pg_topk.py`` times the top-k step alone against it and against FTS5.
 For reference, PostgreSQL's native ranking on the same GIN index is timed too: the same
 terms OR-ed into a tsquery, ranked by ``ts_rank`` (cheaper, and not BM25: no document
 frequencies, no length norm).

@@ -1,0 +1,240 @@
+"""Top-k BM25 on PostgreSQL that does not score every match: MaxScore over the query's
+lexemes (``pg_search`` ranks with it).
+
+Scoring every document that holds any query word costs what the commonest word costs: at a
+million events a word in one event of six has 150,000 matches, each read and scored, for a
+top 30. MaxScore (Turtle and Flood, 1995) bounds each lexeme's share of a score: BM25 gives
+lexeme ``t`` at most ``idf(t) * (k1 + 1)`` whatever its frequency and the document's
+length. The documents holding the rarest lexeme are scored first, in full (every query
+lexeme), and their ``limit``-th best score is a threshold. A document without the rarest
+lexeme scores at most the sum of the bounds of the lexemes it holds, so only one holding a
+set of them whose bounds reach the threshold can enter the top: one more statement scores
+those (a tsquery OR-ing the smallest such sets, each an AND, and ``& !rarest``), and the top
+lists of the two disjoint parts merge into the top of their union. A common word's idf is
+small (floored at 1e-6 once it is in half the documents), so a query with one uncommon
+word reads that word's matches and stops. Two statements at most, not one per lexeme: each
+costs about a millisecond of its own. A query with few matches in all (``FEW``) is scored
+in one statement.
+
+The result is the same as scoring every match: the same statistics (read once, by the first
+statement, and passed to the others as parameters, so every part is scored alike even while
+a writer appends), the same expression summed in the tsvector's lexeme order, the same order
+(score, then seq), and the stop is strict (a document outside the scored sets is below the
+threshold, not equal to it). The statements run in one REPEATABLE READ snapshot when the
+connection is not already in a transaction, so a concurrent append is in every part or in
+none. A query whose every lexeme is common still scores all its matches: that is the cost
+that stays (figures in docs/figures-performance.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import combinations
+from typing import Any
+
+from psycopg import IsolationLevel
+from psycopg.pq import TransactionStatus
+
+from .pg_schema import TS_CONFIG
+
+__all__ = ["FEW", "K1", "STATS_SQL", "B", "score_sql", "top_k"]
+
+# BM25 constants, as FTS5 uses them.
+K1 = 1.2
+B = 0.75
+# Matches in all (the sum of the query lexemes' document frequencies) up to which one
+# statement scores them all: a statement costs about what scoring a few hundred matches does.
+FEW = 1000
+# Each lexeme's bound is raised by this share so that rounding in a sum never makes a bound
+# smaller than a score it bounds.
+_SLACK = 1e-9
+
+# The query's lexemes with their document frequencies and idf over the searched agents
+# (``{scope}``), and the average document length: one statement, one snapshot.
+STATS_SQL = f"""
+    WITH lex AS MATERIALIZED (
+        SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('{TS_CONFIG}', %(text)s)) AS u
+    ), scope AS MATERIALIZED (
+        SELECT {{scope}} AS agents
+    ), tot AS MATERIALIZED (
+        SELECT coalesce(sum(a.docs), 0) AS docs, coalesce(sum(a.tokens), 0) AS tokens
+        FROM fts_agent_totals AS a, scope WHERE a.agent_id = ANY(scope.agents)
+    )
+    SELECT l.lexeme, coalesce(t.docs, 0), greatest(ln(
+            ((tot.docs - coalesce(t.docs, 0))::float8 + 0.5) / (coalesce(t.docs, 0)::float8 + 0.5)
+        ), 1e-6::float8),
+        greatest(tot.tokens::float8 / greatest(tot.docs, 1), 1.0::float8)
+    FROM lex AS l CROSS JOIN tot CROSS JOIN scope
+    LEFT JOIN LATERAL (
+        SELECT sum(f.docs) AS docs FROM fts_agent_terms AS f
+        WHERE f.agent_id = ANY(scope.agents) AND f.lexeme = l.lexeme
+    ) AS t ON true
+    ORDER BY l.lexeme
+"""
+
+
+def score_sql(where: str, lexemes: int = 2) -> str:
+    """The best ``limit`` documents matching the tsquery ``%(query)s`` (and the filter SQL
+    ``where``, `` AND ...`` on ``events e`` with named parameters, or empty),
+    each as (seq, BM25 over every query lexeme), with the statistics given as parameters:
+    ``lexemes`` and their ``idfs`` (in lexeme order), ``avgdl``, and the column weights.
+
+    For each match the tsvector is cut down to the query's lexemes before it is unnested
+    (deleting every other lexeme, in C), the positions are counted with their column's
+    weight (labels A, C, D) and BM25 is summed over the lexemes in the tsvector's own order
+    (so the sum is the same whatever plan the server picks). The score is a scalar subquery
+    per match, not a grouped ``sum(... ORDER BY lexeme)`` over all matches' lexemes: that
+    sorted each match's rows on their own and cost a third of the statement. A query of one
+    lexeme (``lexemes`` 1) has one row per match and no sum: the subquery's aggregate was
+    half of what scoring a match cost (a common word's 134,000 matches at 1M events: 0.8 s
+    against 1.5 s), and one value summed is that value.
+    """
+    join = " JOIN events e ON e.seq = f.seq" if where else ""
+    tf = (
+        "(%(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"
+        " + %(wc)s::float8 * cardinality(array_positions(u.weights, 'C'))"
+        " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')))"
+    )
+    norm = f"({K1}::float8 * ({1 - B}::float8 + {B}::float8 * f.doclen / %(avgdl)s::float8))"
+    held = "unnest(ts_delete(f.tsv, tsvector_to_array(ts_delete(f.tsv, %(lexemes)s::text[]))))"
+    if lexemes == 1:
+        return f"""
+        SELECT f.seq, (%(idfs)s::float8[])[1] * (t.tf * {K1 + 1}::float8) / (t.tf + {norm})
+            AS score
+        FROM events_fts f{join}, LATERAL (SELECT {tf}::float8 AS tf FROM {held} AS u) AS t
+        WHERE f.tsv @@ %(query)s::tsquery{where}
+        ORDER BY score DESC, f.seq LIMIT %(limit)s
+    """
+    return f"""
+        SELECT f.seq, (
+            SELECT sum((%(idfs)s::float8[])[array_position(%(lexemes)s::text[], t.lexeme)]
+                       * (t.tf * {K1 + 1}::float8) / (t.tf + {norm}))
+            FROM (
+                SELECT u.lexeme, {tf}::float8 AS tf FROM {held} AS u
+            ) AS t
+        ) AS score
+        FROM events_fts f{join}
+        WHERE f.tsv @@ %(query)s::tsquery{where}
+        ORDER BY score DESC, f.seq LIMIT %(limit)s
+    """
+
+
+def _quoted(lexeme: str) -> str:
+    """A tsquery operand that is only ever this lexeme (no operator, no stemming)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _any_of(lexemes: list[str]) -> str:
+    return " | ".join(_quoted(lex) for lex in lexemes)
+
+
+@contextmanager
+def _snapshot(db: Any) -> Iterator[None]:
+    """One REPEATABLE READ snapshot for the statements inside, unless ``db`` is already in a
+    transaction (a time-limited search's), which is then used as it is. The level goes with
+    the BEGIN (one round trip, not a BEGIN and a SET TRANSACTION)."""
+    if db.info.transaction_status != TransactionStatus.IDLE:
+        yield
+        return
+    prior = db.isolation_level
+    db.isolation_level = IsolationLevel.REPEATABLE_READ
+    try:
+        with db.transaction():
+            yield
+    finally:
+        db.isolation_level = prior
+
+
+def top_k(
+    db: Any,
+    limit: int,
+    scope: str,
+    params: dict[str, Any],
+    where: str = "",
+    early: bool = True,
+    few: int | None = None,
+) -> dict[int, float]:
+    """The best ``limit`` documents by BM25 for the lexemes of ``params["text"]``
+    ({seq: score}).
+
+    ``scope`` is the SQL array of the searched agents, ``params`` also holds its parameters,
+    the column weights (``wa``, ``wc``, ``wd``) and those of the filter SQL ``where``
+    (``f0``...; see ``score_sql``). ``early`` False scores
+    every match in one statement (the reference the early stop is measured and tested
+    against). ``few`` (``FEW`` unless given): at most this many matches in all (by the
+    lexemes' document frequencies) are scored in one statement.
+    """
+    few = FEW if few is None else few
+    with _snapshot(db):
+        stats = db.execute(STATS_SQL.replace("{scope}", scope), params)
+        rows = stats.fetchall()
+        if not rows:
+            return {}
+        lexemes = [row[0] for row in rows]
+        idfs = [float(row[2]) for row in rows]
+        base = {
+            **params,
+            "lexemes": lexemes,
+            "idfs": idfs,
+            "avgdl": float(rows[0][3]),
+            "limit": limit,
+        }
+        sql = score_sql(where, len(lexemes))
+        weights = (float(params["wa"]), float(params["wc"]), float(params["wd"]))
+        # Rarest first (ties by lexeme, so the plan is the same from run to run); a lexeme no
+        # document holds is skipped: it can match nothing.
+        order = sorted((docs, lex) for lex, docs, *_ in rows if docs > 0)
+        if not order:
+            return {}
+        bound = dict(zip(lexemes, (idf * (K1 + 1) * (1 + _SLACK) for idf in idfs), strict=True))
+        # Scored in one statement: on request, with a negative weight (no upper bound to stop
+        # on), or when the matches are so few that a second statement would cost more than
+        # scoring them all.
+        if not early or min(weights) < 0 or sum(docs for docs, _ in order) <= few:
+            taken = [lex for _, lex in order]
+            return _scored(db, sql, {**base, "query": _any_of(taken)})
+        # The rarest lexeme's matches first; then, at most once more, the documents without
+        # it that hold enough of the other lexemes to reach the threshold.
+        first = order[0][1]
+        best = _scored(db, sql, {**base, "query": _quoted(first)})
+        threshold = min(best.values()) if len(best) >= limit else 0.0
+        enough = _enough([lex for _, lex in order[1:]], bound, threshold)
+        if enough:
+            query = f"({enough}) & !{_quoted(first)}"
+            best.update(_scored(db, sql, {**base, "query": query}))
+            best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
+        return best
+
+
+# Past this many lexemes besides the rarest, the sets of them that could reach the threshold
+# are not listed (2**n of them): any one of them is then enough to be scored.
+_MOST_LISTED = 10
+
+
+def _enough(lexemes: list[str], bound: dict[str, float], threshold: float) -> str:
+    """A tsquery matching every document whose ``lexemes`` could reach ``threshold``: one
+    holding a set of them whose bounds sum to at least it. The smallest such sets, each an
+    AND, OR-ed (every lexeme on its own when the threshold is 0 or there are too many);
+    empty when no set of them can reach it."""
+    if not lexemes:
+        return ""
+    if threshold <= 0 or len(lexemes) > _MOST_LISTED:
+        return _any_of(lexemes)
+    sets: list[tuple[str, ...]] = []
+    for size in range(1, len(lexemes) + 1):
+        for chosen in combinations(lexemes, size):
+            held = set(chosen)
+            if any(held.issuperset(s) for s in sets):
+                continue  # a smaller set already brings every such document in
+            if sum(bound[lex] for lex in chosen) >= threshold:
+                sets.append(chosen)
+    return " | ".join("(" + " & ".join(_quoted(lex) for lex in s) + ")" for s in sets)
+
+
+def _scored(db: Any, sql: str, params: dict[str, Any]) -> dict[int, float]:
+    # Never prepared: a generic plan cannot see how many documents the tsquery matches and
+    # may scan the whole table for a rare word; planned with the tsquery in hand, the GIN
+    # index answers it (half a millisecond of planning against hundreds on a bad plan).
+    rows = db.execute(sql, params, prepare=False).fetchall()
+    return {int(seq): float(score) for seq, score in rows}

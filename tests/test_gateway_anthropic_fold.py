@@ -103,9 +103,13 @@ def test_a_body_from_the_kept_turns_equals_a_fresh_one_and_leaves_earlier_bodies
         else:
             # After a rewrite in the middle, one breakpoint more, on the last turn before it
             # (one of the client's may have made room for it); the rest as a fresh body.
-            assert _unmarked(body) == _unmarked(fresh)
+            # When it did, and that one lived an hour, the system's breakpoint no longer
+            # has to (the API's rule: a longer time to live never follows a shorter one).
+            assert _unmarked(body, ttl=False) == _unmarked(fresh, ttl=False)
             last = body["messages"][fold.rewrite]["content"][-1]
             assert "cache_control" in last or last["type"] == "thinking"
+        hour = any(_ttl(b) == "1h" for m in body["messages"] for b in _blocks(m))
+        assert _ttl(body["system"][0]) == ("1h" if hour else "5m")
         assert _breakpoints(body) <= 4
         assert_valid_request(body)
         sent.append((body, copy.deepcopy(body)))
@@ -113,14 +117,28 @@ def test_a_body_from_the_kept_turns_equals_a_fresh_one_and_leaves_earlier_bodies
         assert body == as_sent  # later calls changed nothing already sent
 
 
-def _unmarked(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` without breakpoints on its messages, each turn's content as blocks."""
+def _unmarked(body: dict[str, Any], *, ttl: bool = True) -> dict[str, Any]:
+    """``body`` without breakpoints on its messages, each turn's content as blocks (and,
+    unless ``ttl``, without its system breakpoint's time to live)."""
     out = copy.deepcopy(body)
     for turn in out["messages"]:
-        content = turn["content"]
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        turn["content"] = [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]
+        turn["content"] = [
+            {k: v for k, v in b.items() if k != "cache_control"} for b in _blocks(turn)
+        ]
+    if not ttl:
+        for block in out.get("system", ()):
+            block["cache_control"] = {"type": "ephemeral"}
     return out
+
+
+def _blocks(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    content = turn["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def _ttl(block: dict[str, Any]) -> str | None:
+    mark = block.get("cache_control")
+    return None if mark is None else mark.get("ttl", "5m")
 
 
 def _breakpoints(body: dict[str, Any]) -> int:

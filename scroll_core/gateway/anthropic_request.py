@@ -395,7 +395,9 @@ def _fit_breakpoints(
     more of ``marked`` to keep before the client's (the one after a rewrite)."""
     blocks = [t for t in body.get("tools") or () if "cache_control" in t]
     kept = [b for b in body.get("system") or () if "cache_control" in b] + list(also)
-    blocks += kept + marked
+    for block in [*kept, *marked]:  # a block in both (the rewrite's, a client's) counts once
+        if not any(block is b for b in blocks):
+            blocks.append(block)
     last = body["messages"][-1]["content"][-1]
     if marked and marked[-1] is last:
         kept.append(last)

@@ -23,7 +23,7 @@ from channels.layers import get_channel_layer
 
 from dashboard.layer_outage import LAYER_DOWN_ERRORS, LayerDown, layer_outage
 
-__all__ = ["remember_server_loop", "send_group", "send_groups", "server_loop", "spans_message"]
+__all__ = ["remember_server_loop", "send_group", "send_groups", "server_loop"]
 
 log = logging.getLogger("dashboard.push")
 
@@ -114,10 +114,3 @@ def send_groups(messages: Sequence[tuple[str, dict[str, Any]]]) -> bool:
 def send_group(group: str, message: dict[str, Any]) -> bool:
     """``group_send`` from synchronous code; False (logged) when the layer refuses it."""
     return send_groups([(group, message)])
-
-
-def spans_message(spans: list[dict[str, Any]]) -> dict[str, Any]:
-    """``span.finished`` for one span, ``spans.finished`` (oldest first) for several."""
-    if len(spans) == 1:
-        return {"type": "span.finished", "span": spans[0]}
-    return {"type": "spans.finished", "spans": spans}

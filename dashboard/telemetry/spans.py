@@ -4,8 +4,10 @@ the Channels groups of ``dashboard.groups``.
 ``on_span`` runs on whatever thread ended the span (often an agent's), so it only puts the
 record on a bounded queue and returns: it never blocks and never raises. A full queue drops
 the span and counts it in ``dropped``. One worker thread drains the queue in batches, writes
-``SpanRecord`` rows (oldest pruned past ``SCROLL_SPAN_RETENTION``), runs the alert engine and
-sends ``span.finished`` / ``alert.changed`` messages (one hop per batch, see below).
+``SpanRecord`` rows (oldest pruned past ``SCROLL_SPAN_RETENTION``), runs the alert engine,
+renders each span's row once (``dashboard.span_frames``: off the server's event loop, shared by
+every socket) and sends one ``spans.finished`` message per group and batch, and the
+``alert.changed`` ones (one hop per batch, see below).
 Every failure there is logged and counted in ``errors``; the agent never sees it.
 
 Messages go out through ``dashboard.push`` (on the server's loop when one is known).
@@ -32,7 +34,8 @@ from django.db.models import F, Sum, Window
 
 from dashboard import groups
 from dashboard.outage import database_unavailable
-from dashboard.push import send_groups, spans_message
+from dashboard.push import send_groups
+from dashboard.span_frames import render_row, spans_message
 from dashboard.telemetry.alerts import AlertEngine, Trigger, raise_alert
 from dashboard.telemetry.models import AlertRule, SpanRecord
 from dashboard.telemetry.spool import DEFAULT_SPOOL_BYTES, SpanSpool
@@ -219,7 +222,7 @@ class ConsoleSpanSink:
     def process(self, records: Iterable[Any]) -> list[SpanRecord]:
         """Persist, evaluate and push one batch (the worker calls this; tests may too)."""
         rows = self._store([SpanRecord.from_core(r) for r in records if r is not None])
-        by_group: dict[str, list[dict[str, Any]]] = {}
+        by_group: dict[str, tuple[list[dict[str, Any]], list[str]]] = {}
         alerts: list[tuple[str, dict[str, Any]]] = []
         for row in rows:
             span = row.to_dict()
@@ -229,14 +232,22 @@ class ConsoleSpanSink:
                 self.errors += 1
                 log.exception("console: alert rules failed on %s", row.name)
                 changed = []
-            by_group.setdefault(groups.SPANS, []).append(span)
+            # Rendered once, here: every group and every socket shares the row.
+            html = render_row(span)
+            targets = [groups.SPANS]
             if row.session_id:
-                by_group.setdefault(groups.session_group(row.session_id), []).append(span)
+                targets.append(groups.session_group(row.session_id))
+            for group in targets:
+                spans, htmls = by_group.setdefault(group, ([], []))
+                spans.append(span)
+                htmls.append(html)
             alerts.extend(
                 (groups.ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})
                 for alert in changed
             )
-        outbox = [(group, spans_message(spans)) for group, spans in by_group.items()] + alerts
+        outbox = [
+            (group, spans_message(spans, htmls)) for group, (spans, htmls) in by_group.items()
+        ] + alerts
         # The whole batch in one hop to the server's loop, in order.
         if not send_groups(outbox):
             self.errors += 1

@@ -54,8 +54,9 @@ DEFAULT_QUEUE_SIZE = 10_000
 BATCH = 200
 # The worker waits this long after a span for more before processing the batch: a burst
 # then goes out as one message per group (and one WebSocket frame per page) instead of one
-# per span, which is what keeps a busy server's event loop from falling behind.
-DEFAULT_LINGER_S = 0.05
+# per span, which is what keeps a busy server's event loop from falling behind
+# (settings.SCROLL_SPAN_LINGER_MS; every span waits up to this long, bench/console.py).
+DEFAULT_LINGER_MS = 50
 # Pruning deletes in one statement; checking after every batch would be wasted work.
 PRUNE_EVERY = 500
 # While the console database is away, the spool is tried again this often.
@@ -66,6 +67,11 @@ def default_spool() -> SpanSpool:
     """The spool under the data folder, bounded by settings.SCROLL_SPAN_SPOOL_BYTES."""
     folder = Path(settings.SCROLL_DATA_DIR) / "span-spool"
     return SpanSpool(folder, int(getattr(settings, "SCROLL_SPAN_SPOOL_BYTES", DEFAULT_SPOOL_BYTES)))
+
+
+def span_linger_s() -> float:
+    """How long the worker waits for company after a span (settings.SCROLL_SPAN_LINGER_MS)."""
+    return max(0, int(getattr(settings, "SCROLL_SPAN_LINGER_MS", DEFAULT_LINGER_MS))) / 1000
 
 
 def span_retention() -> int:
@@ -87,11 +93,11 @@ class ConsoleSpanSink:
         *,
         maxsize: int = DEFAULT_QUEUE_SIZE,
         start: bool = True,
-        linger_s: float = DEFAULT_LINGER_S,
+        linger_s: float | None = None,
         spool: SpanSpool | None = None,
     ) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=maxsize)
-        self.linger_s = linger_s
+        self.linger_s = span_linger_s() if linger_s is None else linger_s
         self.spool = spool if spool is not None else default_spool()
         self.spooled = 0  # spans written to the spool
         self.unspooled = 0  # spans stored from it

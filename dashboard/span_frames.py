@@ -17,12 +17,14 @@ persisted span model; both go through ``span_row``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from django.template.loader import render_to_string
+from django.urls import get_script_prefix, reverse
 from django.utils.safestring import mark_safe
 
 from dashboard.groups import session_safe_id
@@ -30,6 +32,7 @@ from dashboard.groups import session_safe_id
 __all__ = [
     "DEFAULT_SLOW_MS",
     "TIMELINE_SPANS",
+    "link",
     "render_row",
     "span_frame",
     "span_row",
@@ -67,6 +70,29 @@ def _iso_from_ns(ns: int | None) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# A row's three links were a third of its render as ``{% url %}`` tags (``reverse`` walks the
+# resolver each time). A value made only of these characters comes out of ``reverse`` as it
+# went in (none is quoted, none needs escaping in HTML), so the route is reversed once and the
+# value put in its place; any other value (and a "." or ".." segment, which ``reverse`` quotes)
+# still goes through ``reverse``.
+_PLAIN = re.compile(r"[\w.:~-]+", re.ASCII)
+_SLOT = "0slot0"
+
+
+@functools.lru_cache(maxsize=32)
+def _route(name: str, script_prefix: str) -> tuple[str, str]:
+    head, _, tail = reverse(name, args=[_SLOT]).rpartition(_SLOT)
+    return head, tail
+
+
+def link(name: str, value: str) -> str:
+    """``reverse(name, args=[value])``, without reversing the route again for a plain value."""
+    if not _PLAIN.fullmatch(value) or not value.strip("."):
+        return reverse(name, args=[value])
+    head, tail = _route(name, get_script_prefix())
+    return head + value + tail
+
+
 def status_label(status: str | None) -> str:
     # OpenTelemetry's UNSET means no error was recorded: to an operator that is "ok".
     return "error" if status == "error" else "ok"
@@ -78,13 +104,17 @@ def span_row(span: dict[str, Any]) -> dict[str, Any]:
     session_id = span.get("session_id") or attributes.get("gen_ai.conversation.id")
     name = span.get("name", "")
     duration = float(span.get("duration_ms") or 0.0)
+    span_id, trace_id = span.get("span_id", ""), span.get("trace_id", "")
     return {
-        "span_id": span.get("span_id", ""),
-        "trace_id": span.get("trace_id", ""),
+        "span_id": span_id,
+        "url": link("span", span_id),
+        "trace_id": trace_id,
+        "trace_url": link("trace", trace_id) if trace_id else "",
         "parent_id": span.get("parent_id"),
         "name": name,
         "session_id": session_id,
         "session_safe_id": session_safe_id(session_id) if session_id else "",
+        "session_url": link("session", session_id) if session_id else "",
         "end_ns": int(span.get("end_ns") or 0),
         "ended_at": _iso_from_ns(span.get("end_ns")),
         "duration_ms": duration,

@@ -30,7 +30,7 @@ SCROLL_SPAN_SPOOL_BYTES  spans that end while the console database is away wait 
                        (<data folder>/span-spool), in at most this many bytes (default
                        67108864); past it the oldest are dropped, counted and logged
 SCROLL_SPAN_LINGER_MS  how long the span sink waits after a span for more before it sends
-                       them to the live pages, one frame per page (default 50)
+                       them to the live pages, one frame per page (default 20)
 SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
 SCROLL_RUNNER_WORKERS  runs executing at once in one worker (embedded or scroll_worker; default 4)
 SCROLL_WORKERS         "embedded" (default): each serving process runs one worker thread;
@@ -396,7 +396,7 @@ SCROLL_SPAN_RETENTION_BYTES = _env_int("SCROLL_SPAN_RETENTION_BYTES", 200_000_00
 SCROLL_SPAN_SPOOL_BYTES = _env_int("SCROLL_SPAN_SPOOL_BYTES", 64 * 1024 * 1024, minimum=1)
 # How long the span sink waits after a span for more before it sends them (dashboard.telemetry
 # .spans): a burst goes out as one frame per page, at the cost of this much latency.
-SCROLL_SPAN_LINGER_MS = _env_int("SCROLL_SPAN_LINGER_MS", 50, minimum=0)
+SCROLL_SPAN_LINGER_MS = _env_int("SCROLL_SPAN_LINGER_MS", 20, minimum=0)
 SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
 SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)
 SCROLL_GATEWAY_THREADS = _env_int("SCROLL_GATEWAY_THREADS", 64, minimum=1)

@@ -10,7 +10,11 @@ every socket) and sends one ``spans.finished`` message per group and batch, and 
 ``alert.changed`` ones (one hop per batch, see below).
 Every failure there is logged and counted in ``errors``; the agent never sees it.
 
-Messages go out through ``dashboard.push`` (on the server's loop when one is known).
+Messages go out through ``dashboard.push`` (on the server's loop when one is known). The
+worker does not wait for the loop to take a batch: it stores and renders the next one
+meanwhile, and hands that over once the previous is out (batches stay in order, one in
+flight). A batch lingers ``SCROLL_SPAN_LINGER_MS`` counted from its first span's end, so a
+span that already waited behind the previous batch does not wait again.
 
 A batch that meets a console database outage is not lost: it goes to the on-disk spool
 (``dashboard.telemetry.spool``), as does every batch after it while the spool holds any, and
@@ -34,7 +38,7 @@ from django.db.models import F, Sum, Window
 
 from dashboard import groups
 from dashboard.outage import database_unavailable
-from dashboard.push import send_groups
+from dashboard.push import Sending, send_groups, start_sending
 from dashboard.span_frames import render_row, spans_message
 from dashboard.telemetry.alerts import AlertEngine, Trigger, raise_alert
 from dashboard.telemetry.models import AlertRule, SpanRecord
@@ -56,11 +60,17 @@ BATCH = 200
 # then goes out as one message per group (and one WebSocket frame per page) instead of one
 # per span, which is what keeps a busy server's event loop from falling behind
 # (settings.SCROLL_SPAN_LINGER_MS; every span waits up to this long, bench/console.py).
-DEFAULT_LINGER_MS = 50
+DEFAULT_LINGER_MS = 20
 # Pruning deletes in one statement; checking after every batch would be wasted work.
 PRUNE_EVERY = 500
 # While the console database is away, the spool is tried again this often.
 SPOOL_RETRY_S = 1.0
+
+
+def _waited_s(record: Any) -> float:
+    """How long ago ``record`` ended (0 for anything without an end time)."""
+    end_ns = getattr(record, "end_ns", None)
+    return max(0.0, (time.time_ns() - end_ns) / 1e9) if isinstance(end_ns, int) else 0.0
 
 
 def default_spool() -> SpanSpool:
@@ -113,6 +123,7 @@ class ConsoleSpanSink:
         self._since_prune = 0
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sending: Sending | None = None  # the batch the server's loop is sending
         if start:
             self.start()
 
@@ -143,10 +154,13 @@ class ConsoleSpanSink:
                     continue
                 # Linger a moment for company: one message per group per batch, not per span.
                 # Asleep, not woken by each span that arrives meanwhile: every wake-up takes
-                # the interpreter from the request that is producing those spans.
+                # the interpreter from the request that is producing those spans. Counted
+                # from the span's end: one that waited while the last batch went out has
+                # had its company already.
                 batch = [first]
-                if self.linger_s > 0:
-                    self._closed.wait(self.linger_s)
+                linger = self.linger_s - _waited_s(first)
+                if linger > 0:
+                    self._closed.wait(linger)
                 while len(batch) < BATCH:
                     try:
                         batch.append(self._queue.get_nowait())
@@ -154,6 +168,8 @@ class ConsoleSpanSink:
                         break
                 try:
                     self._take(batch)
+                    if self._queue.empty():
+                        self._sent()  # nothing behind it: flush() returns once it is out
                 except Exception:
                     self.errors += 1
                     log.exception("console: span batch of %d failed", len(batch))
@@ -161,7 +177,21 @@ class ConsoleSpanSink:
                     for _ in batch:
                         self._queue.task_done()
         finally:
+            self._sent()
             connection.close()
+
+    def _send(self, outbox: list[tuple[str, dict[str, Any]]]) -> None:
+        """Hand a batch's messages to the server's loop and return: the worker stores and
+        renders the next batch while the loop sends this one. The previous batch must be
+        out first: batches stay in order, and at most one is in flight."""
+        self._sent()
+        self._sending = start_sending(outbox)
+
+    def _sent(self) -> None:
+        """Wait for the batch in flight; a failed send is counted in ``errors``."""
+        sending, self._sending = self._sending, None
+        if sending is not None and not sending.done():
+            self.errors += 1
 
     def _take(self, batch: list[Any]) -> None:
         """Process a batch, or spool it when the database is away (or spans wait before
@@ -173,7 +203,7 @@ class ConsoleSpanSink:
             return
         try:
             close_old_connections()
-            self.process(records)
+            self.process(records, wait=False)
         except Exception as exc:
             if not database_unavailable(exc):
                 raise
@@ -225,8 +255,10 @@ class ConsoleSpanSink:
             )
             self._outage_since = None
 
-    def process(self, records: Iterable[Any]) -> list[SpanRecord]:
-        """Persist, evaluate and push one batch (the worker calls this; tests may too)."""
+    def process(self, records: Iterable[Any], *, wait: bool = True) -> list[SpanRecord]:
+        """Persist, evaluate and push one batch (the worker calls this; tests may too);
+        returns once its messages are sent unless ``wait`` is False (the worker's own
+        batches, see ``_send``)."""
         rows = self._store([SpanRecord.from_core(r) for r in records if r is not None])
         by_group: dict[str, tuple[list[dict[str, Any]], list[str]]] = {}
         alerts: list[tuple[str, dict[str, Any]]] = []
@@ -255,8 +287,9 @@ class ConsoleSpanSink:
             (group, spans_message(spans, htmls)) for group, (spans, htmls) in by_group.items()
         ] + alerts
         # The whole batch in one hop to the server's loop, in order.
-        if not send_groups(outbox):
-            self.errors += 1
+        self._send(outbox)
+        if wait:
+            self._sent()
         self._since_prune += len(rows)
         if self._since_prune >= PRUNE_EVERY:
             self._since_prune = 0

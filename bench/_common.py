@@ -31,6 +31,12 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (all its threads) so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0..100) by nearest rank on sorted values."""
     if not values:

@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, percentile
+from _common import cpu_seconds, emit, percentile
 from _server import DaphneServer, free_port
 
 USER, PASSWORD = "bench", "bench-pw-7f3a9c"
@@ -156,11 +156,12 @@ def stop_burner(burners: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def phase(
-    args: argparse.Namespace, http: Http, clients: list[Client], mode: str
+    args: argparse.Namespace, http: Http, clients: list[Client], mode: str, server_pid: int
 ) -> dict[str, Any]:
     """One load through the server in ``mode`` to the already connected clients."""
     for client in clients:
         client.reset()
+    cpu_before = cpu_seconds(server_pid)
     load = await asyncio.to_thread(
         http.json,
         "/bench/load/",
@@ -183,6 +184,9 @@ async def phase(
         if all(len(c.seen) >= expected.get(c.session_id, 0) for c in clients):
             break
         await asyncio.sleep(0.1)
+    # The server's CPU (every thread: the load, the sink, the event loop) per span: what a
+    # span costs whoever else shares the cores, which latency on a busy machine hides.
+    cpu_s = cpu_seconds(server_pid) - cpu_before
     latencies = [ms for c in clients for ms in c.latencies_ms]
     # Latency by when the span ended, first half of the load against the second: equal when
     # the server keeps up, growing when a backlog builds (latency then depends on run length).
@@ -204,6 +208,7 @@ async def phase(
         "span_to_client_p95_ms_first_half": round(percentile(first_half, 95), 2),
         "span_to_client_p95_ms_second_half": round(percentile(second_half, 95), 2),
         "spans_per_s": round(generated / elapsed, 1),
+        "server_cpu_ms_per_span": round(cpu_s * 1000 / generated, 3) if generated else None,
         "spans": generated,
         "spans_received": received,
         "deliveries_per_s": round(received / elapsed, 1),
@@ -239,12 +244,12 @@ async def drive(args: argparse.Namespace, server: Server, http: Http) -> dict[st
     try:
         # Same server, same sockets: Scroll's live path, the plain-channels baseline, then
         # Scroll's path again with every core kept busy by a burner this bench starts.
-        result["scroll"] = await phase(args, http, clients, "scroll")
-        result["baseline"] = await phase(args, http, clients, "channels")
+        result["scroll"] = await phase(args, http, clients, "scroll", server.pid)
+        result["baseline"] = await phase(args, http, clients, "channels", server.pid)
         if not args.no_loaded:
             burners = start_burner(args.seconds + args.grace + 60)
             try:
-                result["loaded"] = await phase(args, http, clients, "scroll")
+                result["loaded"] = await phase(args, http, clients, "scroll", server.pid)
             finally:
                 stop_burner(burners)
     finally:
@@ -263,6 +268,10 @@ async def drive(args: argparse.Namespace, server: Server, http: Http) -> dict[st
     result["baseline"].pop("sink", None)  # the sink saw none of the baseline's messages
     p95 = "span_to_client_p95_ms"
     result["p95_over_baseline_ratio"] = round(result["scroll"][p95] / result["baseline"][p95], 2)
+    cpu = "server_cpu_ms_per_span"
+    result["server_cpu_over_baseline_ratio"] = round(
+        result["scroll"][cpu] / result["baseline"][cpu], 2
+    )
     if "loaded" in result:
         loaded, idle = result["loaded"][p95], result["scroll"][p95]
         result["loaded_p95_over_idle_ratio"] = round(loaded / idle, 2)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import sys
@@ -65,7 +64,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
-from _common import REPO, SHARED_DATA, emit, envelope, percentile
+from _common import REPO, SHARED_DATA, cpu_seconds, emit, envelope, percentile
 from _gateway_data import (
     claude_code_messages,
     completion_for,
@@ -430,12 +429,6 @@ def _steps(
         messages.append({"role": "user", "content": f"next {step}: " + "more words " * 20})
         if not step:
             warm.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of process ``pid`` (all its threads) so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def latency(

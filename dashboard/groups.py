@@ -5,8 +5,10 @@ must stay under 100 characters, while session ids carry ':' and '/' ("locomo:con
 so a session's group is named by a short hash of its id.
 
 Messages sent to these groups:
-    {"type": "span.finished", "span": <SpanRecord dict>}        SPANS and the session group
-    {"type": "spans.finished", "spans": [<SpanRecord dict>, ...]}  the same, a batch, oldest first
+    {"type": "spans.finished", "spans": [<SpanRecord dict>, ...],  SPANS and the session group:
+     "rows": [<tr>, ...], "frame": <tbody>}                      a batch, oldest first, rendered
+                                                                 once (dashboard.span_frames)
+    {"type": "span.finished", "span": <SpanRecord dict>}        one span, from older senders
     {"type": "alert.changed", "alert": <Alert dict>}             ALERTS
     {"type": "session.changed", "session_id": ..., "summary": {...}}  SPANS and the session group
     {"type": "kernels.changed"}                                  KERNELS (the gateway's kernels)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -23,7 +24,14 @@ from channels.layers import get_channel_layer
 
 from dashboard.layer_outage import LAYER_DOWN_ERRORS, LayerDown, layer_outage
 
-__all__ = ["remember_server_loop", "send_group", "send_groups", "server_loop", "spans_message"]
+__all__ = [
+    "Sending",
+    "remember_server_loop",
+    "send_group",
+    "send_groups",
+    "server_loop",
+    "start_sending",
+]
 
 log = logging.getLogger("dashboard.push")
 
@@ -81,43 +89,64 @@ async def _send_all(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) 
     return failed
 
 
-def send_groups(messages: Sequence[tuple[str, dict[str, Any]]]) -> bool:
-    """``group_send`` each ``(group, message)`` in order, from synchronous code.
+class Sending:
+    """Messages on their way (``start_sending``); ``done`` waits for them."""
+
+    def __init__(self, count: int, future: Future[int] | None = None, failed: int = 0) -> None:
+        self.count = count
+        self._future = future
+        self._failed = failed
+
+    def done(self, timeout: float = SEND_TIMEOUT_S) -> bool:
+        """Wait until they are sent (at most ``timeout``); False (logged) when any failed."""
+        if self._future is not None:
+            try:
+                self._failed = self._future.result(timeout)
+            except Exception:
+                log.exception("console: sending %d messages failed", self.count)
+                self._failed = self.count
+            self._future = None
+        return self._failed == 0
+
+
+def start_sending(messages: Sequence[tuple[str, dict[str, Any]]]) -> Sending:
+    """``group_send`` each ``(group, message)`` in order, from synchronous code, without
+    waiting for the server's loop to take them: ``Sending.done`` waits.
 
     On the server's loop when one is known (thread-safe for the in-memory layer), else
-    through ``async_to_sync``. False (logged) when any send failed.
+    through ``async_to_sync`` (sent before this returns).
     """
     layer = get_channel_layer()
-    if layer is None or not messages:
-        return layer is not None
+    if layer is None:
+        return Sending(len(messages), failed=1)
+    if not messages:
+        return Sending(0)
     loop = server_loop()
     try:
         if loop is None:
-            failed = async_to_sync(_send_all)(layer, messages)
-        else:
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:
-                # Called from the server's own thread: schedule, never block the loop.
-                loop.create_task(_send_all(layer, messages))
-                return True
-            future = asyncio.run_coroutine_threadsafe(_send_all(layer, messages), loop)
-            failed = future.result(SEND_TIMEOUT_S)
+            return Sending(len(messages), failed=async_to_sync(_send_all)(layer, messages))
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            # Called from the server's own thread: schedule, never block the loop.
+            loop.create_task(_send_all(layer, messages))
+            return Sending(len(messages))
+        return Sending(
+            len(messages), asyncio.run_coroutine_threadsafe(_send_all(layer, messages), loop)
+        )
     except Exception:
         log.exception("console: sending %d messages failed", len(messages))
-        return False
-    return failed == 0
+        return Sending(len(messages), failed=len(messages))
+
+
+def send_groups(messages: Sequence[tuple[str, dict[str, Any]]]) -> bool:
+    """``group_send`` each ``(group, message)`` in order, from synchronous code, and wait
+    until they are sent (``start_sending``). False (logged) when any send failed."""
+    return start_sending(messages).done()
 
 
 def send_group(group: str, message: dict[str, Any]) -> bool:
     """``group_send`` from synchronous code; False (logged) when the layer refuses it."""
     return send_groups([(group, message)])
-
-
-def spans_message(spans: list[dict[str, Any]]) -> dict[str, Any]:
-    """``span.finished`` for one span, ``spans.finished`` (oldest first) for several."""
-    if len(spans) == 1:
-        return {"type": "span.finished", "span": spans[0]}
-    return {"type": "spans.finished", "spans": spans}

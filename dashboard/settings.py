@@ -32,6 +32,8 @@ SCROLL_SPAN_SPOOL_BYTES  spans that end while the console database is away wait 
 SCROLL_LIVE_LINT_WAIT_MS  a session's finished turns are linted together this long after the
                        first of them (default 1000); 0 lints at every turn end, on the
                        request's interpreter
+SCROLL_SPAN_LINGER_MS  how long the span sink waits after a span for more before it sends
+                       them to the live pages, one frame per page (default 20)
 SCROLL_KERNEL_POOL     warm kernels kept ready for new runs (default 1)
 SCROLL_RUNNER_WORKERS  runs executing at once in one worker (embedded or scroll_worker; default 4)
 SCROLL_WORKERS         "embedded" (default): each serving process runs one worker thread;
@@ -396,6 +398,9 @@ SCROLL_SPAN_RETENTION_BYTES = _env_int("SCROLL_SPAN_RETENTION_BYTES", 200_000_00
 # Spans that end while the console database is away wait on disk, in at most this many bytes.
 SCROLL_LIVE_LINT_WAIT_MS = _env_int("SCROLL_LIVE_LINT_WAIT_MS", 1000, minimum=0)
 SCROLL_SPAN_SPOOL_BYTES = _env_int("SCROLL_SPAN_SPOOL_BYTES", 64 * 1024 * 1024, minimum=1)
+# How long the span sink waits after a span for more before it sends them (dashboard.telemetry
+# .spans): a burst goes out as one frame per page, at the cost of this much latency.
+SCROLL_SPAN_LINGER_MS = _env_int("SCROLL_SPAN_LINGER_MS", 20, minimum=0)
 SCROLL_KERNEL_POOL = _env_int("SCROLL_KERNEL_POOL", 1, minimum=0)
 SCROLL_RUNNER_WORKERS = _env_int("SCROLL_RUNNER_WORKERS", 4, minimum=1)
 SCROLL_GATEWAY_THREADS = _env_int("SCROLL_GATEWAY_THREADS", 64, minimum=1)

@@ -316,7 +316,7 @@ def test_the_first_sessions_page_asks_for_new_rows_and_later_pages_do_not(client
     assert "sessions=1" not in searched
 
 
-async def test_a_batch_of_spans_arrives_as_one_frame_oldest_first(user):
+async def test_a_batch_of_spans_arrives_as_one_frame_newest_on_top(user):
     sid = "locomo:conv-26"
     communicator, _ = await _connect(f"/ws/sessions/{session_safe_id(sid)}/", user)
     try:
@@ -329,9 +329,9 @@ async def test_a_batch_of_spans_arrives_as_one_frame_oldest_first(user):
             session_group(sid), {"type": "spans.finished", "spans": spans}
         )
         rows = await communicator.receive_from(timeout=2)
-        ids = [rows.index(f'id="span-{c * 16}"') for c in "456"]
-        assert ids == sorted(ids)  # each prepended in turn: the newest ends on top
-        assert rows.count('hx-swap-oob="afterbegin:#span-rows"') == 3
+        ids = [rows.index(f'id="span-{c * 16}"') for c in "654"]
+        assert ids == sorted(ids)  # one body prepended whole: the newest first, on top
+        assert rows.count('hx-swap-oob="afterbegin:#span-rows"') == 1
         assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()
@@ -390,7 +390,7 @@ async def test_a_span_stored_after_the_traces_page_rendered_reaches_it_once(user
         await communicator.disconnect()
 
 
-async def test_catch_up_is_bounded_and_oldest_first(user, settings):
+async def test_catch_up_is_bounded_and_shows_the_newest_on_top(user, settings):
     from dashboard.console import live
 
     def store():
@@ -402,7 +402,7 @@ async def test_catch_up_is_bounded_and_oldest_first(user, settings):
         frame = await communicator.receive_from(timeout=2)
         assert frame.count("<tr ") == live.CATCH_UP_ROWS
         assert f'id="span-{4:016x}"' not in frame  # the oldest five are left out
-        assert frame.index(f"span-{5:016x}") < frame.index(f"span-{204:016x}")
+        assert frame.index(f"span-{204:016x}") < frame.index(f"span-{5:016x}")
     finally:
         await communicator.disconnect()
 

@@ -20,8 +20,9 @@ from channels.testing import WebsocketCommunicator
 from dashboard.console.routing import websocket_urlpatterns
 from dashboard.groups import SPANS
 from dashboard.layer_outage import layer_outage
-from dashboard.push import send_groups, spans_message
+from dashboard.push import send_groups
 from dashboard.settings import redis_channel_layer
+from dashboard.span_frames import spans_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -71,8 +71,15 @@ def test_it_stores_spans_and_sends_them_to_the_global_and_session_groups(sink):
     assert stored.session_id == "locomo:conv-26"
     assert stored.attributes == {"scroll.k": 5}
     first, second = listener.receive(), listener.receive()
-    assert first == second == {"type": "span.finished", "span": rows[0].to_dict()}
-    assert first["span"]["name"] == "scroll.search"
+    assert first == second
+    assert first["type"] == "spans.finished"
+    assert first["spans"] == [rows[0].to_dict()]
+    assert first["spans"][0]["name"] == "scroll.search"
+    # Rendered once by the sink, for every socket: the row, and the frame holding it.
+    (row,) = first["rows"]
+    assert row.strip().startswith(f'<tr id="span-{rows[0].span_id}"')
+    assert first["frame"].startswith('<tbody hx-swap-oob="afterbegin:#span-rows">')
+    assert row in first["frame"]
 
 
 @pytest.mark.django_db
@@ -272,8 +279,8 @@ def test_sends_from_the_worker_thread_run_on_the_servers_loop(sink, server_loop)
     finally:
         del layer.group_send
         server_loop.run(layer.group_discard(groups.SPANS, channel))
-    assert message["type"] == "span.finished"
-    assert message["span"]["session_id"] == "t1"
+    assert message["type"] == "spans.finished"
+    assert message["spans"][0]["session_id"] == "t1"
     assert sent_on and set(sent_on) == {"server-loop"}
 
 
@@ -289,7 +296,7 @@ def test_without_a_running_server_loop_it_falls_back_to_async_to_sync(sink):
         assert push.server_loop() is None
         listener = Listener(groups.SPANS)
         sink.process([_core(session="t2")])
-        assert listener.receive()["span"]["session_id"] == "t2"
+        assert listener.receive()["spans"][0]["session_id"] == "t2"
     finally:
         stopped.close()
 

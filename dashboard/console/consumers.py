@@ -40,11 +40,12 @@ from dashboard.groups import ALERTS, KERNELS, SESSION_PREFIX, SPANS, session_saf
 from dashboard.layer_outage import LAYER_DOWN_ERRORS, layer_outage
 from dashboard.projects.access import Access
 from dashboard.push import remember_server_loop
+from dashboard.span_frames import render_row, span_frame
 
-# A span is rendered once per process and shared by every socket that shows it; the cache
-# holds the newest few so a burst fanned out to many sockets renders each span once.
+# Spans that arrive without their rows (the catch-up, a sender from before batched frames)
+# are rendered here, once per process: the newest few are kept for the other sockets.
 _RENDER_CACHE_SIZE = 2048
-_render_cache: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+_render_cache: OrderedDict[tuple[str, str], str] = OrderedDict()
 _SAFE_ID = re.compile(r"^[0-9a-f]{16}$")
 # Spans after which a session page's header, index, kernel or charts may have changed.
 REFRESH_SPANS = frozenset(
@@ -67,21 +68,15 @@ REJOIN_FIRST_S = 0.25
 REJOIN_MAX_S = 2.0
 
 
-def render_span_fragments(span: dict[str, Any]) -> list[str]:
-    """The span row as an OOB frame, rendered once per span and shared by every socket.
-
-    (The session timeline is not built from spans: it lists the compress records and
-    profile changes a reload lists, sent by ``SessionConsumer`` with the same partial.)
-    """
+def rendered_row(span: dict[str, Any]) -> str:
+    """The span's row (``span_frames.render_row``), rendered once per process."""
     key = (span.get("trace_id", ""), span.get("span_id", ""))
-    frames = _render_cache.get(key)
-    if frames is None:
-        row = live.span_row(span)
-        frames = [render_to_string("dashboard/_span_oob.html", {"s": row})]
-        _render_cache[key] = frames
+    row = _render_cache.get(key)
+    if row is None:
+        row = _render_cache[key] = render_row(span)
         if len(_render_cache) > _RENDER_CACHE_SIZE:
             _render_cache.popitem(last=False)
-    return frames
+    return row
 
 
 class _LiveConsumer(AsyncWebsocketConsumer):
@@ -242,20 +237,30 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=html.strip())
 
     async def span_finished(self, event: dict[str, Any]) -> None:
-        if self._wants(event["span"]) and await self._readable([event["span"]]):
-            self._seen(event["span"])
-            for frame in render_span_fragments(event["span"]):
-                await self.send(text_data=frame)
+        """One span (a sender from before batched frames): a batch of one."""
+        await self.spans_finished({"type": "spans.finished", "spans": [event["span"]]})
 
     async def spans_finished(self, event: dict[str, Any]) -> None:
-        """A batch, oldest first: all rows in one frame."""
-        rows: list[str] = []
-        for span in await self._readable(event["spans"]):
-            if self._wants(span):
-                self._seen(span)
-                rows.extend(render_span_fragments(span))
-        if rows:
-            await self.send(text_data="".join(rows))
+        """A batch, oldest first, in one frame (``dashboard.span_frames``): the sender's frame
+        as it came when this socket shows every span of it, else one of the rows it shows.
+        Rows come rendered with the message; only one without them (the catch-up) is
+        rendered here."""
+        spans = event["spans"]
+        shown = [i for i, span in enumerate(spans) if self._wants(span)]
+        if shown and not self.access.everything:
+            readable = {id(span) for span in await self._readable([spans[i] for i in shown])}
+            shown = [i for i in shown if id(spans[i]) in readable]
+        if not shown:
+            return
+        for i in shown:
+            self._seen(spans[i])
+        frame = event.get("frame")
+        if frame is None or len(shown) != len(spans):
+            rows = event.get("rows")
+            if rows is None:
+                rows = [rendered_row(span) for span in spans]
+            frame = span_frame([rows[i] for i in shown])
+        await self.send(text_data=frame)
 
     async def _send_session_row(self, row: Any) -> None:
         part = "move" if getattr(self, "session_rows", False) else "replace"
@@ -543,11 +548,6 @@ class SessionConsumer(_LiveConsumer):
     async def spans_finished(self, event: dict[str, Any]) -> None:
         await super().spans_finished(event)
         if any(span.get("name") in REFRESH_SPANS for span in event["spans"]):
-            self._schedule()
-
-    async def span_finished(self, event: dict[str, Any]) -> None:
-        await super().span_finished(event)
-        if event["span"].get("name") in REFRESH_SPANS:
             self._schedule()
 
     async def session_changed(self, event: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from dashboard.record.models import WireCall
 from dashboard.record.read import has_record
 from dashboard.runs.inforce import Recorded, load_recorded
 from dashboard.runs.models import CompressEvent
+from dashboard.span_frames import status_label
 from dashboard.telemetry.cost import call_costs
 from dashboard.telemetry.models import SpanRecord
 from scroll_core.replay import CallPoint, CompressPoint, TraceError, inspect_call
@@ -215,7 +216,7 @@ def _tree(spans: list[SpanRecord]) -> list[dict[str, Any]]:
             {
                 "span": span,
                 # As the Traces list says it: OpenTelemetry's "unset" is "ok" to an operator.
-                "status": live.status_label(span.status),
+                "status": status_label(span.status),
                 "depth": depth,
                 "indent": min(depth, 12),
                 "offset": round(100 * (span.start_ns - start) / width, 3),

@@ -51,6 +51,7 @@ from dashboard.runs.permissions import (
     permission_required,
 )
 from dashboard.runs.workstate import GATEWAY_OWNER_PREFIX
+from dashboard.span_frames import span_row
 from dashboard.telemetry import alerts as alert_rules
 from dashboard.telemetry.cost import cost_context, recorded_total
 from dashboard.telemetry.models import Alert, SpanRecord
@@ -333,7 +334,7 @@ def session(request: HttpRequest, session_id: str) -> HttpResponse:
         "can_stop": request.user.has_perm(STOP_RUN)
         and access_of(request).sees_session(session_id, OPERATOR),
         "spans": [
-            live.span_row(s.to_dict())
+            span_row(s.to_dict())
             for s in SpanRecord.objects.filter(session_id=session_id)[:SPAN_ROWS]
         ],
     }
@@ -392,7 +393,7 @@ def traces(request: HttpRequest) -> HttpResponse:
             span_after=span_after,
             span_gaps=live.id_gaps(SpanRecord, span_after),
         ),
-        "spans": [live.span_row(s.to_dict()) for s in spans[:SPAN_ROWS]],
+        "spans": [span_row(s.to_dict()) for s in spans[:SPAN_ROWS]],
         "operations": access.scope(SpanRecord.objects.all())
         .values_list("name", flat=True)
         .distinct()[:200],
@@ -410,7 +411,7 @@ def span(request: HttpRequest, span_id: str) -> HttpResponse:
     ctx = {
         "ws_url": live.ws_url("/ws/alerts/"),
         "span": record,
-        "s": live.span_row(record.to_dict()),
+        "s": span_row(record.to_dict()),
         "parent": access.scope(SpanRecord.objects.filter(span_id=record.parent_id)).first(),
         "children": access.scope(SpanRecord.objects.filter(parent_id=record.span_id)).order_by(
             "start_ns"

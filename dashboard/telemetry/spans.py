@@ -4,13 +4,19 @@ the Channels groups of ``dashboard.groups``.
 ``on_span`` runs on whatever thread ended the span (often an agent's), so it only puts the
 record on a bounded queue and returns: it never blocks and never raises. A full queue drops
 the span and counts it in ``dropped``. One worker thread drains the queue in batches, writes
-``SpanRecord`` rows (oldest pruned past ``SCROLL_SPAN_RETENTION``), runs the alert engine and
-sends ``span.finished`` / ``alert.changed`` messages (one hop per batch, see below). The
-process's sink lints a session's finished turns together, ``LIVE_LINT_WAIT_S`` after the first
+``SpanRecord`` rows (oldest pruned past ``SCROLL_SPAN_RETENTION``), runs the alert engine,
+renders each span's row once (``dashboard.span_frames``: off the server's event loop, shared by
+every socket) and sends one ``spans.finished`` message per group and batch, and the
+``alert.changed`` ones (one hop per batch, see below).
+The process's sink lints a session's finished turns together, ``LIVE_LINT_WAIT_S`` after the first
 of them, not at each turn end (``lint_wait_s``; 0 lints each turn as its span is processed).
 Every failure there is logged and counted in ``errors``; the agent never sees it.
 
-Messages go out through ``dashboard.push`` (on the server's loop when one is known).
+Messages go out through ``dashboard.push`` (on the server's loop when one is known). The
+worker does not wait for the loop to take a batch: it stores and renders the next one
+meanwhile, and hands that over once the previous is out (batches stay in order, one in
+flight). A batch lingers ``SCROLL_SPAN_LINGER_MS`` counted from its first span's end, so a
+span that already waited behind the previous batch does not wait again.
 
 A batch that meets a console database outage is not lost: it goes to the on-disk spool
 (``dashboard.telemetry.spool``), as does every batch after it while the spool holds any, and
@@ -34,7 +40,8 @@ from django.db.models import F, Sum, Window
 
 from dashboard import groups
 from dashboard.outage import database_unavailable
-from dashboard.push import send_groups, spans_message
+from dashboard.push import Sending, send_groups, start_sending
+from dashboard.span_frames import render_row, spans_message
 from dashboard.telemetry.alerts import AlertEngine, Trigger, raise_alert
 from dashboard.telemetry.models import AlertRule, SpanRecord
 from dashboard.telemetry.spool import DEFAULT_SPOOL_BYTES, SpanSpool
@@ -53,8 +60,9 @@ DEFAULT_QUEUE_SIZE = 10_000
 BATCH = 200
 # The worker waits this long after a span for more before processing the batch: a burst
 # then goes out as one message per group (and one WebSocket frame per page) instead of one
-# per span, which is what keeps a busy server's event loop from falling behind.
-DEFAULT_LINGER_S = 0.05
+# per span, which is what keeps a busy server's event loop from falling behind
+# (settings.SCROLL_SPAN_LINGER_MS; every span waits up to this long, bench/console.py).
+DEFAULT_LINGER_MS = 20
 # Pruning deletes in one statement; checking after every batch would be wasted work.
 PRUNE_EVERY = 500
 # While the console database is away, the spool is tried again this often.
@@ -73,10 +81,21 @@ def live_lint_wait_s() -> float:
     return LIVE_LINT_WAIT_S if ms is None else max(0, int(ms)) / 1000
 
 
+def _waited_s(record: Any) -> float:
+    """How long ago ``record`` ended (0 for anything without an end time)."""
+    end_ns = getattr(record, "end_ns", None)
+    return max(0.0, (time.time_ns() - end_ns) / 1e9) if isinstance(end_ns, int) else 0.0
+
+
 def default_spool() -> SpanSpool:
     """The spool under the data folder, bounded by settings.SCROLL_SPAN_SPOOL_BYTES."""
     folder = Path(settings.SCROLL_DATA_DIR) / "span-spool"
     return SpanSpool(folder, int(getattr(settings, "SCROLL_SPAN_SPOOL_BYTES", DEFAULT_SPOOL_BYTES)))
+
+
+def span_linger_s() -> float:
+    """How long the worker waits for company after a span (settings.SCROLL_SPAN_LINGER_MS)."""
+    return max(0, int(getattr(settings, "SCROLL_SPAN_LINGER_MS", DEFAULT_LINGER_MS))) / 1000
 
 
 def span_retention() -> int:
@@ -98,12 +117,12 @@ class ConsoleSpanSink:
         *,
         maxsize: int = DEFAULT_QUEUE_SIZE,
         start: bool = True,
-        linger_s: float = DEFAULT_LINGER_S,
+        linger_s: float | None = None,
         spool: SpanSpool | None = None,
         lint_wait_s: float = 0.0,
     ) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=maxsize)
-        self.linger_s = linger_s
+        self.linger_s = span_linger_s() if linger_s is None else linger_s
         # 0: lint each turn as its span is processed; else see LIVE_LINT_WAIT_S.
         self.lint_wait_s = lint_wait_s
         self.spool = spool if spool is not None else default_spool()
@@ -121,6 +140,7 @@ class ConsoleSpanSink:
         self._since_prune = 0
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sending: Sending | None = None  # the batch the server's loop is sending
         if start:
             self.start()
 
@@ -154,10 +174,13 @@ class ConsoleSpanSink:
                     continue
                 # Linger a moment for company: one message per group per batch, not per span.
                 # Asleep, not woken by each span that arrives meanwhile: every wake-up takes
-                # the interpreter from the request that is producing those spans.
+                # the interpreter from the request that is producing those spans. Counted
+                # from the span's end: one that waited while the last batch went out has
+                # had its company already.
                 batch = [first]
-                if self.linger_s > 0:
-                    self._closed.wait(self.linger_s)
+                linger = self.linger_s - _waited_s(first)
+                if linger > 0:
+                    self._closed.wait(linger)
                 while len(batch) < BATCH:
                     try:
                         batch.append(self._queue.get_nowait())
@@ -165,6 +188,8 @@ class ConsoleSpanSink:
                         break
                 try:
                     self._take(batch)
+                    if self._queue.empty():
+                        self._sent()  # nothing behind it: flush() returns once it is out
                 except Exception:
                     self.errors += 1
                     log.exception("console: span batch of %d failed", len(batch))
@@ -172,8 +197,22 @@ class ConsoleSpanSink:
                     for _ in batch:
                         self._queue.task_done()
         finally:
+            self._sent()
             self.lint_now()  # the turns still waiting are not left unjudged
             connection.close()
+
+    def _send(self, outbox: list[tuple[str, dict[str, Any]]]) -> None:
+        """Hand a batch's messages to the server's loop and return: the worker stores and
+        renders the next batch while the loop sends this one. The previous batch must be
+        out first: batches stay in order, and at most one is in flight."""
+        self._sent()
+        self._sending = start_sending(outbox)
+
+    def _sent(self) -> None:
+        """Wait for the batch in flight; a failed send is counted in ``errors``."""
+        sending, self._sending = self._sending, None
+        if sending is not None and not sending.done():
+            self.errors += 1
 
     def _take(self, batch: list[Any]) -> None:
         """Process a batch, or spool it when the database is away (or spans wait before
@@ -185,7 +224,7 @@ class ConsoleSpanSink:
             return
         try:
             close_old_connections()
-            self.process(records)
+            self.process(records, wait=False)
         except Exception as exc:
             if not database_unavailable(exc):
                 raise
@@ -254,10 +293,12 @@ class ConsoleSpanSink:
         """Lint every session whose turns wait for it (tests, shutdown)."""
         self._lint_due(everything=True)
 
-    def process(self, records: Iterable[Any]) -> list[SpanRecord]:
-        """Persist, evaluate and push one batch (the worker calls this; tests may too)."""
+    def process(self, records: Iterable[Any], *, wait: bool = True) -> list[SpanRecord]:
+        """Persist, evaluate and push one batch (the worker calls this; tests may too);
+        returns once its messages are sent unless ``wait`` is False (the worker's own
+        batches, see ``_send``)."""
         rows = self._store([SpanRecord.from_core(r) for r in records if r is not None])
-        by_group: dict[str, list[dict[str, Any]]] = {}
+        by_group: dict[str, tuple[list[dict[str, Any]], list[str]]] = {}
         alerts: list[tuple[str, dict[str, Any]]] = []
         defer = self.lint_wait_s > 0
         for row in rows:
@@ -268,9 +309,15 @@ class ConsoleSpanSink:
                 self.errors += 1
                 log.exception("console: alert rules failed on %s", row.name)
                 changed = []
-            by_group.setdefault(groups.SPANS, []).append(span)
+            # Rendered once, here: every group and every socket shares the row.
+            html = render_row(span)
+            targets = [groups.SPANS]
             if row.session_id:
-                by_group.setdefault(groups.session_group(row.session_id), []).append(span)
+                targets.append(groups.session_group(row.session_id))
+            for group in targets:
+                spans, htmls = by_group.setdefault(group, ([], []))
+                spans.append(span)
+                htmls.append(html)
             alerts.extend(
                 (groups.ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})
                 for alert in changed
@@ -284,10 +331,13 @@ class ConsoleSpanSink:
             except Exception:
                 self.errors += 1
                 log.exception("console: the deferred trajectory lint failed")
-        outbox = [(group, spans_message(spans)) for group, spans in by_group.items()] + alerts
+        outbox = [
+            (group, spans_message(spans, htmls)) for group, (spans, htmls) in by_group.items()
+        ] + alerts
         # The whole batch in one hop to the server's loop, in order.
-        if not send_groups(outbox):
-            self.errors += 1
+        self._send(outbox)
+        if wait:
+            self._sent()
         self._since_prune += len(rows)
         if self._since_prune >= PRUNE_EVERY:
             self._since_prune = 0

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from dashboard.groups import ALERTS, session_group, session_safe_id
+from dashboard.span_frames import spans_message
 from tests.browser.conftest import shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -156,9 +157,10 @@ def test_traces_stream_spans_live(page):
     )
 
     page.wait_for_selector(f"#span-{'f' * 16}", timeout=10_000)
-    # A batch from a busy sink: every row of the one frame lands, the newest on top.
+    # A batch from a busy sink, as it sends one (rows rendered once, one frame): every row
+    # lands, the newest on top.
     batch = [_span("scroll.search", c * 16, **{"scroll.query": c}) for c in "123"]
-    _send("scroll.spans", {"type": "spans.finished", "spans": batch})
+    _send("scroll.spans", spans_message(batch))
     page.wait_for_selector(f"#span-{'3' * 16}", timeout=10_000)
     ids = page.eval_on_selector_all("#span-rows tr", "rows => rows.map(r => r.id)")
     assert ids[:4] == [f"span-{c * 16}" for c in "321f"]

@@ -56,6 +56,8 @@ def _texts(message: dict[str, Any]) -> list[str]:
 
 def probes(s: Session, count: int) -> list[Probe]:
     """Up to ``count`` probes, from tool results spread evenly over the session."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1, not {count}")
     messages: list[tuple[int, dict[str, Any]]] = []
     for n, step in enumerate(s.steps):
         messages += [(n, m) for m in step.new] + [(n, step.reply)]
@@ -89,17 +91,20 @@ def held(body: dict[str, Any], probe: Probe) -> bool:
     return any(probe.line in text for text in texts)
 
 
-def recalled(log_path: Path, agent_id: str, probe: Probe) -> bool:
-    """Whether ``ms.search`` for the identifier over ``agent_id``'s Event Log returns, in its
-    top ``SEARCH_K``, an event holding the line."""
+def recalled(log_path: Path, agent_id: str, asked: list[Probe]) -> list[bool]:
+    """For each probe, whether ``ms.search`` for its identifier over ``agent_id``'s Event Log
+    returns, in its top ``SEARCH_K``, an event holding its line (the log opened once)."""
     from scroll_core.kernel.ms import MsCapability
     from scroll_core.store import EventLog
 
     log = EventLog(log_path)
     ms = MsCapability(log, agent_id=agent_id)
     try:
-        _, seqs = ms.search(probe.identifier, k=SEARCH_K)
-        return any(probe.line in log.get(seq).content for seq in seqs)
+        found = []
+        for probe in asked:
+            _, seqs = ms.search(probe.identifier, k=SEARCH_K)
+            found.append(any(probe.line in log.get(seq).content for seq in seqs))
+        return found
     finally:
         ms.close()
         log.close()

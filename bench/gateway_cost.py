@@ -417,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             result["material"] = base.source
             # What the Scroll arm's replies carry more than the others' (its output counts it).
             headline_tokens += sum(counter.count("\n" + step.headline) for step in base.steps)
+            asked = probes(base, PROBES)  # the same facts asked of every arm and window
             for window in windows:
                 # Tool ids are unique in the gateway's Event Log: each window gets its own.
                 s = renamed(base, f"w{window}")
@@ -439,7 +440,6 @@ def main(argv: list[str] | None = None) -> int:
                     arm: price(requests, window, "compaction" if arm == "compact" else "eviction")
                     for arm, requests in played.items()
                 }
-                asked = probes(base, PROBES)
                 agents = {
                     "scroll": f"cost-scroll-{window}",
                     "scroll_reference": f"cost-reference-{window}",
@@ -447,10 +447,11 @@ def main(argv: list[str] | None = None) -> int:
                 for arm, requests in played.items():
                     last = requests[-1][0]
                     holds = [held(last, p) for p in asked]
-                    found = [
-                        not h and arm in agents and recalled(server.log_path, agents[arm], p)
-                        for p, h in zip(asked, holds, strict=True)
-                    ]
+                    if arm in agents:
+                        missing = [p for p, h in zip(asked, holds, strict=True) if not h]
+                        found = recalled(server.log_path, agents[arm], missing)
+                    else:
+                        found = []
                     arms[arm]["recall"] = {
                         "probes": len(asked),
                         "held": sum(holds),

@@ -141,7 +141,7 @@ class _Scorer:
     Only an evidence turn's place matters, so instead of sorting every question's turns the
     scorer counts, for each evidence turn, the turns of its question that rank before it:
     the pairs (evidence turn, turn of the same question) and which of each pair wins a tie
-    are fixed, so a trial is one comparison per pair and a count (about 3x faster than a
+    are fixed, so a trial is one comparison per pair and a count (about 4x faster than a
     sort of every row: 129 -> 31 ms a trial over 150,000 turns)."""
 
     def __init__(self, questions: Sequence[Question]) -> None:

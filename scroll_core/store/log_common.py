@@ -312,11 +312,14 @@ class _EventLogBase(ABC):
         session_id = _required_text(event, "session_id", where)
         kind = _required_text(event, "kind", where)
         agent_id = event.get("agent_id") or "main"
-        role = _optional_text(event, "role", where)
-        name = _optional_text(event, "name", where)
-        tool_call_id = _optional_text(event, "tool_call_id", where)
-        headline = _optional_text(event, "headline", where)
-        dedup_key = _optional_text(event, "dedup_key", where)
+        get = event.get  # (most optional fields are absent: checked without a call)
+        role = None if get("role") is None else _optional_text(event, "role", where)
+        name = None if get("name") is None else _optional_text(event, "name", where)
+        tool_call_id = (
+            None if get("tool_call_id") is None else _optional_text(event, "tool_call_id", where)
+        )
+        headline = None if get("headline") is None else _optional_text(event, "headline", where)
+        dedup_key = None if get("dedup_key") is None else _optional_text(event, "dedup_key", where)
         if not isinstance(agent_id, str):
             raise InvalidEvent(f"{where}: agent_id must be a string")
         _refuse_nul(agent_id, "agent_id", where)

@@ -3,7 +3,7 @@ core (``tokens.TiktokenCounter`` uses it on the calling thread).
 
 tiktoken splits a text with one regular expression and runs byte-pair merges on each
 piece alone, so a text's count is the sum of its pieces' counts. Most pieces are common
-words, so each piece's count is kept in a bounded table and only a new piece goes to
+words, so each short piece's count is kept in a bounded table and only a new piece goes to
 tiktoken's own merge (``_encode_single_piece``). The split is cl100k's pattern written for
 Python's ``re`` with its classes spelled out for ASCII (``\\p{L}`` is ``A-Za-z``, ``\\p{N}``
 is ``0-9``, ``\\s`` is the six ASCII ``White_Space`` characters, which is not what ``re``'s
@@ -37,8 +37,11 @@ PROBE = (
     "I'm here, it's OK -- we'LL see; they've 12345 apples!!\n\n  indented\tTab \x0b\x0c"
     "  'quoted' (a+b)=c \r\n end...   \n\x1c\x1f mixed99words 3.14159 @@@\n   "
 )
-# Distinct pieces kept; the table is emptied when it passes this (a few MB at most).
-MAX_PIECES = 200_000
+# Distinct pieces kept, each at most ``MAX_PIECE_CHARS`` long (a longer one, such as a run
+# of base64, is counted each time it comes); the table is emptied when it passes
+# ``MAX_PIECES``, so it stays under about 10 MB.
+MAX_PIECES = 100_000
+MAX_PIECE_CHARS = 32
 
 
 class PieceCounter:
@@ -78,6 +81,8 @@ class PieceCounter:
         for piece in pieces:  # (another thread may empty the table meanwhile: no re-reads)
             n = known.get(piece)
             if n is None:
-                n = known[piece] = len(self._encode_piece(piece.encode("ascii")))
+                n = len(self._encode_piece(piece.encode("ascii")))
+                if len(piece) <= MAX_PIECE_CHARS:
+                    known[piece] = n
             total += n
         return total

@@ -82,6 +82,9 @@ def test_the_piece_table_stays_bounded_and_exact(monkeypatch):
     counts = [counter.count(t) for t in texts]
     assert len(counter._pieces) <= 5 + 4  # emptied before it grows past the bound
     assert counts == [len(default_counter()._enc.encode_ordinary(t)) for t in texts]
+    blob = "QUJD" * 5000  # one 20,000-letter piece: counted, never kept
+    assert counter.count(blob) == len(default_counter()._enc.encode_ordinary(blob))
+    assert blob not in counter._pieces and len(counter._pieces) <= 5 + 4
 
 
 def test_the_piece_counter_is_only_used_for_the_split_it_spells():

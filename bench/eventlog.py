@@ -10,7 +10,8 @@ SQLite: our ``EventLog.append_many`` (validation, token counting, dedup, payload
 against a bare ``executemany`` of the same rows into an equivalent table with the same FTS5
 index and trigger. ``ingest_ratio`` is ours as shipped, with token counting on a worker
 thread (so it uses a second core when there is one); ``ingest_ratio_single_thread`` is ours
-with token counting on the calling thread, the same work on one core as the raw side.
+with ``token_thread=False``, token counting on the calling thread, the same work on one core
+as the raw side.
 Search: the same question-like queries through ``EventLog.search`` against the sanitized
 MATCH expression run straight on FTS5 with the same bm25 weights; ``search_agent_*`` is
 the same search naming its agent, as every ``ms.search`` does (BM25 then counts its
@@ -31,7 +32,6 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -111,22 +111,6 @@ def open_raw(path: Path) -> sqlite3.Connection:
     return db
 
 
-class InlineExecutor:
-    """Runs what the log would hand its token-counting thread on the calling thread."""
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        done: Future[Any] = Future()
-        done.set_result(fn(*args))
-        return done
-
-
-class SingleThreadEventLog(EventLog):
-    """The Event Log with its token counting on the caller's thread: one core, like raw."""
-
-    def _token_pool(self) -> Any:
-        return InlineExecutor()
-
-
 def raw_tuples(rows: list[dict[str, Any]], log: EventLog) -> list[tuple[Any, ...]]:
     """The very rows the Event Log will store, worked out before the clock starts: the
     baseline pays nothing for validation or token counting."""
@@ -189,7 +173,8 @@ def run_sqlite(rows: list[dict[str, Any]], queries: list[str]) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="scroll-bench-") as tmp:
         raw_db = open_raw(Path(tmp) / "raw.sqlite3")
         log = EventLog(Path(tmp) / "ours.sqlite3")
-        single = SingleThreadEventLog(Path(tmp) / "single.sqlite3")
+        # Token counting on the caller's thread: one core, like raw.
+        single = EventLog(Path(tmp) / "single.sqlite3", token_thread=False)
         ours_s, single_s, raw_s = ingest_both(rows, log, single, raw_db)
         single.close()
         weights = ", ".join(map(str, SearchTuning().rank_weights))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+import time
 
 from scroll_core.gateway import Stages
 
@@ -34,7 +35,7 @@ def test_reading_the_header_while_another_thread_takes_laps_never_fails():
     def lapper() -> None:
         n = 0
         while not stop.is_set():
-            stages.lap(f"stage{n % 4000}")  # new names grow the laps as the header reads
+            stages.lap(f"stage{n % 500}")  # new names grow the laps as the header reads
             n += 1
 
     before = sys.getswitchinterval()
@@ -42,7 +43,12 @@ def test_reading_the_header_while_another_thread_takes_laps_never_fails():
     thread = threading.Thread(target=lapper)
     thread.start()
     try:
-        for _ in range(3000):
+        # Without the lock this failed within milliseconds; with it, reading a header of up
+        # to 500 laps while switching threads this often is slow, so the reads are bounded.
+        deadline = time.monotonic() + 2.0
+        reads = 0
+        while reads < 3000 and time.monotonic() < deadline:
+            reads += 1
             try:
                 stages.header()
             except RuntimeError as exc:  # pragma: no cover (the failure this test guards)

@@ -15,10 +15,11 @@ figure is the server's process tree CPU (user + system) over the window, less it
 (measured once, after a warm-up) over the window, per request: on a machine shared with
 other work it holds far better than requests per second, which are reported too.
 
-``--base`` is the baseline (a worktree of main, say); ``--servers daphne,uvicorn`` times
-this checkout under both servers instead (the first is the baseline). Figures:
-``<cell>_c<clients>_<arm>_{cpu_ms_per_request,p50_ms,rps}`` and ``..._cpu_ratio`` (this
-arm's CPU per request over the baseline's).
+``--base`` is the baseline (a worktree of main, say); without it the bench times this
+checkout under daphne and uvicorn (``--servers``, the first the baseline), which is what
+``make bench`` runs. Figures: ``<cell>_c<clients>_<arm>_{cpu_ms_per_request,p50_ms,rps}``
+and ``..._cpu_ratio`` (that arm's CPU per request over the baseline's); the envelope's
+``details.readme_tables`` lays them out per cell for ``bench/readme_tables.py``.
 """
 
 from __future__ import annotations
@@ -135,13 +136,26 @@ def run(arms: list[Arm], cells: list[tuple[str, str]], clients: list[int], reque
                 mine = out[f"{cell}_{arm.name}_cpu_ms_per_request"]
                 out[f"{cell}_{arm.name}_cpu_ratio"] = mine / out[key]
     out["rounds"], out["requests_per_cell"] = rounds, requests
+    cells_timed = sorted({key.removesuffix(f"_{base}_cpu_ms_per_request") for key in out
+                          if key.endswith(f"_{base}_cpu_ms_per_request")})  # fmt: skip
+    columns = [f"{arm.name}_cpu_ms_per_request" for arm in arms]
+    columns += [f"{arm.name}_cpu_ratio" for arm in arms[1:]]
+    columns += [f"{arm.name}_rps" for arm in arms]
+    against = " against ".join(arm.name for arm in arms[::-1])
+    out["readme_tables"] = [{
+        "title": f"CPU ms per request and requests per second, {against}",
+        "rows": cells_timed, "columns": columns, "key": "{row}_{column}",
+    }]  # fmt: skip
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", type=Path, help="the baseline checkout (a worktree of main)")
-    parser.add_argument("--servers", default="daphne", help=f"among {', '.join(SERVERS)}")
+    parser.add_argument(
+        "--servers", default=None, help=f"among {', '.join(SERVERS)} (default: daphne with "
+        "--base, else daphne,uvicorn)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON envelope here")
     parser.add_argument("--cells", default=",".join(f"{c}_{m}" for c in CONVERSATIONS
@@ -151,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settle", type=float, default=1.6)
     args = parser.parse_args(argv)
-    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+    named = args.servers or ("daphne" if args.base is not None else ",".join(SERVERS))
+    servers = [s.strip() for s in named.split(",") if s.strip()]
     if not servers or any(s not in SERVERS for s in servers):
         parser.error(f"--servers takes names among {', '.join(SERVERS)}")
     if (args.base is not None) == (len(servers) > 1):

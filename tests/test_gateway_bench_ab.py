@@ -17,7 +17,7 @@ import gateway_ab  # noqa: E402
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        ((), "give --base"),
+        (("--servers", "daphne"), "give --base"),
         (("--base", str(REPO), "--servers", "daphne,uvicorn"), "not both"),
         (("--servers", "daphne,gunicorn"), "--servers takes names among daphne, uvicorn"),
         (("--base", "/nonexistent"), "no manage.py there"),

@@ -220,17 +220,20 @@ def _charge(spent: dict[int, tuple[int, int]]) -> None:
 
 
 def _new_run(first: Job) -> RunRecord:
-    return RunRecord(
-        session_id=first.session_id,
-        task=f"gateway: agent {first.agent_id} through {first.api} ({first.client_model})",
-        kind=GATEWAY_KIND,
-        agent_id=first.agent_id,
+    return RunRecord(session_id=first.session_id, **_run_defaults(first))
+
+
+def _run_defaults(first: Job) -> dict[str, Any]:
+    return {
+        "task": f"gateway: agent {first.agent_id} through {first.api} ({first.client_model})",
+        "kind": GATEWAY_KIND,
+        "agent_id": first.agent_id,
         # The client runs its own tools; Scroll runs no code of the task's.
-        task_code=False,
-        profile_id=first.profile_id,
-        model_name=first.model,
-        started_at=timezone.now(),
-    )
+        "task_code": False,
+        "profile_id": first.profile_id,
+        "model_name": first.model,
+        "started_at": timezone.now(),
+    }
 
 
 def _record_batch(batch: list[list[Job]], spent: dict[int, tuple[int, int]]) -> list[RunRecord]:
@@ -264,10 +267,10 @@ def _record(jobs: Sequence[Job], spent: dict[int, tuple[int, int]]) -> RunRecord
     """Write one session's finished requests (oldest first), in the caller's transaction,
     adding the tokens and requests each key spent on them to ``spent``."""
     first = jobs[0]
-    run = RunRecord.objects.filter(session_id=first.session_id).first()
-    if run is None:
-        run = _new_run(first)
-        run.save(force_insert=True)
+    # get_or_create: another web process may have recorded the session meanwhile.
+    run, _ = RunRecord.objects.get_or_create(
+        session_id=first.session_id, defaults=_run_defaults(first)
+    )
     CompressEvent.objects.bulk_create(_apply(run, jobs, spent))
     store_calls(call for job in jobs for call in job.calls)
     run.save()

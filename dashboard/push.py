@@ -1,6 +1,13 @@
 """Sending to the console's Channels groups from synchronous code (worker threads, the span
 sink, the gateway's recorder).
 
+``heard(group)`` says whether anyone may be listening to a group: with the in-memory layer
+(the embedded default: every socket is in this process) a group no socket joined is heard
+by no one, so a sender skips rendering and sending what nobody would get. That is safe
+against a page that opens meanwhile: a consumer joins its groups before it reads its
+catch-up from the database, and the senders store first, then ask. With any other layer
+(Redis: sockets of other processes) every group may be heard.
+
 Sending from a worker thread: the in-memory channel layer keeps ``asyncio.Queue`` objects that
 belong to the server's event loop, and putting on them from another thread (which is what
 ``async_to_sync`` does: it runs the coroutine on a loop of its own) neither is thread-safe nor
@@ -20,12 +27,13 @@ from concurrent.futures import Future
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from dashboard.layer_outage import LAYER_DOWN_ERRORS, LayerDown, layer_outage
 
 __all__ = [
     "Sending",
+    "heard",
     "remember_server_loop",
     "send_group",
     "send_groups",
@@ -87,6 +95,16 @@ async def _send_all(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) 
         else:
             layer_outage.answered()
     return failed
+
+
+def heard(group: str) -> bool:
+    """Whether a message sent to ``group`` may reach anyone (see the module docstring)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    if isinstance(layer, InMemoryChannelLayer):
+        return bool(layer.groups.get(group))
+    return True
 
 
 class Sending:

@@ -754,7 +754,8 @@ def configure(
         meter_provider = MeterProvider(
             resource=resource, metric_readers=readers, shutdown_on_exit=False
         )
-        processors.append(_SpanMetrics(meter_provider))
+        if readers:  # metrics nothing reads are not worth a measurement per span
+            processors.append(_SpanMetrics(meter_provider))
         switch.replace(processors)
 
         state = Telemetry(

@@ -188,3 +188,61 @@ def test_the_request_span_times_the_commit_apart_from_the_answers_way_out(clog, 
     assert laps.index("scroll.stage_upstream_ms") < laps.index("scroll.stage_sent_ms")
     assert laps.index("scroll.stage_answered_ms") < laps.index("scroll.stage_log_ms")
     assert list(stages.ms)[-2:] == ["answered", "log"]
+
+
+class _Appends:
+    """The real log, counting its appends (each one commit) and what each held."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log, self.batches = log, []
+        self._append = log.append_many
+
+    def __enter__(self) -> _Appends:
+        def counted(events, *args, **kwargs):
+            self.batches.append([(e.get("metadata") or {}).get("gw") for e in events])
+            return self._append(events, *args, **kwargs)
+
+        self.log.append_many = counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.log.append_many
+
+
+def test_a_new_conversation_logs_its_prefix_with_its_messages_in_one_commit(clog):
+    convo = conversation(clog)
+    upstream = ScriptedUpstream()
+    with _Appends(clog) as appends:
+        reply = convo.handle(request(user("one")), upstream, model="m")
+    # Before the upstream call: the prefix and the message together; after it: the reply.
+    assert appends.batches == [["prefix", "msg"], ["reply"]]
+    assert _logged(clog, role="user", content="one") == ["msg"]
+    history = [user("one"), assistant_of(reply), user("two")]
+    with _Appends(clog) as appends:
+        convo.handle(request(*history), upstream, model="m")
+    assert appends.batches == [["msg"], ["reply"]]  # the prefix unchanged: not logged again
+    with _Appends(clog) as appends:
+        convo.handle(request(*history, system="You are verbose now."), upstream, model="m")
+    assert appends.batches[0] == ["prefix"]  # a retry appends no message: the prefix alone
+    prefixes = [e for e in clog.session_events(SESSION, limit=None)
+                if e.metadata.get("gw") == "prefix"]  # fmt: skip
+    assert [e.content for e in prefixes] == ["You are terse.", "You are verbose now."]
+    # Rebuilt from the log, the conversation knows its prefix: the next request logs none.
+    again = conversation(clog)
+    with _Appends(clog) as appends:
+        again.handle(request(*history, system="You are verbose now."), upstream, model="m")
+    assert all("prefix" not in batch for batch in appends.batches)
+
+
+def test_a_prefix_whose_request_failed_before_its_append_is_logged_by_the_next(clog):
+    convo = conversation(clog)
+    _sql(clog, "CREATE TRIGGER fail_msgs BEFORE INSERT ON events "
+               "WHEN json_extract(NEW.metadata, '$.gw') = 'msg' "
+               "BEGIN SELECT RAISE(ABORT, 'the test refused the message'); END")  # fmt: skip
+    with pytest.raises(Exception, match="the test refused the message"):
+        convo.handle(request(user("one")), ScriptedUpstream(), model="m")
+    assert clog.count(SESSION) == 0  # the prefix went down with its messages
+    _sql(clog, "DROP TRIGGER fail_msgs")
+    with _Appends(clog) as appends:
+        convo.handle(request(user("one")), ScriptedUpstream(), model="m")
+    assert appends.batches[0] == ["prefix", "msg"]

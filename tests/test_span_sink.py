@@ -5,9 +5,10 @@ import time
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from dashboard import groups
+from dashboard.telemetry import spans as spans_module
 from dashboard.telemetry.models import Alert, AlertRule, SpanRecord
 from dashboard.telemetry.spans import ConsoleSpanSink
 from scroll_core import telemetry
@@ -312,3 +313,61 @@ def test_a_batch_goes_out_as_one_message_per_group(sink):
     assert everything["type"] == of_a["type"] == "spans.finished"
     assert [s["session_id"] for s in everything["spans"]] == ["a", "b", "a"]
     assert [s["session_id"] for s in of_a["spans"]] == ["a", "a"]
+
+
+def _in_memory_layer():
+    """The in-memory layer, emptied of the groups earlier tests' listeners joined."""
+    layer = get_channel_layer()
+    if not isinstance(layer, InMemoryChannelLayer):
+        pytest.skip("behind Redis a socket of another process may be in any group")
+    async_to_sync(layer.flush)()
+
+
+@pytest.mark.django_db
+def test_a_span_no_socket_can_hear_is_stored_but_neither_rendered_nor_sent(sink, monkeypatch):
+    _in_memory_layer()
+    rendered = []
+
+    def render(span):
+        rendered.append(span["session_id"])
+        return real_render(span)
+
+    real_render = spans_module.render_row
+    monkeypatch.setattr(spans_module, "render_row", render)
+    listener = Listener(groups.session_group("heard"))
+
+    sink.process([_core(session="unheard"), _core(session="heard")])
+
+    assert sorted(SpanRecord.objects.values_list("session_id", flat=True)) == ["heard", "unheard"]
+    assert rendered == ["heard"]
+    (message,) = listener.receive_many(1)
+    assert [s["session_id"] for s in message["spans"]] == ["heard"]
+    # Nobody was in the global group: nothing queued there for a socket that joins now.
+    assert not get_channel_layer().groups.get(groups.SPANS)
+
+
+@pytest.mark.django_db
+def test_a_run_no_socket_can_hear_costs_no_summary_and_goes_nowhere(monkeypatch):
+    _in_memory_layer()
+    from dashboard.runs import notify
+    from dashboard.runs.models import RunRecord
+
+    summarised = []
+    real_summary = RunRecord.summary
+
+    def summary(run):
+        summarised.append(run.session_id)
+        return real_summary(run)
+
+    monkeypatch.setattr(RunRecord, "summary", summary)
+    heard_run = RunRecord.objects.create(session_id="run:heard", task="t")
+    quiet_run = RunRecord.objects.create(session_id="run:quiet", task="t")
+    listener = Listener(groups.session_group("run:heard"))
+
+    notify.push_sessions([quiet_run, heard_run])
+
+    assert summarised == ["run:heard"]
+    (message,) = listener.receive_many(1)
+    assert message["type"] == "session.changed"
+    assert message["session_id"] == "run:heard"
+    assert message["summary"]["session_id"] == "run:heard"

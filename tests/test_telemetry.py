@@ -528,3 +528,18 @@ def test_other_instrumentation_s_event_values_are_capped_by_the_sdk_limits(tel):
     # within it (tests/test_genai_content.py).
     assert tel.attribute_chars >= telemetry.MAX_ANY_ATTRIBUTE_CHARS
     assert len(record.events[0]["attributes"]["value"]) == tel.attribute_chars
+
+
+def test_span_metrics_are_derived_only_when_something_reads_them(clean_env, reader):
+    # With no reader and no OTLP, a measurement per span would go nowhere: none is taken.
+    try:
+        state = telemetry.configure(ring_size=10, otlp=False)
+        derived = [type(p).__name__ for p in telemetry._SWITCH._processors]
+        assert "_SpanMetrics" not in derived
+        with telemetry.span("scroll.compress", session="s", tokens_after=5):
+            pass
+        assert state.ring is not None and state.ring.records("scroll.compress")  # spans flow
+        telemetry.configure(ring_size=10, otlp=False, metric_readers=[reader])
+        assert "_SpanMetrics" in [type(p).__name__ for p in telemetry._SWITCH._processors]
+    finally:
+        telemetry.reset()

@@ -387,3 +387,15 @@ def test_a_run_stopped_mid_turn_has_that_turn_marked_interrupted(workers):
     assert marker.metadata[INTERRUPTED_KEY]["seqs"] == [e.seq for e in turn]
     # The stop came after the cell reported: its call has its one result, nothing added.
     assert [e.kind for e in turn].count("tool_result") == 1
+
+
+def test_a_serving_process_opens_the_event_log_at_start_up(settings, tmp_path):
+    # Opening loads the tokenizer: done at start-up, the first gateway request does not wait.
+    from dashboard import apps, eventlog
+
+    settings.SCROLL_WORKERS = "external"
+    settings.SCROLL_EVENTLOG_PATH = tmp_path / "started.db"  # a log nobody opened yet
+    assert not eventlog._logs
+    apps._after_start()
+    assert [key[0] for key in eventlog._logs] == [str(tmp_path / "started.db")]
+    assert (tmp_path / "started.db").exists()

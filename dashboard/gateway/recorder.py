@@ -2,8 +2,9 @@
 
 After every request the service hands a ``Job`` (what the console shows about it) to the
 ``Recorder``. One thread takes every job queued so far, merges those of one session and
-writes them in one transaction: the session's ``RunRecord`` (kind ``gateway``), its
-``CompressEvent`` rows, the key's counters, then one push to the console per session; and,
+writes them all in one transaction: the sessions' ``RunRecord`` rows (kind ``gateway``), their
+``CompressEvent`` rows and upstream calls, the keys' counters, in a handful of statements
+however many sessions the batch holds, then one push to the console for them all; and,
 hourly, it deletes the expired stored Responses API replies. It lingers ``linger_s`` after
 the first job of a batch before taking it, so a busy session costs
 the console one write and one push per ``linger_s``, not one per request, and the thread does
@@ -139,8 +140,8 @@ class Recorder:
             connections.close_all()
 
     def _write(self, jobs: Sequence[Job]) -> None:
-        """The batch's sessions in one transaction (a savepoint each, so one that fails
-        leaves the others), the keys' counters once per key, then one push for them all:
+        """The batch's sessions in one transaction (see ``_record_all``), the keys' counters
+        once per key, then one push for them all:
         many new conversations in a batch cost one commit and one hop to the loop, not one
         per session."""
         close_old_connections()
@@ -181,22 +182,29 @@ class Recorder:
 
 
 def _record_all(batch: list[list[Job]]) -> list[RunRecord]:
-    """Each session's jobs in one transaction, a savepoint each (a session that fails there
-    is logged and left out), and the keys charged once; the runs written."""
-    runs = []
+    """Every session's jobs in one transaction and the keys charged once; the runs written.
+    The batch goes in a handful of statements however many sessions it holds
+    (``_record_batch``); should that fail, each session again in a savepoint of its own
+    (``_record``), so one that fails there is logged and left out."""
+    runs: list[RunRecord] = []
     spent: dict[int, tuple[int, int]] = {}
     with transaction.atomic():
-        for session_jobs in batch:
-            try:
-                with transaction.atomic():
-                    run, used = _record(session_jobs)
-            except Exception:  # the bookkeeping must never break the gateway
-                log.exception("gateway: recording session %s failed", session_jobs[0].session_id)
-                continue
-            runs.append(run)
-            for key_id, (tokens, requests) in used.items():
-                was = spent.get(key_id, (0, 0))
-                spent[key_id] = (was[0] + tokens, was[1] + requests)
+        try:
+            with transaction.atomic():
+                runs = _record_batch(batch, spent)
+        except Exception:
+            log.warning("gateway: a batch of %d sessions failed as one; one by one", len(batch))
+            runs, spent = [], {}
+            for session_jobs in batch:
+                try:
+                    with transaction.atomic():
+                        run = _record(session_jobs, spent)
+                except Exception:  # the bookkeeping must never break the gateway
+                    log.exception(
+                        "gateway: recording session %s failed", session_jobs[0].session_id
+                    )
+                    continue
+                runs.append(run)
         _charge(spent)
     return runs
 
@@ -211,24 +219,69 @@ def _charge(spent: dict[int, tuple[int, int]]) -> None:
         )
 
 
-def _record(jobs: Sequence[Job]) -> tuple[RunRecord, dict[int, tuple[int, int]]]:
-    """Write one session's finished requests (oldest first), in the caller's transaction;
-    the tokens and requests each key spent on them."""
+def _new_run(first: Job) -> RunRecord:
+    return RunRecord(session_id=first.session_id, **_run_defaults(first))
+
+
+def _run_defaults(first: Job) -> dict[str, Any]:
+    return {
+        "task": f"gateway: agent {first.agent_id} through {first.api} ({first.client_model})",
+        "kind": GATEWAY_KIND,
+        "agent_id": first.agent_id,
+        # The client runs its own tools; Scroll runs no code of the task's.
+        "task_code": False,
+        "profile_id": first.profile_id,
+        "model_name": first.model,
+        "started_at": timezone.now(),
+    }
+
+
+def _record_batch(batch: list[list[Job]], spent: dict[int, tuple[int, int]]) -> list[RunRecord]:
+    """Write every session's finished requests in the caller's transaction: the existing
+    runs read in one query, the new ones inserted whole in one, each existing one updated,
+    the compress rows and the upstream calls inserted in one go each."""
+    ids = [jobs[0].session_id for jobs in batch]
+    found = RunRecord.objects.in_bulk(ids, field_name="session_id")
+    runs: list[RunRecord] = []
+    fresh: list[RunRecord] = []
+    rows: list[CompressEvent] = []
+    for jobs in batch:
+        run = found.get(jobs[0].session_id)
+        if run is None:
+            run = _new_run(jobs[0])
+            fresh.append(run)
+        rows += _apply(run, jobs, spent)
+        runs.append(run)
+    # The new runs get their ids here; their compress rows take them from the run they name.
+    RunRecord.objects.bulk_create(fresh)
+    new = {id(run) for run in fresh}
+    for run in runs:
+        if id(run) not in new:
+            run.save()
+    CompressEvent.objects.bulk_create(rows)
+    store_calls(call for jobs in batch for job in jobs for call in job.calls)
+    return runs
+
+
+def _record(jobs: Sequence[Job], spent: dict[int, tuple[int, int]]) -> RunRecord:
+    """Write one session's finished requests (oldest first), in the caller's transaction,
+    adding the tokens and requests each key spent on them to ``spent``."""
     first = jobs[0]
-    spent: dict[int, tuple[int, int]] = {}
+    # get_or_create: another web process may have recorded the session meanwhile.
     run, _ = RunRecord.objects.get_or_create(
-        session_id=first.session_id,
-        defaults={
-            "task": f"gateway: agent {first.agent_id} through {first.api} ({first.client_model})",
-            "kind": GATEWAY_KIND,
-            "agent_id": first.agent_id,
-            # The client runs its own tools; Scroll runs no code of the task's.
-            "task_code": False,
-            "profile_id": first.profile_id,
-            "model_name": first.model,
-            "started_at": timezone.now(),
-        },
+        session_id=first.session_id, defaults=_run_defaults(first)
     )
+    CompressEvent.objects.bulk_create(_apply(run, jobs, spent))
+    store_calls(call for job in jobs for call in job.calls)
+    run.save()
+    return run
+
+
+def _apply(
+    run: RunRecord, jobs: Sequence[Job], spent: dict[int, tuple[int, int]]
+) -> list[CompressEvent]:
+    """``jobs`` (one session's, oldest first) applied to ``run``, and their compress rows;
+    each key's tokens and requests added to ``spent``."""
     rows: list[CompressEvent] = []
     for job in jobs:
         run.model_name = job.model
@@ -257,11 +310,8 @@ def _record(jobs: Sequence[Job]) -> tuple[RunRecord, dict[int, tuple[int, int]]]
             run.context_size = job.report["context_size"]
             run.last_report = job.report
         run.status = RunRecord.DONE if reply is not None else RunRecord.FAILED
-    CompressEvent.objects.bulk_create(rows)
-    store_calls(call for job in jobs for call in job.calls)
     run.ended_at = timezone.now()
-    run.save()
-    return run, spent
+    return rows
 
 
 @dataclass

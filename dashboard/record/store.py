@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from django.db import transaction
 from django.db.models import Max
@@ -34,16 +34,28 @@ def forget() -> None:
         _last.clear()
 
 
-def _previous(session_id: str) -> tuple[int, list[str]]:
-    """The session's last stored index (-1: none) and that call's message digests."""
+def _previous(session_ids: list[str]) -> dict[str, tuple[int, list[str]]]:
+    """Each session's last stored index (-1: none) and that call's message digests, the
+    indexes read in one query."""
     with _lock:
-        hit = _last.get(session_id)
-    last = WireCall.objects.filter(session_id=session_id).aggregate(n=Max("index"))["n"]
-    if last is None:
-        return -1, []
-    if hit is not None and hit[0] == last:
-        return hit
-    return last, message_digests(session_id, last)
+        hits = {sid: _last.get(sid) for sid in session_ids}
+    last = dict(
+        WireCall.objects.filter(session_id__in=session_ids)
+        .values("session_id")
+        .annotate(n=Max("index"))
+        .values_list("session_id", "n")
+    )
+    out: dict[str, tuple[int, list[str]]] = {}
+    for session_id in session_ids:
+        index = last.get(session_id)
+        hit = hits[session_id]
+        if index is None:
+            out[session_id] = (-1, [])
+        elif hit is not None and hit[0] == index:
+            out[session_id] = hit
+        else:
+            out[session_id] = (index, message_digests(session_id, index))
+    return out
 
 
 def _remember(session_id: str, index: int, digests: list[str]) -> None:
@@ -55,64 +67,73 @@ def _remember(session_id: str, index: int, digests: list[str]) -> None:
 
 
 def store_calls(calls: Iterable[wire.WireCall]) -> list[WireCall]:
-    """Store ``calls`` (in order; several sessions may be mixed) in one transaction."""
+    """Store ``calls`` (in order; several sessions may be mixed) in one transaction: the
+    sessions' last indexes in one query, the blobs in one, the rows in one insert, however
+    many sessions the batch holds."""
     by_session: dict[str, list[wire.WireCall]] = {}
     for call in calls:
         by_session.setdefault(call.session_id, []).append(call)
+    if not by_session:
+        return []
     rows: list[WireCall] = []
-    with transaction.atomic():
-        for session_id, group in by_session.items():
-            rows += _store_session(session_id, group)
-    return rows
-
-
-def _store_session(session_id: str, calls: Sequence[wire.WireCall]) -> list[WireCall]:
-    index, previous = _previous(session_id)
-    rows: list[WireCall] = []
-    blobs: dict[str, str] = {}
     encoded: list[wire.Encoded] = []
-    for call in calls:
-        index += 1
-        keyframe = index % wire.KEYFRAME_EVERY == 0
-        enc = wire.encode(call.body, previous, keyframe=keyframe)
-        if enc.encoding != "raw":
-            previous = enc.message_digests
-        blobs.update(enc.blobs)
-        encoded.append(enc)
-        rows.append(
-            WireCall(
-                session_id=session_id,
-                index=index,
-                source=call.source,
-                model=call.model[:200],
-                url=call.url[:500],
-                turn=call.turn,
-                step=call.step,
-                attempt=call.attempt,
-                sends=min(call.sends, 32767),
-                started_at=dt.datetime.fromtimestamp(call.started_at, tz=dt.UTC),
-                duration_ms=call.duration_ms,
-                status=call.status,
-                error=call.error,
-                encoding=enc.encoding,
-                keyframe=keyframe or enc.encoding == "raw",
-                request=enc.fields,
-                body_bytes=len(call.body),
-                reply=call.reply,
-                usage=call.usage,
-                view=call.view,
-                trace_id=call.trace_id,
-                span_id=call.span_id,
-            )
+    blobs: dict[str, str] = {}
+    with transaction.atomic():
+        previous = _previous(list(by_session))
+        last: dict[str, tuple[int, list[str]]] = {}
+        for session_id, group in by_session.items():
+            index, digests = previous[session_id]
+            for call in group:
+                index += 1
+                keyframe = index % wire.KEYFRAME_EVERY == 0
+                enc = wire.encode(call.body, digests, keyframe=keyframe)
+                if enc.encoding != "raw":
+                    digests = enc.message_digests
+                for digest, text in enc.blobs.items():
+                    blobs.setdefault(digest, text)
+                encoded.append(enc)
+                rows.append(_row(session_id, index, call, enc, keyframe))
+            last[session_id] = (index, digests)
+        known = set(
+            WireBlob.objects.filter(digest__in=list(blobs)).values_list("digest", flat=True)
         )
-    known = set(WireBlob.objects.filter(digest__in=list(blobs)).values_list("digest", flat=True))
-    fresh = {d: text for d, text in blobs.items() if d not in known}
-    WireBlob.objects.bulk_create(
-        [WireBlob(digest=d, body=text) for d, text in fresh.items()], ignore_conflicts=True
-    )
-    # What each call added: its own fields, and the blobs it was the first to bring.
-    for row, enc in zip(rows, encoded, strict=True):
-        row.stored_bytes = wire.stored_size(enc, known)
-    WireCall.objects.bulk_create(rows)
-    _remember(session_id, index, previous)
+        WireBlob.objects.bulk_create(
+            [WireBlob(digest=d, body=text) for d, text in blobs.items() if d not in known],
+            ignore_conflicts=True,
+        )
+        # What each call added: its own fields, and the blobs it was the first to bring.
+        for row, enc in zip(rows, encoded, strict=True):
+            row.stored_bytes = wire.stored_size(enc, known)
+        WireCall.objects.bulk_create(rows)
+    for session_id, (index, digests) in last.items():
+        _remember(session_id, index, digests)
     return rows
+
+
+def _row(
+    session_id: str, index: int, call: wire.WireCall, enc: wire.Encoded, keyframe: bool
+) -> WireCall:
+    return WireCall(
+        session_id=session_id,
+        index=index,
+        source=call.source,
+        model=call.model[:200],
+        url=call.url[:500],
+        turn=call.turn,
+        step=call.step,
+        attempt=call.attempt,
+        sends=min(call.sends, 32767),
+        started_at=dt.datetime.fromtimestamp(call.started_at, tz=dt.UTC),
+        duration_ms=call.duration_ms,
+        status=call.status,
+        error=call.error,
+        encoding=enc.encoding,
+        keyframe=keyframe or enc.encoding == "raw",
+        request=enc.fields,
+        body_bytes=len(call.body),
+        reply=call.reply,
+        usage=call.usage,
+        view=call.view,
+        trace_id=call.trace_id,
+        span_id=call.span_id,
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dashboard import groups
-from dashboard.push import send_groups
+from dashboard.push import heard, send_groups
 from dashboard.runs.models import RunRecord, TuningProfile
 
 __all__ = ["push_profile_runs", "push_session", "push_sessions"]
@@ -15,20 +15,28 @@ def push_session(run: RunRecord) -> None:
 
 def push_sessions(runs: list[RunRecord]) -> None:
     """``session.changed`` for each run, all in one hop to the server's loop; each profile
-    the summaries name read once."""
+    the summaries name read once. A run whose groups no socket can be in
+    (``dashboard.push.heard``) costs no summary: a page that opens later reads it back."""
+    everyone = [groups.SPANS] if heard(groups.SPANS) else []
+    targets = []
+    for run in runs:
+        own = groups.session_group(run.session_id)
+        to = everyone + ([own] if heard(own) else [])
+        if to:
+            targets.append((run, to))
     wanted = {
         r.profile_id
-        for r in runs
+        for r, _ in targets
         if r.profile_id is not None and not RunRecord.profile.is_cached(r)
     }
     profiles = {p.pk: p for p in TuningProfile.objects.filter(pk__in=wanted)} if wanted else {}
     outbox = []
-    for run in runs:
+    for run, to in targets:
         if run.profile_id in profiles:
             run.profile = profiles[run.profile_id]
         summary = run.summary()
         message = {"type": "session.changed", "session_id": run.session_id, "summary": summary}
-        outbox += [(groups.SPANS, message), (groups.session_group(run.session_id), message)]
+        outbox += [(group, message) for group in to]
     if outbox:
         send_groups(outbox)
 

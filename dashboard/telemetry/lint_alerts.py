@@ -77,6 +77,8 @@ def lint_triggers(
         log.exception("console: the trajectory lint failed on session %s", session_id)
         return [], after_seq
     wanted = [(kinds[f.rule], str(f.cell_seq), message(f)) for f in flags if f.rule in kinds]
+    if not wanted:  # the common case: no query for alerts that could not repeat a flag
+        return [], events[-1].seq
     seen = set(
         Alert.objects.filter(session_id=session_id, rule__kind__in=kinds.values()).values_list(
             "rule__kind", "key"

@@ -6,7 +6,8 @@ record on a bounded queue and returns: it never blocks and never raises. A full 
 the span and counts it in ``dropped``. One worker thread drains the queue in batches, writes
 ``SpanRecord`` rows (oldest pruned past ``SCROLL_SPAN_RETENTION``), runs the alert engine,
 renders each span's row once (``dashboard.span_frames``: off the server's event loop, shared by
-every socket) and sends one ``spans.finished`` message per group and batch, and the
+every socket) and sends one ``spans.finished`` message per group and batch (a group no socket
+can be in, ``dashboard.push.heard``, gets none and costs no rendering), and the
 ``alert.changed`` ones (one hop per batch, see below).
 The process's sink lints a session's finished turns together, ``LIVE_LINT_WAIT_S`` after the first
 of them, not at each turn end (``lint_wait_s``; 0 lints each turn as its span is processed).
@@ -40,7 +41,7 @@ from django.db.models import F, Sum, Window
 
 from dashboard import groups
 from dashboard.outage import database_unavailable
-from dashboard.push import Sending, send_groups, start_sending
+from dashboard.push import Sending, heard, send_groups, start_sending
 from dashboard.span_frames import render_row, spans_message
 from dashboard.telemetry.alerts import AlertEngine, Trigger, raise_alert
 from dashboard.telemetry.models import AlertRule, SpanRecord
@@ -309,19 +310,24 @@ class ConsoleSpanSink:
                 self.errors += 1
                 log.exception("console: alert rules failed on %s", row.name)
                 changed = []
-            # Rendered once, here: every group and every socket shares the row.
-            html = render_row(span)
-            targets = [groups.SPANS]
-            if row.session_id:
-                targets.append(groups.session_group(row.session_id))
-            for group in targets:
-                spans, htmls = by_group.setdefault(group, ([], []))
-                spans.append(span)
-                htmls.append(html)
             alerts.extend(
                 (groups.ALERTS, {"type": "alert.changed", "alert": alert.to_dict()})
                 for alert in changed
             )
+            targets = [groups.SPANS]
+            if row.session_id:
+                targets.append(groups.session_group(row.session_id))
+            # A group no socket can be in gets nothing (stored above: a page that opens
+            # later reads the span back), and a row no group gets is not rendered.
+            targets = [group for group in targets if heard(group)]
+            if not targets:
+                continue
+            # Rendered once, here: every group and every socket shares the row.
+            html = render_row(span)
+            for group in targets:
+                spans, htmls = by_group.setdefault(group, ([], []))
+                spans.append(span)
+                htmls.append(html)
         if defer:
             try:
                 alerts.extend(

@@ -101,6 +101,7 @@ class HistoryLog:
     profile: Profile
     _generation: int
     _prefix_hash: str | None
+    _pending_prefix: tuple[str, dict[str, Any]] | None
     _prefixes: dict[str, Prepared]
     _recompact: bool
     lock: threading.Lock
@@ -135,7 +136,11 @@ class HistoryLog:
         self.state.drop(hidden & set(self.state.live))
 
     def _prepare(self, request: ClientRequest) -> Prepared:
-        """Log the client's system prompt and tools when they changed; the upstream prefix."""
+        """The upstream prefix; when the client's system prompt or tools changed, their event
+        is made ready to log (``_pending_prefix``): it goes in the same append as the
+        request's new messages (``_append_messages``), so a request that opens a
+        conversation commits once before its upstream call, not twice; any other path logs
+        it on its own (``_log_prefix``)."""
         tools_json = json.dumps(list(request.tools), sort_keys=True, ensure_ascii=False)
         digest = hashlib.sha256(f"{request.system}\0{tools_json}".encode()).hexdigest()[:24]
         cached = self._prefixes.get(digest)
@@ -143,22 +148,31 @@ class HistoryLog:
             cached = self._prefixes[digest] = _prepared(
                 request, tools_json, self.profile.print_cap, self.counter
             )
+        self._pending_prefix = None
         if digest != self._prefix_hash:
-            self.log.append_many(
-                [
-                    self._event(
-                        f"prefix:{digest}:{uuid.uuid4().hex[:8]}",
-                        kind=KIND_CONTEXT_MSG,
-                        role="system",
-                        content=request.system or "(no system prompt)",
-                        metadata={"gw": "prefix", "hash": digest, "tools": list(request.tools)},
-                        searchable=False,
-                    )
-                ]
+            event = self._event(
+                f"prefix:{digest}:{uuid.uuid4().hex[:8]}",
+                kind=KIND_CONTEXT_MSG,
+                role="system",
+                content=request.system or "(no system prompt)",
+                metadata={"gw": "prefix", "hash": digest, "tools": list(request.tools)},
+                searchable=False,
             )
+            self._pending_prefix = (digest, event)
+        return cached
+
+    def _take_prefix(self) -> tuple[str | None, list[dict[str, Any]]]:
+        """The prefix event waiting to be logged (none: ``(None, [])``), no longer waiting."""
+        pending, self._pending_prefix = self._pending_prefix, None
+        return (pending[0], [pending[1]]) if pending is not None else (None, [])
+
+    def _log_prefix(self) -> None:
+        """Log the waiting prefix event on its own (a retry, a rewrite: see ``_prepare``)."""
+        digest, events = self._take_prefix()
+        if events:
+            self.log.append_many(events)
             self._prefix_hash = digest
             self._sync()
-        return cached
 
     def _event(self, key: str, **fields: Any) -> dict[str, Any]:
         return {
@@ -183,6 +197,7 @@ class HistoryLog:
     def _record_rewrite(self, common: int, sent: int, new: Sequence[ClientMessage] = ()) -> None:
         """Log a rewrite of the chain from ``common`` on; ``new``, the messages the client
         sends from there, tells a client's own compaction (``compaction.client_summary``)."""
+        self._log_prefix()
         self._sync()
         lo = self.chain[common].first_seq
         hi = self.state.synced_seq
@@ -367,10 +382,14 @@ class HistoryLog:
             for j, call in enumerate(message.tool_calls):
                 events.append(self._call_event(f"{key}:call{j}", call, {"gw": "part", "pos": pos}))
                 owners.append(pos)
-        if not events:
+        digest, prefix = self._take_prefix()
+        if not events and not prefix:
             self._sync()
             return 0
-        seqs = self.log.append_many(events)
+        # The prefix (when it changed) first, in the same commit as the messages.
+        seqs = self.log.append_many(prefix + events)[len(prefix) :]
+        if digest is not None:
+            self._prefix_hash = digest
         fresh = {e.seq: e for e in self._sync()}
         for seq, pos, event in zip(seqs, owners, events, strict=True):
             tokens = client_tokens(fresh[seq]) if seq in fresh else 0

@@ -137,6 +137,7 @@ class GatewayConversation(HistoryLog):
         self._kernel_bound = False
         self._generation = 0
         self._prefix_hash: str | None = None
+        self._pending_prefix: tuple[str, dict[str, Any]] | None = None
         self._prefixes: dict[str, Prepared] = {}
         self._view: WorkingView | None = None
         self._recompact = False  # set by ``_load`` for a session a client compacted
@@ -415,6 +416,7 @@ class GatewayConversation(HistoryLog):
                 self._refresh_profile()
                 aligned = self._align(request)
                 if aligned.found.kind == "retry":
+                    self._log_prefix()
                     position = aligned.found.common  # it stands for what the client holds
                 else:
                     self._append_new(aligned)
@@ -490,6 +492,7 @@ class GatewayConversation(HistoryLog):
     def _replayed(
         self, request: ClientRequest, at: int, stats: GatewayStats, prepared: Prepared
     ) -> ClientReply:
+        self._log_prefix()
         link = self.chain[at]
         assert link.reply is not None
         content, calls, finish = link.reply

@@ -66,7 +66,7 @@ def linear_scores(
             for which in mask_terms(mask):
                 holding[which] += times
         rarity = [math.log((count + 1) / (h + 0.5)) for h in holding]
-    index = {seq: j for j, seq in enumerate(seqs)}
+    index = dict(zip(seqs, range(count), strict=True))
     wanted = set(terms)
     names = [row[5] for row in values]
     # Whether the query names each speaker (or tool), once per name.
@@ -80,11 +80,17 @@ def linear_scores(
 
     # What reads the neighbours, list by list: the ``near`` sums (two turns at most) and the
     # window's mask (the whole reach), same session only, before then after, nearest first.
-    # Index ``count`` stands for no such turn: no session, no terms, adding 0.0 (which
-    # changes no sum: none is ever -0.0).
+    # A turn is looked up by its session's number times 2**64 plus its seq, so a key off by
+    # ``d`` is the turn ``d`` away in the same session (seqs are below 2**63). Index
+    # ``count`` stands for no such turn: no terms, adding 0.0 (which changes no sum: none is
+    # ever -0.0).
     reach = len(tuning.neighbour_weights)
-    sessions = [row[1] for row in values]
-    sessions.append(None)
+    numbers: dict[str, int] = {}
+    keys = [
+        (numbers.setdefault(row[1], len(numbers)) << 64) + seq
+        for seq, row in zip(seqs, values, strict=True)
+    ]
+    get = dict(zip(keys, range(count), strict=True)).get
     found = [scored.get(seq) for seq in seqs]
     own = [0.0 if score is None else score / top for score in found]
     shares = [*own, 0.0]
@@ -92,16 +98,9 @@ def linear_scores(
     near_1: list[float] = []
     near_2: list[float] = []
     windows = masks
-    get = index.get
     for distance in range(1, reach + 1):
-        before = [
-            j if sessions[j := get(seq - distance, count)] == session else count
-            for seq, session in zip(seqs, sessions, strict=False)
-        ]
-        after = [
-            j if sessions[j := get(seq + distance, count)] == session else count
-            for seq, session in zip(seqs, sessions, strict=False)
-        ]
+        before = [get(key - distance, count) for key in keys]
+        after = [get(key + distance, count) for key in keys]
         windows = [
             window | held[b] | held[a] for window, b, a in zip(windows, before, after, strict=True)
         ]

@@ -56,8 +56,14 @@ def linear_scores(
     turns read, ``base``: the candidates' bm25), the same floats as the reference."""
     seqs = list(rows)
     values = list(rows.values())
-    texts = [f"{row[7] or ''} {row[8] or ''}" for row in values]
-    masks = matcher.held_all(texts)
+    # A turn's text is its content and headline with a space between, so the terms it holds
+    # are those of the one and of the other: the few headlines are matched on their own.
+    masks = matcher.held_all([row[7] or "" for row in values])
+    headed = [j for j, row in enumerate(values) if row[8]]
+    if headed:
+        heads = matcher.held_all([values[j][8] for j in headed])
+        for j, mask in zip(headed, heads, strict=True):
+            masks[j] |= mask
     n = len(terms)
     count = len(seqs)
     if rarity is None:
@@ -75,7 +81,7 @@ def linear_scores(
         for name in set(names)
     }
 
-    scored = _rescored(names, base, index, texts, masks, n, tuning, matcher, named)
+    scored = _rescored(values, names, base, index, masks, n, tuning, matcher, named)
     top = max(scored.values(), default=0.0) or 1.0
 
     # What reads the neighbours, list by list: the ``near`` sums (two turns at most) and the
@@ -138,10 +144,10 @@ def linear_scores(
 
 
 def _rescored(
+    values: list[tuple[Any, ...]],
     names: list[str | None],
     base: dict[int, float],
     index: dict[int, int],
-    texts: list[str],
     masks: list[int],
     n: int,
     tuning: Any,
@@ -163,7 +169,7 @@ def _rescored(
             continue
         if features:
             factor = 1.0
-            text = texts[j]
+            text = f"{values[j][7] or ''} {values[j][8] or ''}"
             if matcher.plain(text):
                 held = masks[j].bit_count()
                 closest = matcher.closest(text) if held > 1 and proximity else 0

@@ -52,22 +52,18 @@ class TermMatcher:
     def held_all(self, texts: list[str]) -> list[int]:
         """The terms each of ``texts`` holds, as bit masks (bit ``i``: term ``i``)."""
         masks = [0] * len(texts)
-        plain = []
-        for index, text in enumerate(texts):
-            if self._fast and text.isascii():
-                plain.append(index)
-            else:
-                masks[index] = self._held_by_pattern(text)
+        plain = [i for i, text in enumerate(texts) if text.isascii()] if self._fast else []
+        if len(plain) < len(texts):
+            for index in set(range(len(texts))).difference(plain):
+                masks[index] = self._held_by_pattern(texts[index])
         if not plain:
             return masks
         # One lowered text, the turns separated by a newline (never part of a prefix, and
         # a word start): starts[r] is where turn plain[r] begins.
-        starts = []
-        at = 0
-        for index in plain:
-            starts.append(at)
-            at += len(texts[index]) + 1
-        lowered = "\n".join(texts[index] for index in plain).lower()
+        kept = texts if len(plain) == len(texts) else [texts[index] for index in plain]
+        starts = list(itertools.accumulate([len(text) + 1 for text in kept[:-1]], initial=0))
+        lowered = "\n".join(kept).lower()
+        last = len(starts) - 1
         for which, prefix in enumerate(self.prefixes):
             bit = 1 << which
             found = lowered.find(prefix)
@@ -75,7 +71,7 @@ class TermMatcher:
                 if found == 0 or not lowered[found - 1].isalnum():
                     turn = bisect_right(starts, found) - 1
                     masks[plain[turn]] |= bit
-                    if turn + 1 == len(starts):
+                    if turn == last:
                         break
                     found = lowered.find(prefix, starts[turn + 1])
                 else:

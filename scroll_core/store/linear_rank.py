@@ -15,7 +15,8 @@ candidate's tokens are only scanned for proximity, when it holds two terms or mo
 
 It covers the shipped configuration (the features up to ``rare_window_coverage``, coverage,
 proximity and speaker rescoring); ``supports`` says when, and ``run_search`` takes the
-reference otherwise.
+reference otherwise. (``tuning`` is a ``search.SearchTuning``, typed ``Any`` here: this
+module is imported by ``search``.)
 """
 
 from __future__ import annotations

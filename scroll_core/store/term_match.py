@@ -166,7 +166,7 @@ class TermMatcher:
                 if found == 0 or not lowered[found - 1].isalnum():
                     marked.append(found)
                 found = lowered.find(prefix, found + len(prefix))
-        pieces = []
+        pieces: list[str] = []
         done = 0
         for at in sorted(marked):
             word = _ASCII_WORD.match(window, at)

@@ -39,6 +39,19 @@ def parse_ts(value: str | datetime | date) -> datetime:
 
 def format_ts(value: str | datetime | date) -> str:
     """Normalise a timestamp to the stored fixed-width UTC form."""
+    if type(value) is str:
+        # Once per appended event: a string ``fromisoformat`` reads as it stands (it reads
+        # "Z" itself) skips ``parse_ts``'s stripping and rewriting; the rest goes there.
+        try:
+            dt = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=UTC)
+            elif dt.tzinfo is not UTC:
+                dt = dt.astimezone(UTC)
+            return _stored(dt)
     return _stored(parse_ts(value))
 
 

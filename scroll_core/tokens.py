@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
+from .token_pieces import PieceCounter
 
 __all__ = ["CharRatioCounter", "TiktokenCounter", "TokenCounter", "default_counter"]
 
@@ -45,6 +46,8 @@ class TiktokenCounter:
         # The end-of-text id as it sits in the buffer encoder's output (native uint32).
         self._eot_bytes = self._eot.to_bytes(4, sys.byteorder)
         self._buffer_encode = self._probe_buffer_encode()
+        # ASCII text counted piece by piece on the calling thread (``token_pieces``).
+        self._pieces = PieceCounter.for_encoding(self._enc)
 
     def _probe_buffer_encode(self) -> Any:
         """tiktoken's buffer encoder releases the GIL while it works (its list encoder does
@@ -72,18 +75,42 @@ class TiktokenCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
+        if self._pieces is not None:
+            n = self._pieces.count(text)
+            if n is not None:
+                return n
         return len(self._enc.encode_ordinary(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
+        """Per-text counts, exactly as tiktoken's ``encode_ordinary`` gives them, at the
+        least CPU on the calling thread: ASCII texts piece by piece (``count_cheap``), the
+        rest in one call into the encoder (``count_many_gil_free``)."""
+        counts = [self.count_cheap(t) for t in texts]
+        rest = [i for i, n in enumerate(counts) if n is None]
+        if rest:
+            for i, n in zip(rest, self.count_many_gil_free([texts[i] for i in rest]), strict=True):
+                counts[i] = n
+        return counts  # type: ignore[return-value]  # every None was filled
+
+    def count_cheap(self, text: str) -> int | None:
+        """The exact count when it is cheap on the calling thread (ASCII text, split and
+        counted piece by piece by ``token_pieces``); None when it is not."""
+        if self._pieces is None:
+            return 0 if not text else None
+        return self._pieces.count(text)
+
+    def count_many_gil_free(self, texts: Sequence[str]) -> list[int]:
         """Per-text counts, exactly as ``count`` gives them, in one call into the encoder.
 
         The texts are joined with the end-of-text special token, which the encoder never
         merges across, and the result is split at it again. One call means one release of
         the GIL for the whole batch, so a worker thread counting tokens overlaps SQLite work
-        on the caller's thread. Texts that already contain the marker are counted one by one.
+        on the caller's thread (``count_many`` holds the GIL while it splits ASCII texts:
+        less CPU, but a worker running it would stall the caller's thread). Texts that
+        already contain the marker are counted one by one.
         """
         if len(texts) < 2 or any(_EOT in t for t in texts):
-            return [self.count(t) for t in texts]
+            return [len(self._enc.encode_ordinary(t)) if t else 0 for t in texts]
         if self._buffer_encode is not None:
             return self._split_buffer(_EOT.join(texts), len(texts))
         ids = self._encode_with_eot(_EOT.join(texts))

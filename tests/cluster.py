@@ -7,6 +7,7 @@ it left behind) at the end. Used by ``tests/test_scaled_system.py`` and ``bench/
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
@@ -18,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -140,7 +142,16 @@ class Cluster:
         return done.stdout
 
     def prepare(self) -> None:
-        """Migrate, and create the staff account the HTTP clients log in with."""
+        """The console database migrated, with the staff account the HTTP clients log in
+        with: copied from one migrated once per process and backend (``_MigratedTemplate``),
+        since migrating and creating the account took about 7 s per cluster, most of a
+        gateway cluster test's set-up."""
+        template = _MigratedTemplate.of(self.database_url)
+        template.copy_to(self)
+        self.password = template.password
+
+    def migrate_and_login(self) -> None:
+        """Migrate this cluster's console database and create its staff account."""
         self.manage("migrate", "--noinput", "-v", "0")
         create = (
             "from django.contrib.auth import get_user_model as g; "
@@ -254,6 +265,70 @@ class Cluster:
                 "'session_id', 'status', 'error', 'worker', 'attempts', 'turns', 'plan'))"
             )
         }
+
+
+class _MigratedTemplate:
+    """A console database migrated once, with its staff account, that each cluster of this
+    process on the same backend starts from: a PostgreSQL database the cluster's own is
+    recreated from (``CREATE DATABASE ... TEMPLATE``), or a SQLite file copied into the
+    cluster's data folder. Migrations depend on the code alone, so the copy is what
+    ``migrate`` would have made; one per xdist worker, since a template must have no other
+    connection while it is copied."""
+
+    _made: dict[str, _MigratedTemplate] = {}
+
+    def __init__(self, server_url: str | None) -> None:
+        self.server_url = server_url
+        self.folder = Path(tempfile.mkdtemp(prefix="scroll-cluster-template-"))
+        atexit.register(shutil.rmtree, self.folder, True)
+        self.name = ""
+        url = None
+        if server_url is not None:
+            worker = os.environ.get("PYTEST_XDIST_WORKER") or "main"
+            self.name = f"scroll_console_template_{worker}_{os.getpid()}"
+            admin = _on_database(server_url, "postgres")
+            with psycopg_connect(admin) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.name}"')
+                conn.execute(f'CREATE DATABASE "{self.name}"')
+            atexit.register(_drop_quietly, admin, self.name)
+            url = _on_database(server_url, self.name)
+        maker = Cluster(self.folder / "data", url, None, workers="embedded")
+        maker.root.mkdir(parents=True)
+        maker.migrate_and_login()
+        self.password = maker.password
+
+    @classmethod
+    def of(cls, database_url: str | None) -> _MigratedTemplate:
+        key = "sqlite" if database_url is None else _on_database(database_url, "postgres")
+        if key not in cls._made:
+            cls._made[key] = cls(None if database_url is None else key)
+        return cls._made[key]
+
+    def copy_to(self, cluster: Cluster) -> None:
+        if cluster.database_url is None:
+            for made in (self.folder / "data").glob("console.sqlite3*"):
+                shutil.copyfile(made, cluster.root / made.name)
+            return
+        name = urllib.parse.urlsplit(cluster.database_url).path.lstrip("/")
+        with psycopg_connect(_on_database(cluster.database_url, "postgres")) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.name}"')
+
+
+def psycopg_connect(url: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True)
+
+
+def _on_database(url: str, name: str) -> str:
+    """``url`` naming the database ``name`` on the same server, as the same login."""
+    return urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(path="/" + name))
+
+
+def _drop_quietly(admin_url: str, name: str) -> None:
+    with contextlib.suppress(Exception), psycopg_connect(admin_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextlib.contextmanager

@@ -43,3 +43,45 @@ def test_a_size_below_one_batch_is_refused():
     assert done.returncode == 2 and "at least 1000" in done.stderr
     with pytest.raises(json.JSONDecodeError):
         json.loads(done.stdout or "not json")
+
+
+def test_the_raw_side_stores_what_the_event_log_stores_less_only_the_refusals(tmp_path):
+    import random
+
+    import eventlog as bench
+
+    from scroll_core import EventLog
+
+    rng = random.Random(5)
+    rows = bench.make_rows(1500, rng, bench.make_vocabulary(rng, 300))
+    log = EventLog(tmp_path / "ours.sqlite3")
+    raw = bench.open_raw(tmp_path / "raw.sqlite3")
+    try:
+        tuples = bench.raw_tuples(rows, log)
+        log.append_many(rows)
+        raw.execute("BEGIN IMMEDIATE")
+        raw.executemany(bench._RAW_INSERT, tuples)
+        raw.execute("COMMIT")
+        ours = log._writer  # the log's own connection, read after its append committed
+        tables = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+        assert [r[0] for r in raw.execute(tables)] == [
+            r[0] for r in ours.execute(tables) if r[0] != "_scroll_migrations"
+        ]
+        # The summary and the index are kept on the raw side by the same triggers.
+        summary = "SELECT * FROM session_stats ORDER BY session_id"
+        assert raw.execute(summary).fetchall() == ours.execute(summary).fetchall()
+        matches = "SELECT count(*) FROM events_fts WHERE events_fts MATCH 'a* OR b*'"
+        assert raw.execute(matches).fetchone() == ours.execute(matches).fetchone()
+        # What it lacks are the triggers that only refuse, and only those.
+        triggers = "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+        kept = dict(raw.execute(triggers).fetchall())
+        refusing = {n for n, sql in ours.execute(triggers) if "RAISE(ABORT" in sql}
+        assert refusing and not refusing & set(kept)
+        assert set(kept) == {n for n, _ in ours.execute(triggers)} - refusing
+        # The former baseline is the events table and its index alone.
+        table_only = bench.open_raw(tmp_path / "table.sqlite3", [bench.m001_initial])
+        assert "session_stats" not in {r[0] for r in table_only.execute(tables)}
+        table_only.close()
+    finally:
+        log.close()
+        raw.close()

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scroll_core import CharRatioCounter, ConfigError, TiktokenCounter
+from scroll_core import CharRatioCounter, ConfigError, TiktokenCounter, token_pieces
 from scroll_core.tokens import default_counter
 
 
@@ -36,3 +38,62 @@ def test_the_char_ratio_counter_rounds_up():
     assert CharRatioCounter(4).count("abcde") == 2
     with pytest.raises(ConfigError):
         CharRatioCounter(0)
+
+
+# Text rich in what cl100k's split treats apart: contractions in both cases, digit runs,
+# punctuation runs, every ASCII whitespace (and \x1c-\x1f, which Python's \s takes for
+# space and tiktoken does not), newlines at the end.
+_TRICKY = st.text(
+    alphabet=st.sampled_from(list("aZq09 '\t\n\r\x0b\x0c\x1c\x1f.,!?-_()\"sdmtlLvVrReE")),
+    max_size=60,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_TRICKY | st.text(max_size=30), max_size=12))
+def test_counts_are_tiktokens_own(texts):
+    counter = default_counter()
+    expected = [len(counter._enc.encode_ordinary(t)) for t in texts]
+    assert counter.count_many(texts) == expected
+    assert counter.count_many_gil_free(texts) == expected
+    assert [counter.count(t) for t in texts] == expected
+    for text, n in zip(texts, expected, strict=True):
+        assert counter.count_cheap(text) in (n, None)
+        assert (counter.count_cheap(text) is None) == (not text.isascii())
+
+
+def test_counts_of_real_transcripts_are_tiktokens_own(shared_data):
+    counter = default_counter()
+    texts = []
+    for path in sorted((shared_data / "claude-code").glob("*.jsonl")):
+        raw = path.read_text(errors="replace")
+        texts += [raw, *raw.splitlines()]
+    locomo = json.loads((shared_data / "locomo" / "locomo10.json").read_text())
+    texts += [turn["text"] for turn in locomo[0]["conversation"]["session_1"]]
+    assert sum(counter.count_cheap(t) is not None for t in texts) > len(texts) // 2
+    assert counter.count_many(texts) == [len(counter._enc.encode_ordinary(t)) for t in texts]
+
+
+def test_the_piece_table_stays_bounded_and_exact(monkeypatch):
+    monkeypatch.setattr(token_pieces, "MAX_PIECES", 5)
+    counter = token_pieces.PieceCounter.for_encoding(default_counter()._enc)
+    assert counter is not None
+    texts = [f"word{i} other{i} third{i}" for i in range(50)]
+    counts = [counter.count(t) for t in texts]
+    assert len(counter._pieces) <= 5 + 4  # emptied before it grows past the bound
+    assert counts == [len(default_counter()._enc.encode_ordinary(t)) for t in texts]
+    blob = "QUJD" * 5000  # one 20,000-letter piece: counted, never kept
+    assert counter.count(blob) == len(default_counter()._enc.encode_ordinary(blob))
+    assert blob not in counter._pieces and len(counter._pieces) <= 5 + 4
+
+
+def test_the_piece_counter_is_only_used_for_the_split_it_spells():
+    enc = default_counter()._enc
+
+    class Other:
+        _pat_str = enc._pat_str.replace("{1,3}", "{1,2}")
+        _encode_single_piece = enc._encode_single_piece
+        encode_ordinary = enc.encode_ordinary
+
+    assert token_pieces.PieceCounter.for_encoding(Other()) is None
+    assert token_pieces.PieceCounter.for_encoding(enc) is not None

@@ -288,7 +288,7 @@ class GatewayConversation(HistoryLog):
                             reply = replace(reply, commit_error=failure)
                             traced.set(commit_error=failure)
             traced.set(**{k: v for k, v in reply.stats.to_dict().items() if k != "session_id"})
-            traced.set(**{f"stage_{k}_ms": round(v, 3) for k, v in self._stages.ms.items()})
+            traced.set(**{f"stage_{k}_ms": round(v, 3) for k, v in self._stages.snapshot().items()})
             traced.set_attributes(
                 usage(
                     reply.usage.input_tokens,

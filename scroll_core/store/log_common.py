@@ -126,6 +126,10 @@ class _EventLogBase(ABC):
     # Whole-log term statistics, cached for searches that weigh terms by them.
     term_stats: TermStats
     _pool: ThreadPoolExecutor | None
+    # Whether a large batch's tokens are counted on a worker thread, overlapping the
+    # writes (False: on the calling thread, by the method that costs the least CPU there,
+    # for a machine with one core to give).
+    token_thread: bool
     # Set by each backend: its writing connection, its readers' connections (one per thread),
     # and the lock that serialises writes; ``close`` releases them all.
     _writer: Any
@@ -144,6 +148,7 @@ class _EventLogBase(ABC):
         payload_threshold: int,
         token_counter: TokenCounter | None,
         search_tuning: SearchTuning | None,
+        token_thread: bool = True,
     ) -> None:
         if payload_threshold < 1:
             raise ValueError("payload_threshold must be at least 1 character")
@@ -152,6 +157,7 @@ class _EventLogBase(ABC):
         self.search_tuning = search_tuning or SearchTuning()
         self.term_stats = TermStats()
         self._pool = None
+        self.token_thread = token_thread
 
     @abstractmethod
     def _append_numbered(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> Seqs:
@@ -253,19 +259,35 @@ class _EventLogBase(ABC):
         return seqs
 
     def _prepare_batch(self, numbered: list[tuple[int, Mapping[str, Any]]]) -> _Prepared:
-        """``numbered`` validated chunk by chunk. In a large batch each chunk's tokens are
-        counted on a worker thread as soon as the chunk is validated, overlapping the
-        validation of later chunks and the writing of earlier ones (the encoder and both
-        databases release the GIL); a small batch is counted on the calling thread."""
-        if len(numbered) <= _PIPELINE_CHUNK:
-            rows = self._prepare_chunk(numbered)
-            return _Prepared([(rows, self._count(rows))])
-        pool = self._token_pool()
+        """``numbered`` validated and counted chunk by chunk. A text whose count is cheap
+        (``count_cheap``: ASCII, with tiktoken) is counted on the calling thread; in a large
+        batch the rest go to a worker thread as soon as their chunk is validated, where the
+        encoder runs without the GIL, overlapping the validation of later chunks and the
+        writing of earlier ones. A small batch, or any batch without ``token_thread``, is
+        counted on the calling thread."""
         chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]] = []
+        threaded = self.token_thread and len(numbered) > _PIPELINE_CHUNK
+        cheap = getattr(self.tokens, "count_cheap", None)
         for i in range(0, len(numbered), _PIPELINE_CHUNK):
             rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
-            chunks.append((rows, pool.submit(self._count, rows)))
+            if not threaded:
+                chunks.append((rows, self._count(rows)))
+                continue
+            counts = [cheap(row.values[5]) for row in rows] if cheap else [None] * len(rows)
+            rest = [j for j, n in enumerate(counts) if n is None]
+            if not rest:
+                chunks.append((rows, counts))  # type: ignore[arg-type]  # no None left
+                continue
+            pool = self._token_pool()
+            chunks.append((rows, pool.submit(self._count_rest, rows, counts, rest)))
         return _Prepared(chunks)
+
+    def _count_rest(self, rows: list[_Row], counts: list[int | None], rest: list[int]) -> list[int]:
+        """``counts`` with its gaps (at ``rest``) counted, on the worker thread."""
+        count = getattr(self.tokens, "count_many_gil_free", self.tokens.count_many)
+        for j, n in zip(rest, count([rows[j].values[5] for j in rest]), strict=True):
+            counts[j] = n
+        return counts  # type: ignore[return-value]  # every gap was filled
 
     def _prepare_chunk(self, chunk: list[tuple[int, Mapping[str, Any]]]) -> list[_Row]:
         rows = [self._prepare(i, event) for i, event in chunk]
@@ -290,11 +312,14 @@ class _EventLogBase(ABC):
         session_id = _required_text(event, "session_id", where)
         kind = _required_text(event, "kind", where)
         agent_id = event.get("agent_id") or "main"
-        role = _optional_text(event, "role", where)
-        name = _optional_text(event, "name", where)
-        tool_call_id = _optional_text(event, "tool_call_id", where)
-        headline = _optional_text(event, "headline", where)
-        dedup_key = _optional_text(event, "dedup_key", where)
+        get = event.get  # (most optional fields are absent: checked without a call)
+        role = None if get("role") is None else _optional_text(event, "role", where)
+        name = None if get("name") is None else _optional_text(event, "name", where)
+        tool_call_id = (
+            None if get("tool_call_id") is None else _optional_text(event, "tool_call_id", where)
+        )
+        headline = None if get("headline") is None else _optional_text(event, "headline", where)
+        dedup_key = None if get("dedup_key") is None else _optional_text(event, "dedup_key", where)
         if not isinstance(agent_id, str):
             raise InvalidEvent(f"{where}: agent_id must be a string")
         _refuse_nul(agent_id, "agent_id", where)

@@ -129,10 +129,11 @@ class PgEventLog(_EventLogBase):
         payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
         token_counter: TokenCounter | None = None,
         search_tuning: SearchTuning | None = None,
+        token_thread: bool = True,
         reader_url: str | None = None,
         outage_s: float | None = None,
     ) -> None:
-        self._init_common(payload_threshold, token_counter, search_tuning)
+        self._init_common(payload_threshold, token_counter, search_tuning, token_thread)
         self.outage_s = outage_budget_s() if outage_s is None else outage_s
         self.url = url
         # A login granted ``scroll_reader`` (and nothing more): ``ms.sql_query`` runs model

@@ -79,8 +79,9 @@ class EventLog(_EventLogBase):
         payload_threshold: int = DEFAULT_PAYLOAD_THRESHOLD,
         token_counter: TokenCounter | None = None,
         search_tuning: SearchTuning | None = None,
+        token_thread: bool = True,
     ) -> None:
-        self._init_common(payload_threshold, token_counter, search_tuning)
+        self._init_common(payload_threshold, token_counter, search_tuning, token_thread)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.payloads = PayloadStore(

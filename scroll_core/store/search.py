@@ -19,7 +19,9 @@ hold, whether the query names its speaker), the weights fitted on LoCoMo's dev s
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import operator
 import re
 import threading
 from collections import Counter
@@ -30,7 +32,7 @@ from typing import Any
 
 from ..errors import ConfigError, InvalidEvent
 from ..timeutil import format_ts
-from . import fts_query, search_bounds
+from . import fts_query, linear_rank, search_bounds
 from .query_dates import named_dates
 from .rank_trees import SHIPPED_TREES, TreeRanker, load_trees
 from .schema_common import sqlite_int
@@ -254,6 +256,8 @@ class SearchFilters:
         return self.since is not None or self.until is not None
 
 
+_score_of = operator.itemgetter(1)
+
 # A filter with nothing to match (``kind=[]``) is the clause ``0``; PostgreSQL wants a boolean.
 _FALSE_CLAUSE = re.compile(r" AND 0(?= AND |$)")
 HIT_COLUMNS = "e.seq, e.session_id, e.agent_id, e.kind, e.role, e.name, e.created_at"
@@ -273,6 +277,10 @@ class SearchDialect:
     # statement's text then stays the same from search to search, so the server plans it
     # once and keeps it prepared instead of parsing a new ``IN (...)`` every time.
     arrays: bool = False
+    # Whether lists of seqs can go as JSON texts (SQLite's ``json_each``): the turns beside
+    # the candidates are then listed by the statement itself, from the candidates and the
+    # offsets, in a statement whose text stays the same from search to search.
+    json_lists: bool = False
     # ``candidates`` given the log's ``TermStats`` too, to keep exact statistics between
     # searches (in ``TermStats.backend``; SQLite's ``sqlite_bm25.ScopedStats``); used instead
     # of ``candidates`` when the search has the log's ``TermStats``.
@@ -299,6 +307,20 @@ class SearchDialect:
         if self.arrays:
             return f"{column} = ANY({self.mark})", [list(seqs)]
         return f"{column} IN ({', '.join([self.mark] * len(seqs))})", list(seqs)
+
+    def near_in(self, column: str, seqs: Sequence[int], reach: int) -> tuple[str, list[Any]]:
+        """``column`` is at most ``reach`` from one of ``seqs``, as SQL and its parameters."""
+        if self.json_lists:
+            mark = self.mark
+            return (
+                f"{column} IN (SELECT j.value + o.value FROM json_each({mark}) j, "
+                f"json_each({mark}) o)",
+                [json.dumps(list(seqs)), json.dumps(list(range(-reach, reach + 1)))],
+            )
+        pool = set(seqs)
+        for seq in seqs:
+            pool.update(range(seq - reach, seq + reach + 1))
+        return self.seq_in(column, sorted(pool))
 
 
 # What the learned ranker (``SearchTuning.ranker_weights``) weighs, per turn read: its own
@@ -449,6 +471,7 @@ def run_search(
     if not base:
         return []
     matched = set(base)
+    matcher = TermMatcher(terms)
     if tuning.trees is not None:
         walk = tuning.trees.score
         rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
@@ -459,17 +482,10 @@ def run_search(
     elif tuning.ranker_weights:
         weights = tuning.ranker_weights
         rarity = _term_rarity(db, terms, filters, tuning, dialect, stats)
-        scores = {}
-        features = _rank_features(rows, base, text, terms, tuning, rarity, weights)
-        # The weighted sum in feature order, leaving out the features weighted 0 (adding
-        # 0 * x changes no sum); the same sums as ``sum(w * x ...)``.
-        weighed = [(i, w) for i, w in enumerate(weights) if w]
-        for seq, values in features.items():
-            total = 0.0
-            for i, w in weighed:
-                total += w * values[i]
-            if total > 0:
-                scores[seq] = total
+        if linear_rank.supports(tuning, weights):
+            scores = linear_rank.linear_scores(rows, base, terms, tuning, rarity, weights, matcher)
+        else:
+            scores = _linear_scores(rows, base, text, terms, tuning, rarity, weights)
     else:
         scores = _hand_scores(rows, base, text, terms, tuning)
     bound = search_bounds.applies(
@@ -480,12 +496,12 @@ def run_search(
     if tuning.diversity_weight:
         ranked = _diversify(scores, rows, k, tuning.diversity_weight)
     else:
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+        # Best first, ties to the older turn: by seq, then a stable sort by score, both in C.
+        ranked = sorted(sorted(scores.items()), key=_score_of, reverse=True)
     if bound and tuning.bm25_margin >= 0:
         ranked = search_bounds.bounded(ranked, base, k, tuning.bm25_margin)
     ranked = [(seq, score) for seq, score in ranked[:k] if seq in rows]
     hits = []
-    matcher = TermMatcher(terms)
     for seq, score in ranked:
         r = rows[seq]
         snippet = matcher.snippet(r[7])
@@ -493,6 +509,32 @@ def run_search(
             Hit(r[0], r[1], r[2], r[3], r[4], r[5], r[6], score, snippet, r[8], seq in matched)
         )
     return hits
+
+
+def _linear_scores(
+    rows: dict[int, tuple[Any, ...]],
+    base: dict[int, float],
+    text: str,
+    terms: list[str],
+    tuning: SearchTuning,
+    rarity: list[float] | None,
+    weights: Sequence[float],
+) -> dict[int, float]:
+    """The learned linear ranker's score of each turn read, above 0, from its full
+    ``RANK_FEATURES`` (the reference ``linear_rank.linear_scores`` must equal, and the path
+    for what that does not cover)."""
+    scores = {}
+    features = _rank_features(rows, base, text, terms, tuning, rarity, weights)
+    # The weighted sum in feature order, leaving out the features weighted 0 (adding
+    # 0 * x changes no sum); the same sums as ``sum(w * x ...)``.
+    weighed = [(i, w) for i, w in enumerate(weights) if w]
+    for seq, values in features.items():
+        total = 0.0
+        for i, w in weighed:
+            total += w * values[i]
+        if total > 0:
+            scores[seq] = total
+    return scores
 
 
 def search_features(
@@ -579,11 +621,7 @@ def _read_pool(
         base = dialect.candidates(db, terms, limit, filters, tuning)
     if not base:
         return {}, {}
-    reach = _reach(tuning)
-    pool = set(base)
-    for seq in base:
-        pool.update(range(seq - reach, seq + reach + 1))
-    in_pool, pool_params = dialect.seq_in("e.seq", sorted(pool))
+    in_pool, pool_params = dialect.near_in("e.seq", list(base), _reach(tuning))
     rows = {
         row[0]: row
         for row in db.execute(

@@ -142,10 +142,23 @@ def _doc_freq(db: sqlite3.Connection, terms: list[str], agents: Any) -> list[int
     return [int(db.execute(sql, (fts_query.quote_term(t),)).fetchone()[0]) for t in terms]
 
 
+def _has_json() -> bool:
+    """Whether this SQLite has its JSON functions (built in since 3.38, an option before)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute("SELECT value FROM json_each('[1]')").fetchall()
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        db.close()
+    return True
+
+
 SQLITE = SearchDialect(
     "?",
     _candidates,
     _list_range,
+    json_lists=_has_json(),
     doc_count=_doc_count,
     doc_freq=_doc_freq,
     cached_candidates=_cached_candidates,

@@ -19,6 +19,7 @@ where ASCII lowering would not.
 
 from __future__ import annotations
 
+import itertools
 import re
 from bisect import bisect_right
 
@@ -51,22 +52,18 @@ class TermMatcher:
     def held_all(self, texts: list[str]) -> list[int]:
         """The terms each of ``texts`` holds, as bit masks (bit ``i``: term ``i``)."""
         masks = [0] * len(texts)
-        plain = []
-        for index, text in enumerate(texts):
-            if self._fast and text.isascii():
-                plain.append(index)
-            else:
-                masks[index] = self._held_by_pattern(text)
+        plain = [i for i, text in enumerate(texts) if text.isascii()] if self._fast else []
+        if len(plain) < len(texts):
+            for index in set(range(len(texts))).difference(plain):
+                masks[index] = self._held_by_pattern(texts[index])
         if not plain:
             return masks
         # One lowered text, the turns separated by a newline (never part of a prefix, and
         # a word start): starts[r] is where turn plain[r] begins.
-        starts = []
-        at = 0
-        for index in plain:
-            starts.append(at)
-            at += len(texts[index]) + 1
-        lowered = "\n".join(texts[index] for index in plain).lower()
+        kept = texts if len(plain) == len(texts) else [texts[index] for index in plain]
+        starts = list(itertools.accumulate([len(text) + 1 for text in kept[:-1]], initial=0))
+        lowered = "\n".join(kept).lower()
+        last = len(starts) - 1
         for which, prefix in enumerate(self.prefixes):
             bit = 1 << which
             found = lowered.find(prefix)
@@ -74,7 +71,7 @@ class TermMatcher:
                 if found == 0 or not lowered[found - 1].isalnum():
                     turn = bisect_right(starts, found) - 1
                     masks[plain[turn]] |= bit
-                    if turn + 1 == len(starts):
+                    if turn == last:
                         break
                     found = lowered.find(prefix, starts[turn + 1])
                 else:
@@ -93,6 +90,35 @@ class TermMatcher:
             if found is not None:
                 mask |= 1 << found
         return mask
+
+    def plain(self, text: str) -> bool:
+        """Whether ``text`` takes the ``str.find`` path: the mask ``held_all`` gives it then
+        holds exactly the terms ``positions`` finds in it."""
+        return self._fast and text.isascii()
+
+    def closest(self, text: str) -> int:
+        """For ``plain`` text: the smallest token gap between two words holding different
+        terms (``positions``' nearest pair), 0 when fewer than two terms are held. The words
+        holding a term are found with ``str.find`` (at most one prefix starts a word here)
+        and only the tokens between two such words are counted."""
+        lowered = text.lower()
+        found_at: list[tuple[int, int]] = []
+        for which, prefix in enumerate(self.prefixes):
+            found = lowered.find(prefix)
+            while found >= 0:
+                if found == 0 or not lowered[found - 1].isalnum():
+                    found_at.append((found, which))
+                found = lowered.find(prefix, found + 1)
+        found_at.sort()
+        best = 0
+        count = fts_query.WORDS.findall
+        for (start, one), (end, other) in itertools.pairwise(found_at):
+            if one != other:
+                # The tokens starting in [start, end): the gap in token places.
+                gap = len(count(lowered, start, end))
+                if not best or gap < best:
+                    best = gap
+        return best
 
     def positions(self, text: str) -> list[tuple[int, int]]:
         """(token index, term index) of each token of ``text`` that holds a term, in order
@@ -128,14 +154,27 @@ class TermMatcher:
             return content[:width] + ("…" if len(content) > width else "")
         start = max(0, first - width // 3)
         end = min(len(content), start + width)
-        starts = self._starts
-
-        def mark(word: re.Match[str]) -> str:
-            text = word.group(0)
-            return f"[{text}]" if text.lower().startswith(starts) else text
-
-        window = _ASCII_WORD.sub(mark, content[start:end])
-        return ("…" if start > 0 else "") + window + ("…" if end < len(content) else "")
+        window = content[start:end]
+        # The words of the window that start with a prefix, bracketed: found with
+        # ``str.find`` at word starts of the window (so a word the window cuts counts from
+        # the cut, as a word of the window alone).
+        lowered = lowered[start:end]
+        marked = []
+        for prefix in self.prefixes:
+            found = lowered.find(prefix)
+            while found >= 0:
+                if found == 0 or not lowered[found - 1].isalnum():
+                    marked.append(found)
+                found = lowered.find(prefix, found + len(prefix))
+        pieces: list[str] = []
+        done = 0
+        for at in sorted(marked):
+            word = _ASCII_WORD.match(window, at)
+            assert word is not None  # a prefix starts with a letter or digit
+            pieces += (window[done:at], "[", word.group(0), "]")
+            done = word.end()
+        pieces.append(window[done:])
+        return ("…" if start > 0 else "") + "".join(pieces) + ("…" if end < len(content) else "")
 
     @staticmethod
     def _first_start(lowered: str, prefix: str) -> int:

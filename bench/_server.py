@@ -32,7 +32,8 @@ def free_port() -> int:
 class DaphneServer:
     """``server`` (daphne unless told) serving ``dashboard.asgi`` on 127.0.0.1:``port`` over
     ``data_dir``, with ``env`` added to the environment (no OTLP exporter: nothing leaves the
-    machine)."""
+    machine), from the code of ``checkout`` (this one unless told: ``bench/gateway_ab.py``
+    times another checkout's beside it)."""
 
     def __init__(
         self,
@@ -41,10 +42,12 @@ class DaphneServer:
         env: dict[str, str] | None = None,
         *,
         server: str = "daphne",
+        checkout: Path = REPO,
     ) -> None:
         if server not in SERVERS:
             raise ValueError(f"server must be one of {', '.join(SERVERS)}, not {server!r}")
         self.server = server
+        self.checkout = checkout
         self.port = port
         self.base = f"http://127.0.0.1:{port}"
         self.env = os.environ | {
@@ -52,6 +55,7 @@ class DaphneServer:
             "SCROLL_STARTUP": "1",
             "SCROLL_DEMO": "0",
             "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            **({"PYTHONPATH": str(checkout)} if checkout != REPO else {}),
             **(env or {}),
         }
         for name in list(self.env):
@@ -65,8 +69,9 @@ class DaphneServer:
         """Run ``manage.py args`` against the data folder (no server start-up work); its
         standard output."""
         out = subprocess.run(
-            [sys.executable, str(REPO / "manage.py"), *args],
+            [sys.executable, str(self.checkout / "manage.py"), *args],
             env=self.env | {"SCROLL_STARTUP": "0"},
+            cwd=self.checkout,
             check=True,
             timeout=timeout,
             capture_output=True,
@@ -80,7 +85,7 @@ class DaphneServer:
     def start(self, timeout: float) -> None:
         self.proc = subprocess.Popen(
             self.command(),
-            cwd=REPO,
+            cwd=self.checkout,
             env=self.env,
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,34 +52,7 @@ KEY_SCRIPT = (
 
 
 class CheckoutServer(DaphneServer):
-    """``DaphneServer`` over the code of ``checkout`` (imported first, run from there)."""
-
-    def __init__(self, checkout: Path, data_dir: Path, port: int, server: str) -> None:
-        super().__init__(data_dir, port, {"PYTHONPATH": str(checkout)}, server=server)
-        self.checkout = checkout
-
-    def manage(self, *args: str, timeout: float = 180) -> str:
-        out = subprocess.run(
-            [sys.executable, str(self.checkout / "manage.py"), *args],
-            env=self.env | {"SCROLL_STARTUP": "0"}, cwd=self.checkout, check=True,
-            timeout=timeout, capture_output=True, text=True,
-        )  # fmt: skip
-        return out.stdout
-
-    def start(self, timeout: float) -> None:
-        self.proc = subprocess.Popen(
-            self.command(), cwd=self.checkout, env=self.env, stdout=self.log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.server} exited; see {self.log.name}")
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.server} did not listen within {timeout:g} s")
+    """``DaphneServer`` over the code of a checkout, which issues the bench's gateway key."""
 
     def key(self, upstream_url: str) -> str:
         self.migrate()
@@ -194,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         arms = []
         for name, checkout, server in plan:
-            started = CheckoutServer(checkout, folder / name, free_port(), server)
+            started = CheckoutServer(folder / name, free_port(), server=server, checkout=checkout)
             running.append(started)
             key = started.key(upstream.url)
             started.start(60.0)

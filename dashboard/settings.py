@@ -303,6 +303,12 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": SCROLL_DATA_DIR / "console.sqlite3",
+            # Kept open for the thread's life: the gateway's pool, the recorder and the span
+            # sink outlive requests, and reopening costs each request a connect, the pragmas
+            # and Django's function registrations (about a fifth of a new conversation's CPU).
+            # A file has no server to restart; a connection left in a transaction is still
+            # dropped by close_old_connections().
+            "CONN_MAX_AGE": None,
             # Worker threads, the span sink and requests all write: WAL lets readers go on
             # beside the writer, and IMMEDIATE takes the write lock when a transaction
             # begins, so two writers queue (for up to `timeout` s) instead of one failing

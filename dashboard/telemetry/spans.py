@@ -45,6 +45,7 @@ from dashboard.push import Sending, heard, send_groups, start_sending
 from dashboard.span_frames import render_row, spans_message
 from dashboard.telemetry.alerts import AlertEngine, Trigger, raise_alert
 from dashboard.telemetry.models import AlertRule, SpanRecord
+from dashboard.telemetry.span_insert import insert_spans
 from dashboard.telemetry.spool import DEFAULT_SPOOL_BYTES, SpanSpool
 
 __all__ = [
@@ -353,7 +354,8 @@ class ConsoleSpanSink:
     def _store(self, rows: list[SpanRecord]) -> list[SpanRecord]:
         try:
             with transaction.atomic():
-                stored = SpanRecord.objects.bulk_create(rows)
+                insert_spans(rows)
+            stored = rows
         except IntegrityError:
             # A span id seen before (a replayed export): store the others one by one.
             stored = []

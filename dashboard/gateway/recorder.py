@@ -25,6 +25,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from dashboard.bulk_insert import insert_rows
 from dashboard.gateway import stored_responses
 from dashboard.gateway.models import GatewayKey
 from dashboard.record.store import store_calls
@@ -253,12 +254,12 @@ def _record_batch(batch: list[list[Job]], spent: dict[int, tuple[int, int]]) -> 
         rows += _apply(run, jobs, spent)
         runs.append(run)
     # The new runs get their ids here; their compress rows take them from the run they name.
-    RunRecord.objects.bulk_create(fresh)
+    insert_rows(fresh)
     new = {id(run) for run in fresh}
     for run in runs:
         if id(run) not in new:
             run.save()
-    CompressEvent.objects.bulk_create(rows)
+    insert_rows(rows)
     store_calls(call for jobs in batch for job in jobs for call in job.calls)
     return runs
 
@@ -271,7 +272,7 @@ def _record(jobs: Sequence[Job], spent: dict[int, tuple[int, int]]) -> RunRecord
     run, _ = RunRecord.objects.get_or_create(
         session_id=first.session_id, defaults=_run_defaults(first)
     )
-    CompressEvent.objects.bulk_create(_apply(run, jobs, spent))
+    insert_rows(_apply(run, jobs, spent))
     store_calls(call for job in jobs for call in job.calls)
     run.save()
     return run

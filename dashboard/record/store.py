@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from django.db import transaction
 from django.db.models import Max
 
+from dashboard.bulk_insert import insert_rows
 from dashboard.record.models import WireBlob, WireCall
 from dashboard.record.read import message_digests
 from scroll_core import wire
@@ -104,7 +105,7 @@ def store_calls(calls: Iterable[wire.WireCall]) -> list[WireCall]:
         # What each call added: its own fields, and the blobs it was the first to bring.
         for row, enc in zip(rows, encoded, strict=True):
             row.stored_bytes = wire.stored_size(enc, known)
-        WireCall.objects.bulk_create(rows)
+        insert_rows(rows)
     for session_id, (index, digests) in last.items():
         _remember(session_id, index, digests)
     return rows

@@ -40,12 +40,12 @@ from django.db import IntegrityError, close_old_connections, connection, transac
 from django.db.models import F, Sum, Window
 
 from dashboard import groups
+from dashboard.bulk_insert import insert_rows
 from dashboard.outage import database_unavailable
 from dashboard.push import Sending, heard, send_groups, start_sending
 from dashboard.span_frames import render_row, spans_message
 from dashboard.telemetry.alerts import AlertEngine, Trigger, raise_alert
 from dashboard.telemetry.models import AlertRule, SpanRecord
-from dashboard.telemetry.span_insert import insert_spans
 from dashboard.telemetry.spool import DEFAULT_SPOOL_BYTES, SpanSpool
 
 __all__ = [
@@ -354,7 +354,7 @@ class ConsoleSpanSink:
     def _store(self, rows: list[SpanRecord]) -> list[SpanRecord]:
         try:
             with transaction.atomic():
-                insert_spans(rows)
+                insert_rows(rows)
             stored = rows
         except IntegrityError:
             # A span id seen before (a replayed export): store the others one by one.

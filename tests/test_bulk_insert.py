@@ -1,4 +1,5 @@
-"""The span sink's insert: what it stores is what ``bulk_create`` stores, ids included."""
+"""The gateway's inserts (``dashboard.bulk_insert``): what they store is what ``bulk_create``
+stores, ids included."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import itertools
 import pytest
 from django.db import IntegrityError, transaction
 
+from dashboard.bulk_insert import CHUNK_PARAMS, insert_rows
 from dashboard.telemetry.models import SpanRecord
-from dashboard.telemetry.span_insert import CHUNK, insert_spans
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,7 +51,7 @@ def test_rows_read_back_as_bulk_create_stores_them_with_their_ids():
     ours = [_row() for _ in range(5)]
     theirs = [_row() for _ in range(5)]
     with transaction.atomic():
-        insert_spans(ours)
+        insert_rows(ours)
     SpanRecord.objects.bulk_create(theirs)
     assert all(r.pk is not None and not r._state.adding for r in ours)
     assert len({r.pk for r in ours}) == 5
@@ -66,9 +67,9 @@ def test_rows_read_back_as_bulk_create_stores_them_with_their_ids():
 
 
 def test_more_rows_than_one_statement_holds_each_get_their_own_id():
-    rows = [_row(span_id=f"ff{i:014x}") for i in range(CHUNK * 2 + 7)]
+    rows = [_row(span_id=f"ff{i:014x}") for i in range((CHUNK_PARAMS // 13) * 2 + 7)]
     with transaction.atomic():
-        insert_spans(rows)
+        insert_rows(rows)
     stored = dict(SpanRecord.objects.filter(span_id__startswith="ff").values_list("span_id", "pk"))
     assert len(stored) == len(rows)
     assert {r.span_id: r.pk for r in rows} == stored
@@ -77,10 +78,10 @@ def test_more_rows_than_one_statement_holds_each_get_their_own_id():
 def test_a_span_id_stored_before_refuses_the_batch_and_stores_none_of_it():
     first = _row()
     with transaction.atomic():
-        insert_spans([first])
+        insert_rows([first])
     again = [_row(), _row(span_id=first.span_id), _row()]
     with pytest.raises(IntegrityError), transaction.atomic():
-        insert_spans(again)
+        insert_rows(again)
     assert SpanRecord.objects.count() == 1
 
 
@@ -90,8 +91,38 @@ def test_the_sink_keeps_the_others_when_one_span_was_stored_before():
     sink = ConsoleSpanSink(start=False)
     first = _row()
     with transaction.atomic():
-        insert_spans([first])
+        insert_rows([first])
     batch = [_row(), _row(span_id=first.span_id), _row()]
     stored = sink._store(batch)
     assert [r.span_id for r in stored] == [batch[0].span_id, batch[2].span_id]
     assert SpanRecord.objects.count() == 3
+
+
+def test_rows_naming_a_row_inserted_before_them_take_its_id():
+    from dashboard.runs.models import CompressEvent, RunRecord
+
+    run = RunRecord(session_id="bulk-1", task="t", model_name="m", kind="gateway")
+    events = [CompressEvent(run=run, turn=i, tokens_before=100 + i) for i in range(3)]
+    with transaction.atomic():
+        insert_rows([run])
+        insert_rows(events)
+    stored = RunRecord.objects.get(session_id="bulk-1")
+    assert stored.pk == run.pk and stored.kind == "gateway" and stored.status == "queued"
+    assert stored.created_at == run.created_at
+    assert list(stored.compressions.order_by("turn").values_list("turn", "tokens_before")) == [
+        (0, 100), (1, 101), (2, 102)
+    ]  # fmt: skip
+
+
+def test_rows_of_two_models_or_with_an_id_are_refused_and_nothing_is_stored():
+    from dashboard.runs.models import RunRecord
+
+    run = RunRecord(session_id="bulk-2", task="t", model_name="m")
+    with pytest.raises(ValueError, match="one model"), transaction.atomic():
+        insert_rows([run, _row()])
+    with transaction.atomic():
+        insert_rows([run])
+    with pytest.raises(ValueError, match="has an id"), transaction.atomic():
+        insert_rows([run])
+    assert SpanRecord.objects.count() == 0
+    assert RunRecord.objects.filter(session_id="bulk-2").count() == 1

@@ -42,6 +42,7 @@ from dashboard.eventlog import get_event_log
 from dashboard.outage import database_unavailable
 from dashboard.record.store import store_calls
 from dashboard.runs.grants import readable_by
+from dashboard.runs.idle_poll import anything_waiting
 from dashboard.runs.models import CompressEvent, KernelState, RunRecord, SessionIndex, WorkerCommand
 from dashboard.runs.notify import push_session
 from dashboard.runs.profiles import core_profile
@@ -295,14 +296,16 @@ class Worker:
         outage it claims queued runs only; an owner still alive has renewed by then (at its
         first pass that reaches the database, and from each run waiting for it), and a run
         whose worker died meanwhile is taken over one lease later than usual."""
-        self._answer_commands()
+        settled = self._away_at is None or time.monotonic() - self._away_at >= self.lease_s
+        commands, claimable = anything_waiting(self.id, timezone.now(), settled)
+        if commands:
+            self._answer_commands()
         self._mark_pending()
         now = timezone.now().timestamp()
         if now - self._last_renew >= self.lease_s / 3:
             self._renew()
             self._last_renew = now
-        settled = self._away_at is None or time.monotonic() - self._away_at >= self.lease_s
-        while not self._halt.is_set() and self.free_slots() > 0:
+        while claimable and not self._halt.is_set() and self.free_slots() > 0:
             run = claim_next(
                 self.id, lease_s=self.lease_s, pinned_to=PROCESS_TOKEN, expired=settled
             )

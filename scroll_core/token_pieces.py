@@ -16,8 +16,8 @@ expression: a piece never runs on over a space (the pieces that take whitespace 
 it, and the split looks only forward), so when the only whitespace is single spaces inside
 the text, the pieces of ``w0 w1 w2`` are those of ``w0``, then of `` w1``, then of `` w2``.
 Such a text is cut with ``str.split(" ")`` and its words' counts summed from two more
-bounded tables (a word first, and a word after a space), filled from the pieces of the texts
-that missed them.
+bounded tables (a word first, and a word after a space); a word not in them is counted by
+the pattern on its own.
 """
 
 from __future__ import annotations
@@ -86,57 +86,47 @@ class PieceCounter:
         if not text.isascii():
             return None
         if "\n" in text or "\t" in text or "\r" in text or "\x0b" in text or "\x0c" in text:
-            return self._count_pieces(text, None)
+            return self._count_pieces(text)
         words = text.split(" ")
         spaced = self._spaced
-        try:  # (an empty word, from a space at either end or two together, is never kept)
+        try:
             return self._first[words[0]] + sum(map(spaced.__getitem__, words[1:]))
         except KeyError:
-            return self._count_pieces(text, words)
+            pass
+        if "" in words:  # a space at either end or two together: not words between spaces
+            return self._count_pieces(text)
+        if len(spaced) > MAX_PIECES:
+            self._first.clear()
+            spaced.clear()
+        total = self._word(self._first, words[0], words[0])
+        for word in words[1:]:
+            n = spaced.get(word)
+            total += self._word(spaced, word, " " + word) if n is None else n
+        return total
 
-    def _count_pieces(self, text: str, words: list[str] | None) -> int:
-        """``text`` counted piece by piece; when ``words`` are its words (cut at single
-        spaces), each word's count is kept for the split-free path."""
+    def _word(self, table: dict[str, int], word: str, text: str) -> int:
+        """The count of ``text`` (``word``, or it after a space), kept in ``table``."""
+        n = self._count_pieces(text)
+        if len(word) <= MAX_PIECE_CHARS:
+            table[word] = n
+        return n
+
+    def _count_pieces(self, text: str) -> int:
+        """``text`` split by the pattern and counted piece by piece."""
         pieces = _ASCII_SPLIT.findall(text)
         known = self._pieces
-        if words is None:
-            try:
-                return sum(map(known.__getitem__, pieces))
-            except KeyError:
-                pass
+        try:
+            return sum(map(known.__getitem__, pieces))
+        except KeyError:
+            pass
         if len(known) > MAX_PIECES:
             known.clear()
-        counts = []
+        total = 0
         for piece in pieces:  # (another thread may empty the table meanwhile: no re-reads)
             n = known.get(piece)
             if n is None:
                 n = len(self._encode_piece(piece.encode("ascii")))
                 if len(piece) <= MAX_PIECE_CHARS:
                     known[piece] = n
-            counts.append(n)
-        if words is not None:
-            self._keep_words(words, pieces, counts)
-        return sum(counts)
-
-    def _keep_words(self, words: list[str], pieces: list[str], counts: list[int]) -> None:
-        """Each word's count: its pieces, a word after the first starting at the piece that
-        starts with its space (no piece inside a word starts with one)."""
-        if "" in words:
-            return  # a space at either end or two together: not words between single spaces
-        per_word = [0]
-        for piece, n in zip(pieces, counts, strict=True):
-            if piece[0] == " ":
-                per_word.append(n)
-            else:
-                per_word[-1] += n
-        if len(per_word) != len(words):
-            return  # (cannot happen for words between single spaces; kept out if it did)
-        first, spaced = self._first, self._spaced
-        if len(spaced) > MAX_PIECES:
-            first.clear()
-            spaced.clear()
-        if len(words[0]) <= MAX_PIECE_CHARS:
-            first[words[0]] = per_word[0]
-        for word, n in zip(words[1:], per_word[1:], strict=True):
-            if len(word) <= MAX_PIECE_CHARS:
-                spaced[word] = n
+            total += n
+        return total

@@ -305,24 +305,33 @@ class _EventLogBase(ABC):
         return self._pool
 
     def _prepare(self, index: int, event: Mapping[str, Any]) -> _Row:
+        if not _APPEND_KEYS.issuperset(event):
+            unknown = set(event) - _APPEND_KEYS
+            raise InvalidEvent(f"event {index}: unknown field(s) {', '.join(sorted(unknown))}")
+        get = event.get
+        session_id = get("session_id")
+        kind = get("kind")
+        agent_id = get("agent_id") or "main"
+        role = get("role")
+        name = get("name")
+        tool_call_id = get("tool_call_id")
+        headline = get("headline")
+        dedup_key = get("dedup_key")
+        if not _plain_short_fields(
+            session_id, kind, agent_id, role, name, tool_call_id, headline, dedup_key
+        ):
+            where = f"event {index}"
+            session_id = _required_text(event, "session_id", where)
+            kind = _required_text(event, "kind", where)
+            role = _optional_text(event, "role", where)
+            name = _optional_text(event, "name", where)
+            tool_call_id = _optional_text(event, "tool_call_id", where)
+            headline = _optional_text(event, "headline", where)
+            dedup_key = _optional_text(event, "dedup_key", where)
+            if not isinstance(agent_id, str):
+                raise InvalidEvent(f"{where}: agent_id must be a string")
+            _refuse_nul(agent_id, "agent_id", where)
         where = f"event {index}"
-        unknown = () if _APPEND_KEYS.issuperset(event) else set(event) - _APPEND_KEYS
-        if unknown:
-            raise InvalidEvent(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        session_id = _required_text(event, "session_id", where)
-        kind = _required_text(event, "kind", where)
-        agent_id = event.get("agent_id") or "main"
-        get = event.get  # (most optional fields are absent: checked without a call)
-        role = None if get("role") is None else _optional_text(event, "role", where)
-        name = None if get("name") is None else _optional_text(event, "name", where)
-        tool_call_id = (
-            None if get("tool_call_id") is None else _optional_text(event, "tool_call_id", where)
-        )
-        headline = None if get("headline") is None else _optional_text(event, "headline", where)
-        dedup_key = None if get("dedup_key") is None else _optional_text(event, "dedup_key", where)
-        if not isinstance(agent_id, str):
-            raise InvalidEvent(f"{where}: agent_id must be a string")
-        _refuse_nul(agent_id, "agent_id", where)
 
         raw_created = event.get("created_at")
         try:
@@ -629,6 +638,22 @@ def _plan(
             slots.append(len(fresh))
             fresh.append(index)
     return fresh, slots
+
+
+def _plain_short_fields(session_id: Any, kind: Any, agent_id: Any, *optional: Any) -> bool:
+    """True when an event's ids and names need none of the per-field checks: the required
+    ones non-blank strings, the optional ones strings or None, all ASCII without NUL (so no
+    surrogates either). One join and two scans in C for the common event; any other goes
+    through the per-field checks, which say what is wrong."""
+    if type(session_id) is not str or type(kind) is not str or type(agent_id) is not str:
+        return False
+    if not session_id or session_id.isspace() or not kind or kind.isspace():
+        return False
+    try:
+        joined = "".join([session_id, kind, agent_id, *(v for v in optional if v is not None)])
+    except TypeError:  # an optional field that is not a string
+        return False
+    return joined.isascii() and "\x00" not in joined
 
 
 def _has_surrogates(text: str) -> bool:

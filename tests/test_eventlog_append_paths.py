@@ -121,3 +121,25 @@ def test_a_large_batch_resolves_repeated_keys_across_its_chunks(tmp_path, token_
         for key, seq in fresh.items():
             assert log.get(seq).dedup_key == key
         assert log.fts_check() == 300
+
+
+@pytest.mark.parametrize("holds_nul", [True, False])  # SQLite's text holds NUL, PostgreSQL's not
+def test_content_that_skips_the_routing_is_stored_as_the_routing_would(tmp_path, holds_nul):
+    with EventLog(tmp_path / "log.sqlite3", payload_threshold=8) as log:
+        log._text_holds_nul = holds_nul
+        contents = ["", "short", "exactly8", "ninechars", "nul\x00in", "ünï", "\ud800", b"bytes", 7]
+        for content, payload in itertools.product(contents, [None, "separate"]):
+            event = {"session_id": "s", "kind": "k", "content": content, "payload": payload}
+
+            def routed(e=event):
+                content, value = log._split_content(e["content"], e["payload"], "event 0")
+                return content, value
+
+            want = _outcome(routed)
+            got = _outcome(lambda e=event: log._prepare(0, e))
+            if want[0] == "refused":
+                assert got == want, (content, payload)
+                continue
+            row = got[1]
+            assert row.values[5] == want[1][0], (content, payload)
+            assert (row.payload is None) == (want[1][1] is None), (content, payload)

@@ -331,24 +331,37 @@ class _EventLogBase(ABC):
             if not isinstance(agent_id, str):
                 raise InvalidEvent(f"{where}: agent_id must be a string")
             _refuse_nul(agent_id, "agent_id", where)
-        where = f"event {index}"
+        where = f"event {index}"  # (for messages; an f-string is cheap beside the rest)
 
-        raw_created = event.get("created_at")
+        raw_created = get("created_at")
         try:
             created_at = now_ts() if raw_created is None else format_ts(raw_created)
         except ValueError as exc:
             raise InvalidEvent(f"{where}: invalid created_at: {exc}") from None
 
-        metadata = event.get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise InvalidEvent(f"{where}: metadata must be a mapping")
-        metadata_json = _to_json(dict(metadata), where, "metadata") if metadata else "{}"
-        tool_input = event.get("tool_input")
+        metadata = get("metadata")
+        if metadata is None:
+            metadata_json = "{}"
+        else:
+            metadata = metadata or {}
+            if not isinstance(metadata, Mapping):
+                raise InvalidEvent(f"{where}: metadata must be a mapping")
+            metadata_json = _to_json(dict(metadata), where, "metadata") if metadata else "{}"
+        tool_input = get("tool_input")
         tool_input_json = None if tool_input is None else _to_json(tool_input, where, "tool_input")
 
-        content, payload_value = self._split_content(
-            event.get("content"), event.get("payload"), where
-        )
+        content = get("content")
+        payload_value = get("payload")
+        if not (
+            # The common content needs none of ``_split_content``'s routing: ASCII text (no
+            # surrogates) that fits the row, without NUL where the backend cannot hold it.
+            payload_value is None
+            and type(content) is str
+            and len(content) <= self.payload_threshold
+            and content.isascii()
+            and (self._text_holds_nul or "\x00" not in content)
+        ):
+            content, payload_value = self._split_content(content, payload_value, where)
         payload_bytes: bytes | None = None
         payload_ref = payload_size = payload_media = None
         if payload_value is not None:
@@ -358,7 +371,7 @@ class _EventLogBase(ABC):
                 raise InvalidEvent(f"{where}: payload cannot be stored: {exc}") from None
             payload_ref = ref_of(payload_bytes)
             payload_size = len(payload_bytes)
-        searchable = 1 if event.get("searchable", True) else 0
+        searchable = 1 if get("searchable", True) else 0
         values = (
             session_id,
             agent_id,

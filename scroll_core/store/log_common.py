@@ -309,7 +309,7 @@ class _EventLogBase(ABC):
             unknown = set(event) - _APPEND_KEYS
             raise InvalidEvent(f"event {index}: unknown field(s) {', '.join(sorted(unknown))}")
         get = event.get
-        session_id = get("session_id")
+        session_id: Any = get("session_id")  # (checked below)
         kind = get("kind")
         agent_id = get("agent_id") or "main"
         role = get("role")

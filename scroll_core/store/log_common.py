@@ -653,20 +653,38 @@ def _plan(
     return fresh, slots
 
 
-def _plain_short_fields(session_id: Any, kind: Any, agent_id: Any, *optional: Any) -> bool:
+def _plain_short_fields(
+    session_id: Any,
+    kind: Any,
+    agent_id: Any,
+    role: Any,
+    name: Any,
+    tool_call_id: Any,
+    headline: Any,
+    dedup_key: Any,
+) -> bool:
     """True when an event's ids and names need none of the per-field checks: the required
     ones non-blank strings, the optional ones strings or None, all ASCII without NUL (so no
-    surrogates either). One join and two scans in C for the common event; any other goes
-    through the per-field checks, which say what is wrong."""
+    surrogates either). One concatenation and two scans in C for the common event; any
+    other goes through the per-field checks, which say what is wrong."""
     if type(session_id) is not str or type(kind) is not str or type(agent_id) is not str:
         return False
     if not session_id or session_id.isspace() or not kind or kind.isspace():
         return False
-    try:
-        joined = "".join([session_id, kind, agent_id, *(v for v in optional if v is not None)])
-    except TypeError:  # an optional field that is not a string
+    try:  # (a field that is not a string cannot be added to one)
+        joined = (
+            session_id
+            + kind
+            + agent_id
+            + ("" if role is None else role)
+            + ("" if name is None else name)
+            + ("" if tool_call_id is None else tool_call_id)
+            + ("" if headline is None else headline)
+            + ("" if dedup_key is None else dedup_key)
+        )
+    except TypeError:
         return False
-    return joined.isascii() and "\x00" not in joined
+    return type(joined) is str and joined.isascii() and "\x00" not in joined
 
 
 def _has_surrogates(text: str) -> bool:

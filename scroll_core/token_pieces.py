@@ -89,8 +89,9 @@ class PieceCounter:
             return self._count_pieces(text)
         words = text.split(" ")
         spaced = self._spaced
+        rest = iter(words)  # (the first word, then the rest: no copy of the list)
         try:
-            return self._first[words[0]] + sum(map(spaced.__getitem__, words[1:]))
+            return self._first[next(rest)] + sum(map(spaced.__getitem__, rest))
         except KeyError:
             pass
         if "" in words:  # a space at either end or two together: not words between spaces

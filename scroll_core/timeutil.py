@@ -15,9 +15,11 @@ _FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 # A UTC timestamp already written the stored way but perhaps without its microseconds, from
 # year 1000 on: once ``fromisoformat`` has accepted it (a real date and time), its stored
 # form is its own characters, so no datetime has to be formatted (``isoformat`` is most of
-# the cost of storing a timestamp, once per appended event).
+# the cost of storing a timestamp, once per appended event). Hours stop at 23 whatever a
+# Python's ``fromisoformat`` makes of 24:00.
 _STORED_SHAPE = re.compile(
-    r"[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?(?:Z|\+00:00)"
+    r"[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    r"(\.[0-9]{6})?(?:Z|\+00:00)"
 )
 
 

@@ -59,6 +59,14 @@ def test_a_stamp_already_in_the_stored_shape_keeps_its_characters():
     assert format_ts("0999-12-31T23:59:59Z") == _stored(parse_ts("0999-12-31T23:59:59Z"))
     assert format_ts("2026-01-01T00:00:07.123Z") == "2026-01-01T00:00:07.123000Z"
     assert format_ts("2026-01-01T00:00:07+01:00") == "2025-12-31T23:00:07.000000Z"
+    for edge in ("2026-01-01T24:00:00Z", "2026-12-31T23:59:59.999999+00:00"):
+        try:
+            expected = _stored(parse_ts(edge))
+        except ValueError:
+            with pytest.raises(ValueError):
+                format_ts(edge)
+        else:
+            assert format_ts(edge) == expected
     for bad in ("2026-02-30T00:00:07Z", "2026-01-01T24:00:61Z", "2026-13-01T00:00:00Z"):
         with pytest.raises(ValueError):
             format_ts(bad)

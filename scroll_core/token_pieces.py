@@ -10,6 +10,14 @@ is ``0-9``, ``\\s`` is the six ASCII ``White_Space`` characters, which is not wh
 ``\\s`` means, and ``$`` is ``\\Z``), so it is the same split only on ASCII text: anything
 else goes to tiktoken whole. It is used only for the encoding whose pattern it was written
 from, and only if it agrees with tiktoken on a probe.
+
+Most texts are words between single spaces, and there the split needs no regular
+expression: a piece never runs on over a space (the pieces that take whitespace start with
+it, and the split looks only forward), so when the only whitespace is single spaces inside
+the text, the pieces of ``w0 w1 w2`` are those of ``w0``, then of `` w1``, then of `` w2``.
+Such a text is cut with ``str.split(" ")`` and its words' counts summed from two more
+bounded tables (a word first, and a word after a space); a word not in them is counted by
+the pattern on its own.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ PROBE = (
     "I'm here, it's OK -- we'LL see; they've 12345 apples!!\n\n  indented\tTab \x0b\x0c"
     "  'quoted' (a+b)=c \r\n end...   \n\x1c\x1f mixed99words 3.14159 @@@\n   "
 )
+# The probe's words with no whitespace but single spaces, which take the split-free path.
+PROBE_LINE = "I'm here, it's OK -- we'LL see; they've 12345 apples!! (a+b)=c 'quoted' 3.14159 @@@ x"
 # Distinct pieces kept, each at most ``MAX_PIECE_CHARS`` long (a longer one, such as a run
 # of base64, is counted each time it comes); the table is emptied when it passes
 # ``MAX_PIECES``, so it stays under about 10 MB.
@@ -50,6 +60,10 @@ class PieceCounter:
     def __init__(self, encode_piece: Callable[[bytes], Any]) -> None:
         self._encode_piece = encode_piece
         self._pieces: dict[str, int] = {}
+        # Per word of a text cut at single spaces: its count as the text's first word, and
+        # as a later one (with the space before it).
+        self._first: dict[str, int] = {}
+        self._spaced: dict[str, int] = {}
 
     @classmethod
     def for_encoding(cls, enc: Any) -> PieceCounter | None:
@@ -59,16 +73,47 @@ class PieceCounter:
         if getattr(enc, "_pat_str", None) != CL100K_PATTERN or encode_piece is None:
             return None
         counter = cls(encode_piece)
-        for text in (PROBE, PROBE.strip(), PROBE + "x", ""):
+        for text in (PROBE, PROBE.strip(), PROBE + "x", "", PROBE_LINE, PROBE_LINE):
             if counter.count(text) != len(enc.encode_ordinary(text)):
                 return None
         counter._pieces.clear()
+        counter._first.clear()
+        counter._spaced.clear()
         return counter
 
     def count(self, text: str) -> int | None:
         """The exact token count of ``text``, or None when it is not ASCII."""
         if not text.isascii():
             return None
+        if "\n" in text or "\t" in text or "\r" in text or "\x0b" in text or "\x0c" in text:
+            return self._count_pieces(text)
+        words = text.split(" ")
+        spaced = self._spaced
+        rest = iter(words)  # (the first word, then the rest: no copy of the list)
+        try:
+            return self._first[next(rest)] + sum(map(spaced.__getitem__, rest))
+        except KeyError:
+            pass
+        if "" in words:  # a space at either end or two together: not words between spaces
+            return self._count_pieces(text)
+        if len(spaced) > MAX_PIECES:
+            self._first.clear()
+            spaced.clear()
+        total = self._word(self._first, words[0], words[0])
+        for word in words[1:]:
+            n = spaced.get(word)
+            total += self._word(spaced, word, " " + word) if n is None else n
+        return total
+
+    def _word(self, table: dict[str, int], word: str, text: str) -> int:
+        """The count of ``text`` (``word``, or it after a space), kept in ``table``."""
+        n = self._count_pieces(text)
+        if len(word) <= MAX_PIECE_CHARS:
+            table[word] = n
+        return n
+
+    def _count_pieces(self, text: str) -> int:
+        """``text`` split by the pattern and counted piece by piece."""
         pieces = _ASCII_SPLIT.findall(text)
         known = self._pieces
         try:

@@ -85,3 +85,22 @@ def test_the_raw_side_stores_what_the_event_log_stores_less_only_the_refusals(tm
     finally:
         log.close()
         raw.close()
+
+
+def test_the_ab_run_compares_two_checkouts_in_one_process(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "eventlog_ab.py"), "--json", "--events", "2000",
+         "--base", str(REPO)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout)["figures"]
+    assert figures["events"] == 2000
+    for side in ("base", "this", "base_single_thread", "this_single_thread"):
+        assert figures[f"{side}.ingest_ratio"] > 0, side
+    assert figures["this_single_thread.cpu_ratio"] > 0
+    missing = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "eventlog_ab.py"), "--base", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert missing.returncode != 0 and "no scroll_core package" in missing.stderr

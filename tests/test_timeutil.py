@@ -47,3 +47,26 @@ def test_the_string_fast_path_stores_what_parse_ts_gives(text):
             format_ts(text)
     else:
         assert format_ts(text) == expected
+
+
+def test_a_stamp_already_in_the_stored_shape_keeps_its_characters():
+    """Strings already written the stored way (``Z`` or ``+00:00``, whole seconds or six
+    digits of them) are stored as their own characters, and only once ``fromisoformat``
+    accepts them: an impossible date is still refused, and other forms still converted."""
+    assert format_ts("2026-01-01T00:00:07Z") == "2026-01-01T00:00:07.000000Z"
+    assert format_ts("2026-01-01T00:00:07.123456+00:00") == "2026-01-01T00:00:07.123456Z"
+    assert format_ts("1000-01-01T00:00:00Z") == "1000-01-01T00:00:00.000000Z"
+    assert format_ts("0999-12-31T23:59:59Z") == _stored(parse_ts("0999-12-31T23:59:59Z"))
+    assert format_ts("2026-01-01T00:00:07.123Z") == "2026-01-01T00:00:07.123000Z"
+    assert format_ts("2026-01-01T00:00:07+01:00") == "2025-12-31T23:00:07.000000Z"
+    for edge in ("2026-01-01T24:00:00Z", "2026-12-31T23:59:59.999999+00:00"):
+        try:
+            expected = _stored(parse_ts(edge))
+        except ValueError:
+            with pytest.raises(ValueError):
+                format_ts(edge)
+        else:
+            assert format_ts(edge) == expected
+    for bad in ("2026-02-30T00:00:07Z", "2026-01-01T24:00:61Z", "2026-13-01T00:00:00Z"):
+        with pytest.raises(ValueError):
+            format_ts(bad)

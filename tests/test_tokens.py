@@ -97,3 +97,38 @@ def test_the_piece_counter_is_only_used_for_the_split_it_spells():
 
     assert token_pieces.PieceCounter.for_encoding(Other()) is None
     assert token_pieces.PieceCounter.for_encoding(enc) is not None
+
+
+# Words between single spaces (the split-free path), from few enough distinct words that
+# later texts hit the word tables the earlier ones filled; spaces doubled or at either end,
+# and other whitespace, take the pattern's path.
+_WORD = st.text(alphabet=st.sampled_from(list("aZq09'.,!?-_()\"sdmtlLvVrReE\x1c")), max_size=6)
+_LINE = st.lists(
+    st.sampled_from(["it's", "'s", "OK", "--", "x", "123", "4567", "a.", "(b)"]) | _WORD,
+    max_size=20,
+).map(" ".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_LINE | _TRICKY, min_size=1, max_size=30))
+def test_texts_cut_at_single_spaces_count_as_tiktoken_does(texts):
+    enc = default_counter()._enc
+    counter = token_pieces.PieceCounter.for_encoding(enc)
+    assert counter is not None
+    for _ in range(2):  # the second round is counted from the word tables the first filled
+        assert [counter.count(t) for t in texts] == [len(enc.encode_ordinary(t)) for t in texts]
+
+
+def test_the_word_tables_are_used_bounded_and_exact(monkeypatch):
+    monkeypatch.setattr(token_pieces, "MAX_PIECES", 5)
+    enc = default_counter()._enc
+    counter = token_pieces.PieceCounter.for_encoding(enc)
+    assert counter is not None
+    assert counter.count("they've said it's OK") == len(enc.encode_ordinary("they've said it's OK"))
+    assert counter._first == {"they've": 2} and counter._spaced["it's"] == 2
+    texts = [f"word{i} other{i}, third{i}!" for i in range(50)]
+    assert [counter.count(t) for t in texts] == [len(enc.encode_ordinary(t)) for t in texts]
+    assert len(counter._spaced) <= 5 + 3 and len(counter._first) <= 5 + 3
+    for text in ("two  spaces", " lead", "trail ", "tab\there now", "line\nbreak ok"):
+        assert counter.count(text) == len(enc.encode_ordinary(text))
+    assert "" not in counter._spaced and "" not in counter._first

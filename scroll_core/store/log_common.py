@@ -305,41 +305,63 @@ class _EventLogBase(ABC):
         return self._pool
 
     def _prepare(self, index: int, event: Mapping[str, Any]) -> _Row:
-        where = f"event {index}"
-        unknown = () if _APPEND_KEYS.issuperset(event) else set(event) - _APPEND_KEYS
-        if unknown:
-            raise InvalidEvent(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        session_id = _required_text(event, "session_id", where)
-        kind = _required_text(event, "kind", where)
-        agent_id = event.get("agent_id") or "main"
-        get = event.get  # (most optional fields are absent: checked without a call)
-        role = None if get("role") is None else _optional_text(event, "role", where)
-        name = None if get("name") is None else _optional_text(event, "name", where)
-        tool_call_id = (
-            None if get("tool_call_id") is None else _optional_text(event, "tool_call_id", where)
-        )
-        headline = None if get("headline") is None else _optional_text(event, "headline", where)
-        dedup_key = None if get("dedup_key") is None else _optional_text(event, "dedup_key", where)
-        if not isinstance(agent_id, str):
-            raise InvalidEvent(f"{where}: agent_id must be a string")
-        _refuse_nul(agent_id, "agent_id", where)
+        if not _APPEND_KEYS.issuperset(event):
+            unknown = set(event) - _APPEND_KEYS
+            raise InvalidEvent(f"event {index}: unknown field(s) {', '.join(sorted(unknown))}")
+        get = event.get
+        session_id: Any = get("session_id")  # (checked below)
+        kind = get("kind")
+        agent_id = get("agent_id") or "main"
+        role = get("role")
+        name = get("name")
+        tool_call_id = get("tool_call_id")
+        headline = get("headline")
+        dedup_key = get("dedup_key")
+        if not _plain_short_fields(
+            session_id, kind, agent_id, role, name, tool_call_id, headline, dedup_key
+        ):
+            where = f"event {index}"
+            session_id = _required_text(event, "session_id", where)
+            kind = _required_text(event, "kind", where)
+            role = _optional_text(event, "role", where)
+            name = _optional_text(event, "name", where)
+            tool_call_id = _optional_text(event, "tool_call_id", where)
+            headline = _optional_text(event, "headline", where)
+            dedup_key = _optional_text(event, "dedup_key", where)
+            if not isinstance(agent_id, str):
+                raise InvalidEvent(f"{where}: agent_id must be a string")
+            _refuse_nul(agent_id, "agent_id", where)
+        where = f"event {index}"  # (for messages; an f-string is cheap beside the rest)
 
-        raw_created = event.get("created_at")
+        raw_created = get("created_at")
         try:
             created_at = now_ts() if raw_created is None else format_ts(raw_created)
         except ValueError as exc:
             raise InvalidEvent(f"{where}: invalid created_at: {exc}") from None
 
-        metadata = event.get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise InvalidEvent(f"{where}: metadata must be a mapping")
-        metadata_json = _to_json(dict(metadata), where, "metadata") if metadata else "{}"
-        tool_input = event.get("tool_input")
+        metadata = get("metadata")
+        if metadata is None:
+            metadata_json = "{}"
+        else:
+            metadata = metadata or {}
+            if not isinstance(metadata, Mapping):
+                raise InvalidEvent(f"{where}: metadata must be a mapping")
+            metadata_json = _to_json(dict(metadata), where, "metadata") if metadata else "{}"
+        tool_input = get("tool_input")
         tool_input_json = None if tool_input is None else _to_json(tool_input, where, "tool_input")
 
-        content, payload_value = self._split_content(
-            event.get("content"), event.get("payload"), where
-        )
+        content = get("content")
+        payload_value = get("payload")
+        if not (
+            # The common content needs none of ``_split_content``'s routing: ASCII text (no
+            # surrogates) that fits the row, without NUL where the backend cannot hold it.
+            payload_value is None
+            and type(content) is str
+            and len(content) <= self.payload_threshold
+            and content.isascii()
+            and (self._text_holds_nul or "\x00" not in content)
+        ):
+            content, payload_value = self._split_content(content, payload_value, where)
         payload_bytes: bytes | None = None
         payload_ref = payload_size = payload_media = None
         if payload_value is not None:
@@ -349,7 +371,7 @@ class _EventLogBase(ABC):
                 raise InvalidEvent(f"{where}: payload cannot be stored: {exc}") from None
             payload_ref = ref_of(payload_bytes)
             payload_size = len(payload_bytes)
-        searchable = 1 if event.get("searchable", True) else 0
+        searchable = 1 if get("searchable", True) else 0
         values = (
             session_id,
             agent_id,
@@ -629,6 +651,40 @@ def _plan(
             slots.append(len(fresh))
             fresh.append(index)
     return fresh, slots
+
+
+def _plain_short_fields(
+    session_id: Any,
+    kind: Any,
+    agent_id: Any,
+    role: Any,
+    name: Any,
+    tool_call_id: Any,
+    headline: Any,
+    dedup_key: Any,
+) -> bool:
+    """True when an event's ids and names need none of the per-field checks: the required
+    ones non-blank strings, the optional ones strings or None, all ASCII without NUL (so no
+    surrogates either). One concatenation and two scans in C for the common event; any
+    other goes through the per-field checks, which say what is wrong."""
+    if type(session_id) is not str or type(kind) is not str or type(agent_id) is not str:
+        return False
+    if not session_id or session_id.isspace() or not kind or kind.isspace():
+        return False
+    try:  # (a field that is not a string cannot be added to one)
+        joined = (
+            session_id
+            + kind
+            + agent_id
+            + ("" if role is None else role)
+            + ("" if name is None else name)
+            + ("" if tool_call_id is None else tool_call_id)
+            + ("" if headline is None else headline)
+            + ("" if dedup_key is None else dedup_key)
+        )
+    except TypeError:
+        return False
+    return type(joined) is str and joined.isascii() and "\x00" not in joined
 
 
 def _has_surrogates(text: str) -> bool:

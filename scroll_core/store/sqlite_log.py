@@ -17,6 +17,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -137,11 +138,25 @@ class EventLog(_EventLogBase):
         try:
             with self._write() as db:
                 agents: set[str] = set()
-                for chunk, (rows, _) in enumerate(prepared.chunks):
-                    chunk_seqs, inserted = self._insert_rows(db, rows, prepared.counts(chunk))
-                    seqs.extend(chunk_seqs)
-                    seqs.inserted += inserted
+                top = _sequence(db)
+                rows: list[_Row] = []
+                counts: list[int] = []
+                for chunk, (chunk_rows, pending) in enumerate(prepared.chunks):
+                    if isinstance(pending, Future) and not pending.done() and rows:
+                        # Insert what is counted while the token thread counts the rest.
+                        top = self._insert_rows(db, rows, counts, top, seqs)
+                        agents.update(row.values[1] for row in rows)
+                        rows, counts = [], []
+                    rows += chunk_rows
+                    counts += prepared.counts(chunk)
+                if rows:
+                    top = self._insert_rows(db, rows, counts, top, seqs)
                     agents.update(row.values[1] for row in rows)  # (session_id, agent_id, ...)
+                # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT
+                # hands out consecutive seqs; check it (once: seqs only grow, so the count
+                # matching means no gap) rather than trust it.
+                if _sequence(db) != top:
+                    raise EventLogError("seq allocation was not contiguous; batch rolled back")
                 if seqs.inserted:
                     record_totals(db, agents)
         except sqlite3.IntegrityError as exc:
@@ -153,11 +168,11 @@ class EventLog(_EventLogBase):
         return seqs
 
     def _insert_rows(
-        self, db: sqlite3.Connection, rows: list[_Row], counts: list[int]
-    ) -> tuple[list[int], int]:
-        """INSERT what is new in ``rows``; return every row's seq (the existing seq for a
-        repeated dedup key) and how many were new. Runs inside the caller's transaction."""
-        before = _sequence(db)
+        self, db: sqlite3.Connection, rows: list[_Row], counts: list[int], top: int, seqs: Seqs
+    ) -> int:
+        """INSERT what is new in ``rows`` after seq ``top``; add every row's seq to ``seqs``
+        (the existing seq for a repeated dedup key) and the new ones to ``seqs.inserted``;
+        return the seq the new rows should end at. Runs inside the caller's transaction."""
         # Fast path: insert everything at once. A repeated dedup key (a re-import, or a key
         # repeated inside the batch) trips the unique index and stops executemany at that
         # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
@@ -167,20 +182,19 @@ class EventLog(_EventLogBase):
         except sqlite3.IntegrityError as exc:
             if _DEDUP_CONFLICT not in str(exc):
                 raise
-            done = _sequence(db) - before
+            done = _sequence(db) - top
             rest = rows[done:]
             existing = _existing_keys(db, rest)
             fresh, rest_slots = _plan(rest, existing)
             self._execute_insert(db, [(*rest[i].values, counts[done + i]) for i in fresh])
             slots = [*range(done), *(s if isinstance(s, tuple) else done + s for s in rest_slots)]
             inserted = done + len(fresh)
+            seqs.extend(existing[s] if isinstance(s, tuple) else top + 1 + s for s in slots)
         else:
-            slots, existing, inserted = list(range(len(rows))), {}, len(rows)
-        # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT hands out
-        # consecutive seqs; check it rather than trust it.
-        if _sequence(db) - before != inserted:
-            raise EventLogError("seq allocation was not contiguous; batch rolled back")
-        return [existing[s] if isinstance(s, tuple) else before + 1 + s for s in slots], inserted
+            inserted = len(rows)
+            seqs.extend(range(top + 1, top + 1 + inserted))
+        seqs.inserted += inserted
+        return top + inserted
 
     @staticmethod
     def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:

@@ -1,0 +1,101 @@
+"""SQLite ingest of this checkout against another one (say main's) in one process, each
+against the bare insert of ``bench/eventlog.py`` in the same run.
+
+    python bench/eventlog_ab.py --base DIR [--events N] [--json]
+
+``DIR`` holds the other checkout's ``scroll_core`` (a worktree, or
+``git archive main scroll_core | tar -x -C DIR``); it is imported under another name
+beside this one (every import inside ``scroll_core`` is relative). Each 1,000-event batch
+goes to the bare ``executemany`` and then to four logs, the base and this checkout each
+shipped and with ``token_thread=False``, in alternating order, so load from elsewhere on
+the machine falls on all alike: on a shared machine two bench runs one after the other
+can differ by more than the change being measured. Reports each side's
+``ingest_ratio`` (wall clock, as ``eventlog.py``) and, for the single-thread sides, the
+ratio of the calling thread's CPU time, which other jobs disturb less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from _common import emit
+from eventlog import BATCH, SEED, _raw_batch, make_rows, make_vocabulary, open_raw, raw_tuples
+
+import scroll_core
+
+
+def load_base(directory: Path) -> ModuleType:
+    """The ``scroll_core`` under ``directory``, imported as ``scroll_core_base``."""
+    init = directory / "scroll_core" / "__init__.py"
+    if not init.is_file():
+        raise SystemExit(f"--base: no scroll_core package under {directory}")
+    spec = importlib.util.spec_from_file_location(
+        "scroll_core_base", init, submodule_search_locations=[str(init.parent)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scroll_core_base"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(base: ModuleType, n: int) -> dict[str, Any]:
+    rng = random.Random(SEED)  # the rows ``eventlog.py`` makes
+    rows = make_rows(n, rng, make_vocabulary(rng))
+    with tempfile.TemporaryDirectory(prefix="scroll-bench-") as tmp:
+        folder = Path(tmp)
+        raw = open_raw(folder / "raw.sqlite3")
+        logs = {
+            "base": base.EventLog(folder / "base.sqlite3"),
+            "this": scroll_core.EventLog(folder / "this.sqlite3"),
+            "base_single_thread": base.EventLog(folder / "base1.sqlite3", token_thread=False),
+            "this_single_thread": scroll_core.EventLog(
+                folder / "this1.sqlite3", token_thread=False
+            ),
+        }
+        tuples = raw_tuples(rows, logs["this"])
+        logs["base"].tokens.count_many([r["content"] for r in rows])  # both counters warm
+        wall = dict.fromkeys(["raw", *logs], 0.0)
+        cpu = dict(wall)
+        order = list(logs)
+        for number, i in enumerate(range(0, n, BATCH)):
+            began = time.thread_time()
+            wall["raw"] += _raw_batch(raw, tuples[i : i + BATCH])
+            cpu["raw"] += time.thread_time() - began
+            for side in order if number % 2 == 0 else order[::-1]:
+                began_wall, began = time.perf_counter(), time.thread_time()
+                logs[side].append_many(rows[i : i + BATCH])
+                wall[side] += time.perf_counter() - began_wall
+                cpu[side] += time.thread_time() - began
+        for log in logs.values():
+            log.close()
+        raw.close()
+    figures: dict[str, Any] = {"events": n, "raw_events_per_s": round(n / wall["raw"])}
+    for side in logs:
+        figures[f"{side}.ingest_ratio"] = round(wall["raw"] / wall[side], 3)
+        if side.endswith("single_thread"):
+            figures[f"{side}.cpu_ratio"] = round(cpu["raw"] / cpu[side], 3)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, required=True)
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.events < BATCH:
+        parser.error(f"--events must be at least {BATCH}")
+    emit(run(load_base(args.base), args.events), args.json)
+
+
+if __name__ == "__main__":
+    main()

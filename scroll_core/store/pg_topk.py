@@ -5,16 +5,22 @@ Scoring every document that holds any query word costs what the commonest word c
 million events a word in one event of six has 150,000 matches, each read and scored, for a
 top 30. MaxScore (Turtle and Flood, 1995) bounds each lexeme's share of a score: BM25 gives
 lexeme ``t`` at most ``idf(t) * (k1 + 1)`` whatever its frequency and the document's
-length. The documents holding the rarest lexeme are scored first, in full (every query
-lexeme), and their ``limit``-th best score is a threshold. A document without the rarest
-lexeme scores at most the sum of the bounds of the lexemes it holds, so only one holding a
+length. The documents holding the rarest lexemes are scored first, in full (every query
+lexeme): as many of the rarest as it takes for their document frequencies to reach
+``limit``, and more while their matches stay few (``FEW`` in all), since the rarer a
+lexeme the higher its bound and the likelier its matches are to be scored anyway. Their
+``limit``-th best score is a threshold (at 20,000 events the slowest queries were those
+whose rarest word was in fewer events than the 30 candidates search asks for: with no
+threshold, every match of their common words was scored). A document without those
+lexemes scores at most the sum of the bounds of the others it holds, so only one holding a
 set of them whose bounds reach the threshold can enter the top: one more statement scores
-those (a tsquery OR-ing the smallest such sets, each an AND, and ``& !rarest``), and the top
-lists of the two disjoint parts merge into the top of their union. A common word's idf is
-small (floored at 1e-6 once it is in half the documents), so a query with one uncommon
-word reads that word's matches and stops. Two statements at most, not one per lexeme: each
-costs about a millisecond of its own. A query with few matches in all (``FEW``) is scored
-in one statement.
+those (a tsquery OR-ing the smallest such sets, each an AND, and ``& !(first lexemes)``),
+and the top lists of the two disjoint parts merge into the top of their union (when the
+first lexemes' matches overlap and fall short of ``limit``, the next lexeme's are scored
+first, the same way). A common word's idf is small (floored at 1e-6 once it is in half the
+documents), so a query with one uncommon word reads that word's matches and stops. A
+handful of statements at most, not one per match: each costs about a millisecond of its
+own. A query with few matches in all (``FEW``) is scored in one statement.
 
 The result is the same as scoring every match: the same statistics (read once, by the first
 statement, and passed to the others as parameters, so every part is scored alike even while
@@ -45,6 +51,8 @@ K1 = 1.2
 B = 0.75
 # Matches in all (the sum of the query lexemes' document frequencies) up to which one
 # statement scores them all: a statement costs about what scoring a few hundred matches does.
+# Also how many matches of the rarest lexemes the first statement of the early stop takes
+# beyond the ``limit`` it needs (their bounds are the highest: they would be scored anyway).
 FEW = 1000
 # Each lexeme's bound is raised by this share so that rounding in a sum never makes a bound
 # smaller than a score it bounds.
@@ -78,26 +86,41 @@ def score_sql(where: str, lexemes: int = 2) -> str:
     """The best ``limit`` documents matching the tsquery ``%(query)s`` (and the filter SQL
     ``where``, `` AND ...`` on ``events e`` with named parameters, or empty),
     each as (seq, BM25 over every query lexeme), with the statistics given as parameters:
-    ``lexemes`` and their ``idfs`` (in lexeme order), ``avgdl``, and the column weights.
+    ``lexemes`` and their ``idfs`` (in lexeme order), ``avgdl``, the column weights, and
+    ``labelled``, the tsquery of the lexemes in a headline or a name (``_labelled``).
 
-    For each match the tsvector is cut down to the query's lexemes before it is unnested
-    (deleting every other lexeme, in C), the positions are counted with their column's
-    weight (labels A, C, D) and BM25 is summed over the lexemes in the tsvector's own order
-    (so the sum is the same whatever plan the server picks). The score is a scalar subquery
-    per match, not a grouped ``sum(... ORDER BY lexeme)`` over all matches' lexemes: that
-    sorted each match's rows on their own and cost a third of the statement. A query of one
-    lexeme (``lexemes`` 1) has one row per match and no sum: the subquery's aggregate was
-    half of what scoring a match cost (a common word's 134,000 matches at 1M events: 0.8 s
-    against 1.5 s), and one value summed is that value.
+    For each match the tsvector is cut down to the query's lexemes, in C, and unnested; the
+    positions are counted with their column's weight (labels A, C, D) and BM25 is summed
+    over the lexemes in the tsvector's own order (so the sum is the same whatever plan the
+    server picks). The cut: most matches hold the query's lexemes only in their content
+    (label D), and for those the lexemes are relabelled B (a label the index never writes)
+    and every other lexeme filtered out (``ts_filter(setweight(...))``), so each position
+    counts with the content weight; a match whose query lexemes sit in a headline or a name
+    (``labelled``, one more test in C) instead deletes every other lexeme
+    (``ts_delete(tsv, tsvector_to_array(ts_delete(...)))``), keeping the labels. The first
+    is the cheaper by about 2 us a match (the second builds a text array of every lexeme the
+    match holds), which was half of what scoring a match cost; both give the same tf (a
+    label counted with its weight, ``0 + 0 + wd * n`` being ``wd * n``).
+
+    The score is a scalar subquery per match, not a grouped ``sum(... ORDER BY lexeme)``
+    over all matches' lexemes: that sorted each match's rows on their own and cost a third
+    of the statement. A query of one lexeme (``lexemes`` 1) has one row per match and no
+    sum: the subquery's aggregate was half of what scoring a match cost, and one value
+    summed is that value.
     """
     join = " JOIN events e ON e.seq = f.seq" if where else ""
     tf = (
-        "(%(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"
+        "(CASE WHEN u.weights[1] = 'B' THEN %(wd)s::float8 * cardinality(u.weights)"
+        " ELSE %(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"
         " + %(wc)s::float8 * cardinality(array_positions(u.weights, 'C'))"
-        " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')))"
+        " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')) END)"
     )
     norm = f"({K1}::float8 * ({1 - B}::float8 + {B}::float8 * f.doclen / %(avgdl)s::float8))"
-    held = "unnest(ts_delete(f.tsv, tsvector_to_array(ts_delete(f.tsv, %(lexemes)s::text[]))))"
+    held = (
+        "unnest(CASE WHEN f.tsv @@ %(labelled)s::tsquery"
+        " THEN ts_delete(f.tsv, tsvector_to_array(ts_delete(f.tsv, %(lexemes)s::text[])))"
+        " ELSE ts_filter(setweight(f.tsv, 'B', %(lexemes)s::text[]), '{b}') END)"
+    )
     if lexemes == 1:
         return f"""
         SELECT f.seq, (%(idfs)s::float8[])[1] * (t.tf * {K1 + 1}::float8) / (t.tf + {norm})
@@ -118,6 +141,12 @@ def score_sql(where: str, lexemes: int = 2) -> str:
         WHERE f.tsv @@ %(query)s::tsquery{where}
         ORDER BY score DESC, f.seq LIMIT %(limit)s
     """
+
+
+def _labelled(lexemes: list[str]) -> str:
+    """A tsquery matching a document that holds any of ``lexemes`` in a headline (label A)
+    or a name (label C)."""
+    return " | ".join(_quoted(lex) + ":AC" for lex in lexemes)
 
 
 def _quoted(lexeme: str) -> str:
@@ -179,6 +208,7 @@ def top_k(
             "idfs": idfs,
             "avgdl": float(rows[0][3]),
             "limit": limit,
+            "labelled": _labelled(lexemes),
         }
         sql = score_sql(where, len(lexemes))
         weights = (float(params["wa"]), float(params["wc"]), float(params["wd"]))
@@ -192,16 +222,34 @@ def top_k(
         # on), or when the matches are so few that a second statement would cost more than
         # scoring them all.
         if not early or min(weights) < 0 or sum(docs for docs, _ in order) <= few:
-            taken = [lex for _, lex in order]
-            return _scored(db, sql, {**base, "query": _any_of(taken)})
-        # The rarest lexeme's matches first; then, at most once more, the documents without
-        # it that hold enough of the other lexemes to reach the threshold.
-        first = order[0][1]
-        best = _scored(db, sql, {**base, "query": _quoted(first)})
-        threshold = min(best.values()) if len(best) >= limit else 0.0
-        enough = _enough([lex for _, lex in order[1:]], bound, threshold)
-        if enough:
-            query = f"({enough}) & !{_quoted(first)}"
+            return _scored(db, sql, {**base, "query": _any_of([lex for _, lex in order])})
+        # The rarest lexemes' matches first, as many lexemes as it takes for their matches
+        # to reach ``limit`` (so the threshold is a real one, not 0) and more while they are
+        # few; then, once more, the documents without them that hold enough of the other
+        # lexemes to reach it.
+        taken: list[str] = []
+        reach = 0
+        for docs, lex in order:
+            if reach >= limit and reach + docs > few:
+                break
+            taken.append(lex)
+            reach += docs
+        best = _scored(db, sql, {**base, "query": _any_of(taken)})
+        rest = [lex for _, lex in order[len(taken) :]]
+        while rest:
+            threshold = min(best.values()) if len(best) >= limit else 0.0
+            without = f"!({_any_of(taken)})"
+            if threshold <= 0:
+                # Their matches overlap: fewer than ``limit`` documents; the next lexeme's.
+                lex = rest.pop(0)
+                query = f"{_quoted(lex)} & {without}"
+                taken.append(lex)
+            else:
+                enough = _enough(rest, bound, threshold)
+                if not enough:
+                    break
+                query = f"({enough}) & {without}"
+                rest = []
             best.update(_scored(db, sql, {**base, "query": query}))
             best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
         return best

@@ -78,20 +78,22 @@ def _queries(db: Any) -> dict[str, list[str]]:
 def test_every_kind_of_query_gets_the_top_of_scoring_every_match(zipf_log, limit, agents, weights):
     db = zipf_log._reader()
     content, headline, name = weights or SearchTuning().rank_weights
+    filters = SearchFilters(agent_id=agents)
     scope, scope_params = _scope(agents)
-    reference = _bm25_sql(SearchFilters(), PG_DIALECT, scope)
+    # Named as search names them (the bounds kept per agent then hold: ``scoped``).
+    where = PG_DIALECT.sql(filters.sql)
+    reference = _bm25_sql(filters, PG_DIALECT, scope)
+    for i, value in enumerate(filters.params):
+        scope_params[f"f{i}"] = value
+        where = where.replace("%s", f"%(f{i})s", 1)
+        reference = reference.replace("%s", f"%(f{i})s", 1)
     kinds = _queries(db)
     assert len(kinds["one common"]) == 3
     for kind, texts in kinds.items():
         for text in texts:
             params = {"text": text, "wa": headline, "wc": name, "wd": content, **scope_params}
-            early = sorted(
-                top_k(db, limit, scope, params, few=0).items(), key=lambda i: (-i[1], i[0])
-            )
-            full = sorted(
-                top_k(db, limit, scope, params, early=False).items(),
-                key=lambda i: (-i[1], i[0]),
-            )
+            early = _ordered(top_k(db, limit, scope, params, where, few=0, scoped=True))
+            full = _ordered(top_k(db, limit, scope, params, where, early=False))
             assert early == full, (kind, text)
             # The statement that scored every match before, with its own way of counting a
             # match's positions (every other lexeme deleted, labels kept): the same top,
@@ -103,3 +105,52 @@ def test_every_kind_of_query_gets_the_top_of_scoring_every_match(zipf_log, limit
             for (_, ours), (_, theirs) in zip(early, old, strict=True):
                 assert ours == pytest.approx(theirs, rel=1e-12), (kind, text)
             assert len(early) == min(limit, len(old))
+
+
+def _ordered(scores: dict[int, float]) -> list[tuple[int, float]]:
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+def test_a_log_from_before_the_bounds_is_filled_in_and_kept(postgres_server):
+    """A log made before ``m005_fts_term_bounds`` migrates: every (agent, lexeme) gets the
+    bounds its documents give (``fts_check`` agrees), appends keep them, the early stop
+    keeps the top, and a wrong bound is reported."""
+    import psycopg
+
+    from scroll_core.store import pg_schema
+    from scroll_core.store.pg_log import SearchIndexCorrupt
+
+    rows = _rows(400, seed=5)
+    with fresh_pg_database(postgres_server.url, "template1") as url:
+        saved = pg_schema.MIGRATIONS[:]
+        try:
+            pg_schema.MIGRATIONS[:] = saved[:4]
+            with PgEventLog(url, token_counter=CharRatioCounter()) as old:
+                old.append_many(rows[:300])
+        finally:
+            pg_schema.MIGRATIONS[:] = saved
+        with PgEventLog(url, token_counter=CharRatioCounter()) as log:
+            assert log.fts_check() == 300
+            log.append_many(rows[300:])
+            assert log.fts_check() == 400
+            db = log._reader()
+            held = db.execute(
+                "SELECT max(max_tf), min(min_doclen), bool_or(labelled), bool_and(labelled) "
+                "FROM fts_agent_terms"
+            ).fetchone()
+            assert held[0] > 1 and held[1] >= 3 and held[2] and not held[3]
+            scope, params = _scope(None)
+            common = " ".join(VOCAB[:3])
+            params.update(text=common, wa=2.0, wc=0.5, wd=1.0)
+            assert _ordered(top_k(db, 10, scope, params, few=0)) == _ordered(
+                top_k(db, 10, scope, params, early=False)
+            )
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute("ALTER TABLE fts_agent_terms DISABLE TRIGGER fts_agent_terms_guard")
+                admin.execute(
+                    "UPDATE fts_agent_terms SET max_tf = 1 WHERE max_tf > 1 AND lexeme = %s",
+                    (VOCAB[0],),
+                )
+                admin.execute("ALTER TABLE fts_agent_terms ENABLE TRIGGER fts_agent_terms_guard")
+            with pytest.raises(SearchIndexCorrupt, match="document frequency or bound"):
+                log.fts_check()

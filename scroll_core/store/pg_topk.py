@@ -5,21 +5,25 @@ Scoring every document that holds any query word costs what the commonest word c
 million events a word in one event of six has 150,000 matches, each read and scored, for a
 top 30. MaxScore (Turtle and Flood, 1995) bounds each lexeme's share of a score: BM25 gives
 lexeme ``t`` at most ``idf(t) * (k1 + 1)`` whatever its frequency and the document's
-length. The documents holding the rarest lexemes are scored first, in full (every query
-lexeme): as many of the rarest as it takes for their document frequencies to reach
-``limit``, and more while their matches stay few (``FEW`` in all), since the rarer a
-lexeme the higher its bound and the likelier its matches are to be scored anyway. Their
-``limit``-th best score is a threshold (at 20,000 events the slowest queries were those
-whose rarest word was in fewer events than the 30 candidates search asks for: with no
-threshold, every match of their common words was scored). A document without those
-lexemes scores at most the sum of the bounds of the others it holds, so only one holding a
-set of them whose bounds reach the threshold can enter the top: one more statement scores
-those (a tsquery OR-ing the smallest such sets, each an AND, and ``& !(first lexemes)``),
-and the top lists of the two disjoint parts merge into the top of their union (when the
-first lexemes' matches overlap and fall short of ``limit``, the next lexeme's are scored
-first, the same way). A common word's idf is small (floored at 1e-6 once it is in half the
-documents), so a query with one uncommon word reads that word's matches and stops. A
-handful of statements at most, not one per match: each costs about a millisecond of its
+length, and at most what ``max_tf`` positions give in a document of ``min_doclen`` (the
+most one document holds of it and the shortest holding it, kept per agent by the append
+trigger, ``m005_fts_term_bounds``), often half as much. The documents holding the rarest
+lexemes are scored first, in full (every query lexeme): as many of the rarest as it takes
+for their document frequencies to reach ``limit``, and more while their matches stay few
+(``FEW`` in all), since the rarer a lexeme the higher its bound and the likelier its
+matches are to be scored anyway. Their ``limit``-th best score is a threshold (at 20,000
+events the slowest queries were those whose rarest word was in fewer events than the 30
+candidates search asks for: with no threshold, every match of their common words was
+scored). A document without those lexemes scores at most the sum of the bounds of the
+others it holds, so only one holding a set of them whose bounds reach the threshold can
+enter the top: one more statement scores those (a tsquery OR-ing the smallest such sets,
+each an AND, and ``& !(first lexemes)``, and only the matches whose bound at their own
+length reaches it: ``_cut``, arithmetic on ``doclen`` before a match's tsvector is read for
+its tf), and the top lists of the two disjoint parts merge into the top of their union
+(when the first lexemes' matches overlap and fall short of ``limit``, the next lexeme's are
+scored first, the same way). A common word's idf is small (floored at 1e-6 once it is in
+half the documents), so a query with one uncommon word reads that word's matches and stops.
+A handful of statements at most, not one per match: each costs about a millisecond of its
 own. A query with few matches in all (``FEW``) is scored in one statement.
 
 The result is the same as scoring every match: the same statistics (read once, by the first
@@ -72,22 +76,27 @@ STATS_SQL = f"""
     SELECT l.lexeme, coalesce(t.docs, 0), greatest(ln(
             ((tot.docs - coalesce(t.docs, 0))::float8 + 0.5) / (coalesce(t.docs, 0)::float8 + 0.5)
         ), 1e-6::float8),
-        greatest(tot.tokens::float8 / greatest(tot.docs, 1), 1.0::float8)
+        greatest(tot.tokens::float8 / greatest(tot.docs, 1), 1.0::float8),
+        coalesce(t.max_tf, 0), coalesce(t.min_doclen, 0), coalesce(t.labelled, true)
     FROM lex AS l CROSS JOIN tot CROSS JOIN scope
     LEFT JOIN LATERAL (
-        SELECT sum(f.docs) AS docs FROM fts_agent_terms AS f
+        SELECT sum(f.docs) AS docs, max(f.max_tf) AS max_tf, min(f.min_doclen) AS min_doclen,
+               bool_or(f.labelled) AS labelled
+        FROM fts_agent_terms AS f
         WHERE f.agent_id = ANY(scope.agents) AND f.lexeme = l.lexeme
     ) AS t ON true
     ORDER BY l.lexeme
 """
 
 
-def score_sql(where: str, lexemes: int = 2) -> str:
+def score_sql(where: str, lexemes: int = 2, cut: str = "") -> str:
     """The best ``limit`` documents matching the tsquery ``%(query)s`` (and the filter SQL
     ``where``, `` AND ...`` on ``events e`` with named parameters, or empty),
     each as (seq, BM25 over every query lexeme), with the statistics given as parameters:
     ``lexemes`` and their ``idfs`` (in lexeme order), ``avgdl``, the column weights, and
     ``labelled``, the tsquery of the lexemes in a headline or a name (``_labelled``).
+    ``cut``: a condition on ``events_fts f`` alone (`` AND ...``) a match must meet to be
+    scored at all.
 
     For each match the tsvector is cut down to the query's lexemes, in C, and unnested; the
     positions are counted with their column's weight (labels A, C, D) and BM25 is summed
@@ -126,7 +135,7 @@ def score_sql(where: str, lexemes: int = 2) -> str:
         SELECT f.seq, (%(idfs)s::float8[])[1] * (t.tf * {K1 + 1}::float8) / (t.tf + {norm})
             AS score
         FROM events_fts f{join}, LATERAL (SELECT {tf}::float8 AS tf FROM {held} AS u) AS t
-        WHERE f.tsv @@ %(query)s::tsquery{where}
+        WHERE f.tsv @@ %(query)s::tsquery{where}{cut}
         ORDER BY score DESC, f.seq LIMIT %(limit)s
     """
     return f"""
@@ -138,7 +147,7 @@ def score_sql(where: str, lexemes: int = 2) -> str:
             ) AS t
         ) AS score
         FROM events_fts f{join}
-        WHERE f.tsv @@ %(query)s::tsquery{where}
+        WHERE f.tsv @@ %(query)s::tsquery{where}{cut}
         ORDER BY score DESC, f.seq LIMIT %(limit)s
     """
 
@@ -183,6 +192,7 @@ def top_k(
     where: str = "",
     early: bool = True,
     few: int | None = None,
+    scoped: bool = False,
 ) -> dict[int, float]:
     """The best ``limit`` documents by BM25 for the lexemes of ``params["text"]``
     ({seq: score}).
@@ -192,9 +202,14 @@ def top_k(
     (``f0``...; see ``score_sql``). ``early`` False scores
     every match in one statement (the reference the early stop is measured and tested
     against). ``few`` (``FEW`` unless given): at most this many matches in all (by the
-    lexemes' document frequencies) are scored in one statement.
+    lexemes' document frequencies) are scored in one statement. ``scoped``: ``where`` keeps
+    only the events of the agents ``scope`` names, so the bounds kept per agent
+    (``max_tf``...) hold for every match; they hold anyway when ``scope`` is every agent
+    (``params`` has no ``agents``). Otherwise each lexeme is bounded by the most BM25 can
+    give, ``idf * (k1 + 1)``.
     """
     few = FEW if few is None else few
+    tight = scoped or "agents" not in params
     with _snapshot(db):
         stats = db.execute(STATS_SQL.replace("{scope}", scope), params)
         rows = stats.fetchall()
@@ -217,7 +232,14 @@ def top_k(
         order = sorted((docs, lex) for lex, docs, *_ in rows if docs > 0)
         if not order:
             return {}
-        bound = dict(zip(lexemes, (idf * (K1 + 1) * (1 + _SLACK) for idf in idfs), strict=True))
+        avgdl = base["avgdl"]
+        shares = {row[0]: _share(float(row[2]), int(row[4]), bool(row[6]), weights) for row in rows}
+        bound = {
+            row[0]: _at_length(shares[row[0]], int(row[5]), avgdl)
+            if tight
+            else float(row[2]) * (K1 + 1) * (1 + _SLACK)
+            for row in rows
+        }
         # Scored in one statement: on request, with a negative weight (no upper bound to stop
         # on), or when the matches are so few that a second statement would cost more than
         # scoring them all.
@@ -249,10 +271,65 @@ def top_k(
                 if not enough:
                     break
                 query = f"({enough}) & {without}"
+                if tight:
+                    # Each match's own bound, at its own length: most are longer than the
+                    # shortest document holding its lexemes, and below the threshold.
+                    cut, named = _cut(rest, shares, threshold, avgdl)
+                    last = score_sql(where, len(lexemes), cut)
+                    best.update(_scored(db, last, {**base, **named, "query": query}))
+                    best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
+                    break
                 rest = []
             best.update(_scored(db, sql, {**base, "query": query}))
             best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
         return best
+
+
+def _share(
+    idf: float, max_tf: int, labelled: bool, weights: tuple[float, float, float]
+) -> tuple[float, float]:
+    """What bounds a lexeme's share of a document's score, as (numerator, tf): the share is
+    at most ``numerator / (tf + norm)`` for the document's length norm. ``tf`` is
+    ``max_tf`` positions (the most one document holds of the lexeme), each at the content
+    weight unless the lexeme is ever ``labelled`` (in a headline or a name: then at the
+    largest weight); BM25's share grows with tf. Weights are not negative here (a negative
+    one is scored in one statement)."""
+    wa, wc, wd = weights
+    tf = (max(wa, wc, wd) if labelled else wd) * max_tf
+    return idf * (tf * (K1 + 1)) * (1 + _SLACK), tf
+
+
+def _at_length(share: tuple[float, float], doclen: float, avgdl: float) -> float:
+    """The bound of ``share`` in a document of ``doclen`` (the shortest holding the lexeme
+    bounds every document holding it: the share shrinks with length)."""
+    numerator, tf = share
+    if tf <= 0:
+        return 0.0
+    return numerator / (tf + K1 * ((1 - B) + B * doclen / avgdl))
+
+
+def _cut(
+    lexemes: list[str],
+    shares: dict[str, tuple[float, float]],
+    threshold: float,
+    avgdl: float,
+) -> tuple[str, dict[str, Any]]:
+    """The condition (and its parameters) that a match's bound, summed over the
+    ``lexemes`` it holds at its own length (``f.doclen``), reaches ``threshold``; a match
+    below it cannot enter the top."""
+    norm = f"({K1}::float8 * ({1 - B}::float8 + {B}::float8 * f.doclen / %(avgdl)s::float8))"
+    parts, named = [], {}
+    for i, lex in enumerate(lexemes):
+        numerator, tf = shares[lex]
+        if tf <= 0:
+            continue
+        named.update({f"cq{i}": _quoted(lex), f"cn{i}": numerator, f"ct{i}": tf})
+        parts.append(
+            f"CASE WHEN f.tsv @@ %(cq{i})s::tsquery"
+            f" THEN %(cn{i})s::float8 / (%(ct{i})s::float8 + {norm}) ELSE 0 END"
+        )
+    named["cut"] = threshold
+    return f" AND ({' + '.join(parts) or '0'}) >= %(cut)s::float8", named
 
 
 # Past this many lexemes besides the rarest, the sets of them that could reach the threshold

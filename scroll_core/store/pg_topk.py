@@ -59,7 +59,7 @@ B = 0.75
 # beyond the ``limit`` it needs (their bounds are the highest: they would be scored anyway).
 # Chosen by ``bench/pg_topk_few.py`` (among 150, 250, 500 and 1,000, by the mean time of
 # top_k on the even half of ``bench/eventlog.py``'s queries at 20,000 events; 500 in each of
-# five runs or the nearest): on the odd half 500 against 1,000 gave a mean 2.63 against 2.80
+# five runs): on the odd half 500 against 1,000 gave a mean 2.63 against 2.80
 # ms and p99 9.9 against 10.9 ms (load 4.7; docs/figures-performance.md).
 FEW = 500
 # Each lexeme's bound is raised by this share so that rounding in a sum never makes a bound

@@ -22,8 +22,10 @@ the same column weights:
   10 its first 30 or 300 rows hold. The index is dropped afterwards.
 
 ``topk_same_as_every_match`` is the share of queries whose top 10 (seqs, in order) is the
-same on both PostgreSQL sides. ``--database`` names a database to reuse: filled when empty,
-used as it is when it already holds the ``--events`` rows (a 1M fill takes many minutes).
+same on both PostgreSQL sides. ``slowest_search`` lists the queries ``search`` took longest
+on, with their lexemes' document frequencies (where the p99 comes from). ``--database``
+names a database to reuse: filled when empty, used as it is when it already holds the
+``--events`` rows (a 1M fill takes many minutes).
 """
 
 from __future__ import annotations
@@ -189,6 +191,7 @@ def run(n: int, database: str | None, server: str | None, rum: bool = False) -> 
                 truth = set(got["every_match"])
                 for cut in recall:
                     recall[cut].append(len(truth & set(got["rum_300"][:cut])) / len(truth))
+        slowest = _slowest(db, queries, times["search"])
         lite.close()
         if rum:
             db.execute("DROP INDEX events_fts_rum")
@@ -197,6 +200,7 @@ def run(n: int, database: str | None, server: str | None, rum: bool = False) -> 
         out[f"{name}_p50_ms"] = round(median(ms), 3)
         out[f"{name}_p99_ms"] = round(percentile(ms, 99), 3)
     out["topk_same_as_every_match"] = round(same / len(queries), 3)
+    out["slowest_search"] = slowest
     if rum:
         out["rum_build_s"] = round(rum_s, 1)
         for cut, shares in recall.items():
@@ -205,6 +209,25 @@ def run(n: int, database: str | None, server: str | None, rum: bool = False) -> 
     out["search_p99_over_sqlite_fts5_raw_p99"] = round(
         out["search_p99_ms"] / out["sqlite_fts5_raw_p99_ms"], 3
     )
+    return out
+
+
+def _slowest(
+    db: psycopg.Connection[Any], queries: list[str], ms: list[float], n: int = 6
+) -> list[dict[str, Any]]:
+    """The ``n`` queries ``search`` took longest on, each with its lexemes' document
+    frequencies (what decides how many matches ``pg_topk`` scores): where the p99 comes
+    from."""
+    out = []
+    for i in sorted(range(len(queries)), key=lambda i: -ms[i])[:n]:
+        text = " ".join(query_terms(queries[i]))
+        rows = db.execute(
+            "SELECT l.lexeme, coalesce(sum(t.docs), 0)::int FROM (SELECT DISTINCT lexeme "
+            "FROM unnest(to_tsvector('scroll_english', %s))) AS l "
+            "LEFT JOIN fts_agent_terms t ON t.lexeme = l.lexeme GROUP BY l.lexeme ORDER BY 2",
+            (text,),
+        ).fetchall()
+        out.append({"ms": round(ms[i], 2), "docs": {lex: docs for lex, docs in rows}})
     return out
 
 

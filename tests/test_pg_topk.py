@@ -138,16 +138,55 @@ def test_a_query_with_one_uncommon_word_scores_only_that_words_matches(filled):
     assert _ordered(top) == _ordered(top_k(filled._reader(), 10, scope, params, early=False))
 
 
-def test_when_the_rarest_words_matches_cannot_settle_the_top_the_next_word_is_added(filled):
+def test_the_rarer_words_join_the_first_statement_until_their_matches_reach_the_top(filled):
     db = Recording(filled._reader())
-    scope, params = _params(f"{COMMON} {RARE}")
-    # About 120 events hold the rare word (in content or as a name): fewer than the 200 asked.
-    top_k(db, 200, scope, params, few=0)
-    assert db.queries == [f"'{RARE}'", f"('{COMMON}') & !'{RARE}'"]
-    # Both parts in one snapshot, and the connection left as it was found.
-    assert db.levels == ["repeatable read", "repeatable read"]
+    scope, params = _params(f"{COMMON} {RARE} {MIDDLING}")
+    # About 120 events hold the rare word (in content or as a name): fewer than the 200
+    # asked, so the middling word's matches are scored with them; their 200th best is then
+    # out of the common word's reach (it is in every event: its idf is the floor).
+    top = top_k(db, 200, scope, params, few=0)
+    assert db.queries == [f"'{RARE}' | '{MIDDLING}'"]
+    assert _ordered(top) == _ordered(top_k(filled._reader(), 200, scope, params, early=False))
+    # One snapshot, and the connection left as it was found.
+    assert db.levels == ["repeatable read"]
     assert db.db.isolation_level is None
     assert db.db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_when_the_first_words_matches_overlap_the_next_word_is_added(filled):
+    db = Recording(filled._reader())
+    # The rare word (about 120 events) always comes with the middling one where it is in
+    # the content (i % 40 == 0 is i % 5 == 0): their document frequencies add up to more than
+    # the events holding either. Asked for a top between that union and that sum, their
+    # matches fall short, and the common word's matches without them are scored next (in
+    # the same snapshot, for the same top).
+    scope, params = _params(f"{RARE} {MIDDLING} {COMMON}")
+    union = (
+        filled._reader()
+        .execute(
+            "SELECT count(*) FROM events_fts WHERE tsv @@ %s::tsquery", (f"{RARE} | {MIDDLING}",)
+        )
+        .fetchone()[0]
+    )
+    stats = dict(
+        filled._reader()
+        .execute(
+            "SELECT lexeme, sum(docs) FROM fts_agent_terms WHERE lexeme = ANY(%s) GROUP BY 1",
+            ([RARE, MIDDLING],),
+        )
+        .fetchall()
+    )
+    assert union < stats[RARE] + stats[MIDDLING]
+    first = f"'{RARE}' | '{MIDDLING}'"
+    for limit in (100, union - 1, union + 1, stats[RARE] + stats[MIDDLING] + 1, 1199):
+        db.queries.clear()
+        early = top_k(db, limit, scope, params, few=0)
+        assert _ordered(early) == _ordered(
+            top_k(filled._reader(), limit, scope, params, early=False)
+        ), limit
+        if limit == union + 1:
+            assert db.queries == [first, f"'{COMMON}' & !({first})"]
+            assert len(early) == limit
 
 
 def test_few_matches_are_scored_in_one_statement(filled):

@@ -314,17 +314,22 @@ class PgEventLog(_EventLogBase):
                     "WHERE (d.docs, d.tokens) IS DISTINCT FROM (t.docs, t.tokens)"
                 ).fetchall()[0][0]
                 terms = db.execute(
-                    "SELECT count(*) FROM (SELECT e.agent_id, u.lexeme, count(*) AS docs "
+                    "SELECT count(*) FROM (SELECT e.agent_id, u.lexeme, count(*) AS docs, "
+                    "max(cardinality(u.positions)) AS max_tf, min(f.doclen) AS min_doclen, "
+                    "bool_or(NOT u.weights <@ '{D}'::text[]) AS labelled "
                     "FROM events_fts f JOIN events e USING (seq), unnest(f.tsv) AS u "
                     "GROUP BY e.agent_id, u.lexeme) AS d "
                     "FULL JOIN fts_agent_terms t USING (agent_id, lexeme) "
-                    "WHERE d.docs IS DISTINCT FROM t.docs"
+                    "WHERE (d.docs, d.max_tf, d.min_doclen, d.labelled) "
+                    "IS DISTINCT FROM (t.docs, t.max_tf, t.min_doclen, t.labelled)"
                 ).fetchall()[0][0]
         problems = coverage_problems(missing, extra)
         if totals:
             problems.append(f"{totals} agent(s) whose totals do not match the index")
         if terms:
-            problems.append(f"{terms} (agent, lexeme) pair(s) with a wrong document frequency")
+            problems.append(
+                f"{terms} (agent, lexeme) pair(s) with a wrong document frequency or bound"
+            )
         if problems:
             raise SearchIndexCorrupt(
                 "the full-text index does not match the events: " + "; ".join(problems)

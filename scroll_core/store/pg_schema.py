@@ -434,11 +434,97 @@ def m004_fts_agent_stats(db: Any, schema: str) -> None:
         )
 
 
+def m005_fts_term_bounds(db: Any, schema: str) -> None:
+    """What bounds a lexeme's share of a BM25 score, per agent, beside its document
+    frequency in ``fts_agent_terms``: ``max_tf``, the most positions one document holds of
+    it; ``min_doclen``, the shortest document holding it; ``labelled``, whether any holds it
+    in a headline or a name (the columns weighted other than content).
+
+    ``pg_topk`` stops scoring once no document left can reach the top, and how soon it
+    stops is how tight its bound on each lexeme is. Without these a lexeme could give up to
+    ``idf * (k1 + 1)``, as if it filled a document of no length; with them its share is at
+    most what ``max_tf`` positions (each at the content weight unless ``labelled``) give in a
+    document of ``min_doclen``, often half as much, which is below the top for the matches
+    of a common word beside a rare one. The log is append-only, so a maximum and a minimum
+    kept by the append trigger stay exact. Filled from the index as it stands (the guard
+    let through for that one statement), then kept by the same trigger.
+    """
+    db.execute(
+        f"""
+        ALTER TABLE fts_agent_terms
+            ADD COLUMN max_tf INTEGER NOT NULL DEFAULT 256,
+            ADD COLUMN min_doclen INTEGER NOT NULL DEFAULT 0,
+            ADD COLUMN labelled BOOLEAN NOT NULL DEFAULT true;
+        ALTER TABLE fts_agent_terms DISABLE TRIGGER fts_agent_terms_guard;
+        UPDATE fts_agent_terms AS t
+        SET max_tf = b.max_tf, min_doclen = b.min_doclen, labelled = b.labelled
+        FROM (
+            SELECT e.agent_id, u.lexeme, max(cardinality(u.positions)) AS max_tf,
+                   min(f.doclen) AS min_doclen,
+                   bool_or(NOT u.weights <@ '{{D}}'::text[]) AS labelled
+            FROM events_fts f JOIN events e ON e.seq = f.seq, unnest(f.tsv) AS u
+            GROUP BY e.agent_id, u.lexeme
+        ) AS b
+        WHERE t.agent_id = b.agent_id AND t.lexeme = b.lexeme;
+        ALTER TABLE fts_agent_terms ENABLE TRIGGER fts_agent_terms_guard;
+
+        CREATE OR REPLACE FUNCTION scroll_events_appended() RETURNS trigger LANGUAGE plpgsql
+        SECURITY DEFINER SET search_path = {schema}, pg_catalog AS $$
+        BEGIN
+            INSERT INTO session_stats AS s
+            SELECT session_id, min(agent_id), count(*), sum(tokens), min(seq), max(seq),
+                   min(created_at), max(created_at)
+            FROM appended GROUP BY session_id
+            ON CONFLICT (session_id) DO UPDATE SET
+                agent_id = least(s.agent_id, excluded.agent_id),
+                events = s.events + excluded.events,
+                tokens = s.tokens + excluded.tokens,
+                last_seq = greatest(s.last_seq, excluded.last_seq),
+                first_at = least(s.first_at, excluded.first_at),
+                last_at = greatest(s.last_at, excluded.last_at);
+
+            WITH owned AS MATERIALIZED (
+                SELECT a.seq, a.agent_id, v.tsv,
+                       coalesce((SELECT max(p) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
+                                0) AS doclen
+                FROM appended AS a,
+                LATERAL (SELECT
+                    setweight(to_tsvector('{TS_CONFIG}', a.content), 'D')
+                    || setweight(to_tsvector('{TS_CONFIG}', coalesce(a.headline, '')), 'A')
+                    || setweight(to_tsvector('{TS_CONFIG}', coalesce(a.name, '')), 'C') AS tsv
+                ) AS v
+                WHERE a.searchable = 1
+            ), indexed AS (
+                INSERT INTO events_fts (seq, tsv, doclen) SELECT seq, tsv, doclen FROM owned
+            ), terms AS (
+                INSERT INTO fts_agent_terms AS t
+                    (agent_id, lexeme, docs, max_tf, min_doclen, labelled)
+                SELECT o.agent_id, u.lexeme, count(*), max(cardinality(u.positions)),
+                       min(o.doclen), bool_or(NOT u.weights <@ '{{D}}'::text[])
+                FROM owned AS o, unnest(o.tsv) AS u
+                GROUP BY o.agent_id, u.lexeme
+                ON CONFLICT (agent_id, lexeme) DO UPDATE SET
+                    docs = t.docs + excluded.docs,
+                    max_tf = greatest(t.max_tf, excluded.max_tf),
+                    min_doclen = least(t.min_doclen, excluded.min_doclen),
+                    labelled = t.labelled OR excluded.labelled
+            )
+            INSERT INTO fts_agent_totals AS x (agent_id, docs, tokens)
+            SELECT agent_id, count(*), coalesce(sum(doclen), 0) FROM owned GROUP BY agent_id
+            ON CONFLICT (agent_id) DO UPDATE SET docs = x.docs + excluded.docs,
+                                                 tokens = x.tokens + excluded.tokens;
+            RETURN NULL;
+        END $$;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_ms_reader,
     m003_ms_host_reader,
     m004_fts_agent_stats,
+    m005_fts_term_bounds,
 ]
 
 

@@ -139,7 +139,8 @@ def _pg_candidates(
     for i, value in enumerate(filters.params):
         params[f"f{i}"] = value
         where = where.replace("%s", f"%(f{i})s", 1)
-    return top_k(db, limit, scope, params, where)
+    # With agents named, the filter keeps only their events (``SearchFilters.sql``).
+    return top_k(db, limit, scope, params, where, scoped=filters.agent_id is not None)
 
 
 def _pg_list_range(db: Any, k: int, filters: SearchFilters) -> list[Hit]:

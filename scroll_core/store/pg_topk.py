@@ -5,16 +5,26 @@ Scoring every document that holds any query word costs what the commonest word c
 million events a word in one event of six has 150,000 matches, each read and scored, for a
 top 30. MaxScore (Turtle and Flood, 1995) bounds each lexeme's share of a score: BM25 gives
 lexeme ``t`` at most ``idf(t) * (k1 + 1)`` whatever its frequency and the document's
-length. The documents holding the rarest lexeme are scored first, in full (every query
-lexeme), and their ``limit``-th best score is a threshold. A document without the rarest
-lexeme scores at most the sum of the bounds of the lexemes it holds, so only one holding a
-set of them whose bounds reach the threshold can enter the top: one more statement scores
-those (a tsquery OR-ing the smallest such sets, each an AND, and ``& !rarest``), and the top
-lists of the two disjoint parts merge into the top of their union. A common word's idf is
-small (floored at 1e-6 once it is in half the documents), so a query with one uncommon
-word reads that word's matches and stops. Two statements at most, not one per lexeme: each
-costs about a millisecond of its own. A query with few matches in all (``FEW``) is scored
-in one statement.
+length, and at most what ``max_tf`` positions give in a document of ``min_doclen`` (the
+most one document holds of it and the shortest holding it, kept per agent by the append
+trigger, ``m005_fts_term_bounds``), often half as much. The documents holding the rarest
+lexemes are scored first, in full (every query lexeme): as many of the rarest as it takes
+for their document frequencies to reach ``limit``, and more while their matches stay few
+(``FEW`` in all), since the rarer a lexeme the higher its bound and the likelier its
+matches are to be scored anyway. Their ``limit``-th best score is a threshold (at 20,000
+events the slowest queries were those whose rarest word was in fewer events than the 30
+candidates search asks for: with no threshold, every match of their common words was
+scored). A document without those lexemes scores at most the sum of the bounds of the
+others it holds, so only one holding a set of them whose bounds reach the threshold can
+enter the top: one more statement scores those (a tsquery OR-ing the smallest such sets,
+each an AND, and ``& !(first lexemes)``, and only the matches whose bound at their own
+length reaches it: ``_cut``, arithmetic on ``doclen`` before a match's tsvector is read for
+its tf), and the top lists of the two disjoint parts merge into the top of their union
+(when the first lexemes' matches overlap and fall short of ``limit``, the next lexeme's are
+scored first, the same way). A common word's idf is small (floored at 1e-6 once it is in
+half the documents), so a query with one uncommon word reads that word's matches and stops.
+A handful of statements at most, not one per match: each costs about a millisecond of its
+own. A query with few matches in all (``FEW``) is scored in one statement.
 
 The result is the same as scoring every match: the same statistics (read once, by the first
 statement, and passed to the others as parameters, so every part is scored alike even while
@@ -45,7 +55,13 @@ K1 = 1.2
 B = 0.75
 # Matches in all (the sum of the query lexemes' document frequencies) up to which one
 # statement scores them all: a statement costs about what scoring a few hundred matches does.
-FEW = 1000
+# Also how many matches of the rarest lexemes the first statement of the early stop takes
+# beyond the ``limit`` it needs (their bounds are the highest: they would be scored anyway).
+# Chosen by ``bench/pg_topk_few.py`` (among 150, 250, 500 and 1,000, by the mean time of
+# top_k on the even half of ``bench/eventlog.py``'s queries at 20,000 events; 500 in each of
+# five runs): on the odd half 500 against 1,000 gave a mean 2.63 against 2.80
+# ms and p99 9.9 against 10.9 ms (load 4.7; docs/figures-performance.md).
+FEW = 500
 # Each lexeme's bound is raised by this share so that rounding in a sum never makes a bound
 # smaller than a score it bounds.
 _SLACK = 1e-9
@@ -64,46 +80,66 @@ STATS_SQL = f"""
     SELECT l.lexeme, coalesce(t.docs, 0), greatest(ln(
             ((tot.docs - coalesce(t.docs, 0))::float8 + 0.5) / (coalesce(t.docs, 0)::float8 + 0.5)
         ), 1e-6::float8),
-        greatest(tot.tokens::float8 / greatest(tot.docs, 1), 1.0::float8)
+        greatest(tot.tokens::float8 / greatest(tot.docs, 1), 1.0::float8),
+        coalesce(t.max_tf, 0), coalesce(t.min_doclen, 0), coalesce(t.labelled, true)
     FROM lex AS l CROSS JOIN tot CROSS JOIN scope
     LEFT JOIN LATERAL (
-        SELECT sum(f.docs) AS docs FROM fts_agent_terms AS f
+        SELECT sum(f.docs) AS docs, max(f.max_tf) AS max_tf, min(f.min_doclen) AS min_doclen,
+               bool_or(f.labelled) AS labelled
+        FROM fts_agent_terms AS f
         WHERE f.agent_id = ANY(scope.agents) AND f.lexeme = l.lexeme
     ) AS t ON true
     ORDER BY l.lexeme
 """
 
 
-def score_sql(where: str, lexemes: int = 2) -> str:
+def score_sql(where: str, lexemes: int = 2, cut: str = "") -> str:
     """The best ``limit`` documents matching the tsquery ``%(query)s`` (and the filter SQL
     ``where``, `` AND ...`` on ``events e`` with named parameters, or empty),
     each as (seq, BM25 over every query lexeme), with the statistics given as parameters:
-    ``lexemes`` and their ``idfs`` (in lexeme order), ``avgdl``, and the column weights.
+    ``lexemes`` and their ``idfs`` (in lexeme order), ``avgdl``, the column weights, and
+    ``labelled``, the tsquery of the lexemes in a headline or a name (``_labelled``).
+    ``cut``: a condition on ``events_fts f`` alone (`` AND ...``) a match must meet to be
+    scored at all.
 
-    For each match the tsvector is cut down to the query's lexemes before it is unnested
-    (deleting every other lexeme, in C), the positions are counted with their column's
-    weight (labels A, C, D) and BM25 is summed over the lexemes in the tsvector's own order
-    (so the sum is the same whatever plan the server picks). The score is a scalar subquery
-    per match, not a grouped ``sum(... ORDER BY lexeme)`` over all matches' lexemes: that
-    sorted each match's rows on their own and cost a third of the statement. A query of one
-    lexeme (``lexemes`` 1) has one row per match and no sum: the subquery's aggregate was
-    half of what scoring a match cost (a common word's 134,000 matches at 1M events: 0.8 s
-    against 1.5 s), and one value summed is that value.
+    For each match the tsvector is cut down to the query's lexemes, in C, and unnested; the
+    positions are counted with their column's weight (labels A, C, D) and BM25 is summed
+    over the lexemes in the tsvector's own order (so the sum is the same whatever plan the
+    server picks). The cut: most matches hold the query's lexemes only in their content
+    (label D), and for those the lexemes are relabelled B (a label the index never writes)
+    and every other lexeme filtered out (``ts_filter(setweight(...))``), so each position
+    counts with the content weight; a match whose query lexemes sit in a headline or a name
+    (``labelled``, one more test in C) instead deletes every other lexeme
+    (``ts_delete(tsv, tsvector_to_array(ts_delete(...)))``), keeping the labels. The first
+    is the cheaper by about 2 us a match (the second builds a text array of every lexeme the
+    match holds), which was half of what scoring a match cost; both give the same tf (a
+    label counted with its weight, ``0 + 0 + wd * n`` being ``wd * n``).
+
+    The score is a scalar subquery per match, not a grouped ``sum(... ORDER BY lexeme)``
+    over all matches' lexemes: that sorted each match's rows on their own and cost a third
+    of the statement. A query of one lexeme (``lexemes`` 1) has one row per match and no
+    sum: the subquery's aggregate was half of what scoring a match cost, and one value
+    summed is that value.
     """
     join = " JOIN events e ON e.seq = f.seq" if where else ""
     tf = (
-        "(%(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"
+        "(CASE WHEN u.weights[1] = 'B' THEN %(wd)s::float8 * cardinality(u.weights)"
+        " ELSE %(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"
         " + %(wc)s::float8 * cardinality(array_positions(u.weights, 'C'))"
-        " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')))"
+        " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')) END)"
     )
     norm = f"({K1}::float8 * ({1 - B}::float8 + {B}::float8 * f.doclen / %(avgdl)s::float8))"
-    held = "unnest(ts_delete(f.tsv, tsvector_to_array(ts_delete(f.tsv, %(lexemes)s::text[]))))"
+    held = (
+        "unnest(CASE WHEN f.tsv @@ %(labelled)s::tsquery"
+        " THEN ts_delete(f.tsv, tsvector_to_array(ts_delete(f.tsv, %(lexemes)s::text[])))"
+        " ELSE ts_filter(setweight(f.tsv, 'B', %(lexemes)s::text[]), '{b}') END)"
+    )
     if lexemes == 1:
         return f"""
         SELECT f.seq, (%(idfs)s::float8[])[1] * (t.tf * {K1 + 1}::float8) / (t.tf + {norm})
             AS score
         FROM events_fts f{join}, LATERAL (SELECT {tf}::float8 AS tf FROM {held} AS u) AS t
-        WHERE f.tsv @@ %(query)s::tsquery{where}
+        WHERE f.tsv @@ %(query)s::tsquery{where}{cut}
         ORDER BY score DESC, f.seq LIMIT %(limit)s
     """
     return f"""
@@ -115,9 +151,15 @@ def score_sql(where: str, lexemes: int = 2) -> str:
             ) AS t
         ) AS score
         FROM events_fts f{join}
-        WHERE f.tsv @@ %(query)s::tsquery{where}
+        WHERE f.tsv @@ %(query)s::tsquery{where}{cut}
         ORDER BY score DESC, f.seq LIMIT %(limit)s
     """
+
+
+def _labelled(lexemes: list[str]) -> str:
+    """A tsquery matching a document that holds any of ``lexemes`` in a headline (label A)
+    or a name (label C)."""
+    return " | ".join(_quoted(lex) + ":AC" for lex in lexemes)
 
 
 def _quoted(lexeme: str) -> str:
@@ -154,6 +196,7 @@ def top_k(
     where: str = "",
     early: bool = True,
     few: int | None = None,
+    scoped: bool = False,
 ) -> dict[int, float]:
     """The best ``limit`` documents by BM25 for the lexemes of ``params["text"]``
     ({seq: score}).
@@ -163,9 +206,14 @@ def top_k(
     (``f0``...; see ``score_sql``). ``early`` False scores
     every match in one statement (the reference the early stop is measured and tested
     against). ``few`` (``FEW`` unless given): at most this many matches in all (by the
-    lexemes' document frequencies) are scored in one statement.
+    lexemes' document frequencies) are scored in one statement. ``scoped``: ``where`` keeps
+    only the events of the agents ``scope`` names, so the bounds kept per agent
+    (``max_tf``...) hold for every match; they hold anyway when ``scope`` is every agent
+    (``params`` has no ``agents``). Otherwise each lexeme is bounded by the most BM25 can
+    give, ``idf * (k1 + 1)``.
     """
     few = FEW if few is None else few
+    tight = scoped or "agents" not in params
     with _snapshot(db):
         stats = db.execute(STATS_SQL.replace("{scope}", scope), params)
         rows = stats.fetchall()
@@ -179,6 +227,7 @@ def top_k(
             "idfs": idfs,
             "avgdl": float(rows[0][3]),
             "limit": limit,
+            "labelled": _labelled(lexemes),
         }
         sql = score_sql(where, len(lexemes))
         weights = (float(params["wa"]), float(params["wc"]), float(params["wd"]))
@@ -187,24 +236,104 @@ def top_k(
         order = sorted((docs, lex) for lex, docs, *_ in rows if docs > 0)
         if not order:
             return {}
-        bound = dict(zip(lexemes, (idf * (K1 + 1) * (1 + _SLACK) for idf in idfs), strict=True))
+        avgdl = base["avgdl"]
+        shares = {row[0]: _share(float(row[2]), int(row[4]), bool(row[6]), weights) for row in rows}
+        bound = {
+            row[0]: _at_length(shares[row[0]], int(row[5]), avgdl)
+            if tight
+            else float(row[2]) * (K1 + 1) * (1 + _SLACK)
+            for row in rows
+        }
         # Scored in one statement: on request, with a negative weight (no upper bound to stop
         # on), or when the matches are so few that a second statement would cost more than
         # scoring them all.
         if not early or min(weights) < 0 or sum(docs for docs, _ in order) <= few:
-            taken = [lex for _, lex in order]
-            return _scored(db, sql, {**base, "query": _any_of(taken)})
-        # The rarest lexeme's matches first; then, at most once more, the documents without
-        # it that hold enough of the other lexemes to reach the threshold.
-        first = order[0][1]
-        best = _scored(db, sql, {**base, "query": _quoted(first)})
-        threshold = min(best.values()) if len(best) >= limit else 0.0
-        enough = _enough([lex for _, lex in order[1:]], bound, threshold)
-        if enough:
-            query = f"({enough}) & !{_quoted(first)}"
+            return _scored(db, sql, {**base, "query": _any_of([lex for _, lex in order])})
+        # The rarest lexemes' matches first, as many lexemes as it takes for their matches
+        # to reach ``limit`` (so the threshold is a real one, not 0) and more while they are
+        # few; then, once more, the documents without them that hold enough of the other
+        # lexemes to reach it.
+        taken: list[str] = []
+        reach = 0
+        for docs, lex in order:
+            if reach >= limit and reach + docs > few:
+                break
+            taken.append(lex)
+            reach += docs
+        best = _scored(db, sql, {**base, "query": _any_of(taken)})
+        rest = [lex for _, lex in order[len(taken) :]]
+        while rest:
+            threshold = min(best.values()) if len(best) >= limit else 0.0
+            without = f"!({_any_of(taken)})"
+            if threshold <= 0:
+                # Their matches overlap: fewer than ``limit`` documents; the next lexeme's.
+                lex = rest.pop(0)
+                query = f"{_quoted(lex)} & {without}"
+                taken.append(lex)
+            else:
+                enough = _enough(rest, bound, threshold)
+                if not enough:
+                    break
+                query = f"({enough}) & {without}"
+                if tight:
+                    # Each match's own bound, at its own length: most are longer than the
+                    # shortest document holding its lexemes, and below the threshold.
+                    cut, named = _cut(rest, shares, threshold, avgdl)
+                    last = score_sql(where, len(lexemes), cut)
+                    best.update(_scored(db, last, {**base, **named, "query": query}))
+                    best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
+                    break
+                rest = []
             best.update(_scored(db, sql, {**base, "query": query}))
             best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
         return best
+
+
+def _share(
+    idf: float, max_tf: int, labelled: bool, weights: tuple[float, float, float]
+) -> tuple[float, float]:
+    """What bounds a lexeme's share of a document's score, as (numerator, tf): the share is
+    at most ``numerator / (tf + norm)`` for the document's length norm. ``tf`` is
+    ``max_tf`` positions (the most one document holds of the lexeme), each at the content
+    weight unless the lexeme is ever ``labelled`` (in a headline or a name: then at the
+    largest weight); BM25's share grows with tf. Weights are not negative here (a negative
+    one is scored in one statement)."""
+    wa, wc, wd = weights
+    tf = (max(wa, wc, wd) if labelled else wd) * max_tf
+    return idf * (tf * (K1 + 1)) * (1 + _SLACK), tf
+
+
+def _at_length(share: tuple[float, float], doclen: float, avgdl: float) -> float:
+    """The bound of ``share`` in a document of ``doclen`` (the shortest holding the lexeme
+    bounds every document holding it: the share shrinks with length)."""
+    numerator, tf = share
+    if tf <= 0:
+        return 0.0
+    return numerator / (tf + K1 * ((1 - B) + B * doclen / avgdl))
+
+
+def _cut(
+    lexemes: list[str],
+    shares: dict[str, tuple[float, float]],
+    threshold: float,
+    avgdl: float,
+) -> tuple[str, dict[str, Any]]:
+    """The condition (and its parameters) that a match's bound, summed over the
+    ``lexemes`` it holds at its own length (``f.doclen``), reaches ``threshold``; a match
+    below it cannot enter the top."""
+    norm = f"({K1}::float8 * ({1 - B}::float8 + {B}::float8 * f.doclen / %(avgdl)s::float8))"
+    parts, named = [], {}
+    for i, lex in enumerate(lexemes):
+        numerator, tf = shares[lex]
+        if tf <= 0:
+            continue
+        named.update({f"cq{i}": _quoted(lex), f"cn{i}": numerator, f"ct{i}": tf})
+        parts.append(
+            f"CASE WHEN f.tsv @@ %(cq{i})s::tsquery"
+            f" THEN %(cn{i})s::float8 / (%(ct{i})s::float8 + {norm}) ELSE 0 END"
+        )
+    named["cut"] = threshold
+    return f" AND ({' + '.join(parts) or '0'}) >= %(cut)s::float8", named
 
 
 # Past this many lexemes besides the rarest, the sets of them that could reach the threshold

@@ -59,6 +59,7 @@ def insert_rows(rows: Sequence[models.Model]) -> None:
     label = model._meta.label
     fields = _fields(label)
     per = max(1, CHUNK_PARAMS // len(fields))
+    ids: list[Any] = []
     with connection.cursor() as cursor:
         for start in range(0, len(rows), per):
             chunk = rows[start : start + per]
@@ -67,8 +68,10 @@ def insert_rows(rows: Sequence[models.Model]) -> None:
                 row._prepare_related_fields_for_save(operation_name="insert_rows")
                 params += [f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields]
             cursor.execute(_statement(label, alias, len(chunk)), params)
-            ids = [r[0] for r in cursor.fetchall()]
-            for row, pk in zip(chunk, ids, strict=True):
-                row.pk = pk
-                row._state.adding = False
-                row._state.db = alias
+            ids += [r[0] for r in cursor.fetchall()]
+    # Only once every chunk went in, as bulk_create: a later chunk's failure leaves no row
+    # holding an id its rolled-back insert gave it (the span sink saves such rows one by one).
+    for row, pk in zip(rows, ids, strict=True):
+        row.pk = pk
+        row._state.adding = False
+        row._state.db = alias

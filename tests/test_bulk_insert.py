@@ -126,3 +126,15 @@ def test_rows_of_two_models_or_with_an_id_are_refused_and_nothing_is_stored():
         insert_rows([run])
     assert SpanRecord.objects.count() == 0
     assert RunRecord.objects.filter(session_id="bulk-2").count() == 1
+
+
+def test_a_refused_later_chunk_leaves_every_row_without_an_id():
+    first = _row()
+    with transaction.atomic():
+        insert_rows([first])
+    per = CHUNK_PARAMS // 13
+    rows = [_row() for _ in range(per)] + [_row(span_id=first.span_id)]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        insert_rows(rows)
+    assert all(r.pk is None and r._state.adding for r in rows)
+    assert SpanRecord.objects.count() == 1

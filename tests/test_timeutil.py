@@ -35,11 +35,8 @@ _STAMP_TEXT = st.builds(
 )
 
 
-@settings(max_examples=500, deadline=None)
-@given(_STAMP_TEXT | st.dates().map(str) | st.text(max_size=30))
-def test_the_string_fast_path_stores_what_parse_ts_gives(text):
-    """``format_ts`` reads most strings straight with ``fromisoformat``; it must store what
-    the general path (``parse_ts``) gives, or refuse the same strings."""
+def _as_the_general_path(text):
+    """``format_ts(text)`` stores what ``parse_ts`` gives, or both refuse ``text``."""
     try:
         expected = _stored(parse_ts(text))
     except ValueError:
@@ -47,6 +44,14 @@ def test_the_string_fast_path_stores_what_parse_ts_gives(text):
             format_ts(text)
     else:
         assert format_ts(text) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(_STAMP_TEXT | st.dates().map(str) | st.text(max_size=30))
+def test_the_string_fast_path_stores_what_parse_ts_gives(text):
+    """``format_ts`` reads most strings straight with ``fromisoformat``; it must store what
+    the general path (``parse_ts``) gives, or refuse the same strings."""
+    _as_the_general_path(text)
 
 
 def test_a_stamp_already_in_the_stored_shape_keeps_its_characters():
@@ -60,13 +65,7 @@ def test_a_stamp_already_in_the_stored_shape_keeps_its_characters():
     assert format_ts("2026-01-01T00:00:07.123Z") == "2026-01-01T00:00:07.123000Z"
     assert format_ts("2026-01-01T00:00:07+01:00") == "2025-12-31T23:00:07.000000Z"
     for edge in ("2026-01-01T24:00:00Z", "2026-12-31T23:59:59.999999+00:00"):
-        try:
-            expected = _stored(parse_ts(edge))
-        except ValueError:
-            with pytest.raises(ValueError):
-                format_ts(edge)
-        else:
-            assert format_ts(edge) == expected
+        _as_the_general_path(edge)
     for bad in ("2026-02-30T00:00:07Z", "2026-01-01T24:00:61Z", "2026-13-01T00:00:00Z"):
         with pytest.raises(ValueError):
             format_ts(bad)

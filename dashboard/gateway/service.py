@@ -162,6 +162,9 @@ class GatewayService:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conversations: OrderedDict[tuple[str, str], GatewayConversation] = OrderedDict()
+        # The Event Logs those conversations are kept for (one, unless the log moved): a
+        # session's conversations are found by key, not by a scan of all of them.
+        self._locations: set[str] = set()
         self._upstreams: dict[tuple[str, str, str, float], HttpUpstream] = {}
         self._keys: dict[str, tuple[float, GatewayKey]] = {}
         self._profiles: dict[int | None, tuple[float, Profile]] = {}
@@ -290,10 +293,14 @@ class GatewayService:
                                 previous=previous):  # fmt: skip
                 pass
 
+    def _keys_of(self, session_id: str) -> list[tuple[str, str]]:
+        """The keys of ``session_id``'s conversations (with ``_lock`` held)."""
+        keys = [(location, session_id) for location in self._locations]
+        return [k for k in keys if k in self._conversations]
+
     def _drop(self, session_id: str) -> None:
         with self._lock:
-            stale = [k for k in self._conversations if k[1] == session_id]
-            dropped = [self._conversations.pop(k) for k in stale]
+            dropped = [self._conversations.pop(k) for k in self._keys_of(session_id)]
             kernels = self._kernels
         for conversation in dropped:
             conversation.close()
@@ -373,8 +380,7 @@ class GatewayService:
                     continue
                 if entry is not None and (entry.users or not entry.lock.acquire(blocking=False)):
                     continue  # in use: its request finds the lease as it is
-                stale = [k for k in self._conversations if k[1] == session_id]
-                dropped = [self._conversations.pop(k) for k in stale]
+                dropped = [self._conversations.pop(k) for k in self._keys_of(session_id)]
                 trimmed.append((session_id, entry, dropped))
             kernels = self._kernels
         for session_id, entry, dropped in trimmed:
@@ -486,6 +492,7 @@ class GatewayService:
             readable_agents=readable_by,
         )
         with self._lock:
+            self._locations.add(log.location)
             found = self._conversations.setdefault(ident, fresh)
             while len(self._conversations) > MAX_CONVERSATIONS:
                 _, old = self._conversations.popitem(last=False)
@@ -496,9 +503,8 @@ class GatewayService:
 
     def session_index(self, session_id: str) -> Any:
         with self._lock:
-            for (_, sid), conversation in self._conversations.items():
-                if sid == session_id:
-                    return conversation.index
+            for k in self._keys_of(session_id):
+                return self._conversations[k].index
         return None
 
     # -- one request -----------------------------------------------------------------------

@@ -139,7 +139,9 @@ class HttpUpstream:
                     raise _status_error(response, model)
                 if "text/event-stream" in response.headers.get("content-type", ""):
                     lines = response.iter_lines()
-                    return self.assembled(lines, model, on_text or _ignore, on_block)
+                    reply = self.assembled(lines, model, on_text or _ignore, on_block)
+                    _read_to_the_end(lines)
+                    return reply
                 # Not streamed (not asked to, or an upstream that ignores ``stream``).
                 response.read()
                 reply = self.decoded(_json_of(response, model), model)
@@ -216,6 +218,19 @@ class HttpUpstream:
 
 def _ignore(_: str) -> None:
     pass
+
+
+def _read_to_the_end(lines: Iterator[str]) -> None:
+    """Read what follows a streamed reply's end (``[DONE]``, ``message_stop``) to the end of
+    the body: a response closed unread cannot give its connection back to the pool, and the
+    next call would open a new one (a new TLS handshake to the provider). The providers' own
+    SDKs read their streams to the end too. The reply is whole by now: a failure reading on
+    only costs the connection."""
+    try:
+        for _ in lines:
+            pass
+    except httpx.HTTPError:
+        pass
 
 
 def whole_block_events(block: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:

@@ -490,24 +490,34 @@ async def _streamed(
     stages.lap("first_text")
 
     async def events() -> AsyncIterator[bytes]:
+        # Everything queued by the time the loop gets to it goes out in one write: the start
+        # with the first piece, and any pieces that arrived meanwhile (each write is a send
+        # through the server and a read for the client; none is held back to wait for more).
         item, sent = first, ""
-        yield encoder.start()
+        out = [encoder.start()]
         while True:
             kind, value = item
             if kind == "text":
                 sent += value
-                yield encoder.text(value)
+                out.append(encoder.text(value))
             elif kind == "block":
-                yield encoder.block(*value)
+                out.append(encoder.block(*value))
             elif kind == "done":
                 # A replayed reply (a retry) was never streamed: its text goes out here.
                 rest = value.content[len(sent) :] if value.content.startswith(sent) else ""
-                yield encoder.end(value, rest)
+                out.append(encoder.end(value, rest))
+                yield b"".join(out)
                 return
             else:
-                yield encoder.error(_mid_stream_failure(api, value))
+                out.append(encoder.error(_mid_stream_failure(api, value)))
+                yield b"".join(out)
                 return
-            item = await queue.get()
+            if queue.empty():
+                yield b"".join(out)
+                out = []
+                item = await queue.get()
+            else:
+                item = queue.get_nowait()
         await task  # pragma: no cover (both endings return)
 
     response = _sse(events(), _timed(headers, stages))

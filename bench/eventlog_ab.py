@@ -17,8 +17,8 @@ ratio of the calling thread's CPU time, which other jobs disturb less.
 
 ``--search`` times search instead: one log written by this checkout, opened by both
 checkouts' ``EventLog`` (the same file, so the same rows and pages), and the bare FTS5 query
-of ``eventlog.py`` on its raw copy; every query runs on the three sides back to back, in an
-order that rotates from query to query. Reports each side's p50 (wall clock and the calling
+of ``eventlog.py`` on its raw copy; every query runs on the three sides back to back, the
+orders taken in turn (all six). Reports each side's p50 (wall clock and the calling
 thread's CPU time), each search's ``search_overhead_ratio`` against the raw p50 of the same
 run, and ``this_over_base`` (per query, this side's time over the base side's, the median).
 Both checkouts must give the same hits for every query, or the run stops. Then a second
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import random
 import statistics
 import sys
@@ -146,10 +147,11 @@ def run_search(base: ModuleType, n: int) -> dict[str, Any]:
                 raise SystemExit(f"the checkouts rank {q!r} differently")
         wall: dict[str, list[float]] = {side: [] for side in sides}
         cpu: dict[str, list[float]] = {side: [] for side in sides}
-        names = list(sides)
+        # Every order of the three sides in turn, so each follows each other side (and runs
+        # first) equally often: a search right after another on the same file runs warmer.
+        orders = list(itertools.permutations(sides))
         for number, q in enumerate(queries):
-            turn = number % len(names)
-            for side in names[turn:] + names[:turn]:
+            for side in orders[number % len(orders)]:
                 began_wall, began = time.perf_counter(), time.thread_time()
                 sides[side](q)
                 wall[side].append((time.perf_counter() - began_wall) * 1000)

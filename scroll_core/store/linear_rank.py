@@ -15,8 +15,8 @@ candidate's tokens are only scanned for proximity, when it holds two terms or mo
 
 With the shipped reach (two turns either side) the neighbour features and the weighted sum
 are one pass over the turns (``_two_either_side``) instead of a list per feature: about an
-eighth less time in this module, 3-5% of a search at 20k events (``bench/eventlog_ab.py
---search``); other reaches take the lists.
+eighth less time in this module, 3-5% of a search at 20k events (``bench/search_ab.py``);
+other reaches take the lists.
 
 It covers the shipped configuration (the features up to ``rare_window_coverage``, coverage,
 proximity and speaker rescoring); ``supports`` says when, and ``run_search`` takes the

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
+from operator import add, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from ..telemetry import span
 from ..tokens import TokenCounter
 from .log_common import (
     DEFAULT_PAYLOAD_THRESHOLD,
+    ROW_VALUES,
     _EventLogBase,
     _plan,
     _Row,
@@ -54,6 +56,7 @@ BUSY_TIMEOUT_S = 30.0
 _PROGRESS_STEPS = 1000
 # What SQLite says when a (session_id, dedup_key) pair is already taken.
 _DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
+_AGENT_ID = itemgetter(1)  # of a row's values (session_id, agent_id, ...)
 
 
 class EventLog(_EventLogBase):
@@ -145,13 +148,13 @@ class EventLog(_EventLogBase):
                     if isinstance(pending, Future) and not pending.done() and rows:
                         # Insert what is counted while the token thread counts the rest.
                         top = self._insert_rows(db, rows, counts, top, seqs)
-                        agents.update(row.values[1] for row in rows)
+                        agents.update(map(_AGENT_ID, map(ROW_VALUES, rows)))
                         rows, counts = [], []
                     rows += chunk_rows
                     counts += prepared.counts(chunk)
                 if rows:
                     top = self._insert_rows(db, rows, counts, top, seqs)
-                    agents.update(row.values[1] for row in rows)  # (session_id, agent_id, ...)
+                    agents.update(map(_AGENT_ID, map(ROW_VALUES, rows)))
                 # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT
                 # hands out consecutive seqs; check it (once: seqs only grow, so the count
                 # matching means no gap) rather than trust it.
@@ -178,7 +181,8 @@ class EventLog(_EventLogBase):
         # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
         # would be simpler, but it makes FTS5 flush its pending index on every chunk.)
         try:
-            self._execute_insert(db, [(*r.values, n) for r, n in zip(rows, counts, strict=True)])
+            # Each row's values and its count, ``values + (count,)``, made in C.
+            self._execute_insert(db, list(map(add, map(ROW_VALUES, rows), zip(counts))))
         except sqlite3.IntegrityError as exc:
             if _DEDUP_CONFLICT not in str(exc):
                 raise

@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..telemetry import span
 from ..tokens import TokenCounter
+from .json_insert import JSON_ROWS_SELECT, json_insert_works, json_rows
 from .log_common import (
     DEFAULT_PAYLOAD_THRESHOLD,
     ROW_VALUES,
@@ -57,6 +58,12 @@ _PROGRESS_STEPS = 1000
 # What SQLite says when a (session_id, dedup_key) pair is already taken.
 _DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
 _AGENT_ID = itemgetter(1)  # of a row's values (session_id, agent_id, ...)
+_COLUMNS = (
+    "session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, payload_ref, "
+    "payload_size, payload_media, headline, metadata, created_at, dedup_key, searchable, tokens"
+)
+_INSERT_VALUES = f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+_INSERT_JSON = f"INSERT INTO events ({_COLUMNS}) {JSON_ROWS_SELECT}"
 
 
 class EventLog(_EventLogBase):
@@ -98,6 +105,7 @@ class EventLog(_EventLogBase):
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode=WAL")
         migrate(self._writer)
+        self._json_insert = json_insert_works(self._writer)
 
     # ------------------------------------------------------------------ connections
     def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
@@ -200,15 +208,14 @@ class EventLog(_EventLogBase):
         seqs.inserted += inserted
         return top + inserted
 
-    @staticmethod
-    def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
-        db.executemany(
-            "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
-            "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
-            "metadata, created_at, dedup_key, searchable, tokens) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            values,
-        )
+    def _execute_insert(self, db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
+        """INSERT ``values`` (rows of ``_COLUMNS``) in order: as one JSON array read back by
+        ``json_each`` when it holds them exactly (``json_rows``), else row by row."""
+        rows = json_rows(values) if self._json_insert else None
+        if rows is None:
+            db.executemany(_INSERT_VALUES, values)
+        else:
+            db.execute(_INSERT_JSON, (rows,))
 
     # ------------------------------------------------------------------ search
     @contextmanager

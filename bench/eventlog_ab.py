@@ -11,7 +11,8 @@ shipped and with ``token_thread=False``, in alternating order, so load from else
 the machine falls on all alike: on a shared machine two bench runs one after the other
 can differ by more than the change being measured. Reports each side's
 ``ingest_ratio`` (wall clock, as ``eventlog.py``) and, for the single-thread sides, the
-ratio of the calling thread's CPU time, which other jobs disturb less. ``--parts`` adds,
+ratio of the calling thread's CPU time, which other jobs disturb less; each also against
+the bare JSON insert (``*_vs_json_insert``, see ``eventlog.py``). ``--parts`` adds,
 for the single-thread sides, the calling thread's CPU per event in each part of an append
 (validation, token counting, the INSERT, the rest), in microseconds.
 """
@@ -29,7 +30,16 @@ from types import ModuleType
 from typing import Any
 
 from _common import emit
-from eventlog import BATCH, SEED, _raw_batch, make_rows, make_vocabulary, open_raw, raw_tuples
+from eventlog import (
+    BATCH,
+    SEED,
+    _raw_batch,
+    _raw_json_batch,
+    make_rows,
+    make_vocabulary,
+    open_raw,
+    raw_tuples,
+)
 
 import scroll_core
 
@@ -75,6 +85,7 @@ def run(base: ModuleType, n: int, parts: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="scroll-bench-") as tmp:
         folder = Path(tmp)
         raw = open_raw(folder / "raw.sqlite3")
+        raw_json = open_raw(folder / "raw_json.sqlite3")
         logs = {
             "base": base.EventLog(folder / "base.sqlite3"),
             "this": scroll_core.EventLog(folder / "this.sqlite3"),
@@ -85,7 +96,7 @@ def run(base: ModuleType, n: int, parts: bool = False) -> dict[str, Any]:
         }
         tuples = raw_tuples(rows, logs["this"])
         logs["base"].tokens.count_many([r["content"] for r in rows])  # both counters warm
-        wall = dict.fromkeys(["raw", *logs], 0.0)
+        wall = dict.fromkeys(["raw", "raw_json", *logs], 0.0)
         cpu = dict(wall)
         part_cpu: dict[str, float] = {}
         if parts:
@@ -96,6 +107,9 @@ def run(base: ModuleType, n: int, parts: bool = False) -> dict[str, Any]:
             began = time.thread_time()
             wall["raw"] += _raw_batch(raw, tuples[i : i + BATCH])
             cpu["raw"] += time.thread_time() - began
+            began = time.thread_time()
+            wall["raw_json"] += _raw_json_batch(raw_json, tuples[i : i + BATCH])
+            cpu["raw_json"] += time.thread_time() - began
             for side in order if number % 2 == 0 else order[::-1]:
                 began_wall, began = time.perf_counter(), time.thread_time()
                 logs[side].append_many(rows[i : i + BATCH])
@@ -104,13 +118,21 @@ def run(base: ModuleType, n: int, parts: bool = False) -> dict[str, Any]:
         for log in logs.values():
             log.close()
         raw.close()
-    figures: dict[str, Any] = {"events": n, "raw_events_per_s": round(n / wall["raw"])}
+        raw_json.close()
+    figures: dict[str, Any] = {
+        "events": n,
+        "raw_events_per_s": round(n / wall["raw"]),
+        "raw_json_events_per_s": round(n / wall["raw_json"]),
+    }
     for side in logs:
         figures[f"{side}.ingest_ratio"] = round(wall["raw"] / wall[side], 3)
+        figures[f"{side}.ingest_ratio_vs_json_insert"] = round(wall["raw_json"] / wall[side], 3)
         if side.endswith("single_thread"):
             figures[f"{side}.cpu_ratio"] = round(cpu["raw"] / cpu[side], 3)
+            figures[f"{side}.cpu_ratio_vs_json_insert"] = round(cpu["raw_json"] / cpu[side], 3)
     if parts:
         figures["raw.cpu_us_per_event"] = round(cpu["raw"] / n * 1e6, 2)
+        figures["raw_json.cpu_us_per_event"] = round(cpu["raw_json"] / n * 1e6, 2)
         for side in ("base_single_thread", "this_single_thread"):
             figures[f"{side}.cpu_us_per_event"] = round(cpu[side] / n * 1e6, 2)
             timed = 0.0

@@ -73,8 +73,8 @@ def _events(rng: random.Random, n: int, start: int) -> list[dict[str, Any]]:
         content = " ".join(
             rng.choice(["alpha", "beta", "gamma", "délta", "x\ny"]) for _ in range(6)
         )
-        if i % 97 == 0:
-            content += "\x00"  # SQLite keeps NUL in content: that chunk goes row by row
+        if i == 700:
+            content += "\x00"  # SQLite keeps NUL in content: that batch goes row by row
         events.append(
             {
                 "session_id": f"s{i % 3}",
@@ -100,9 +100,19 @@ def _stored(log: EventLog) -> tuple[Any, ...]:
     return (*(db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables), matches)
 
 
-def test_the_stored_log_is_what_executemany_stores(tmp_path):
+def test_the_stored_log_is_what_executemany_stores(tmp_path, monkeypatch):
+    from scroll_core.store import sqlite_log
+
+    made: list[bool] = []  # per statement: whether it went as JSON (the real json_rows)
+    monkeypatch.setattr(
+        sqlite_log,
+        "json_rows",
+        lambda values: made.append(json_rows(values) is not None) or json_rows(values),
+    )
     rng = random.Random(20261203)
-    batches = [_events(rng, n, start) for n, start in ((600, 0), (1, 600), (450, 601), (300, 0))]
+    # (2,500 events: three statements, repeats in each, against the log and inside it.)
+    sizes = ((600, 0), (1, 600), (450, 601), (300, 0), (2500, 1051))
+    batches = [_events(rng, n, start) for n, start in sizes]
     results = []
     for cls in (EventLog, _RowByRowLog):
         with cls(tmp_path / f"{cls.__name__}.sqlite3") as log:
@@ -113,3 +123,5 @@ def test_the_stored_log_is_what_executemany_stores(tmp_path):
     assert results[0] == results[1]
     seqs = results[0][0]
     assert 0 < seqs[3][1] < 300 and seqs[0][1] < 600  # repeats resolved to existing seqs
+    assert 1000 < seqs[4][1] < 2500
+    assert made.count(False) >= 1 and made.count(True) >= 4  # both ways, NUL row by row

@@ -64,6 +64,9 @@ _COLUMNS = (
 )
 _INSERT_VALUES = f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
 _INSERT_JSON = f"INSERT INTO events ({_COLUMNS}) {JSON_ROWS_SELECT}"
+# Rows per JSON statement: the bench's batch, and a bounded parameter (at most 1,000 rows
+# of up to the payload threshold each, well under SQLite's one-gigabyte limit).
+_JSON_ROWS = 1000
 
 
 class EventLog(_EventLogBase):
@@ -209,13 +212,17 @@ class EventLog(_EventLogBase):
         return top + inserted
 
     def _execute_insert(self, db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
-        """INSERT ``values`` (rows of ``_COLUMNS``) in order: as one JSON array read back by
-        ``json_each`` when it holds them exactly (``json_rows``), else row by row."""
-        rows = json_rows(values) if self._json_insert else None
-        if rows is None:
-            db.executemany(_INSERT_VALUES, values)
-        else:
-            db.execute(_INSERT_JSON, (rows,))
+        """INSERT ``values`` (rows of ``_COLUMNS``) in order, ``_JSON_ROWS`` at a time: as
+        one JSON array read back by ``json_each`` when it holds them exactly
+        (``json_rows``), else row by row. (A refused row stops the insert as executemany
+        does: the statements before it are in, its own is not.)"""
+        for i in range(0, len(values), _JSON_ROWS):
+            part = values[i : i + _JSON_ROWS]
+            rows = json_rows(part) if self._json_insert else None
+            if rows is None:
+                db.executemany(_INSERT_VALUES, part)
+            else:
+                db.execute(_INSERT_JSON, (rows,))
 
     # ------------------------------------------------------------------ search
     @contextmanager

@@ -12,6 +12,10 @@ tables, indexes and the triggers that keep the FTS5 index and the session summar
 triggers that only refuse writes (append-only and tamper guards): the same stored work.
 ``raw_table_only_*`` is the baseline this bench used before, the events table, its indexes and
 FTS5 alone (``m001_initial``), kept so the figures stay comparable (``*_vs_table_only``).
+``raw_json_*`` is the same schema filled by the statement the Event Log itself runs when it
+can (``store/json_insert.py``: the batch as one JSON array, ``INSERT ... SELECT FROM
+json_each``), bare, JSON encoding included: ``executemany`` pays a statement per row, which
+this does not, so ``*_vs_json_insert`` is ours against the database's own best speed.
 ``ingest_ratio`` is ours as shipped, with token counting on a worker thread for text that is
 not ASCII (so it uses a second core when there is one); ``ingest_ratio_single_thread`` is
 ours with ``token_thread=False``, token counting on the calling thread, the same work on one
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import random
 import sqlite3
 import tempfile
@@ -44,6 +49,7 @@ from _common import emit, median, percentile
 from scroll_core import EventLog
 from scroll_core.store import SearchTuning
 from scroll_core.store.fts_query import match_expression, query_terms
+from scroll_core.store.json_insert import JSON_ROWS_SELECT
 from scroll_core.store.sqlite_schema import MIGRATIONS, m001_initial
 
 BATCH = 1000
@@ -145,17 +151,33 @@ def _raw_batch(raw: sqlite3.Connection, batch: list[tuple[Any, ...]]) -> float:
     return time.perf_counter() - start
 
 
+_RAW_JSON_INSERT = (
+    "INSERT INTO events (session_id, agent_id, kind, role, name, content, tool_call_id, "
+    "tool_input, payload_ref, payload_size, payload_media, headline, metadata, "
+    f"created_at, dedup_key, searchable, tokens) {JSON_ROWS_SELECT}"
+)
+
+
+def _raw_json_batch(raw: sqlite3.Connection, batch: list[tuple[Any, ...]]) -> float:
+    start = time.perf_counter()
+    raw.execute("BEGIN IMMEDIATE")
+    raw.execute(_RAW_JSON_INSERT, (json.dumps(batch),))
+    raw.execute("COMMIT")
+    return time.perf_counter() - start
+
+
 def ingest_both(
     rows: list[dict[str, Any]],
     log: EventLog,
     single: EventLog,
     raw: sqlite3.Connection,
     table_only: sqlite3.Connection,
-) -> tuple[float, float, float, float]:
-    """Alternate batches between the four sides so load from elsewhere on the machine falls
-    on all alike; return (ours, ours single-thread, raw, raw table-only) seconds."""
+    raw_json: sqlite3.Connection,
+) -> tuple[float, float, float, float, float]:
+    """Alternate batches between the five sides so load from elsewhere on the machine falls
+    on all alike; return (ours, ours single-thread, raw, raw table-only, raw JSON) seconds."""
     tuples = raw_tuples(rows, log)
-    ours_s = single_s = raw_s = table_s = 0.0
+    ours_s = single_s = raw_s = table_s = json_s = 0.0
     for i in range(0, len(rows), BATCH):
         raw_s += _raw_batch(raw, tuples[i : i + BATCH])
         mid = time.perf_counter()
@@ -165,7 +187,8 @@ def ingest_both(
         single_s += time.perf_counter() - after
         ours_s += after - mid
         table_s += _raw_batch(table_only, tuples[i : i + BATCH])
-    return ours_s, single_s, raw_s, table_s
+        json_s += _raw_json_batch(raw_json, tuples[i : i + BATCH])
+    return ours_s, single_s, raw_s, table_s, json_s
 
 
 def time_queries_both(
@@ -197,9 +220,13 @@ def run_sqlite(rows: list[dict[str, Any]], queries: list[str]) -> dict[str, Any]
         # Token counting on the caller's thread: one core, like raw.
         single = EventLog(Path(tmp) / "single.sqlite3", token_thread=False)
         table_db = open_raw(Path(tmp) / "table_only.sqlite3", [m001_initial])
-        ours_s, single_s, raw_s, table_s = ingest_both(rows, log, single, raw_db, table_db)
+        json_db = open_raw(Path(tmp) / "raw_json.sqlite3")
+        ours_s, single_s, raw_s, table_s, json_s = ingest_both(
+            rows, log, single, raw_db, table_db, json_db
+        )
         single.close()
         table_db.close()
+        json_db.close()
         weights = ", ".join(map(str, SearchTuning().rank_weights))
         raw_sql = (
             f"SELECT rowid, bm25(events_fts, {weights}) AS r, "
@@ -229,6 +256,9 @@ def run_sqlite(rows: list[dict[str, Any]], queries: list[str]) -> dict[str, Any]
         "raw_table_only_events_per_s": round(n / table_s),
         "ingest_ratio_vs_table_only": round(table_s / ours_s, 3),
         "ingest_ratio_single_thread_vs_table_only": round(table_s / single_s, 3),
+        "raw_json_events_per_s": round(n / json_s),
+        "ingest_ratio_vs_json_insert": round(json_s / ours_s, 3),
+        "ingest_ratio_single_thread_vs_json_insert": round(json_s / single_s, 3),
         "search_queries": len(queries),
         "search_p50_ms": round(median(ours_ms), 3),
         "search_p99_ms": round(percentile(ours_ms, 99), 3),
@@ -252,6 +282,9 @@ MEASURES = (
     "raw_table_only_events_per_s",
     "ingest_ratio_vs_table_only",
     "ingest_ratio_single_thread_vs_table_only",
+    "raw_json_events_per_s",
+    "ingest_ratio_vs_json_insert",
+    "ingest_ratio_single_thread_vs_json_insert",
     "search_p50_ms",
     "raw_search_p50_ms",
     "search_overhead_ratio",

@@ -23,7 +23,7 @@ the pattern on its own.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["CL100K_PATTERN", "PieceCounter"]
@@ -51,6 +51,8 @@ PROBE_LINE = "I'm here, it's OK -- we'LL see; they've 12345 apples!! (a+b)=c 'qu
 # of base64, is counted each time it comes); the table is emptied when it passes
 # ``MAX_PIECES``, so it stays under about 10 MB.
 MAX_PIECES = 100_000
+# The whitespace of cl100k's ``\s`` in ASCII other than the space.
+_NOT_SPACE_WHITESPACE = ("\n", "\t", "\r", "\x0b", "\x0c")
 MAX_PIECE_CHARS = 32
 
 
@@ -104,6 +106,25 @@ class PieceCounter:
             n = spaced.get(word)
             total += self._word(spaced, word, " " + word) if n is None else n
         return total
+
+    def count_many(self, texts: Sequence[str]) -> list[int | None]:
+        """``count`` of each text (None for one not ASCII), with the checks every text needs
+        made once on the texts joined: all ASCII and no whitespace but spaces sends each
+        straight to its words' tables (a text with a word not in them, or with spaces at
+        its ends or two together, goes through ``count``)."""
+        joined = "".join(texts)
+        if not joined.isascii() or any(map(joined.__contains__, _NOT_SPACE_WHITESPACE)):
+            return [self.count(text) for text in texts]
+        first = self._first.__getitem__
+        spaced = self._spaced.__getitem__
+        counts: list[int | None] = []
+        for text in texts:
+            rest = iter(text.split(" "))
+            try:
+                counts.append(first(next(rest)) + sum(map(spaced, rest)))
+            except KeyError:
+                counts.append(self.count(text))
+        return counts
 
     def _word(self, table: dict[str, int], word: str, text: str) -> int:
         """The count of ``text`` (``word``, or it after a space), kept in ``table``."""

@@ -85,7 +85,7 @@ class TiktokenCounter:
         """Per-text counts, exactly as tiktoken's ``encode_ordinary`` gives them, at the
         least CPU on the calling thread: ASCII texts piece by piece (``count_cheap``), the
         rest in one call into the encoder (``count_many_gil_free``)."""
-        counts = [self.count_cheap(t) for t in texts]
+        counts = self.count_cheap_many(texts)
         rest = [i for i, n in enumerate(counts) if n is None]
         if rest:
             for i, n in zip(rest, self.count_many_gil_free([texts[i] for i in rest]), strict=True):
@@ -98,6 +98,12 @@ class TiktokenCounter:
         if self._pieces is None:
             return 0 if not text else None
         return self._pieces.count(text)
+
+    def count_cheap_many(self, texts: Sequence[str]) -> list[int | None]:
+        """``count_cheap`` of each text, the checks made once for all (``token_pieces``)."""
+        if self._pieces is None:
+            return [0 if not text else None for text in texts]
+        return self._pieces.count_many(texts)
 
     def count_many_gil_free(self, texts: Sequence[str]) -> list[int]:
         """Per-text counts, exactly as ``count`` gives them, in one call into the encoder.

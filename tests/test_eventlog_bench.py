@@ -62,6 +62,12 @@ def test_the_raw_side_stores_what_the_event_log_stores_less_only_the_refusals(tm
         raw.execute("BEGIN IMMEDIATE")
         raw.executemany(bench._RAW_INSERT, tuples)
         raw.execute("COMMIT")
+        # The bare JSON insert stores the very rows executemany does.
+        raw_json = bench.open_raw(tmp_path / "raw_json.sqlite3")
+        bench._raw_json_batch(raw_json, tuples)
+        everything = "SELECT * FROM events ORDER BY seq"
+        assert raw_json.execute(everything).fetchall() == raw.execute(everything).fetchall()
+        raw_json.close()
         ours = log._writer  # the log's own connection, read after its append committed
         tables = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
         assert [r[0] for r in raw.execute(tables)] == [
@@ -99,6 +105,7 @@ def test_the_ab_run_compares_two_checkouts_in_one_process(tmp_path):
     for side in ("base", "this", "base_single_thread", "this_single_thread"):
         assert figures[f"{side}.ingest_ratio"] > 0, side
     assert figures["this_single_thread.cpu_ratio"] > 0
+    assert figures["this.ingest_ratio_vs_json_insert"] > 0
     missing = subprocess.run(
         [sys.executable, str(REPO / "bench" / "eventlog_ab.py"), "--base", str(tmp_path)],
         capture_output=True, text=True, timeout=120, check=False,

@@ -132,3 +132,24 @@ def test_the_word_tables_are_used_bounded_and_exact(monkeypatch):
     for text in ("two  spaces", " lead", "trail ", "tab\there now", "line\nbreak ok"):
         assert counter.count(text) == len(enc.encode_ordinary(text))
     assert "" not in counter._spaced and "" not in counter._first
+
+
+_WORDS = st.sampled_from(["the", "The", "cat", "sat", "", "x1", "a,b", "it's", "naïve", "zzqv"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_WORDS, max_size=8).map(" ".join), max_size=12), st.booleans())
+def test_batch_of_space_separated_words_counts_as_tiktoken(texts, newline):
+    """``count_cheap_many`` checks the batch once and reads words from its tables: the
+    same counts as tiktoken, the first time (tables empty) and the second (filled)."""
+    counter = default_counter()
+    if newline and texts:
+        texts[-1] += "\n"  # one text with other whitespace: the batch goes text by text
+    expected = [len(counter._enc.encode_ordinary(t)) for t in texts]
+    for _ in range(2):
+        got = counter.count_cheap_many(texts)
+        assert got == [counter.count_cheap(t) for t in texts]
+        assert [n for n, t in zip(got, texts, strict=True) if t.isascii()] == [
+            n for n, t in zip(expected, texts, strict=True) if t.isascii()
+        ]
+        assert counter.count_many(texts) == expected

@@ -18,6 +18,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import partial
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, NamedTuple, Self, TypeVar
 
 from ..errors import EventNotFound, InvalidEvent
@@ -25,6 +28,7 @@ from ..telemetry import SESSION, span
 from ..timeutil import format_ts, now_ts
 from ..tokens import TokenCounter, default_counter
 from .payloads import PayloadSource, encode_payload, ref_of
+from .plain_rows import APPEND_KEYS, plain_values
 from .records import Event, Seqs, SessionSummary
 from .schema_common import sqlite_int
 from .search import Hit, SearchDialect, SearchFilters, SearchTuning, TermStats, run_search
@@ -52,24 +56,6 @@ SUMMARY_SELECT = (
     "SELECT session_id, agent_id, events, tokens, first_seq, last_seq, first_at, last_at "
     "FROM session_stats"
 )
-_APPEND_KEYS = frozenset(
-    {
-        "session_id",
-        "kind",
-        "content",
-        "role",
-        "agent_id",
-        "name",
-        "tool_call_id",
-        "tool_input",
-        "payload",
-        "headline",
-        "metadata",
-        "created_at",
-        "dedup_key",
-        "searchable",
-    }
-)
 
 
 class _Row(NamedTuple):
@@ -80,6 +66,16 @@ class _Row(NamedTuple):
     session_id: str
     dedup_key: str | None
     payload: bytes | None
+
+
+# A ``_Row`` made from a (values, session_id, dedup_key, payload) tuple, and the parts of one
+# read in C (``map`` over a chunk rather than a Python expression per row).
+_new_row = partial(tuple.__new__, _Row)
+ROW_VALUES = itemgetter(0)
+_EVENT = itemgetter(1)  # of an (index, event) pair
+_SESSION_ID = itemgetter(0)
+_CONTENT = itemgetter(5)
+_DEDUP_KEY = itemgetter(14)
 
 
 @dataclass(frozen=True)
@@ -267,13 +263,13 @@ class _EventLogBase(ABC):
         counted on the calling thread."""
         chunks: list[tuple[list[_Row], list[int] | Future[list[int]]]] = []
         threaded = self.token_thread and len(numbered) > _PIPELINE_CHUNK
-        cheap = getattr(self.tokens, "count_cheap", None)
+        cheap = getattr(self.tokens, "count_cheap_many", None)
         for i in range(0, len(numbered), _PIPELINE_CHUNK):
             rows = self._prepare_chunk(numbered[i : i + _PIPELINE_CHUNK])
             if not threaded:
                 chunks.append((rows, self._count(rows)))
                 continue
-            counts = [cheap(row.values[5]) for row in rows] if cheap else [None] * len(rows)
+            counts = cheap(contents(rows)) if cheap else [None] * len(rows)
             rest = [j for j, n in enumerate(counts) if n is None]
             if not rest:
                 chunks.append((rows, counts))  # type: ignore[arg-type]  # no None left
@@ -290,14 +286,28 @@ class _EventLogBase(ABC):
         return counts  # type: ignore[return-value]  # every gap was filled
 
     def _prepare_chunk(self, chunk: list[tuple[int, Mapping[str, Any]]]) -> list[_Row]:
+        rows = self._plain_rows(chunk)
+        if rows is not None:
+            return rows  # (no payloads)
         rows = [self._prepare(i, event) for i, event in chunk]
         for row in rows:
             if row.payload is not None:
                 self.payloads.put(row.payload)
         return rows
 
+    def _plain_rows(self, chunk: list[tuple[int, Mapping[str, Any]]]) -> list[_Row] | None:
+        """The rows of a chunk of plain events, checked column by column (``plain_rows``);
+        None when one is not plain and the chunk must go event by event (``_prepare``)."""
+        values = plain_values(
+            list(map(_EVENT, chunk)), self.payload_threshold, self._text_holds_nul
+        )
+        if values is None:
+            return None
+        parts = zip(values, map(_SESSION_ID, values), map(_DEDUP_KEY, values), repeat(None))
+        return list(map(_new_row, parts))
+
     def _count(self, rows: list[_Row]) -> list[int]:
-        return self.tokens.count_many([row.values[5] for row in rows])
+        return self.tokens.count_many(contents(rows))
 
     def _token_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -305,8 +315,8 @@ class _EventLogBase(ABC):
         return self._pool
 
     def _prepare(self, index: int, event: Mapping[str, Any]) -> _Row:
-        if not _APPEND_KEYS.issuperset(event):
-            unknown = set(event) - _APPEND_KEYS
+        if not APPEND_KEYS.issuperset(event):
+            unknown = set(event) - APPEND_KEYS
             raise InvalidEvent(f"event {index}: unknown field(s) {', '.join(sorted(unknown))}")
         get = event.get
         session_id: Any = get("session_id")  # (checked below)
@@ -605,6 +615,11 @@ class _EventLogBase(ABC):
             return run_search(
                 db, query, k, filters, self.search_tuning, self._dialect, self.term_stats
             )
+
+
+def contents(rows: list[_Row]) -> list[str]:
+    """The inline content of each row (what its tokens are counted from)."""
+    return list(map(_CONTENT, map(ROW_VALUES, rows)))
 
 
 def keys_by_session(rows: list[_Row]) -> dict[str, list[str]]:

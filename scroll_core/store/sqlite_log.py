@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
+from operator import add, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,10 @@ from ..errors import (
 )
 from ..telemetry import span
 from ..tokens import TokenCounter
+from .json_insert import JSON_ROWS_SELECT, json_insert_works, json_rows
 from .log_common import (
     DEFAULT_PAYLOAD_THRESHOLD,
+    ROW_VALUES,
     _EventLogBase,
     _plan,
     _Row,
@@ -54,6 +57,16 @@ BUSY_TIMEOUT_S = 30.0
 _PROGRESS_STEPS = 1000
 # What SQLite says when a (session_id, dedup_key) pair is already taken.
 _DEDUP_CONFLICT = "UNIQUE constraint failed: events.session_id, events.dedup_key"
+_AGENT_ID = itemgetter(1)  # of a row's values (session_id, agent_id, ...)
+_COLUMNS = (
+    "session_id, agent_id, kind, role, name, content, tool_call_id, tool_input, payload_ref, "
+    "payload_size, payload_media, headline, metadata, created_at, dedup_key, searchable, tokens"
+)
+_INSERT_VALUES = f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+_INSERT_JSON = f"INSERT INTO events ({_COLUMNS}) {JSON_ROWS_SELECT}"
+# Rows per JSON statement: the bench's batch, and a bounded parameter (at most 1,000 rows
+# of up to the payload threshold each, well under SQLite's one-gigabyte limit).
+_JSON_ROWS = 1000
 
 
 class EventLog(_EventLogBase):
@@ -95,6 +108,7 @@ class EventLog(_EventLogBase):
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode=WAL")
         migrate(self._writer)
+        self._json_insert = json_insert_works(self._writer)
 
     # ------------------------------------------------------------------ connections
     def _connect(self, *, readonly: bool = False) -> sqlite3.Connection:
@@ -145,13 +159,13 @@ class EventLog(_EventLogBase):
                     if isinstance(pending, Future) and not pending.done() and rows:
                         # Insert what is counted while the token thread counts the rest.
                         top = self._insert_rows(db, rows, counts, top, seqs)
-                        agents.update(row.values[1] for row in rows)
+                        agents.update(map(_AGENT_ID, map(ROW_VALUES, rows)))
                         rows, counts = [], []
                     rows += chunk_rows
                     counts += prepared.counts(chunk)
                 if rows:
                     top = self._insert_rows(db, rows, counts, top, seqs)
-                    agents.update(row.values[1] for row in rows)  # (session_id, agent_id, ...)
+                    agents.update(map(_AGENT_ID, map(ROW_VALUES, rows)))
                 # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT
                 # hands out consecutive seqs; check it (once: seqs only grow, so the count
                 # matching means no gap) rather than trust it.
@@ -178,7 +192,8 @@ class EventLog(_EventLogBase):
         # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
         # would be simpler, but it makes FTS5 flush its pending index on every chunk.)
         try:
-            self._execute_insert(db, [(*r.values, n) for r, n in zip(rows, counts, strict=True)])
+            # Each row's values and its count, ``values + (count,)``, made in C.
+            self._execute_insert(db, list(map(add, map(ROW_VALUES, rows), zip(counts))))
         except sqlite3.IntegrityError as exc:
             if _DEDUP_CONFLICT not in str(exc):
                 raise
@@ -196,15 +211,18 @@ class EventLog(_EventLogBase):
         seqs.inserted += inserted
         return top + inserted
 
-    @staticmethod
-    def _execute_insert(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
-        db.executemany(
-            "INSERT INTO events (session_id, agent_id, kind, role, name, content, "
-            "tool_call_id, tool_input, payload_ref, payload_size, payload_media, headline, "
-            "metadata, created_at, dedup_key, searchable, tokens) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            values,
-        )
+    def _execute_insert(self, db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
+        """INSERT ``values`` (rows of ``_COLUMNS``) in order, ``_JSON_ROWS`` at a time: as
+        one JSON array read back by ``json_each`` when it holds them exactly
+        (``json_rows``), else row by row. (A refused row stops the insert as executemany
+        does: the statements before it are in, its own is not.)"""
+        for i in range(0, len(values), _JSON_ROWS):
+            part = values[i : i + _JSON_ROWS]
+            rows = json_rows(part) if self._json_insert else None
+            if rows is None:
+                db.executemany(_INSERT_VALUES, part)
+            else:
+                db.execute(_INSERT_JSON, (rows,))
 
     # ------------------------------------------------------------------ search
     @contextmanager

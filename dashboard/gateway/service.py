@@ -503,9 +503,8 @@ class GatewayService:
 
     def session_index(self, session_id: str) -> Any:
         with self._lock:
-            for k in self._keys_of(session_id):
-                return self._conversations[k].index
-        return None
+            keys = self._keys_of(session_id)
+            return self._conversations[keys[0]].index if keys else None
 
     # -- one request -----------------------------------------------------------------------
     def serve(

@@ -23,6 +23,7 @@ Anthropic upstream wrote into earlier turns: the request is served without exten
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -226,11 +227,9 @@ def _read_to_the_end(lines: Iterator[str]) -> None:
     next call would open a new one (a new TLS handshake to the provider). The providers' own
     SDKs read their streams to the end too. The reply is whole by now: a failure reading on
     only costs the connection."""
-    try:
+    with contextlib.suppress(httpx.HTTPError):
         for _ in lines:
             pass
-    except httpx.HTTPError:
-        pass
 
 
 def whole_block_events(block: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:

@@ -10,17 +10,19 @@ batches in 50-row statements), it took about 30 µs of CPU an event against 50 f
 
 It is used only where the JSON round trip is exact: every value a ``str``, an ``int`` (not a
 ``bool``) or None, no NUL in any text (SQLite's JSON functions stop a text at one), text
-that is valid UTF-8, and a SQLite whose ``json_each`` and ``->>`` give back a probe of
-awkward text, integers and null as they went in (``json_insert_works``). Anything else goes
-through ``executemany``, row by row.
+that is valid UTF-8 (orjson, which encodes the array, refuses a lone surrogate), and a
+SQLite whose ``json_each`` and ``->>`` give back a probe of awkward text, integers and null
+as they went in (``json_insert_works``). Anything else goes through ``executemany``, row by
+row.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 __all__ = ["JSON_ROWS_SELECT", "json_insert_works", "json_rows"]
 
@@ -71,17 +73,14 @@ def json_rows(values: Sequence[tuple[Any, ...]]) -> str | None:
             ints = [value for value in column if value is not None]
             if not _INT_MIN <= min(ints) <= max(ints) <= _INT_MAX:
                 return None
-    # Non-ASCII text as \u escapes (the encoder's fast path; the same text as without them
-    # when all of it is ASCII), astral characters as surrogate pairs, which SQLite joins
-    # again (the probe checks it). A lone surrogate is not text: checked where one may be.
-    text = json.dumps(values, check_circular=False)
+    # orjson (UTF-8, about five times the standard library's speed here) refuses a lone
+    # surrogate, which is not text: then row by row, where SQLite refuses it as before.
+    try:
+        text = orjson.dumps(values).decode()
+    except TypeError:  # (orjson.JSONEncodeError)
+        return None
     if "\\u0000" in text:  # NUL in a text (or those six characters: row by row too)
         return None
-    if "\\ud" in text:
-        try:
-            json.dumps(values, ensure_ascii=False, check_circular=False).encode("utf-8")
-        except UnicodeEncodeError:
-            return None
     return text
 
 

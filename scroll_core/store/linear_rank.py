@@ -39,6 +39,8 @@ __all__ = ["linear_scores", "supports"]
 # The features this module computes, in ``search.RANK_FEATURES`` order: own, near_1, near_2,
 # coverage, window_coverage, speaker, rare_coverage, rare_window_coverage.
 _COMPUTED = 8
+# Up to this many query terms the term shares of every mask are listed up front (64 masks).
+_LISTED_TERMS = 6
 
 
 def supports(tuning: Any, weights: Sequence[float]) -> bool:
@@ -252,7 +254,16 @@ def _two_either_side(
     for value in rarity:
         rare_total += value
     rare_total = rare_total or 1.0
-    # Per distinct mask: (share of the query's terms, rarity-weighted share).
+    # Per mask: the share of the query's terms it holds, and the rarity-weighted share,
+    # listed for every mask of a short query (indexed by the mask), else kept per distinct
+    # mask met.
+    listed = n <= _LISTED_TERMS
+    own_list: list[float] = []
+    rare_list: list[float] = []
+    if listed:
+        for every in range(1 << n):
+            own_list.append(every.bit_count() / n)
+            rare_list.append(_rare(every, rarity, rare_total))
     own_of: dict[int, float] = {}
     rare_of: dict[int, float] = {}
     padded = (*weights[:_COMPUTED], *(0.0,) * (_COMPUTED - len(weights)))
@@ -292,16 +303,21 @@ def _two_either_side(
                 a2 = k
         mask = masks[j]
         window = mask | held[b1] | held[a1] | held[b2] | held[a2]
-        if mask not in own_of:
-            own_of[mask] = mask.bit_count() / n
-            rare_of[mask] = _rare(mask, rarity, rare_total)
-        if window not in own_of:
-            own_of[window] = window.bit_count() / n
-            rare_of[window] = _rare(window, rarity, rare_total)
+        if listed:
+            own, own_rare = own_list[mask], rare_list[mask]
+            whole, whole_rare = own_list[window], rare_list[window]
+        else:
+            if mask not in own_of:
+                own_of[mask] = mask.bit_count() / n
+                rare_of[mask] = _rare(mask, rarity, rare_total)
+            if window not in own_of:
+                own_of[window] = window.bit_count() / n
+                rare_of[window] = _rare(window, rarity, rare_total)
+            own, own_rare = own_of[mask], rare_of[mask]
+            whole, whole_rare = own_of[window], rare_of[window]
         total = (
             0.0 + w0 * shares[j] + w1 * (shares[b1] + shares[a1]) + w2 * (shares[b2] + shares[a2])
-            + w3 * own_of[mask] + w4 * own_of[window] + w5 * named[names[j]]
-            + w6 * rare_of[mask] + w7 * rare_of[window]
+            + w3 * own + w4 * whole + w5 * named[names[j]] + w6 * own_rare + w7 * whole_rare
         )  # fmt: skip
         if total > 0:
             out[seq] = total

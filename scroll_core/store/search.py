@@ -19,7 +19,6 @@ hold, whether the query names its speaker), the weights fitted on LoCoMo's dev s
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import operator
 import re
@@ -315,12 +314,18 @@ class SearchDialect:
             return (
                 f"{column} IN (SELECT j.value + o.value FROM json_each({mark}) j, "
                 f"json_each({mark}) o)",
-                [json.dumps(list(seqs)), json.dumps(list(range(-reach, reach + 1)))],
+                [_json_ints(seqs), _json_ints(range(-reach, reach + 1))],
             )
         pool = set(seqs)
         for seq in seqs:
             pool.update(range(seq - reach, seq + reach + 1))
         return self.seq_in(column, sorted(pool))
+
+
+def _json_ints(values: Sequence[int]) -> str:
+    """``json.dumps`` of a list of ints (what it writes for each is ``str``), without the
+    encoder's machinery: a search lists its candidates this way."""
+    return "[" + ",".join(map(str, values)) + "]"
 
 
 # What the learned ranker (``SearchTuning.ranker_weights``) weighs, per turn read: its own

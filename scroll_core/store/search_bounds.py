@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["applies", "bounded", "candidate_words", "mixed"]
+__all__ = ["applies", "bounded", "candidate_words", "mixed", "word_counts"]
+
+# The whitespace ``str.split`` splits ASCII text on, less the space.
+_OTHER_SPACE = ("\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1d", "\x1e", "\x1f")
 
 
 def applies(
@@ -39,13 +42,37 @@ def applies(
 def candidate_words(rows: dict[int, tuple[Any, ...]], base: dict[int, float]) -> float:
     """The median length in words of the BM25 candidates' text (the session shape the
     shape switch reads)."""
-    lengths = sorted(len((rows[seq][7] or "").split()) for seq in base if seq in rows)
+    lengths = sorted(word_counts([rows[seq][7] or "" for seq in base if seq in rows]))
     if not lengths:
         return 0.0
     middle = len(lengths) // 2
     return float(
         lengths[middle] if len(lengths) % 2 else (lengths[middle - 1] + lengths[middle]) / 2
     )
+
+
+def word_counts(texts: list[str]) -> list[int]:
+    """``len(text.split())`` of each of ``texts``. When every text is ASCII whose only
+    whitespace is single spaces between words (checked once over all of them joined), a
+    text's words are its spaces plus one, counted without making a string per word;
+    otherwise each text is split."""
+    joined = "\x00".join(texts)
+    single = (
+        joined.isascii()
+        and "  " not in joined
+        and not joined.startswith(" ")
+        and not joined.endswith(" ")
+        and "\x00 " not in joined
+        and " \x00" not in joined
+    )
+    if single:
+        for space in _OTHER_SPACE:
+            if space in joined:
+                single = False
+                break
+    if not single:
+        return [len(text.split()) for text in texts]
+    return [text.count(" ") + 1 if text else 0 for text in texts]
 
 
 def mixed(scores: dict[int, float], base: dict[int, float], share: float) -> dict[int, float]:

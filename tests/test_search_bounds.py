@@ -175,3 +175,17 @@ def test_word_counts_on_every_whitespace_code_point():
     for space in spaces:
         texts = [f"a{space}b c", "d e", f"{space}f", f"g{space}"]
         assert search_bounds.word_counts(texts) == [len(t.split()) for t in texts], hex(ord(space))
+
+
+def test_best_is_the_first_k_of_the_full_sort():
+    import random
+
+    rng = random.Random(36)
+    for trial in range(300):
+        size = rng.randint(0, 60)
+        # Few distinct scores, so ties are common; seqs in no particular order.
+        values = [rng.choice([0.5, 1.0, 1.5, 2.0, 0.1 * trial + 0.3]) for _ in range(size)]
+        scores = dict(zip(rng.sample(range(10_000), size), values, strict=True))
+        full = sorted(sorted(scores.items()), key=lambda item: item[1], reverse=True)
+        for k in (0, 1, 3, 10, size, size + 5):
+            assert search_bounds.best(scores, k) == full[:k], (trial, k)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
 import re
 import threading
 from collections import Counter
@@ -254,8 +253,6 @@ class SearchFilters:
     def has_dates(self) -> bool:
         return self.since is not None or self.until is not None
 
-
-_score_of = operator.itemgetter(1)
 
 # A filter with nothing to match (``kind=[]``) is the clause ``0``; PostgreSQL wants a boolean.
 _FALSE_CLAUSE = re.compile(r" AND 0(?= AND |$)")
@@ -501,8 +498,8 @@ def run_search(
     if tuning.diversity_weight:
         ranked = _diversify(scores, rows, k, tuning.diversity_weight)
     else:
-        # Best first, ties to the older turn: by seq, then a stable sort by score, both in C.
-        ranked = sorted(sorted(scores.items()), key=_score_of, reverse=True)
+        # Best first, ties to the older turn; ``bounded`` may read past the first k.
+        ranked = search_bounds.best(scores, len(scores) if bound and tuning.bm25_margin >= 0 else k)
     if bound and tuning.bm25_margin >= 0:
         ranked = search_bounds.bounded(ranked, base, k, tuning.bm25_margin)
     ranked = [(seq, score) for seq, score in ranked[:k] if seq in rows]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["applies", "bounded", "candidate_words", "mixed", "word_counts"]
+__all__ = ["applies", "best", "bounded", "candidate_words", "mixed", "word_counts"]
 
 # The whitespace ``str.split`` splits ASCII text on, less the space.
 _OTHER_SPACE = ("\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1d", "\x1e", "\x1f")
@@ -86,6 +86,37 @@ def mixed(scores: dict[int, float], base: dict[int, float], share: float) -> dic
         if value > 0:
             out[seq] = value
     return out
+
+
+def best(scores: dict[int, float], k: int) -> list[tuple[int, float]]:
+    """The first ``k`` of ``scores`` best first, ties to the lower seq: the first ``k`` of
+    ``sorted(sorted(scores.items()), key=score, reverse=True)``, without sorting them all
+    (a search ranks about 150 turns for its 10 hits)."""
+    if k <= 0:
+        return []
+    if k >= len(scores):
+        return sorted(sorted(scores.items()), key=_score_of, reverse=True)
+    # (score, seq) of the best so far, best first, at most ``k``.
+    top: list[tuple[float, int]] = []
+    for seq, score in scores.items():
+        place = len(top)
+        if place == k:
+            worst, last = top[-1]
+            if score < worst or (score == worst and seq > last):
+                continue
+        while place > 0:
+            above, other = top[place - 1]
+            if score < above or (score == above and seq > other):
+                break
+            place -= 1
+        top.insert(place, (score, seq))
+        if len(top) > k:
+            top.pop()
+    return [(seq, score) for score, seq in top]
+
+
+def _score_of(item: tuple[int, float]) -> float:
+    return item[1]
 
 
 def bounded(

@@ -142,3 +142,21 @@ def test_a_source_edited_since_the_build_is_stale(tmp_path, monkeypatch):
     assert native.stale() == [native.COMPILED[1]]
     record.unlink()
     assert native.stale() == list(native.COMPILED)
+
+
+def test_a_checkout_imported_under_another_name_runs_its_sources():
+    # bench/search_ab.py imports a second checkout as ``scroll_core_base``: its modules must
+    # be its own sources, never the extensions built for ``scroll_core``.
+    code = (
+        "import sys; sys.path.insert(0, 'bench'); from eventlog_ab import load_base; "
+        "from pathlib import Path; base = load_base(Path('.')); "
+        "from scroll_core_base.store import linear_rank, search_bounds, term_match; "
+        "print(' '.join(m.__file__ for m in (linear_rank, search_bounds, term_match)))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    files = done.stdout.split()
+    assert len(files) == 3 and all(f.endswith(".py") for f in files), files

@@ -9,7 +9,8 @@ which the package does first) makes it import the sources instead, all of them, 
 - ``SCROLL_PURE_PYTHON=1`` is set (the reference, and the way to profile in Python),
 - nothing was built (no record: a source-only install), or
 - any source differs from the one its build compiled (an edit not yet rebuilt by ``make
-  install``): the extension would run the old code.
+  install``): the extension would run the old code, or
+- the package is imported under another name than ``scroll_core`` (see ``_PACKAGE``).
 
 All or none: the compiled modules call each other's compiled code directly, so one cannot
 run compiled beside another interpreted. ``in_use`` says which ran compiled.
@@ -38,6 +39,11 @@ COMPILED = (
 PURE_ENV = "SCROLL_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent
 _RECORD = _HERE / "native_build.json"
+# The package as imported: a checkout imported under another name (``bench/eventlog_ab.py``'s
+# ``scroll_core_base``) runs its sources, since each extension is built for its own name and
+# would load the group library of whichever ``scroll_core`` is importable.
+_PACKAGE = __name__.rpartition(".")[0]
+_AS_IMPORTED = {name.replace("scroll_core.store", _PACKAGE, 1): name for name in COMPILED}
 
 
 def _source(name: str) -> Path:
@@ -64,9 +70,10 @@ class _FromSource(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in COMPILED:
+        name = _AS_IMPORTED.get(fullname)
+        if name is None:
             return None
-        return importlib.util.spec_from_file_location(fullname, _source(fullname))
+        return importlib.util.spec_from_file_location(fullname, _source(name))
 
 
 def use_source_when_needed() -> None:
@@ -74,7 +81,7 @@ def use_source_when_needed() -> None:
     or stale (see above); idempotent."""
     if any(isinstance(finder, _FromSource) for finder in sys.meta_path):
         return
-    if os.environ.get(PURE_ENV) == "1" or stale():
+    if _PACKAGE != "scroll_core.store" or os.environ.get(PURE_ENV) == "1" or stale():
         sys.meta_path.insert(0, _FromSource())
 
 

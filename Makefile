@@ -28,8 +28,14 @@ unexport PYTHONDONTWRITEBYTECODE
 
 install: $(STAMP)
 
-# Reinstall only when pyproject.toml changed since the last install.
-$(STAMP): pyproject.toml
+# The modules setup.py compiles with mypyc (scroll_core/store/native.py's COMPILED).
+NATIVE_SOURCES := $(shell sed -n 's|^    "scroll_core\.store\.\(.*\)",$$|scroll_core/store/\1.py|p' \
+	scroll_core/store/native.py)
+
+# Reinstall only when pyproject.toml or setup.py changed since the last install, or a compiled
+# module's source (whose extension is built again then; until it is, the package runs the
+# sources: scroll_core/store/native.py).
+$(STAMP): pyproject.toml setup.py scroll_core/store/native.py $(NATIVE_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)

@@ -11,6 +11,7 @@ from search_corpus import add, ranked
 
 from scroll_core import SearchTuning
 from scroll_core.errors import ConfigError
+from scroll_core.store import search_bounds
 from scroll_core.store.search_bounds import bounded, candidate_words, mixed
 
 SHIPPED = SearchTuning()
@@ -147,3 +148,44 @@ def test_the_mix_at_share_zero_is_bm25_and_keeps_neighbours_below():
     assert mixed(scores, base, 0.0) == {1: 1.0, 2: 0.5}
     half = mixed(scores, base, 0.5)
     assert half[2] > half[1] > half[9] > 0
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["one two three", "four", "", "a b c d e f"],
+        ["single spaced", "double  spaced"],
+        [" leading", "trailing "],
+        ["tab\tinside", "plain words"],
+        ["new\nline", "plain words"],
+        ["café au lait", "plain words"],
+        ["no\u00a0break", "plain words"],
+        ["unit\x1fsep", "file\x1csep", "vt\x0bff\x0ccr\r"],
+        ["nul\x00 inside", "ok"],
+        ["", ""],
+        [],
+    ],
+)
+def test_word_counts_are_the_split_counts(texts):
+    assert search_bounds.word_counts(texts) == [len(t.split()) for t in texts]
+
+
+def test_word_counts_on_every_whitespace_code_point():
+    spaces = [chr(c) for c in range(0x3000 + 1) if chr(c).isspace()]
+    for space in spaces:
+        texts = [f"a{space}b c", "d e", f"{space}f", f"g{space}"]
+        assert search_bounds.word_counts(texts) == [len(t.split()) for t in texts], hex(ord(space))
+
+
+def test_best_is_the_first_k_of_the_full_sort():
+    import random
+
+    rng = random.Random(36)
+    for trial in range(300):
+        size = rng.randint(0, 60)
+        # Few distinct scores, so ties are common; seqs in no particular order.
+        values = [rng.choice([0.5, 1.0, 1.5, 2.0, 0.1 * trial + 0.3]) for _ in range(size)]
+        scores = dict(zip(rng.sample(range(10_000), size), values, strict=True))
+        full = sorted(sorted(scores.items()), key=lambda item: item[1], reverse=True)
+        for k in (0, 1, 3, 10, size, size + 5):
+            assert search_bounds.best(scores, k) == full[:k], (trial, k)

@@ -164,3 +164,26 @@ def test_closest_is_the_nearest_pair_of_positions():
             pairs = [b[0] - a[0] for a, b in itertools.pairwise(positions) if a[1] != b[1]]
             assert matcher.plain(text)
             assert matcher.closest(text) == min(pairs, default=0), (terms, text)
+
+
+def test_the_column_scores_do_not_depend_on_the_order_rows_are_read_in(seeded_log):
+    # SQLite reads the pool in seq order; PostgreSQL need not. The neighbours are found by
+    # seq order either way (``linear_rank._two_either_side`` sorts when it must).
+    tuning = TUNINGS["shipped"]
+    db = seeded_log._reader()
+    rng = random.Random(5)
+    compared = 0
+    for query in queries():
+        terms = fts_query.query_terms(query)
+        rows, base = _read_pool(db, terms, 10, SearchFilters(), tuning, SQLITE)
+        if not base:
+            continue
+        shuffled = list(rows.items())
+        rng.shuffle(shuffled)
+        expected = _linear_scores(rows, base, query, terms, tuning, None, tuning.ranker_weights)
+        got = linear_rank.linear_scores(
+            dict(shuffled), base, terms, tuning, None, tuning.ranker_weights, TermMatcher(terms)
+        )
+        assert got == expected, query
+        compared += 1
+    assert compared > 30

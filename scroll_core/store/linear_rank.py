@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +39,8 @@ __all__ = ["linear_scores", "supports"]
 # The features this module computes, in ``search.RANK_FEATURES`` order: own, near_1, near_2,
 # coverage, window_coverage, speaker, rare_coverage, rare_window_coverage.
 _COMPUTED = 8
+# Up to this many query terms the term shares of every mask are listed up front (64 masks).
+_LISTED_TERMS = 6
 
 
 def supports(tuning: Any, weights: Sequence[float]) -> bool:
@@ -60,38 +61,58 @@ def linear_scores(
 ) -> dict[int, float]:
     """``{seq: score}`` for each turn read whose weighted sum is above 0 (``rows``: the
     turns read, ``base``: the candidates' bm25), the same floats as the reference."""
-    seqs = list(rows)
-    values = list(rows.values())
+    # The columns read, once, as typed lists (compiled, each is then read without a
+    # tuple index or a type check per use).
+    seqs: list[int] = []
+    sessions: list[str] = []
+    names: list[str | None] = []
+    contents: list[str] = []
+    headed: list[int] = []
+    heads: list[str] = []
+    for seq, row in rows.items():
+        if row[8]:
+            headed.append(len(seqs))
+            heads.append(row[8])
+        seqs.append(seq)
+        sessions.append(row[1])
+        names.append(row[5])
+        contents.append(row[7] or "")
     # A turn's text is its content and headline with a space between, so the terms it holds
     # are those of the one and of the other: the few headlines are matched on their own.
-    masks = matcher.held_all([row[7] or "" for row in values])
-    headed = [j for j, row in enumerate(values) if row[8]]
+    masks = matcher.held_all(contents)
     if headed:
-        heads = matcher.held_all([values[j][8] for j in headed])
-        for j, mask in zip(headed, heads, strict=True):
+        for j, mask in zip(headed, matcher.held_all(heads), strict=True):
             masks[j] |= mask
     n = len(terms)
     count = len(seqs)
     if rarity is None:
         holding = [0] * n
-        for mask, times in Counter(masks).items():
-            for which in mask_terms(mask):
-                holding[which] += times
+        for mask in masks:
+            which = 0
+            while mask:
+                if mask & 1:
+                    holding[which] += 1
+                mask >>= 1
+                which += 1
         rarity = [math.log((count + 1) / (h + 0.5)) for h in holding]
-    index = dict(zip(seqs, range(count), strict=True))
+    index: dict[int, int] = {}
+    for j in range(count):
+        index[seqs[j]] = j
     wanted = set(terms)
-    names = [row[5] for row in values]
     # Whether the query names each speaker (or tool), once per name.
-    named = {
-        name: 1.0 if name and wanted.intersection(fts_query.tokens(name)) else 0.0
-        for name in set(names)
-    }
+    named: dict[str | None, float] = {}
+    for name in names:
+        if name not in named:
+            named[name] = 1.0 if name and wanted.intersection(fts_query.tokens(name)) else 0.0
 
-    scored = _rescored(values, names, base, index, masks, n, tuning, matcher, named)
+    scored = _rescored(contents, rows, names, base, index, masks, n, tuning, matcher, named)
     top = max(scored.values(), default=0.0) or 1.0
 
     if len(tuning.neighbour_weights) == 2:
-        return _two_either_side(seqs, values, names, masks, scored, top, rarity, weights, named, n)
+        return _two_either_side(
+            seqs, sessions, names, masks, scored, top, rarity, weights, named, n
+        )
+    values = list(rows.values())
 
     # What reads the neighbours, list by list: the ``near`` sums (two turns at most) and the
     # window's mask (the whole reach), same session only, before then after, nearest first.
@@ -153,7 +174,8 @@ def linear_scores(
 
 
 def _rescored(
-    values: list[tuple[Any, ...]],
+    contents: list[str],
+    rows: dict[int, tuple[Any, ...]],
     names: list[str | None],
     base: dict[int, float],
     index: dict[int, int],
@@ -165,20 +187,22 @@ def _rescored(
 ) -> dict[int, float]:
     """The candidates' bm25 after coverage, proximity and the speaker match, as
     ``search._rescored`` gives them."""
-    coverage, proximity = tuning.coverage_weight, tuning.proximity_weight
+    coverage: float = tuning.coverage_weight
+    proximity: float = tuning.proximity_weight
     features = n > 1 and bool(coverage or proximity)
-    speaker = tuning.speaker_weight
+    speaker: float = tuning.speaker_weight
     if not features and not speaker:
         return base
     spread = max(1, n - 1)
     out = dict(base)
     for seq, score in base.items():
-        j = index.get(seq)
-        if j is None:
+        j = index.get(seq, -1)
+        if j < 0:
             continue
         if features:
             factor = 1.0
-            text = f"{values[j][7] or ''} {values[j][8] or ''}"
+            headline = rows[seq][8]
+            text = contents[j] + " " + (headline or "")
             if matcher.plain(text):
                 held = masks[j].bit_count()
                 closest = matcher.closest(text) if held > 1 and proximity else 0
@@ -203,7 +227,7 @@ def _closest(positions: list[tuple[int, int]]) -> int:
 
 def _two_either_side(
     seqs: list[int],
-    values: list[tuple[Any, ...]],
+    sessions: list[str],
     names: list[str | None],
     masks: list[int],
     scored: dict[int, float],
@@ -216,49 +240,98 @@ def _two_either_side(
     """``linear_scores``' last steps for the shipped reach of two turns either side, in one
     pass over the turns instead of a list per feature: the same neighbours, masks and sums
     in the same order, so the same floats (``0.0 + x + y`` of a ``near`` sum is ``x + y``:
-    no share is ever -0.0)."""
+    no share is ever -0.0). The turn ``d`` before a turn is the one read at seq ``- d``
+    when it is in the same session (seqs are unique over the log); index ``count`` stands
+    for no such turn (no terms, share 0.0)."""
     count = len(seqs)
-    numbers: dict[str, int] = {}
-    keys = [
-        (numbers.setdefault(row[1], len(numbers)) << 64) + seq
-        for seq, row in zip(seqs, values, strict=True)
-    ]
-    get = dict(zip(keys, range(count), strict=True)).get
     shares = [0.0] * (count + 1)
-    for j, seq in enumerate(seqs):
-        score = scored.get(seq)
+    for j in range(count):
+        score = scored.get(seqs[j])
         if score is not None:
             shares[j] = score / top
     held = [*masks, 0]
-    rare_total = sum(rarity) or 1.0
-    # Per distinct mask: (share of the query's terms, rarity-weighted share).
-    shares_of: dict[int, tuple[float, float]] = {}
-    weights = (*weights[:_COMPUTED], *(0.0,) * (_COMPUTED - len(weights)))
-    w0, w1, w2, w3, w4, w5, w6, w7 = weights
+    rare_total = 0.0
+    for value in rarity:
+        rare_total += value
+    rare_total = rare_total or 1.0
+    # Per mask: the share of the query's terms it holds, and the rarity-weighted share,
+    # listed for every mask of a short query (indexed by the mask), else kept per distinct
+    # mask met.
+    listed = n <= _LISTED_TERMS
+    own_list: list[float] = []
+    rare_list: list[float] = []
+    if listed:
+        for every in range(1 << n):
+            own_list.append(every.bit_count() / n)
+            rare_list.append(_rare(every, rarity, rare_total))
+    own_of: dict[int, float] = {}
+    rare_of: dict[int, float] = {}
+    padded = (*weights[:_COMPUTED], *(0.0,) * (_COMPUTED - len(weights)))
+    w0: float = padded[0]
+    w1: float = padded[1]
+    w2: float = padded[2]
+    w3: float = padded[3]
+    w4: float = padded[4]
+    w5: float = padded[5]
+    w6: float = padded[6]
+    w7: float = padded[7]
+    # The turns in seq order (the order the pool is read in, checked): the turn ``d`` away
+    # in seq, when read, is then at most ``d`` places away in that order.
+    order = list(range(count))
+    for j in range(1, count):
+        if seqs[j - 1] > seqs[j]:
+            order.sort(key=seqs.__getitem__)
+            break
     out: dict[int, float] = {}
-    for j, key in enumerate(keys):
-        b1, a1, b2, a2 = (
-            get(key - 1, count),
-            get(key + 1, count),
-            get(key - 2, count),
-            get(key + 2, count),
-        )
+    for place in range(count):
+        j = order[place]
+        seq = seqs[j]
+        session = sessions[j]
+        b1 = a1 = b2 = a2 = count
+        for other in range(max(0, place - 2), min(count, place + 3)):
+            k = order[other]
+            gap = seqs[k] - seq
+            if gap == 0 or gap < -2 or gap > 2 or sessions[k] != session:
+                continue
+            if gap == -1:
+                b1 = k
+            elif gap == 1:
+                a1 = k
+            elif gap == -2:
+                b2 = k
+            else:
+                a2 = k
         mask = masks[j]
         window = mask | held[b1] | held[a1] | held[b2] | held[a2]
-        own = shares_of.get(mask)
-        if own is None:
-            own = shares_of[mask] = (mask.bit_count() / n, _rare(mask, rarity, rare_total))
-        whole = shares_of.get(window)
-        if whole is None:
-            whole = shares_of[window] = (window.bit_count() / n, _rare(window, rarity, rare_total))
+        if listed:
+            own, own_rare = own_list[mask], rare_list[mask]
+            whole, whole_rare = own_list[window], rare_list[window]
+        else:
+            if mask not in own_of:
+                own_of[mask] = mask.bit_count() / n
+                rare_of[mask] = _rare(mask, rarity, rare_total)
+            if window not in own_of:
+                own_of[window] = window.bit_count() / n
+                rare_of[window] = _rare(window, rarity, rare_total)
+            own, own_rare = own_of[mask], rare_of[mask]
+            whole, whole_rare = own_of[window], rare_of[window]
         total = (
             0.0 + w0 * shares[j] + w1 * (shares[b1] + shares[a1]) + w2 * (shares[b2] + shares[a2])
-            + w3 * own[0] + w4 * whole[0] + w5 * named[names[j]] + w6 * own[1] + w7 * whole[1]
+            + w3 * own + w4 * whole + w5 * named[names[j]] + w6 * own_rare + w7 * whole_rare
         )  # fmt: skip
         if total > 0:
-            out[seqs[j]] = total
+            out[seq] = total
     return out
 
 
 def _rare(mask: int, rarity: list[float], total: float) -> float:
-    return sum(rarity[i] for i in mask_terms(mask)) / total
+    """The rarity-weighted share of the terms in ``mask``: their rarities added in
+    ascending term order from 0.0 (as ``sum`` adds them), over ``total``."""
+    value = 0.0
+    which = 0
+    while mask:
+        if mask & 1:
+            value += rarity[which]
+        mask >>= 1
+        which += 1
+    return value / total

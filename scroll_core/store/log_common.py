@@ -611,6 +611,12 @@ class _EventLogBase(ABC):
         time_limit_s: float | None,
         step_limit: int | None,
     ) -> list[Hit]:
+        if time_limit_s is None and step_limit is None:
+            # What ``_limited`` gives on every backend when there is nothing to limit.
+            db = self._reader()
+            return run_search(
+                db, query, k, filters, self.search_tuning, self._dialect, self.term_stats
+            )
         with self._limited(time_limit_s, step_limit) as db:
             return run_search(
                 db, query, k, filters, self.search_tuning, self._dialect, self.term_stats

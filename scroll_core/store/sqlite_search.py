@@ -12,6 +12,7 @@ agent) with FTS5's own ``bm25()``, whose statistics are the whole log's.
 
 from __future__ import annotations
 
+import functools
 import math
 import sqlite3
 from dataclasses import replace
@@ -97,23 +98,29 @@ def _ranked_by_fts5(
 ) -> dict[int, float]:
     """The best ``limit`` matches passing ``filters`` by FTS5's ``bm25()`` (the whole
     index's statistics)."""
-    weights = ", ".join(str(float(w)) for w in tuning.rank_weights)
-    rank = f"bm25(events_fts, {weights})"
-    if filters.sql:
-        sql = (
-            f"SELECT e.seq, -{rank} AS score FROM events_fts JOIN events e "
-            f"ON e.seq = events_fts.rowid WHERE events_fts MATCH ?{filters.sql} "
-            "ORDER BY score DESC, e.seq LIMIT ?"
-        )
-    else:
-        # Rank inside FTS5 alone: joining every match to the events table first would cost
-        # a lookup per match rather than per candidate.
-        sql = (
-            f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
-            "ORDER BY score DESC, rowid LIMIT ?"
-        )
+    sql = _fts5_sql(tuple(tuning.rank_weights), filters.sql)
     match = fts_query.match_expression(terms)
     return dict(db.execute(sql, (match, *filters.params, limit)).fetchall())
+
+
+@functools.lru_cache(maxsize=64)
+def _fts5_sql(rank_weights: tuple[float, ...], filters: str) -> str:
+    """``_ranked_by_fts5``'s statement for these column weights and filter clauses (written
+    once per pair, not at every search)."""
+    weights = ", ".join(str(float(w)) for w in rank_weights)
+    rank = f"bm25(events_fts, {weights})"
+    if filters:
+        return (
+            f"SELECT e.seq, -{rank} AS score FROM events_fts JOIN events e "
+            f"ON e.seq = events_fts.rowid WHERE events_fts MATCH ?{filters} "
+            "ORDER BY score DESC, e.seq LIMIT ?"
+        )
+    # Rank inside FTS5 alone: joining every match to the events table first would cost
+    # a lookup per match rather than per candidate.
+    return (
+        f"SELECT rowid, -{rank} AS score FROM events_fts WHERE events_fts MATCH ? "
+        "ORDER BY score DESC, rowid LIMIT ?"
+    )
 
 
 def _list_range(db: sqlite3.Connection, k: int, filters: SearchFilters) -> list[Hit]:

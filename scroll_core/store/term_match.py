@@ -61,7 +61,11 @@ class TermMatcher:
         # One lowered text, the turns separated by a newline (never part of a prefix, and
         # a word start): starts[r] is where turn plain[r] begins.
         kept = texts if len(plain) == len(texts) else [texts[index] for index in plain]
-        starts = list(itertools.accumulate([len(text) + 1 for text in kept[:-1]], initial=0))
+        starts: list[int] = []
+        at = 0
+        for text in kept:
+            starts.append(at)
+            at += len(text) + 1
         lowered = "\n".join(kept).lower()
         last = len(starts) - 1
         for which, prefix in enumerate(self.prefixes):

@@ -1,0 +1,92 @@
+"""Builds the search's hot modules as C extensions with mypyc (``pip install -e .``, as
+``make install`` runs it); everything else is in pyproject.toml.
+
+The modules ``scroll_core.store.native.COMPILED`` names are compiled to extension modules
+beside their ``.py`` files, which stay the reference: the package imports the source
+instead when ``SCROLL_PURE_PYTHON=1``, when nothing was built, or when a source no longer
+matches the hash recorded here at build time (``native_build.json``), so an edit is never
+shadowed by a stale build. ``SCROLL_PURE_PYTHON=1`` at install time builds nothing.
+See docs/native.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import BaseError, CCompilerError
+
+HERE = Path(__file__).resolve().parent
+STORE = Path("scroll_core", "store")
+
+
+def _compiled() -> list[str]:
+    """``scroll_core.store.native.COMPILED``, read without importing the package (whose
+    dependencies a build need not have)."""
+    tree = ast.parse((HERE / STORE / "native.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == [
+            "COMPILED"
+        ]:
+            return [name.rsplit(".", 1)[1] for name in ast.literal_eval(node.value)]
+    raise SystemExit("scroll_core/store/native.py names no COMPILED modules")
+
+
+COMPILED = _compiled()
+# One shared library for the group (mypyc's), inside the package so an editable install
+# finds it where it finds the package.
+GROUP = "scroll_core.store.native"
+
+
+def _extensions() -> list:
+    if os.environ.get("SCROLL_PURE_PYTHON") == "1":
+        return []
+    from mypyc.build import mypycify
+
+    # The modules they import are read for their types, not checked: in pip's isolated
+    # build the third-party packages are absent, which is `make typecheck`'s concern.
+    sources = [str(STORE / f"{name}.py") for name in COMPILED]
+    extensions = mypycify(["--follow-imports=silent", *sources], opt_level="3", group_name=GROUP)
+    for extension in extensions:
+        # No fused multiply-add: each float operation rounds as CPython's does, so the
+        # compiled scores equal the interpreted ones to the last bit on every machine.
+        extension.extra_compile_args.append("-ffp-contract=off")
+    return extensions
+
+
+class RecordSources(build_ext):
+    """``build_ext`` that records the hash of each compiled module's source beside the
+    extensions, for ``scroll_core.store.native`` to check at import."""
+
+    def run(self) -> None:
+        in_tree = self.inplace or getattr(self, "editable_mode", False)
+        folder = (HERE if in_tree else Path(self.build_lib)) / STORE
+        record = folder / "native_build.json"
+        record.unlink(missing_ok=True)
+        try:
+            super().run()
+        except (CCompilerError, BaseError, OSError) as exc:
+            # No C compiler (or no Python headers): the sources run interpreted, the same
+            # results, slower; under CI=true tests/test_native.py fails on it.
+            print(f"warning: the compiled search modules were not built ({exc}); "
+                  "scroll_core.store runs them from source", file=sys.stderr)  # fmt: skip
+            return
+        if not self.extensions:
+            return
+        hashes = {
+            f"scroll_core.store.{name}": hashlib.sha256(
+                (HERE / STORE / f"{name}.py").read_bytes()
+            ).hexdigest()
+            for name in COMPILED
+        }
+        folder.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(hashes, indent=1) + "\n")
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": RecordSources})

@@ -20,7 +20,6 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from dashboard.console.routing import websocket_urlpatterns  # noqa: E402
 from dashboard.gateway import conversation_endpoints  # noqa: E402
@@ -29,6 +28,7 @@ from dashboard.gateway.asgi import GatewayRouter  # noqa: E402
 from dashboard.gateway.hosts import HostCheck  # noqa: E402
 from dashboard.logs import AccessLog  # noqa: E402
 from dashboard.push import remember_server_loop  # noqa: E402
+from dashboard.static_files import StaticFiles  # noqa: E402
 
 
 class RecordServerLoop:
@@ -43,9 +43,7 @@ class RecordServerLoop:
         return await self.app(scope, receive, send)
 
 
-http_app = (
-    ASGIStaticFilesHandler(django_asgi_app) if settings.SCROLL_SERVE_STATIC else django_asgi_app
-)
+http_app = StaticFiles(django_asgi_app) if settings.SCROLL_SERVE_STATIC else django_asgi_app
 
 # The gateway's /v1/ routes are answered before Django's middleware (see
 # dashboard.gateway.asgi for why); every other request goes on to the console. AccessLog

@@ -14,6 +14,7 @@ each applied by ``run_search`` after the ranker has scored the turns it read:
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 __all__ = ["applies", "best", "bounded", "candidate_words", "mixed", "word_counts"]
@@ -96,23 +97,11 @@ def best(scores: dict[int, float], k: int) -> list[tuple[int, float]]:
         return []
     if k >= len(scores):
         return sorted(sorted(scores.items()), key=_score_of, reverse=True)
-    # (score, seq) of the best so far, best first, at most ``k``.
-    top: list[tuple[float, int]] = []
-    for seq, score in scores.items():
-        place = len(top)
-        if place == k:
-            worst, last = top[-1]
-            if score < worst or (score == worst and seq > last):
-                continue
-        while place > 0:
-            above, other = top[place - 1]
-            if score < above or (score == above and seq > other):
-                break
-            place -= 1
-        top.insert(place, (score, seq))
-        if len(top) > k:
-            top.pop()
-    return [(seq, score) for score, seq in top]
+    return heapq.nsmallest(k, scores.items(), key=_best_first)
+
+
+def _best_first(item: tuple[int, float]) -> tuple[float, int]:
+    return -item[1], item[0]
 
 
 def _score_of(item: tuple[int, float]) -> float:

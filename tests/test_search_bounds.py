@@ -113,8 +113,8 @@ def test_the_shape_switch_bounds_a_search_over_long_turns(log):
 
 
 def test_candidate_words_is_the_median_length_of_bm25s_candidates():
-    rows = {1: (1, "s", "", "", None, None, "", "a b c", None), 2: (2, "s", "", "", None, None,
-            "", "a " * 9, None), 3: (3, "s", "", "", None, None, "", None, None)}  # fmt: skip
+    rows = {1: (1, "s", None, "a b c", None), 2: (2, "s", None, "a " * 9, None),
+            3: (3, "s", None, None, None)}  # fmt: skip
     assert candidate_words(rows, {1: 1.0, 2: 0.5}) == 6.0
     assert candidate_words(rows, {1: 1.0, 2: 0.5, 3: 0.1}) == 3.0
     assert candidate_words(rows, {}) == 0.0

@@ -1,7 +1,8 @@
 """The turns a search reads beside its candidates (``search._read_pool``): on SQLite each
 candidate's range of seqs is read as one primary-key range (``SearchDialect.near_from``);
 the rows must be exactly those the listing of every seq (PostgreSQL's form) reads, with
-ranges that overlap, cross a session's edge or fall outside the filters."""
+ranges that overlap, cross a session's edge or fall outside the filters. A lean read (the
+ranking's columns alone, ``search._lean``) must give the very hits a full read gives."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from dataclasses import replace
 import pytest
 
 from scroll_core import EventLog, SearchTuning
-from scroll_core.store import fts_query
-from scroll_core.store.search import SearchFilters, _read_pool
+from scroll_core.store import fts_query, search
+from scroll_core.store.search import POOL_HIT_COLUMNS, SearchFilters, _read_pool
 from scroll_core.store.sqlite_search import SQLITE
 from tests.test_search_linear_rank import FILTERS, queries, seeded
 
@@ -83,3 +84,34 @@ def test_the_pool_is_read_by_range_under_every_filter(seeded_log, options):
         for step in reads:
             assert step.startswith("SEARCH e"), plan
             assert re.search(r"seq>\? AND seq<\?|rowid>\? AND rowid<\?|rowid=\?", step), plan
+
+
+def test_a_lean_read_gives_the_hits_of_a_full_read(seeded_log, monkeypatch):
+    # The shipped ranking reads a turn's session, name and text alone, so the turns beside
+    # the candidates come without agent, kind, role and time; a hit among them must still
+    # carry its own, read after the ranking.
+    db = seeded_log._reader()
+    terms = fts_query.query_terms("ben hiking glacier")
+    tuning = seeded_log.search_tuning
+    lean, _ = _read_pool(db, terms, 10, SearchFilters(), tuning, SQLITE, lean=True)
+    full, _ = _read_pool(db, terms, 10, SearchFilters(), tuning, SQLITE)
+    width = len(POOL_HIT_COLUMNS.split(","))
+    assert lean == {seq: row[:-width] for seq, row in full.items()}
+    assert search._lean(tuning)
+    assert not search._lean(replace(tuning, diversity_weight=0.5))
+
+    found = {}
+    for options in FILTERS:
+        for query in queries():
+            found[(query, tuple(options.items()))] = seeded_log.search(query, k=10, **options)
+    monkeypatch.setattr(search, "_lean", lambda tuning: False)
+    neighbours = 0
+    for (query, options), hits in found.items():
+        assert hits == seeded_log.search(query, k=10, **dict(options)), (query, options)
+        for hit in hits:
+            neighbours += not hit.matched
+            event = seeded_log.get(hit.seq)
+            assert (hit.agent_id, hit.kind, hit.role, hit.created_at) == (
+                event.agent_id, event.kind, event.role, event.created_at,
+            )  # fmt: skip
+    assert neighbours > 20  # turns read only beside a candidate made the top

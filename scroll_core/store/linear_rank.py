@@ -70,13 +70,13 @@ def linear_scores(
     headed: list[int] = []
     heads: list[str] = []
     for seq, row in rows.items():
-        if row[8]:
+        if row[4]:
             headed.append(len(seqs))
-            heads.append(row[8])
+            heads.append(row[4])
         seqs.append(seq)
         sessions.append(row[1])
-        names.append(row[5])
-        contents.append(row[7] or "")
+        names.append(row[2])
+        contents.append(row[3] or "")
     # A turn's text is its content and headline with a space between, so the terms it holds
     # are those of the one and of the other: the few headlines are matched on their own.
     masks = matcher.held_all(contents)
@@ -201,7 +201,7 @@ def _rescored(
             continue
         if features:
             factor = 1.0
-            headline = rows[seq][8]
+            headline = rows[seq][4]
             text = contents[j] + " " + (headline or "")
             if matcher.plain(text):
                 held = masks[j].bit_count()

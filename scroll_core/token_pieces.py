@@ -56,6 +56,20 @@ _NOT_SPACE_WHITESPACE = ("\n", "\t", "\r", "\x0b", "\x0c")
 MAX_PIECE_CHARS = 32
 
 
+def _word_counts() -> Callable[[list[str], dict[str, int], dict[str, int]], list[int]]:
+    """``store.ingest_rows.word_counts`` (compiled with the store's hot loops; imported on
+    first use, since the store imports this module while it loads)."""
+    global _WORD_COUNTS
+    if _WORD_COUNTS is None:
+        from .store.ingest_rows import word_counts
+
+        _WORD_COUNTS = word_counts
+    return _WORD_COUNTS
+
+
+_WORD_COUNTS: Callable[[list[str], dict[str, int], dict[str, int]], list[int]] | None = None
+
+
 class PieceCounter:
     """Counts ASCII texts piece by piece; ``count`` returns None for any other text."""
 
@@ -115,15 +129,11 @@ class PieceCounter:
         joined = "".join(texts)
         if not joined.isascii() or any(map(joined.__contains__, _NOT_SPACE_WHITESPACE)):
             return [self.count(text) for text in texts]
-        first = self._first.__getitem__
-        spaced = self._spaced.__getitem__
-        counts: list[int | None] = []
-        for text in texts:
-            rest = iter(text.split(" "))
-            try:
-                counts.append(first(next(rest)) + sum(map(spaced, rest)))
-            except KeyError:
-                counts.append(self.count(text))
+        counts: list[int | None] = list(_word_counts()(list(texts), self._first, self._spaced))
+        if -1 in counts:  # a text with a word in neither table
+            for i, n in enumerate(counts):
+                if n == -1:
+                    counts[i] = self.count(texts[i])
         return counts
 
     def _word(self, table: dict[str, int], word: str, text: str) -> int:

@@ -153,3 +153,13 @@ def test_batch_of_space_separated_words_counts_as_tiktoken(texts, newline):
             n for n, t in zip(expected, texts, strict=True) if t.isascii()
         ]
         assert counter.count_many(texts) == expected
+
+
+def test_word_counts_sum_the_tables_or_say_minus_one():
+    from scroll_core.store.ingest_rows import word_counts
+
+    first = {"the": 1, "it's": 2}
+    spaced = {"cat": 1, "sat,": 2, "it's": 2}
+    texts = ["the cat sat,", "it's", "the dog", "dog", "", "the  cat", "the cat "]
+    assert word_counts(texts, first, spaced) == [4, 2, -1, -1, -1, -1, -1]
+    assert word_counts([], first, spaced) == []

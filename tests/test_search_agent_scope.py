@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from scroll_core import SearchTuning
 from scroll_core.store.search import SearchFilters, search_features
-from scroll_core.store.sqlite_bm25 import doc_length, query_tokens, scoped_bm25
+from scroll_core.store.sqlite_bm25 import doc_length, doc_lengths, query_tokens, scoped_bm25
 from scroll_core.store.sqlite_search import SQLITE
 
 ME, OTHER = "alice", "mallory"
@@ -168,6 +168,12 @@ def test_query_tokens_are_fts5s_and_doc_length_reads_its_varints():
     assert doc_length(None) == 0
     assert doc_length(bytes([5, 0, 1])) == 6
     assert doc_length(bytes([0x81, 0x00, 2])) == 130
+    # Summed over many: the one-byte sizes joined, or each alone once one is not.
+    one_byte = [bytes([5, 0, 1]), bytes([127, 3, 0])]
+    assert doc_lengths(one_byte) == 6 + 130
+    assert doc_lengths([*one_byte, bytes([0x81, 0x00, 2])]) == 6 + 130 + 130
+    assert doc_lengths([*one_byte, None]) == 136
+    assert doc_lengths([]) == 0
 
 
 def test_an_existing_sqlite_log_is_upgraded_and_ranks_per_agent(tmp_path):

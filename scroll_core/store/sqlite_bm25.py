@@ -147,7 +147,6 @@ def record_totals(db: Any, agents: Iterable[str]) -> None:
     top = db.execute("SELECT max(seq) FROM events").fetchone()[0]
     if top is None:
         return
-    _doc_length_sql(db)
     for agent in sorted(set(agents)):
         row = db.execute(
             f"SELECT docs, tokens, last_seq FROM {TOTALS} WHERE agent_id = ?", (agent,)
@@ -167,21 +166,31 @@ def record_totals(db: Any, agents: Iterable[str]) -> None:
 
 
 def _forward(db: Any, agent: str, after: int) -> tuple[int, int]:
-    """(events, tokens) of ``agent``'s indexed events after seq ``after``."""
-    more, length = db.execute(
-        "SELECT count(*), coalesce(sum(scroll_doc_length(d.sz)), 0) FROM events e "
-        "JOIN events_fts_docsize d ON d.id = e.seq "
+    """(events, tokens) of ``agent``'s indexed events after seq ``after``: their docsize
+    records read and summed here (``doc_lengths``), not by a Python function SQLite calls
+    once per row."""
+    sizes = db.execute(
+        "SELECT d.sz FROM events e JOIN events_fts_docsize d ON d.id = e.seq "
         "WHERE e.agent_id = ? AND e.seq > ? AND e.searchable = 1",
         (agent, after),
-    ).fetchone()
-    return int(more), int(length)
+    ).fetchall()
+    return len(sizes), doc_lengths([size for (size,) in sizes])
+
+
+def doc_lengths(sizes: list[bytes | None]) -> int:
+    """``doc_length`` summed over ``sizes``: when every varint is one byte (every column of
+    every event under 128 tokens) the bytes themselves, summed in C."""
+    if None not in sizes:
+        joined = b"".join(sizes)  # type: ignore[arg-type]  # (no None)
+        if joined.isascii():
+            return sum(joined)
+    return sum(map(doc_length, sizes))
 
 
 def agent_totals(db: Any, agents: Sequence[str]) -> tuple[int, int]:
     """(documents, tokens) over ``agents``' indexed events: their ``TOTALS`` rows, plus any
     of their events past those rows' ``last_seq`` (appended by a writer that does not keep
     the totals), counted here."""
-    _doc_length_sql(db)
     docs = tokens = 0
     for agent in sorted(set(agents)):
         row = db.execute(

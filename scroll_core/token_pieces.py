@@ -56,18 +56,34 @@ _NOT_SPACE_WHITESPACE = ("\n", "\t", "\r", "\x0b", "\x0c")
 MAX_PIECE_CHARS = 32
 
 
-def _word_counts() -> Callable[[list[str], dict[str, int], dict[str, int]], list[int]]:
-    """``store.ingest_rows.word_counts`` (compiled with the store's hot loops; imported on
-    first use, since the store imports this module while it loads)."""
-    global _WORD_COUNTS
-    if _WORD_COUNTS is None:
-        from .store.ingest_rows import word_counts
+def word_sums(texts: list[str], first: dict[str, int], spaced: dict[str, int]) -> list[int]:
+    """Per text, its words' counts summed: the first word's from ``first``, each later
+    one's from ``spaced``, the words being the text cut at single spaces; -1 for a text
+    with a word in neither table. (The store puts its compiled copy in its place,
+    ``store.ingest_rows.word_counts``: ``use_word_sums``.)"""
+    first_of = first.__getitem__
+    spaced_of = spaced.__getitem__
+    counts = []
+    for text in texts:
+        rest = iter(text.split(" "))
+        try:
+            counts.append(first_of(next(rest)) + sum(map(spaced_of, rest)))
+        except KeyError:
+            counts.append(-1)
+    return counts
 
-        _WORD_COUNTS = word_counts
-    return _WORD_COUNTS
+
+_word_sums: Callable[[list[str], dict[str, int], dict[str, int]], list[int]] = word_sums
 
 
-_WORD_COUNTS: Callable[[list[str], dict[str, int], dict[str, int]], list[int]] | None = None
+def use_word_sums(
+    sums: Callable[[list[str], dict[str, int], dict[str, int]], list[int]],
+) -> None:
+    """Sum the words of ``PieceCounter.count_many`` with ``sums`` (the same answers as
+    ``word_sums``, faster: the store's compiled loop, which this module cannot import,
+    since the store imports it)."""
+    global _word_sums
+    _word_sums = sums
 
 
 class PieceCounter:
@@ -129,7 +145,7 @@ class PieceCounter:
         joined = "".join(texts)
         if not joined.isascii() or any(map(joined.__contains__, _NOT_SPACE_WHITESPACE)):
             return [self.count(text) for text in texts]
-        counts: list[int | None] = list(_word_counts()(list(texts), self._first, self._spaced))
+        counts: list[int | None] = list(_word_sums(list(texts), self._first, self._spaced))
         if -1 in counts:  # a text with a word in neither table
             for i, n in enumerate(counts):
                 if n == -1:

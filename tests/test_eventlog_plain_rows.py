@@ -184,15 +184,3 @@ def test_an_invalid_event_is_refused_with_its_index_and_nothing_stored(tmp_path)
         with pytest.raises(InvalidEvent, match=r"^event 77: invalid created_at"):
             log.append_many(events)
         assert log.count() == 0
-
-
-def test_a_mapping_that_is_not_a_dict_goes_event_by_event(tmp_path):
-    from types import MappingProxyType
-
-    events = [{"session_id": "s", "kind": "k", "content": f"c {i}"} for i in range(4)]
-    assert plain_values(events, _THRESHOLD, text_holds_nul=True) is not None
-    events[2] = MappingProxyType(events[2])  # type: ignore[assignment]
-    assert plain_values(events, _THRESHOLD, text_holds_nul=True) is None
-    with EventLog(tmp_path / "log.sqlite3") as log:
-        seqs = log.append_many(events)
-        assert [log.get(seq).content for seq in seqs] == [f"c {i}" for i in range(4)]

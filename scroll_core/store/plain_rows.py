@@ -3,14 +3,12 @@
 ``_EventLogBase._prepare`` checks an event field by field, once per event: a dozen lookups,
 branches and calls in Python for each of the millions a long-lived agent appends. Most
 chunks hold only plain events (string ids and names in ASCII, ASCII content that fits the
-row, no payload, timestamps already in the stored shape or none), and for those the checks
-need no per-field messages: a set of the field names, then each event's ids, names and
-content checked in one compiled pass (``ingest_rows.plain_tuples``: type checks, one join
-scanned for non-ASCII and NUL), one regular expression over the joined timestamps. Only
-``dict`` events take it (another mapping goes event by event). ``plain_values`` returns
-exactly the values ``_prepare`` would, or None as soon as anything is not plain; the caller
-then prepares the chunk event by event, which says what is wrong with which event. It
-never raises.
+row, no payload, timestamps already in the stored shape or none), and for those every check
+can run once per column: a set of the field names, a set of the value types, one join
+scanned for non-ASCII and NUL, one regular expression over the joined timestamps, and the
+row tuples made by ``zip``. ``plain_values`` does that and returns exactly the values
+``_prepare`` would, or None as soon as anything is not plain; the caller then prepares the
+chunk event by event, which says what is wrong with which event. It never raises.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from itertools import chain
 from typing import Any
 
 from ..timeutil import now_ts
-from .ingest_rows import plain_tuples
 
 __all__ = ["APPEND_KEYS", "plain_values"]
 
@@ -46,7 +43,9 @@ APPEND_KEYS = frozenset(
         "searchable",
     }
 )
+_OPTIONAL = ("role", "name", "tool_call_id", "headline", "dedup_key")
 _STR = frozenset({str})
+_STR_OR_NONE = frozenset({str, type(None)})
 # ``timeutil._STORED_SHAPE``, one per line: a column of timestamps joined by newlines
 # matches it whole only when every one is in the shape (none can hold a newline).
 _SHAPE = (
@@ -86,25 +85,62 @@ def _values(
         raise _NotPlain
     nones: list[Any] = [None] * n
 
-    def computed(events: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
-        """The chunk's tool_input, metadata and created_at columns, once its ids, names
-        and content are known to be plain."""
+    def column(key: str) -> list[Any]:
+        return [event.get(key) for event in events] if key in keys else nones
 
-        def column(key: str) -> list[Any]:
-            return [event.get(key) for event in events] if key in keys else nones
+    session_ids = column("session_id")
+    kinds = column("kind")
+    agent_ids = column("agent_id") if "agent_id" in keys else ["main"] * n
+    if not all(agent_ids):
+        agent_ids = [agent_id or "main" for agent_id in agent_ids]
+    optional = [column(key) for key in _OPTIONAL]
+    # Required ids: strings, none blank; optional ones strings or None; all ASCII, no NUL.
+    if set(map(type, chain(session_ids, kinds, agent_ids))) != _STR:
+        raise _NotPlain
+    if not _STR_OR_NONE.issuperset(map(type, chain.from_iterable(optional))):
+        raise _NotPlain
+    if "" in session_ids or "" in kinds:
+        raise _NotPlain
+    if any(map(str.isspace, chain(session_ids, kinds))):
+        raise _NotPlain
+    joined = "".join(chain(session_ids, kinds, agent_ids, filter(None, chain(*optional))))
+    if not joined.isascii() or "\x00" in joined:
+        raise _NotPlain
 
-        return (
+    contents = column("content")
+    if set(map(type, contents)) != _STR or not all(map(str.isascii, contents)):
+        raise _NotPlain
+    if max(map(len, contents)) > payload_threshold:
+        raise _NotPlain
+    if not text_holds_nul and "\x00" in "".join(contents):
+        raise _NotPlain
+    if "payload" in keys and any(event.get("payload") is not None for event in events):
+        raise _NotPlain
+
+    role, name, tool_call_id, headline, dedup_key = optional
+    return list(
+        zip(
+            session_ids,
+            agent_ids,
+            kinds,
+            role,
+            name,
+            contents,
+            tool_call_id,
             _tool_inputs(column("tool_input")) if "tool_input" in keys else nones,
+            nones,
+            nones,
+            nones,
+            headline,
             _metadata(column("metadata")) if "metadata" in keys else ["{}"] * n,
             _created_at(column("created_at")),
+            dedup_key,
+            [1 if event.get("searchable", True) else 0 for event in events]
+            if "searchable" in keys
+            else [1] * n,
+            strict=True,
         )
-
-    # Event by event in one compiled pass (``ingest_rows``): a dozen dict lookups and type
-    # checks each, cheaper there than a column of each in the interpreter.
-    rows = plain_tuples(list(events), payload_threshold, text_holds_nul, computed)
-    if rows is None:
-        raise _NotPlain
-    return rows
+    )
 
 
 def _created_at(values: list[Any]) -> list[str]:

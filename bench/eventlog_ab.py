@@ -7,8 +7,10 @@ against the bare insert of ``bench/eventlog.py`` in the same run.
 ``git archive main scroll_core | tar -x -C DIR``); it is imported under another name
 beside this one (every import inside ``scroll_core`` is relative). Each 1,000-event batch
 goes to the bare ``executemany`` and then to four logs, the base and this checkout each
-shipped and with ``token_thread=False``, in alternating order, so load from elsewhere on
-the machine falls on all alike: on a shared machine two bench runs one after the other
+shipped and with ``token_thread=False``, in an order that turns by one place each batch
+(each log first, second, third and last equally often: the first to read a batch's events
+reads them from memory, the others from the cache), so load from elsewhere on the machine
+falls on all alike: on a shared machine two bench runs one after the other
 can differ by more than the change being measured. Reports each side's
 ``ingest_ratio`` (wall clock, as ``eventlog.py``) and, for the single-thread sides, the
 ratio of the calling thread's CPU time, which other jobs disturb less; each also against
@@ -110,7 +112,8 @@ def run(base: ModuleType, n: int, parts: bool = False) -> dict[str, Any]:
             began = time.thread_time()
             wall["raw_json"] += _raw_json_batch(raw_json, tuples[i : i + BATCH])
             cpu["raw_json"] += time.thread_time() - began
-            for side in order if number % 2 == 0 else order[::-1]:
+            turn = number % len(order)
+            for side in order[turn:] + order[:turn]:
                 began_wall, began = time.perf_counter(), time.thread_time()
                 logs[side].append_many(rows[i : i + BATCH])
                 wall[side] += time.perf_counter() - began_wall

@@ -56,6 +56,36 @@ _NOT_SPACE_WHITESPACE = ("\n", "\t", "\r", "\x0b", "\x0c")
 MAX_PIECE_CHARS = 32
 
 
+def word_sums(texts: list[str], first: dict[str, int], spaced: dict[str, int]) -> list[int]:
+    """Per text, its words' counts summed: the first word's from ``first``, each later
+    one's from ``spaced``, the words being the text cut at single spaces; -1 for a text
+    with a word in neither table. (The store puts its compiled copy in its place,
+    ``store.ingest_rows.word_counts``: ``use_word_sums``.)"""
+    first_of = first.__getitem__
+    spaced_of = spaced.__getitem__
+    counts = []
+    for text in texts:
+        rest = iter(text.split(" "))
+        try:
+            counts.append(first_of(next(rest)) + sum(map(spaced_of, rest)))
+        except KeyError:
+            counts.append(-1)
+    return counts
+
+
+_word_sums: Callable[[list[str], dict[str, int], dict[str, int]], list[int]] = word_sums
+
+
+def use_word_sums(
+    sums: Callable[[list[str], dict[str, int], dict[str, int]], list[int]],
+) -> None:
+    """Sum the words of ``PieceCounter.count_many`` with ``sums`` (the same answers as
+    ``word_sums``, faster: the store's compiled loop, which this module cannot import,
+    since the store imports it)."""
+    global _word_sums
+    _word_sums = sums
+
+
 class PieceCounter:
     """Counts ASCII texts piece by piece; ``count`` returns None for any other text."""
 
@@ -115,15 +145,11 @@ class PieceCounter:
         joined = "".join(texts)
         if not joined.isascii() or any(map(joined.__contains__, _NOT_SPACE_WHITESPACE)):
             return [self.count(text) for text in texts]
-        first = self._first.__getitem__
-        spaced = self._spaced.__getitem__
-        counts: list[int | None] = []
-        for text in texts:
-            rest = iter(text.split(" "))
-            try:
-                counts.append(first(next(rest)) + sum(map(spaced, rest)))
-            except KeyError:
-                counts.append(self.count(text))
+        counts: list[int | None] = list(_word_sums(list(texts), self._first, self._spaced))
+        if -1 in counts:  # a text with a word in neither table
+            for i, n in enumerate(counts):
+                if n == -1:
+                    counts[i] = self.count(texts[i])
         return counts
 
     def _word(self, table: dict[str, int], word: str, text: str) -> int:

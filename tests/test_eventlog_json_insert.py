@@ -125,3 +125,44 @@ def test_the_stored_log_is_what_executemany_stores(tmp_path, monkeypatch):
     assert 0 < seqs[3][1] < 300 and seqs[0][1] < 600  # repeats resolved to existing seqs
     assert 1000 < seqs[4][1] < 2500
     assert made.count(False) >= 1 and made.count(True) >= 4  # both ways, NUL row by row
+
+
+def _exact_by_columns(rows: list[tuple[Any, ...]]) -> bool:
+    """The check ``json_rows`` made before ``ingest_rows.exact_json_values``, column by
+    column: the reference the one-pass loop must agree with."""
+    if any(len(row) != 17 for row in rows):
+        return False
+    for column in zip(*rows, strict=True):
+        types = set(map(type, column))
+        if not {str, int, type(None)}.issuperset(types):
+            return False
+        if int in types:
+            if str in types:
+                return False
+            ints = [value for value in column if value is not None]
+            if not -(2**63) <= min(ints) <= max(ints) <= 2**63 - 1:
+                return False
+    return True
+
+
+_ODD = ["s", None, 0, 7, True, False, 1.5, b"b", 2**63, -(2**63) - 1, 2**63 - 1, ["x"], ""]
+
+
+def test_the_one_pass_check_agrees_with_the_column_check():
+    from scroll_core.store.ingest_rows import exact_json_values
+
+    rng = random.Random(37)
+    seen = {True: 0, False: 0}
+    for _ in range(3000):
+        rows = [_row(rng) for _ in range(rng.randint(1, 6))]
+        for _ in range(rng.choice([0, 0, 1, 2])):  # an odd value somewhere
+            r = rng.randrange(len(rows))
+            row = list(rows[r])
+            row[rng.randrange(17)] = rng.choice(_ODD)
+            rows[r] = tuple(row)
+        if rng.random() < 0.05:
+            rows.append(rows[0][: rng.randint(0, 18)])  # a row of another width
+        expected = _exact_by_columns(rows)
+        assert exact_json_values(rows, 17) is expected, rows
+        seen[expected] += 1
+    assert min(seen.values()) > 300  # both answers met often

@@ -160,3 +160,50 @@ def test_a_checkout_imported_under_another_name_runs_its_sources():
     )  # fmt: skip
     files = done.stdout.split()
     assert len(files) == 3 and all(f.endswith(".py") for f in files), files
+
+
+# The append path's compiled loops (``ingest_rows``) on seeded inputs, run in a subprocess
+# from source: their answers as JSON on stdout.
+INGEST = """
+import json
+from scroll_core.store import native
+from tests.test_native import ingest_answers
+print(json.dumps({"compiled": native.in_use(), "answers": ingest_answers()}))
+"""
+
+
+def ingest_answers() -> list:
+    """``ingest_rows``' answers on seeded texts and rows: word sums from tables that miss
+    some words, and the JSON check on rows with odd values and widths."""
+    from scroll_core.store.ingest_rows import exact_json_values, word_counts
+
+    rng = random.Random(36)
+    words = [*_VOCAB, "", "it's", "a,b"]
+    first = {w: rng.randint(0, 3) for w in words[::2] if w}
+    spaced = {w: rng.randint(0, 3) for w in words[1::3] if w}
+    texts = [" ".join(rng.choices(words, k=rng.randint(0, 12))) for _ in range(500)]
+    odd = ["s", None, 0, -1, True, 1.5, b"b", 2**63, -(2**63), 2**64, "", ["x"]]
+    rows = []
+    for _ in range(500):
+        width = rng.choice([17, 17, 17, 16, 18])
+        rows.append([tuple(rng.choice(odd) for _ in range(width)) for _ in range(3)])
+    checks = [exact_json_values(batch, 17) for batch in rows]
+    checks += [exact_json_values([("s",) * 16 + (n,)] * 2, 17) for n in (1, 2**63 - 1, 2**63)]
+    return [word_counts(texts, first, spaced), checks]
+
+
+def test_the_ingest_loops_compiled_and_interpreted_agree():
+    if not native.in_use()["scroll_core.store.ingest_rows"]:
+        pytest.skip("the modules are not built here (CI builds them)")
+    env = {**os.environ, native.PURE_ENV: "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", INGEST], env=env, cwd=ROOT, capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    interpreted = json.loads(done.stdout)
+    assert not any(interpreted["compiled"].values())
+    compiled = ingest_answers()
+    assert compiled == interpreted["answers"]
+    sums, checks = compiled
+    assert -1 in sums and any(n > 0 for n in sums)
+    assert True in checks and False in checks

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from scroll_core import SearchTuning
 from scroll_core.store.search import SearchFilters, search_features
-from scroll_core.store.sqlite_bm25 import doc_length, query_tokens, scoped_bm25
+from scroll_core.store.sqlite_bm25 import doc_length, doc_lengths, query_tokens, scoped_bm25
 from scroll_core.store.sqlite_search import SQLITE
 
 ME, OTHER = "alice", "mallory"
@@ -168,6 +168,12 @@ def test_query_tokens_are_fts5s_and_doc_length_reads_its_varints():
     assert doc_length(None) == 0
     assert doc_length(bytes([5, 0, 1])) == 6
     assert doc_length(bytes([0x81, 0x00, 2])) == 130
+    # Summed over many: the one-byte sizes joined, or each alone once one is not.
+    one_byte = [bytes([5, 0, 1]), bytes([127, 3, 0])]
+    assert doc_lengths(one_byte) == 6 + 130
+    assert doc_lengths([*one_byte, bytes([0x81, 0x00, 2])]) == 6 + 130 + 130
+    assert doc_lengths([*one_byte, None]) == 136
+    assert doc_lengths([]) == 0
 
 
 def test_an_existing_sqlite_log_is_upgraded_and_ranks_per_agent(tmp_path):
@@ -325,3 +331,64 @@ def test_no_mix_of_other_agents_events_moves_the_agents_ranking(tmp_path_factory
             log.append(session_id=f"o{i}", agent_id=agent, kind="chat_turn", content=text)
         for q, hits in before.items():
             assert [(h.seq, h.score) for h in log.search(q, 10, agent_id=ME)] == hits
+
+
+def test_batch_totals_from_the_index_sizes_match_a_recount(tmp_path, monkeypatch):
+    """An append of one agent's batch takes its BM25 totals from what the index's averages
+    record gained (``record_totals`` with ``before``); other appends read the events back.
+    Either way the totals are a recount's: batches of one agent and of two, unsearchable
+    events, repeated dedup keys, events of 128 tokens and more (two-byte sizes), another
+    agent's appends in between, and an event put in by a writer that keeps no totals."""
+    import random
+    import sqlite3
+
+    from scroll_core import EventLog
+    from scroll_core.store import sqlite_bm25
+
+    reads: list[str] = []
+    forward = sqlite_bm25._forward
+
+    def counted(db, agent, after):  # type: ignore[no-untyped-def]
+        reads.append(agent)
+        return forward(db, agent, after)
+
+    rng = random.Random(7)
+    words = ["alpha", "beta", "gamma", "delta", "épsilon", "zeta"]
+    path = tmp_path / "log.sqlite3"
+    read_back = []
+    with EventLog(path) as log:
+        for batch in range(14):
+            agents = ["a"] if batch % 3 else ["a", "b"]
+            events = [
+                {
+                    "session_id": f"s{batch % 4}",
+                    "kind": "context_msg",
+                    "agent_id": rng.choice(agents),
+                    "content": " ".join(rng.choices(words, k=rng.choice([3, 40, 300]))),
+                    "headline": rng.choice([None, "a headline"]),
+                    "searchable": rng.random() < 0.8,
+                    "dedup_key": rng.choice([None, f"k{rng.randint(0, 150)}"]),
+                }
+                for _ in range(rng.choice([10, 70, 130]))
+            ]
+            reads.clear()
+            monkeypatch.setattr(sqlite_bm25, "_forward", counted)
+            log.append_many(events)
+            monkeypatch.setattr(sqlite_bm25, "_forward", forward)
+            read_back.append((len(events), len(set(agents)), bool(reads)))
+            if batch == 6:  # a writer that keeps no totals
+                raw = sqlite3.connect(path)
+                raw.execute(
+                    "INSERT INTO events (session_id, agent_id, kind, content, created_at, "
+                    "tokens) VALUES ('s9', 'a', 'k', 'gamma delta', '2026-01-01', 2)"
+                )
+                raw.commit()
+                raw.close()
+            assert log.fts_check() > 0  # (and no agent's totals differ from a recount)
+        db = log._reader()
+        sizes = [sz for (sz,) in db.execute("SELECT sz FROM events_fts_docsize")]
+        assert sqlite_bm25.index_sizes(db) == (len(sizes), sqlite_bm25.doc_lengths(sizes))
+        assert any(size[0] & 0x80 for size in sizes)  # some content of 128 tokens or more
+    # Large one-agent batches took the index's sizes; small or two-agent ones read back.
+    assert any(n >= 64 and agents == 1 and not read for n, agents, read in read_back)
+    assert all(read for n, agents, read in read_back if n < 64 or agents > 1)

@@ -153,3 +153,25 @@ def test_batch_of_space_separated_words_counts_as_tiktoken(texts, newline):
             n for n, t in zip(expected, texts, strict=True) if t.isascii()
         ]
         assert counter.count_many(texts) == expected
+
+
+def test_word_sums_sum_the_tables_or_say_minus_one():
+    """``token_pieces.word_sums`` and the store's compiled copy, which the counter uses."""
+    import random
+
+    from scroll_core.store.ingest_rows import word_counts
+
+    assert token_pieces._word_sums is word_counts  # installed by the store
+    first = {"the": 1, "it's": 2}
+    spaced = {"cat": 1, "sat,": 2, "it's": 2}
+    texts = ["the cat sat,", "it's", "the dog", "dog", "", "the  cat", "the cat "]
+    for sums in (token_pieces.word_sums, word_counts):
+        assert sums(texts, first, spaced) == [4, 2, -1, -1, -1, -1, -1]
+        assert sums([], first, spaced) == []
+    rng = random.Random(5)
+    words = ["the", "cat", "sat,", "it's", "", "dog", "x"]
+    texts = [" ".join(rng.choices(words, k=rng.randint(0, 9))) for _ in range(2000)]
+    spaced = {**spaced, "x": 3, "the": 0}
+    got = word_counts(texts, first, spaced)
+    assert got == token_pieces.word_sums(texts, first, spaced)
+    assert -1 in got and max(got) > 5

@@ -16,7 +16,7 @@
     payloads.py         content-addressed payloads behind lazy, sha256-checked handles
     dialect_notes.py    what ``ms.schema()`` says about each backend's SQL
     native.py           the modules compiled with mypyc (term_match, linear_rank,
-                        search_bounds), and the switch back to their source
+                        search_bounds, ingest_rows), and the switch back to their source
 
 Only the SQLite side is imported here: the PostgreSQL modules need psycopg, which only
 deployments on PostgreSQL install (``open_event_store`` imports ``pg_log`` when asked).

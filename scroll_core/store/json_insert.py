@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from .ingest_rows import exact_json_values
+
 __all__ = ["JSON_ROWS_SELECT", "json_insert_works", "json_rows"]
 
 _WIDTH = 17  # the values of an events row the append path writes
@@ -31,8 +33,6 @@ _WIDTH = 17  # the values of an events row the append path writes
 JSON_ROWS_SELECT = (
     f"SELECT {', '.join(f'value->>{i}' for i in range(_WIDTH))} FROM json_each(?) ORDER BY key"
 )
-_EXACT_TYPES = frozenset({str, int, type(None)})
-_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 # Text that JSON escapes or that is not ASCII: quotes, backslashes, control characters,
 # DEL, two- to four-byte UTF-8, and what looks like a number or JSON itself.
 _PROBE: tuple[Any, ...] = (
@@ -59,27 +59,19 @@ _PROBE: tuple[Any, ...] = (
 def json_rows(values: Sequence[tuple[Any, ...]]) -> str | None:
     """``values`` as the JSON array ``JSON_ROWS_SELECT`` reads back exactly, or None when a
     value would not come back as it is (then insert them row by row)."""
-    if not values or any(len(row) != _WIDTH for row in values):
+    # Each value's type, and an integer's range: one comes back as one only within
+    # SQLite's 64 bits (a larger one as a REAL, where ``executemany`` refuses it).
+    if not values or not exact_json_values(values, _WIDTH):
         return None
-    # Each column's types at once; an integer comes back as one only within SQLite's 64
-    # bits (a larger one as a REAL, where ``executemany`` refuses it).
-    for column in zip(*values, strict=True):
-        types = set(map(type, column))
-        if not _EXACT_TYPES.issuperset(types):
-            return None
-        if int in types:
-            if str in types:
-                return None
-            ints = [value for value in column if value is not None]
-            if not _INT_MIN <= min(ints) <= max(ints) <= _INT_MAX:
-                return None
     # orjson (UTF-8, about five times the standard library's speed here) refuses a lone
     # surrogate, which is not text: then row by row, where SQLite refuses it as before.
     try:
         text = orjson.dumps(values).decode()
     except TypeError:  # (orjson.JSONEncodeError)
         return None
-    if "\\u0000" in text:  # NUL in a text (or those six characters: row by row too)
+    # NUL in a text (or those six characters: row by row too); most arrays hold no
+    # backslash at all, which one memchr finds.
+    if "\\" in text and "\\u0000" in text:
         return None
     return text
 

@@ -35,6 +35,7 @@ COMPILED = (
     "scroll_core.store.linear_rank",
     "scroll_core.store.term_match",
     "scroll_core.store.search_bounds",
+    "scroll_core.store.ingest_rows",
 )
 PURE_ENV = "SCROLL_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent

@@ -42,6 +42,7 @@ __all__ = [
     "doc_freqs",
     "doc_length",
     "index_docs",
+    "index_sizes",
     "query_tokens",
     "record_totals",
     "scoped_bm25",
@@ -120,14 +121,30 @@ def index_docs(db: Any) -> int:
     row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
     if row is None or not row[0]:
         return 0
+    return _first_varint(bytes(row[0]))
+
+
+def _first_varint(block: bytes) -> int:
     value = 0
-    for i, byte in enumerate(bytes(row[0])[:9]):
+    for i, byte in enumerate(block[:9]):
         if i == 8:  # a ninth byte gives all its 8 bits
             return (value << 8) | byte
         value = (value << 7) | (byte & 0x7F)
         if not byte & 0x80:
             return value
     return value
+
+
+def index_sizes(db: Any) -> tuple[int, int] | None:
+    """(documents, tokens) of the whole FTS5 index: its averages record (row 1 of
+    ``events_fts_data``: the number of rows, then each column's total tokens, as varints;
+    every insert adds its event to it). None when there is no such record."""
+    row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
+    if row is None:
+        return None
+    block = bytes(row[0] or b"")
+    docs = _first_varint(block)
+    return docs, doc_length(block) - docs
 
 
 def _doc_length_sql(db: Any) -> None:
@@ -139,21 +156,42 @@ def _doc_length_sql(db: Any) -> None:
         db.create_function("scroll_doc_length", 1, doc_length, deterministic=True)
 
 
-def record_totals(db: Any, agents: Iterable[str]) -> None:
+def record_totals(
+    db: Any,
+    agents: Iterable[str],
+    *,
+    since: int | None = None,
+    before: tuple[int, int] | None = None,
+    indexed: int | None = None,
+) -> None:
     """Bring ``agents``' totals up to the newest seq: run by the appending transaction after
     its inserts (``agents``: those of its rows), so the totals change with the events, all
     or nothing (``TOTALS``; each agent's events read through ``events_agent_seq`` from where
-    its count stopped)."""
+    its count stopped).
+
+    A transaction whose rows are all one agent's may give the index's own sizes before its
+    inserts (``index_sizes``, read after seq ``since``) and how many of its rows it indexed:
+    when that agent's totals stood at ``since`` and the index grew by exactly ``indexed``
+    documents, what the index gained is what the agent gained, and its events are not
+    read again (a batch of 1,000: 1,000 docsize records fewer)."""
     top = db.execute("SELECT max(seq) FROM events").fetchone()[0]
     if top is None:
         return
-    _doc_length_sql(db)
-    for agent in sorted(set(agents)):
+    agents = sorted(set(agents))
+    gained = None
+    if len(agents) == 1 and before is not None and indexed is not None:
+        after = index_sizes(db)
+        if after is not None and after[0] - before[0] == indexed:
+            gained = (indexed, after[1] - before[1])
+    for agent in agents:
         row = db.execute(
             f"SELECT docs, tokens, last_seq FROM {TOTALS} WHERE agent_id = ?", (agent,)
         ).fetchone()
         docs, tokens, last = row if row is not None else (0, 0, 0)
-        more, length = _forward(db, agent, last)
+        if gained is not None and last == since:
+            more, length = gained
+        else:
+            more, length = _forward(db, agent, last)
         if row is None:
             db.execute(
                 f"INSERT INTO {TOTALS} (agent_id, docs, tokens, last_seq) VALUES (?, ?, ?, ?)",
@@ -167,21 +205,31 @@ def record_totals(db: Any, agents: Iterable[str]) -> None:
 
 
 def _forward(db: Any, agent: str, after: int) -> tuple[int, int]:
-    """(events, tokens) of ``agent``'s indexed events after seq ``after``."""
-    more, length = db.execute(
-        "SELECT count(*), coalesce(sum(scroll_doc_length(d.sz)), 0) FROM events e "
-        "JOIN events_fts_docsize d ON d.id = e.seq "
+    """(events, tokens) of ``agent``'s indexed events after seq ``after``: their docsize
+    records read and summed here (``doc_lengths``), not by a Python function SQLite calls
+    once per row."""
+    sizes = db.execute(
+        "SELECT d.sz FROM events e JOIN events_fts_docsize d ON d.id = e.seq "
         "WHERE e.agent_id = ? AND e.seq > ? AND e.searchable = 1",
         (agent, after),
-    ).fetchone()
-    return int(more), int(length)
+    ).fetchall()
+    return len(sizes), doc_lengths([size for (size,) in sizes])
+
+
+def doc_lengths(sizes: list[bytes | None]) -> int:
+    """``doc_length`` summed over ``sizes``: when every varint is one byte (every column of
+    every event under 128 tokens) the bytes themselves, summed in C."""
+    if None not in sizes:
+        joined = b"".join(sizes)  # type: ignore[arg-type]  # (no None)
+        if joined.isascii():
+            return sum(joined)
+    return sum(map(doc_length, sizes))
 
 
 def agent_totals(db: Any, agents: Sequence[str]) -> tuple[int, int]:
     """(documents, tokens) over ``agents``' indexed events: their ``TOTALS`` rows, plus any
     of their events past those rows' ``last_seq`` (appended by a writer that does not keep
     the totals), counted here."""
-    _doc_length_sql(db)
     docs = tokens = 0
     for agent in sorted(set(agents)):
         row = db.execute(

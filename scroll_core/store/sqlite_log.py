@@ -46,7 +46,7 @@ from .payloads import PayloadStore
 from .records import Seqs
 from .schema_common import APPEND_ONLY_MESSAGE
 from .search import SearchTuning
-from .sqlite_bm25 import record_totals, totals_problems
+from .sqlite_bm25 import index_sizes, record_totals, totals_problems
 from .sqlite_schema import migrate
 from .sqlite_search import SQLITE
 
@@ -64,6 +64,10 @@ _COLUMNS = (
 )
 _INSERT_VALUES = f"INSERT INTO events ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
 _INSERT_JSON = f"INSERT INTO events ({_COLUMNS}) {JSON_ROWS_SELECT}"
+# From this many events an append reads the index's sizes before it inserts, so that the BM25
+# totals of a batch of one agent need not read its events back (``record_totals``).
+_SIZES_FROM = 64
+_SEARCHABLE = itemgetter(15)  # of a row's values
 # Rows per JSON statement: the bench's batch, and a bounded parameter (at most 1,000 rows
 # of up to the payload threshold each, well under SQLite's one-gigabyte limit).
 _JSON_ROWS = 1000
@@ -152,19 +156,21 @@ class EventLog(_EventLogBase):
         try:
             with self._write() as db:
                 agents: set[str] = set()
-                top = _sequence(db)
+                top = since = _sequence(db)
+                before = index_sizes(db) if len(numbered) >= _SIZES_FROM else None
                 rows: list[_Row] = []
                 counts: list[int] = []
+                indexed = [0]  # the searchable events inserted
                 for chunk, (chunk_rows, pending) in enumerate(prepared.chunks):
                     if isinstance(pending, Future) and not pending.done() and rows:
                         # Insert what is counted while the token thread counts the rest.
-                        top = self._insert_rows(db, rows, counts, top, seqs)
+                        top = self._insert_rows(db, rows, counts, top, seqs, indexed)
                         agents.update(map(_AGENT_ID, map(ROW_VALUES, rows)))
                         rows, counts = [], []
                     rows += chunk_rows
                     counts += prepared.counts(chunk)
                 if rows:
-                    top = self._insert_rows(db, rows, counts, top, seqs)
+                    top = self._insert_rows(db, rows, counts, top, seqs, indexed)
                     agents.update(map(_AGENT_ID, map(ROW_VALUES, rows)))
                 # Under BEGIN IMMEDIATE this connection is the only writer, so AUTOINCREMENT
                 # hands out consecutive seqs; check it (once: seqs only grow, so the count
@@ -172,7 +178,7 @@ class EventLog(_EventLogBase):
                 if _sequence(db) != top:
                     raise EventLogError("seq allocation was not contiguous; batch rolled back")
                 if seqs.inserted:
-                    record_totals(db, agents)
+                    record_totals(db, agents, since=since, before=before, indexed=indexed[0])
         except sqlite3.IntegrityError as exc:
             if APPEND_ONLY_MESSAGE in str(exc):
                 raise AppendOnlyViolation(str(exc)) from exc
@@ -182,11 +188,18 @@ class EventLog(_EventLogBase):
         return seqs
 
     def _insert_rows(
-        self, db: sqlite3.Connection, rows: list[_Row], counts: list[int], top: int, seqs: Seqs
+        self,
+        db: sqlite3.Connection,
+        rows: list[_Row],
+        counts: list[int],
+        top: int,
+        seqs: Seqs,
+        indexed: list[int],
     ) -> int:
         """INSERT what is new in ``rows`` after seq ``top``; add every row's seq to ``seqs``
-        (the existing seq for a repeated dedup key) and the new ones to ``seqs.inserted``;
-        return the seq the new rows should end at. Runs inside the caller's transaction."""
+        (the existing seq for a repeated dedup key), the new ones to ``seqs.inserted`` and
+        the new searchable ones to ``indexed[0]``; return the seq the new rows should end
+        at. Runs inside the caller's transaction."""
         # Fast path: insert everything at once. A repeated dedup key (a re-import, or a key
         # repeated inside the batch) trips the unique index and stops executemany at that
         # row; the rows before it are in, and the rest are resolved key by key. (A SAVEPOINT
@@ -202,11 +215,14 @@ class EventLog(_EventLogBase):
             existing = _existing_keys(db, rest)
             fresh, rest_slots = _plan(rest, existing)
             self._execute_insert(db, [(*rest[i].values, counts[done + i]) for i in fresh])
+            indexed[0] += sum(_SEARCHABLE(row.values) for row in rows[:done])
+            indexed[0] += sum(_SEARCHABLE(rest[i].values) for i in fresh)
             slots = [*range(done), *(s if isinstance(s, tuple) else done + s for s in rest_slots)]
             inserted = done + len(fresh)
             seqs.extend(existing[s] if isinstance(s, tuple) else top + 1 + s for s in slots)
         else:
             inserted = len(rows)
+            indexed[0] += sum(map(_SEARCHABLE, map(ROW_VALUES, rows)))
             seqs.extend(range(top + 1, top + 1 + inserted))
         seqs.inserted += inserted
         return top + inserted

@@ -1,12 +1,12 @@
 """Which of the package's modules run compiled, and the switch back to their source.
 
 ``setup.py`` compiles the modules ``COMPILED`` names with mypyc (the search's per-turn
-work: term masks, the linear ranker, the bounds; an append's loops over its rows) to C
-extensions beside their ``.py`` files, and records each source's sha256 in
-``native_build.json``. Python would import an extension before its source;
-``use_source_when_needed`` (run when this module is imported, which ``scroll_core/__init__``
-does first, before any compiled module can be imported) makes it import the sources
-instead, all of them, when
+work: term masks, the linear ranker, the bounds; an append's loops: the sums of a text's
+words' token counts, the JSON insert's value check) to C extensions beside their ``.py``
+files, and records each source's sha256 in ``native_build.json``. Python would import an
+extension before its source; ``use_source_when_needed`` (run when this module is imported,
+which ``scroll_core/__init__`` does first, before any compiled module can be imported)
+makes it import the sources instead, all of them, when
 
 - ``SCROLL_PURE_PYTHON=1`` is set (the reference, and the way to profile in Python),
 - nothing was built (no record: a source-only install), or
@@ -38,6 +38,7 @@ COMPILED = (
     "scroll_core.store.term_match",
     "scroll_core.store.search_bounds",
     "scroll_core.store.ingest_rows",
+    "scroll_core.token_sums",
 )
 PURE_ENV = "SCROLL_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent

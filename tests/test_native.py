@@ -149,8 +149,9 @@ def test_a_checkout_imported_under_another_name_runs_its_sources():
     code = (
         "import sys; sys.path.insert(0, 'bench'); from eventlog_ab import load_base; "
         "from pathlib import Path; base = load_base(Path('.')); "
-        "from scroll_core_base import native; "
+        "from scroll_core_base import native, token_pieces, token_sums; "
         "from scroll_core_base.store import ingest_rows, linear_rank, search_bounds, term_match; "
+        "assert token_pieces.word_sums is token_sums.word_sums; "
         "print(' '.join(sys.modules[n.replace('scroll_core', 'scroll_core_base', 1)].__file__ "
         "for n in native.COMPILED))"
     )
@@ -160,12 +161,12 @@ def test_a_checkout_imported_under_another_name_runs_its_sources():
         check=True,
     )  # fmt: skip
     files = done.stdout.split()
-    assert len(files) == len(native.COMPILED) == 4, files
+    assert len(files) == len(native.COMPILED) == 5, files
     assert all(f.endswith(".py") for f in files), files
 
 
-# The append path's compiled loops (``ingest_rows``) on seeded inputs, run in a subprocess
-# from source: their answers as JSON on stdout.
+# The append path's compiled loops (``token_sums``, ``ingest_rows``) on seeded inputs, run in
+# a subprocess from source: their answers as JSON on stdout.
 INGEST = """
 import json
 from scroll_core import native
@@ -175,9 +176,11 @@ print(json.dumps({"compiled": native.in_use(), "answers": ingest_answers()}))
 
 
 def ingest_answers() -> list:
-    """``ingest_rows``' answers on seeded texts and rows: word sums from tables that miss
-    some words, and the JSON check on rows with odd values and widths."""
-    from scroll_core.store.ingest_rows import exact_json_values, word_counts
+    """The append loops' answers on seeded texts and rows: ``token_sums``' word sums from
+    tables that miss some words, and ``ingest_rows``' JSON check on rows with odd values
+    and widths."""
+    from scroll_core.store.ingest_rows import exact_json_values
+    from scroll_core.token_sums import word_sums
 
     rng = random.Random(36)
     words = [*_VOCAB, "", "it's", "a,b"]
@@ -191,7 +194,7 @@ def ingest_answers() -> list:
         rows.append([tuple(rng.choice(odd) for _ in range(width)) for _ in range(3)])
     checks = [exact_json_values(batch, 17) for batch in rows]
     checks += [exact_json_values([("s",) * 16 + (n,)] * 2, 17) for n in (1, 2**63 - 1, 2**63)]
-    return [word_counts(texts, first, spaced), checks]
+    return [word_sums(texts, first, spaced), checks]
 
 
 def test_the_ingest_loops_compiled_and_interpreted_agree():

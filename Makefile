@@ -28,14 +28,15 @@ unexport PYTHONDONTWRITEBYTECODE
 
 install: $(STAMP)
 
-# The modules setup.py compiles with mypyc (scroll_core/store/native.py's COMPILED).
-NATIVE_SOURCES := $(shell sed -n 's|^    "scroll_core\.store\.\(.*\)",$$|scroll_core/store/\1.py|p' \
-	scroll_core/store/native.py)
+# The modules setup.py compiles with mypyc (scroll_core/native.py's COMPILED), as paths: the
+# tuple's names with dots made slashes (scroll_core.store.term_match -> .../term_match.py).
+NATIVE_SOURCES := $(shell sed -n '/^COMPILED = ($$/,/^)$$/s|^    "\(scroll_core\..*\)",$$|\1|p' \
+	scroll_core/native.py | tr . / | sed 's|$$|.py|')
 
 # Reinstall only when pyproject.toml or setup.py changed since the last install, or a compiled
 # module's source (whose extension is built again then; until it is, the package runs the
-# sources: scroll_core/store/native.py).
-$(STAMP): pyproject.toml setup.py scroll_core/store/native.py $(NATIVE_SOURCES)
+# sources: scroll_core/native.py).
+$(STAMP): pyproject.toml setup.py scroll_core/native.py $(NATIVE_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)

@@ -6,6 +6,10 @@ The framework-free core: the append-only Event Log, payload store, token countin
 
 from __future__ import annotations
 
+# First: whether the compiled modules' extensions or their sources are imported (every
+# import of a compiled module, ``token_sums`` through ``tokens`` among the first, comes
+# after this one).
+from . import native  # noqa: F401
 from .agent import Session, StepRecord, TurnResult
 from .errors import (
     AgentNotReadable,

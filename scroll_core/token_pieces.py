@@ -16,8 +16,8 @@ expression: a piece never runs on over a space (the pieces that take whitespace 
 it, and the split looks only forward), so when the only whitespace is single spaces inside
 the text, the pieces of ``w0 w1 w2`` are those of ``w0``, then of `` w1``, then of `` w2``.
 Such a text is cut with ``str.split(" ")`` and its words' counts summed from two more
-bounded tables (a word first, and a word after a space); a word not in them is counted by
-the pattern on its own.
+bounded tables (a word first, and a word after a space), by ``token_sums.word_sums``, which
+is compiled (``docs/native.md``); a word not in them is counted by the pattern on its own.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from .token_sums import word_sums
 
 __all__ = ["CL100K_PATTERN", "PieceCounter"]
 
@@ -54,36 +56,6 @@ MAX_PIECES = 100_000
 # The whitespace of cl100k's ``\s`` in ASCII other than the space.
 _NOT_SPACE_WHITESPACE = ("\n", "\t", "\r", "\x0b", "\x0c")
 MAX_PIECE_CHARS = 32
-
-
-def word_sums(texts: list[str], first: dict[str, int], spaced: dict[str, int]) -> list[int]:
-    """Per text, its words' counts summed: the first word's from ``first``, each later
-    one's from ``spaced``, the words being the text cut at single spaces; -1 for a text
-    with a word in neither table. (The store puts its compiled copy in its place,
-    ``store.ingest_rows.word_counts``: ``use_word_sums``.)"""
-    first_of = first.__getitem__
-    spaced_of = spaced.__getitem__
-    counts = []
-    for text in texts:
-        rest = iter(text.split(" "))
-        try:
-            counts.append(first_of(next(rest)) + sum(map(spaced_of, rest)))
-        except KeyError:
-            counts.append(-1)
-    return counts
-
-
-_word_sums: Callable[[list[str], dict[str, int], dict[str, int]], list[int]] = word_sums
-
-
-def use_word_sums(
-    sums: Callable[[list[str], dict[str, int], dict[str, int]], list[int]],
-) -> None:
-    """Sum the words of ``PieceCounter.count_many`` with ``sums`` (the same answers as
-    ``word_sums``, faster: the store's compiled loop, which this module cannot import,
-    since the store imports it)."""
-    global _word_sums
-    _word_sums = sums
 
 
 class PieceCounter:
@@ -145,7 +117,7 @@ class PieceCounter:
         joined = "".join(texts)
         if not joined.isascii() or any(map(joined.__contains__, _NOT_SPACE_WHITESPACE)):
             return [self.count(text) for text in texts]
-        counts: list[int | None] = list(_word_sums(list(texts), self._first, self._spaced))
+        counts: list[int | None] = list(word_sums(list(texts), self._first, self._spaced))
         if -1 in counts:  # a text with a word in neither table
             for i, n in enumerate(counts):
                 if n == -1:

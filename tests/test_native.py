@@ -1,6 +1,6 @@
-"""The search's compiled modules (mypyc, ``scroll_core.store.native``): in use when built
-(always under CI, which builds them with ``make install``), and giving the very scores and
-hits of their interpreted sources, which stay the reference and the fallback."""
+"""The compiled modules (mypyc, ``scroll_core.native``): in use when built (always under
+CI, which builds them with ``make install``), and giving the very scores, hits and sums of
+their interpreted sources, which stay the reference and the fallback."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from scroll_core import EventLog
-from scroll_core.store import fts_query, linear_rank, native
+from scroll_core import EventLog, native
+from scroll_core.store import fts_query, linear_rank
 from scroll_core.store.search import SearchFilters, _read_pool, _term_rarity
 from scroll_core.store.sqlite_search import SQLITE
 from scroll_core.store.term_match import TermMatcher
@@ -26,8 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # hits and every pool's linear scores, floats as hex (exact), as JSON on stdout.
 SCORES = """
 import json, sys
-from scroll_core import EventLog
-from scroll_core.store import native
+from scroll_core import EventLog, native
 from tests.test_native import scores
 print(json.dumps({"compiled": native.in_use(), "scores": scores(sys.argv[1], sys.argv[2:])}))
 """
@@ -120,7 +119,7 @@ def test_compiled_and_interpreted_give_the_same_scores_to_the_last_bit(tmp_path)
 
 def test_the_pure_switch_imports_every_source():
     env = {**os.environ, native.PURE_ENV: "1", "PYTHONPATH": str(ROOT)}
-    code = "import json; from scroll_core.store import native; print(json.dumps(native.in_use()))"
+    code = "import json; from scroll_core import native; print(json.dumps(native.in_use()))"
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
@@ -145,13 +144,16 @@ def test_a_source_edited_since_the_build_is_stale(tmp_path, monkeypatch):
 
 
 def test_a_checkout_imported_under_another_name_runs_its_sources():
-    # bench/search_ab.py imports a second checkout as ``scroll_core_base``: its modules must
-    # be its own sources, never the extensions built for ``scroll_core``.
+    # bench/eventlog_ab.py imports a second checkout as ``scroll_core_base``: its modules
+    # must be its own sources, never the extensions built for ``scroll_core``.
     code = (
         "import sys; sys.path.insert(0, 'bench'); from eventlog_ab import load_base; "
         "from pathlib import Path; base = load_base(Path('.')); "
-        "from scroll_core_base.store import linear_rank, search_bounds, term_match; "
-        "print(' '.join(m.__file__ for m in (linear_rank, search_bounds, term_match)))"
+        "from scroll_core_base import native, token_pieces, token_sums; "
+        "from scroll_core_base.store import ingest_rows, linear_rank, search_bounds, term_match; "
+        "assert token_pieces.word_sums is token_sums.word_sums; "
+        "print(' '.join(sys.modules[n.replace('scroll_core', 'scroll_core_base', 1)].__file__ "
+        "for n in native.COMPILED))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
@@ -159,23 +161,26 @@ def test_a_checkout_imported_under_another_name_runs_its_sources():
         check=True,
     )  # fmt: skip
     files = done.stdout.split()
-    assert len(files) == 3 and all(f.endswith(".py") for f in files), files
+    assert len(files) == len(native.COMPILED) == 5, files
+    assert all(f.endswith(".py") for f in files), files
 
 
-# The append path's compiled loops (``ingest_rows``) on seeded inputs, run in a subprocess
-# from source: their answers as JSON on stdout.
+# The append path's compiled loops (``token_sums``, ``ingest_rows``) on seeded inputs, run in
+# a subprocess from source: their answers as JSON on stdout.
 INGEST = """
 import json
-from scroll_core.store import native
+from scroll_core import native
 from tests.test_native import ingest_answers
 print(json.dumps({"compiled": native.in_use(), "answers": ingest_answers()}))
 """
 
 
 def ingest_answers() -> list:
-    """``ingest_rows``' answers on seeded texts and rows: word sums from tables that miss
-    some words, and the JSON check on rows with odd values and widths."""
-    from scroll_core.store.ingest_rows import exact_json_values, word_counts
+    """The append loops' answers on seeded texts and rows: ``token_sums``' word sums from
+    tables that miss some words, and ``ingest_rows``' JSON check on rows with odd values
+    and widths."""
+    from scroll_core.store.ingest_rows import exact_json_values
+    from scroll_core.token_sums import word_sums
 
     rng = random.Random(36)
     words = [*_VOCAB, "", "it's", "a,b"]
@@ -189,11 +194,11 @@ def ingest_answers() -> list:
         rows.append([tuple(rng.choice(odd) for _ in range(width)) for _ in range(3)])
     checks = [exact_json_values(batch, 17) for batch in rows]
     checks += [exact_json_values([("s",) * 16 + (n,)] * 2, 17) for n in (1, 2**63 - 1, 2**63)]
-    return [word_counts(texts, first, spaced), checks]
+    return [word_sums(texts, first, spaced), checks]
 
 
 def test_the_ingest_loops_compiled_and_interpreted_agree():
-    if not native.in_use()["scroll_core.store.ingest_rows"]:
+    if not all(native.in_use().values()):
         pytest.skip("the modules are not built here (CI builds them)")
     env = {**os.environ, native.PURE_ENV: "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(

@@ -1,12 +1,20 @@
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scroll_core import CharRatioCounter, ConfigError, TiktokenCounter, token_pieces
+from scroll_core import (
+    CharRatioCounter,
+    ConfigError,
+    TiktokenCounter,
+    native,
+    token_pieces,
+    token_sums,
+)
 from scroll_core.tokens import default_counter
 
 
@@ -155,23 +163,49 @@ def test_batch_of_space_separated_words_counts_as_tiktoken(texts, newline):
         assert counter.count_many(texts) == expected
 
 
+def _summed(text: str, first: dict[str, int], spaced: dict[str, int]) -> int:
+    """A text's words' counts summed, or -1, as plainly as it can be written."""
+    head, *rest = text.split(" ")
+    if head not in first or any(word not in spaced for word in rest):
+        return -1
+    return first[head] + sum(spaced[word] for word in rest)
+
+
 def test_word_sums_sum_the_tables_or_say_minus_one():
-    """``token_pieces.word_sums`` and the store's compiled copy, which the counter uses."""
+    """``token_sums.word_sums``, the loop the counter sums its words with (compiled when the
+    build is, interpreted in ``tests/test_native.py``'s other process)."""
     import random
 
-    from scroll_core.store.ingest_rows import word_counts
-
-    assert token_pieces._word_sums is word_counts  # installed by the store
     first = {"the": 1, "it's": 2}
     spaced = {"cat": 1, "sat,": 2, "it's": 2}
     texts = ["the cat sat,", "it's", "the dog", "dog", "", "the  cat", "the cat "]
-    for sums in (token_pieces.word_sums, word_counts):
-        assert sums(texts, first, spaced) == [4, 2, -1, -1, -1, -1, -1]
-        assert sums([], first, spaced) == []
+    assert token_sums.word_sums(texts, first, spaced) == [4, 2, -1, -1, -1, -1, -1]
+    assert token_sums.word_sums([], first, spaced) == []
     rng = random.Random(5)
     words = ["the", "cat", "sat,", "it's", "", "dog", "x"]
     texts = [" ".join(rng.choices(words, k=rng.randint(0, 9))) for _ in range(2000)]
     spaced = {**spaced, "x": 3, "the": 0}
-    got = word_counts(texts, first, spaced)
-    assert got == token_pieces.word_sums(texts, first, spaced)
+    got = token_sums.word_sums(texts, first, spaced)
+    assert got == [_summed(text, first, spaced) for text in texts]
     assert -1 in got and max(got) > 5
+
+
+def test_the_counter_sums_words_with_the_compiled_loop(monkeypatch):
+    """``count_many`` of plain texts goes through ``token_sums.word_sums``, which is the
+    extension's function exactly when the build is in use (``scroll_core.native``)."""
+    assert token_pieces.word_sums is token_sums.word_sums
+    compiled = native.in_use()["scroll_core.token_sums"]
+    assert isinstance(token_sums.word_sums, types.FunctionType) is not compiled
+    batches: list[list[str]] = []
+
+    def recorded(texts: list[str], first: dict[str, int], spaced: dict[str, int]) -> list[int]:
+        batches.append(texts)
+        return token_sums.word_sums(texts, first, spaced)
+
+    monkeypatch.setattr(token_pieces, "word_sums", recorded)
+    counter = default_counter()
+    texts = ["the cat sat", "on the mat again", "the cat sat"]
+    expected = [len(counter._enc.encode_ordinary(t)) for t in texts]
+    assert counter.count_many(texts) == expected  # (the tables filled by the first)
+    assert counter.count_many(texts) == expected
+    assert batches == [texts, texts]

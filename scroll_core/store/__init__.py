@@ -15,8 +15,9 @@
     query_dates.py      the dates a query names, for the ranker's date features
     payloads.py         content-addressed payloads behind lazy, sha256-checked handles
     dialect_notes.py    what ``ms.schema()`` says about each backend's SQL
-    native.py           the modules compiled with mypyc (term_match, linear_rank,
-                        search_bounds, ingest_rows), and the switch back to their source
+    term_match.py, linear_rank.py, search_bounds.py, ingest_rows.py
+                        the search's and the append's loops, compiled with mypyc
+                        (``scroll_core.native``: which run compiled, and the switch back)
 
 Only the SQLite side is imported here: the PostgreSQL modules need psycopg, which only
 deployments on PostgreSQL install (``open_event_store`` imports ``pg_log`` when asked).
@@ -24,8 +25,6 @@ deployments on PostgreSQL install (``open_event_store`` imports ``pg_log`` when 
 
 from __future__ import annotations
 
-# First: whether the compiled modules' extensions or their sources are imported.
-from . import native  # noqa: F401
 from .interface import EventStore, is_postgres_url, open_event_store
 from .payloads import ArtifactRef, PayloadSource, PayloadStore, ToolResultRef
 from .records import (

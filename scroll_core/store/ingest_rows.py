@@ -1,11 +1,11 @@
-"""The append path's per-row loops, written for mypyc (``native.COMPILED``).
+"""The append path's per-row loop, written for mypyc (``native.COMPILED``).
 
 An append of the common event costs, besides its INSERT, a few microseconds of Python per
-row: summing its words' token counts, and checking that its values survive the JSON
-insert. Each is a loop over rows and their values that CPython runs one bytecode at a
-time; compiled (``docs/native.md``), the type checks are pointer comparisons and the table
-lookups direct dict calls. This source is the reference and the fallback: its callers get
-the same answers either way (``tests/test_native.py``).
+row: summing its words' token counts (``token_sums``, compiled too), and checking that its
+values survive the JSON insert, here. That check is a loop over rows and their values that
+CPython runs one bytecode at a time; compiled (``docs/native.md``), the type checks are
+pointer comparisons. This source is the reference and the fallback: its caller gets the
+same answers either way (``tests/test_native.py``).
 """
 
 from __future__ import annotations
@@ -13,30 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["exact_json_values", "word_counts"]
+__all__ = ["exact_json_values"]
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**63 - 1
-
-
-def word_counts(texts: list[str], first: dict[str, int], spaced: dict[str, int]) -> list[int]:
-    """Per text, its words' counts summed (``token_pieces.PieceCounter``'s tables): the
-    first word's from ``first``, each later one's from ``spaced``, the words being the
-    text cut at single spaces; -1 for a text with a word in neither table (its caller
-    counts that text another way)."""
-    counts: list[int] = []
-    for text in texts:
-        words = text.split(" ")
-        total = first.get(words[0], -1)
-        if total >= 0:
-            for i in range(1, len(words)):
-                n = spaced.get(words[i], -1)
-                if n < 0:
-                    total = -1
-                    break
-                total += n
-        counts.append(total)
-    return counts
 
 
 def exact_json_values(values: Sequence[tuple[Any, ...]], width: int) -> bool:

@@ -26,9 +26,7 @@ from typing import Any, NamedTuple, Self, TypeVar
 from ..errors import EventNotFound, InvalidEvent
 from ..telemetry import SESSION, span
 from ..timeutil import format_ts, now_ts
-from ..token_pieces import use_word_sums
 from ..tokens import TokenCounter, default_counter
-from .ingest_rows import word_counts
 from .payloads import PayloadSource, encode_payload, ref_of
 from .plain_rows import APPEND_KEYS, plain_values
 from .records import Event, Seqs, SessionSummary
@@ -36,9 +34,6 @@ from .schema_common import sqlite_int
 from .search import Hit, SearchDialect, SearchFilters, SearchTuning, TermStats, run_search
 
 T = TypeVar("T")
-
-# Token counting sums a text's words with the store's compiled loop (``ingest_rows``).
-use_word_sums(word_counts)
 
 __all__ = ["DEFAULT_PAYLOAD_THRESHOLD", "EVENT_COLUMNS", "coverage_problems", "keys_by_session"]
 

@@ -1,10 +1,12 @@
-"""Which of the store's modules run compiled, and the switch back to their source.
+"""Which of the package's modules run compiled, and the switch back to their source.
 
 ``setup.py`` compiles the modules ``COMPILED`` names with mypyc (the search's per-turn
-work: term masks, the linear ranker, the bounds) to C extensions beside their ``.py``
+work: term masks, the linear ranker, the bounds; an append's loops: the sums of a text's
+words' token counts, the JSON insert's value check) to C extensions beside their ``.py``
 files, and records each source's sha256 in ``native_build.json``. Python would import an
 extension before its source; ``use_source_when_needed`` (run when this module is imported,
-which the package does first) makes it import the sources instead, all of them, when
+which ``scroll_core/__init__`` does first, before any compiled module can be imported)
+makes it import the sources instead, all of them, when
 
 - ``SCROLL_PURE_PYTHON=1`` is set (the reference, and the way to profile in Python),
 - nothing was built (no record: a source-only install), or
@@ -36,6 +38,7 @@ COMPILED = (
     "scroll_core.store.term_match",
     "scroll_core.store.search_bounds",
     "scroll_core.store.ingest_rows",
+    "scroll_core.token_sums",
 )
 PURE_ENV = "SCROLL_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent
@@ -44,11 +47,12 @@ _RECORD = _HERE / "native_build.json"
 # ``scroll_core_base``) runs its sources, since each extension is built for its own name and
 # would load the group library of whichever ``scroll_core`` is importable.
 _PACKAGE = __name__.rpartition(".")[0]
-_AS_IMPORTED = {name.replace("scroll_core.store", _PACKAGE, 1): name for name in COMPILED}
+_AS_IMPORTED = {_PACKAGE + name.removeprefix("scroll_core"): name for name in COMPILED}
 
 
 def _source(name: str) -> Path:
-    return _HERE / f"{name.rsplit('.', 1)[1]}.py"
+    """The ``.py`` file of compiled module ``name`` (as ``COMPILED`` names it)."""
+    return _HERE.joinpath(*name.split(".")[1:]).with_suffix(".py")
 
 
 def stale() -> list[str]:
@@ -82,7 +86,7 @@ def use_source_when_needed() -> None:
     or stale (see above); idempotent."""
     if any(isinstance(finder, _FromSource) for finder in sys.meta_path):
         return
-    if _PACKAGE != "scroll_core.store" or os.environ.get(PURE_ENV) == "1" or stale():
+    if _PACKAGE != "scroll_core" or os.environ.get(PURE_ENV) == "1" or stale():
         sys.meta_path.insert(0, _FromSource())
 
 

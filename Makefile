@@ -72,6 +72,9 @@ worker: install
 # than there are cores: tests wait on the servers and kernels they start, and the spare worker
 # keeps the cores busy (on 2 cores: 473 s -> 440 s for the first pass); worksteal moves
 # queued tests to whichever worker is idle, so one long test does not hold up the end.
+# More did not pay (2026-12-04, 2 cores): a fourth worker 890 s against 878 s for the first
+# pass, and both passes at once 23 min against about 20 one after the other, with a test of
+# a live refresh failing under that load (since made to wait for it: tests/test_consumers.py).
 XDIST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 PYTEST_ARGS ?= -n $(XDIST_WORKERS) --dist worksteal --durations=30
 

@@ -118,10 +118,8 @@ def doc_length(size: bytes | None) -> int:
 def index_docs(db: Any) -> int:
     """Documents in the whole FTS5 index: the first varint of its averages record (row 1 of
     ``events_fts_data``, FTS5's own count of rows, kept up to date by every insert)."""
-    row = db.execute("SELECT block FROM events_fts_data WHERE id = 1").fetchone()
-    if row is None or not row[0]:
-        return 0
-    return _first_varint(bytes(row[0]))
+    sizes = index_sizes(db)
+    return 0 if sizes is None else sizes[0]
 
 
 def _first_varint(block: bytes) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from scroll_core.store import SearchFilters, SearchTuning
+from scroll_core.store import SearchFilters, SearchTuning, pg_topk
 from scroll_core.store.pg_log import PgEventLog
 from scroll_core.store.pg_search import PG_DIALECT, _bm25_sql, _scope, _tsquery
 from scroll_core.store.pg_topk import top_k
@@ -105,6 +105,52 @@ def test_every_kind_of_query_gets_the_top_of_scoring_every_match(zipf_log, limit
             for (_, ours), (_, theirs) in zip(early, old, strict=True):
                 assert ours == pytest.approx(theirs, rel=1e-12), (kind, text)
             assert len(early) == min(limit, len(old))
+
+
+@pytest.mark.parametrize("weights", [None, (1.0, 4.0, 0.5), (0.7, 0.0, 1.3), (1.0, -1.0, 0.5)])
+def test_positions_counted_by_ts_rank_give_every_match_the_same_score_to_the_bit(zipf_log, weights):
+    """The statement that reads a match's tf off ts_rank (used past ``few`` matches) against
+    the one that relabels and unnests the tsvector: every match, the same seqs in the same
+    order and the same floats, on matches holding a query word at more positions than
+    ts_rank's values are listed for, in a headline or a name, and not at all."""
+    db = zipf_log._reader()
+    content, headline, name = weights or SearchTuning().rank_weights
+    kinds = _queries(db)
+    common = kinds["one common"][0]
+    # What the comparison must cover: a match past the listed positions, and labelled ones.
+    most = db.execute(
+        "SELECT max(cardinality(u.positions)) FROM events_fts f, unnest(f.tsv) AS u "
+        "WHERE u.lexeme = %s",
+        (common,),
+    ).fetchone()
+    assert most is not None and most[0] > pg_topk._COUNTED_UP_TO
+    labelled = db.execute(
+        "SELECT count(*) FROM events_fts WHERE tsv @@ %s::tsquery", (f"{common}:AC",)
+    ).fetchone()
+    assert labelled is not None and labelled[0] > 0
+    scope, scope_params = _scope(None)
+    for texts in kinds.values():
+        for text in texts:
+            params = {"text": text, "wa": headline, "wc": name, "wd": content, **scope_params}
+            relabelled = top_k(db, 10_000, scope, params, early=False, few=10**9)
+            counted = top_k(db, 10_000, scope, params, early=False, few=0)
+            assert _ordered(counted) == _ordered(relabelled), text
+            assert len(relabelled) > 0
+
+
+def test_a_server_whose_ts_rank_does_not_tell_positions_apart_is_refused():
+    """``_counted`` reads ts_rank's values off the server once per connection; if two of
+    them were equal a tf could not be read off them, and it says so rather than rank."""
+
+    class Connection:
+        def execute(self, sql: str) -> Connection:
+            return self
+
+        def fetchall(self) -> list[tuple[int, float]]:
+            return [(n, 0.5) for n in range(1, pg_topk._COUNTED_UP_TO + 1)]
+
+    with pytest.raises(RuntimeError, match="does not tell positions apart"):
+        pg_topk._counted(Connection())
 
 
 def _ordered(scores: dict[int, float]) -> list[tuple[int, float]]:

@@ -33,7 +33,9 @@ a writer appends), the same expression summed in the tsvector's lexeme order, th
 threshold, not equal to it). The statements run in one REPEATABLE READ snapshot when the
 connection is not already in a transaction, so a concurrent append is in every part or in
 none. A query whose every lexeme is common still scores all its matches: that is the cost
-that stays (figures in docs/figures-performance.md).
+that stays, made smaller where a statement scores many matches by reading each tf off
+ts_rank in C instead of cutting and unnesting each tsvector (``score_sql``'s ``counted``;
+figures in docs/figures-performance.md).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import combinations
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from psycopg import IsolationLevel
 from psycopg.pq import TransactionStatus
@@ -93,7 +96,7 @@ STATS_SQL = f"""
 """
 
 
-def score_sql(where: str, lexemes: int = 2, cut: str = "") -> str:
+def score_sql(where: str, lexemes: int = 2, cut: str = "", counted: bool = False) -> str:
     """The best ``limit`` documents matching the tsquery ``%(query)s`` (and the filter SQL
     ``where``, `` AND ...`` on ``events e`` with named parameters, or empty),
     each as (seq, BM25 over every query lexeme), with the statistics given as parameters:
@@ -120,6 +123,14 @@ def score_sql(where: str, lexemes: int = 2, cut: str = "") -> str:
     of the statement. A query of one lexeme (``lexemes`` 1) has one row per match and no
     sum: the subquery's aggregate was half of what scoring a match cost, and one value
     summed is that value.
+
+    ``counted``: the statement for many matches (``_counted_sql``). A match holding the
+    query's lexemes only in its content has each lexeme's tf read off ts_rank, which finds
+    a lexeme in the tsvector by binary search in C and copies nothing (the cut above copies
+    the whole tsvector twice and unnests it), and its BM25 summed term by term in the same
+    order, so every score is the same float (``tests/test_pg_topk_ranking.py``). It costs
+    more to plan (a column per lexeme), so ``top_k`` sends it only where a statement may
+    score more than ``few`` matches.
     """
     join = " JOIN events e ON e.seq = f.seq" if where else ""
     tf = (
@@ -129,10 +140,10 @@ def score_sql(where: str, lexemes: int = 2, cut: str = "") -> str:
         " + %(wd)s::float8 * cardinality(array_positions(u.weights, 'D')) END)"
     )
     norm = f"({K1}::float8 * ({1 - B}::float8 + {B}::float8 * f.doclen / %(avgdl)s::float8))"
+    if counted:
+        return _counted_sql(join, where, cut, lexemes, tf, norm)
     held = (
-        "unnest(CASE WHEN f.tsv @@ %(labelled)s::tsquery"
-        " THEN ts_delete(f.tsv, tsvector_to_array(ts_delete(f.tsv, %(lexemes)s::text[])))"
-        " ELSE ts_filter(setweight(f.tsv, 'B', %(lexemes)s::text[]), '{b}') END)"
+        f"unnest(CASE WHEN f.tsv @@ %(labelled)s::tsquery THEN {_DELETED} ELSE {_RELABELLED} END)"
     )
     if lexemes == 1:
         return f"""
@@ -154,6 +165,103 @@ def score_sql(where: str, lexemes: int = 2, cut: str = "") -> str:
         WHERE f.tsv @@ %(query)s::tsquery{where}{cut}
         ORDER BY score DESC, f.seq LIMIT %(limit)s
     """
+
+
+def _counted_sql(join: str, where: str, cut: str, lexemes: int, tf: str, norm: str) -> str:
+    """``score_sql`` with each lexeme's tf read off ts_rank where it can be."""
+    norm_s = norm.replace("f.doclen", "s.doclen")
+    # A match whose query lexemes are all in its content (most) has each lexeme's tf read
+    # off ts_rank in C (``_counted``: up to ``_COUNTED_UP_TO`` positions; the subquery counts
+    # any more), and BM25 summed term by term in the tsvector's order (``ordered``: the
+    # lexemes by their bytes), an absent lexeme adding exactly 0.0. A match holding one in a
+    # headline or a name is scored as a whole by the subquery that keeps the labels. OFFSET 0
+    # keeps the server from inlining each tf into the score twice.
+    columns = []
+    terms = []
+    counted = " ".join(
+        f"WHEN %(r{n})s::real THEN %(wd)s::float8 * {n}" for n in range(1, _COUNTED_UP_TO + 1)
+    )
+    for j in range(lexemes):
+        alone = _relabelled(f"(%(ordered)s::text[])[{j + 1}:{j + 1}]")
+        recount = f"(SELECT {tf} FROM unnest({alone}) AS u)"
+        columns.append(
+            f"CASE WHEN NOT m.labelled THEN CASE ts_rank('{_ONES}', f.tsv, %(lq{j})s::tsquery)"
+            f" WHEN 0 THEN 0::float8 {counted} ELSE {recount} END END::float8 AS tf{j}"
+        )
+        terms.append(
+            f"(%(ordered_idfs)s::float8[])[{j + 1}] * (s.tf{j} * {K1 + 1}::float8)"
+            f" / (s.tf{j} + {norm_s})"
+        )
+    labelled_sum = f"""(
+            SELECT sum((%(idfs)s::float8[])[array_position(%(lexemes)s::text[], t.lexeme)]
+                       * (t.tf * {K1 + 1}::float8) / (t.tf + {norm}))
+            FROM (SELECT u.lexeme, {tf}::float8 AS tf FROM unnest({_DELETED}) AS u) AS t
+        )"""
+    return f"""
+        SELECT s.seq, CASE WHEN s.labelled THEN s.whole ELSE {" + ".join(terms)} END AS score
+        FROM (
+            SELECT f.seq, f.doclen, m.labelled,
+                   CASE WHEN m.labelled THEN {labelled_sum} END AS whole,
+                   {", ".join(columns)}
+            FROM events_fts f{join}, LATERAL (
+                SELECT f.tsv @@ %(labelled)s::tsquery AS labelled
+            ) AS m
+            WHERE f.tsv @@ %(query)s::tsquery{where}{cut} OFFSET 0
+        ) AS s
+        ORDER BY score DESC, s.seq LIMIT %(limit)s
+    """
+
+
+# A match's tsvector cut down to the query's lexemes: every other lexeme deleted, labels
+# kept (for a match holding one in a headline or a name), or the query's lexemes relabelled
+# B (a label the index never writes) and the rest filtered out (every other match).
+_DELETED = "ts_delete(f.tsv, tsvector_to_array(ts_delete(f.tsv, %(lexemes)s::text[])))"
+
+
+def _relabelled(lexemes: str) -> str:
+    return f"ts_filter(setweight(f.tsv, 'B', {lexemes}), '{{b}}')"
+
+
+_RELABELLED = _relabelled("%(lexemes)s::text[]")
+
+
+# ts_rank with every label weighing 1 gives a one-lexeme query the same value for every
+# match holding the lexeme at the same number of positions, a different one for each number
+# (sum(1/j^2) over j = 1..n, scaled), so in C and without copying the tsvector it tells how
+# many positions a match holds. The values are the server's own (``_counted``: ts_rank of a
+# tsvector holding a word at 1, 2, ... positions, read once per connection), passed as
+# parameters ``r1``...; up to ``_COUNTED_UP_TO`` positions (most matches hold a word a few
+# times), the subquery counts any more.
+_ONES = "{1,1,1,1}"
+_COUNTED_UP_TO = 8
+_COUNTED_SQL = f"""
+    SELECT n, ts_rank('{_ONES}', ('x:' || (
+        SELECT string_agg(i::text, ',') FROM generate_series(1, n) AS i))::tsvector, 'x')
+    FROM generate_series(1, {_COUNTED_UP_TO}) AS n ORDER BY n
+"""
+_COUNTED: WeakKeyDictionary[Any, dict[str, float]] = WeakKeyDictionary()
+
+
+def _counted(db: Any) -> dict[str, float]:
+    """``r1``... for ``score_sql``: ts_rank's value for a word at 1, 2, ... positions, as
+    the server ``db`` is connected to works it out (kept per connection)."""
+    ranks = _COUNTED.get(db)
+    if ranks is None:
+        ranks = {f"r{n}": float(rank) for n, rank in db.execute(_COUNTED_SQL).fetchall()}
+        if len(set(ranks.values())) != _COUNTED_UP_TO or 0.0 in ranks.values():
+            raise RuntimeError(f"ts_rank does not tell positions apart on this server: {ranks}")
+        _COUNTED[db] = ranks
+    return ranks
+
+
+def _ordered_params(lexemes: list[str], idfs: list[float]) -> dict[str, Any]:
+    """``score_sql``'s parameters naming the lexemes in a tsvector's order (by their bytes):
+    ``ordered`` and ``ordered_idfs``, and ``lq0``... each lexeme as a tsquery of its own."""
+    pairs = sorted(zip(lexemes, idfs, strict=True), key=lambda pair: pair[0].encode())
+    named: dict[str, Any] = {f"lq{j}": _quoted(lex) for j, (lex, _) in enumerate(pairs)}
+    named["ordered"] = [lex for lex, _ in pairs]
+    named["ordered_idfs"] = [idf for _, idf in pairs]
+    return named
 
 
 def _labelled(lexemes: list[str]) -> str:
@@ -228,8 +336,18 @@ def top_k(
             "avgdl": float(rows[0][3]),
             "limit": limit,
             "labelled": _labelled(lexemes),
+            **_ordered_params(lexemes, idfs),
+            **_counted(db),
         }
-        sql = score_sql(where, len(lexemes))
+        plain = score_sql(where, len(lexemes))
+        counted = score_sql(where, len(lexemes), counted=True)
+        frequency = {lex: docs for lex, docs, *_ in rows}
+
+        def scoring(matching: list[str]) -> str:
+            # ts_rank's statement costs more to plan (0.3-1 ms more) and less per match
+            # (about 1 us): it pays where the statement may score more than ``few``.
+            return counted if sum(frequency[lex] for lex in matching) > few else plain
+
         weights = (float(params["wa"]), float(params["wc"]), float(params["wd"]))
         # Rarest first (ties by lexeme, so the plan is the same from run to run); a lexeme no
         # document holds is skipped: it can match nothing.
@@ -248,7 +366,8 @@ def top_k(
         # on), or when the matches are so few that a second statement would cost more than
         # scoring them all.
         if not early or min(weights) < 0 or sum(docs for docs, _ in order) <= few:
-            return _scored(db, sql, {**base, "query": _any_of([lex for _, lex in order])})
+            every = [lex for _, lex in order]
+            return _scored(db, scoring(every), {**base, "query": _any_of(every)})
         # The rarest lexemes' matches first, as many lexemes as it takes for their matches
         # to reach ``limit`` (so the threshold is a real one, not 0) and more while they are
         # few; then, once more, the documents without them that hold enough of the other
@@ -260,7 +379,7 @@ def top_k(
                 break
             taken.append(lex)
             reach += docs
-        best = _scored(db, sql, {**base, "query": _any_of(taken)})
+        best = _scored(db, scoring(taken), {**base, "query": _any_of(taken)})
         rest = [lex for _, lex in order[len(taken) :]]
         while rest:
             threshold = min(best.values()) if len(best) >= limit else 0.0
@@ -270,6 +389,7 @@ def top_k(
                 lex = rest.pop(0)
                 query = f"{_quoted(lex)} & {without}"
                 taken.append(lex)
+                sql = scoring([lex])
             else:
                 enough = _enough(rest, bound, threshold)
                 if not enough:
@@ -279,10 +399,12 @@ def top_k(
                     # Each match's own bound, at its own length: most are longer than the
                     # shortest document holding its lexemes, and below the threshold.
                     cut, named = _cut(rest, shares, threshold, avgdl)
-                    last = score_sql(where, len(lexemes), cut)
+                    many = sum(frequency[lex] for lex in rest) > few
+                    last = score_sql(where, len(lexemes), cut, counted=many)
                     best.update(_scored(db, last, {**base, **named, "query": query}))
                     best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
                     break
+                sql = scoring(rest)
                 rest = []
             best.update(_scored(db, sql, {**base, "query": query}))
             best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])

@@ -154,13 +154,7 @@ def score_sql(where: str, lexemes: int = 2, cut: str = "", counted: bool = False
         ORDER BY score DESC, f.seq LIMIT %(limit)s
     """
     return f"""
-        SELECT f.seq, (
-            SELECT sum((%(idfs)s::float8[])[array_position(%(lexemes)s::text[], t.lexeme)]
-                       * (t.tf * {K1 + 1}::float8) / (t.tf + {norm}))
-            FROM (
-                SELECT u.lexeme, {tf}::float8 AS tf FROM {held} AS u
-            ) AS t
-        ) AS score
+        SELECT f.seq, {_bm25_sum(held, tf, norm)} AS score
         FROM events_fts f{join}
         WHERE f.tsv @@ %(query)s::tsquery{where}{cut}
         ORDER BY score DESC, f.seq LIMIT %(limit)s
@@ -192,11 +186,7 @@ def _counted_sql(join: str, where: str, cut: str, lexemes: int, tf: str, norm: s
             f"(%(ordered_idfs)s::float8[])[{j + 1}] * (s.tf{j} * {K1 + 1}::float8)"
             f" / (s.tf{j} + {norm_s})"
         )
-    labelled_sum = f"""(
-            SELECT sum((%(idfs)s::float8[])[array_position(%(lexemes)s::text[], t.lexeme)]
-                       * (t.tf * {K1 + 1}::float8) / (t.tf + {norm}))
-            FROM (SELECT u.lexeme, {tf}::float8 AS tf FROM unnest({_DELETED}) AS u) AS t
-        )"""
+    labelled_sum = _bm25_sum(f"unnest({_DELETED})", tf, norm)
     return f"""
         SELECT s.seq, CASE WHEN s.labelled THEN s.whole ELSE {" + ".join(terms)} END AS score
         FROM (
@@ -212,6 +202,16 @@ def _counted_sql(join: str, where: str, cut: str, lexemes: int, tf: str, norm: s
     """
 
 
+def _bm25_sum(held: str, tf: str, norm: str) -> str:
+    """A match's BM25: each row of ``held`` (its tsvector cut down to the query's lexemes,
+    unnested in the tsvector's order) scored with its lexeme's idf and summed."""
+    return f"""(
+            SELECT sum((%(idfs)s::float8[])[array_position(%(lexemes)s::text[], t.lexeme)]
+                       * (t.tf * {K1 + 1}::float8) / (t.tf + {norm}))
+            FROM (SELECT u.lexeme, {tf}::float8 AS tf FROM {held} AS u) AS t
+        )"""
+
+
 # A match's tsvector cut down to the query's lexemes: every other lexeme deleted, labels
 # kept (for a match holding one in a headline or a name), or the query's lexemes relabelled
 # B (a label the index never writes) and the rest filtered out (every other match).
@@ -219,6 +219,7 @@ _DELETED = "ts_delete(f.tsv, tsvector_to_array(ts_delete(f.tsv, %(lexemes)s::tex
 
 
 def _relabelled(lexemes: str) -> str:
+    """A match's tsvector with only ``lexemes`` (SQL for a text array), relabelled B."""
     return f"ts_filter(setweight(f.tsv, 'B', {lexemes}), '{{b}}')"
 
 
@@ -339,14 +340,13 @@ def top_k(
             **_ordered_params(lexemes, idfs),
             **_counted(db),
         }
-        plain = score_sql(where, len(lexemes))
-        counted = score_sql(where, len(lexemes), counted=True)
         frequency = {lex: docs for lex, docs, *_ in rows}
 
-        def scoring(matching: list[str]) -> str:
+        def scoring(matching: list[str], cut: str = "") -> str:
             # ts_rank's statement costs more to plan (0.3-1 ms more) and less per match
             # (about 1 us): it pays where the statement may score more than ``few``.
-            return counted if sum(frequency[lex] for lex in matching) > few else plain
+            many = sum(frequency[lex] for lex in matching) > few
+            return score_sql(where, len(lexemes), cut, counted=many)
 
         weights = (float(params["wa"]), float(params["wc"]), float(params["wd"]))
         # Rarest first (ties by lexeme, so the plan is the same from run to run); a lexeme no
@@ -399,8 +399,7 @@ def top_k(
                     # Each match's own bound, at its own length: most are longer than the
                     # shortest document holding its lexemes, and below the threshold.
                     cut, named = _cut(rest, shares, threshold, avgdl)
-                    many = sum(frequency[lex] for lex in rest) > few
-                    last = score_sql(where, len(lexemes), cut, counted=many)
+                    last = scoring(rest, cut)
                     best.update(_scored(db, last, {**base, **named, "query": query}))
                     best = dict(sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit])
                     break

@@ -347,8 +347,10 @@ class ScriptedUpstream:
         # Joined on close (after ``release`` cut any slow reply short), so no handler outlives
         # its test holding a socket.
         self.server.daemon_threads = False
+        # Polled every 50 ms, not socketserver's 0.5 s: ``shutdown`` waits for the next poll,
+        # and every gateway test closes one.
         self.thread = threading.Thread(
-            target=self.server.serve_forever, name="upstream", daemon=True
+            target=self.server.serve_forever, args=(0.05,), name="upstream", daemon=True
         )
         self.thread.start()
         self.root = f"http://127.0.0.1:{self.server.server_address[1]}"  # Anthropic's base

@@ -188,6 +188,7 @@ PG_DIALECT = SearchDialect(
     _pg_candidates,
     _pg_list_range,
     arrays=True,
+    lean_pool=False,
     doc_count=_pg_doc_count,
     doc_freq=_pg_doc_freq,
 )

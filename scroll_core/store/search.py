@@ -327,14 +327,15 @@ class SearchDialect:
         of a WHERE clause (empty, or ending in ``AND``) and their parameters. A row two
         candidates' ranges share may come twice (the same row both times).
 
-        With ``json_lists`` each candidate's range is read as one range of the primary key
-        (``BETWEEN``), a seek and a few steps; listing every seq of every range for an
-        ``IN`` (what PostgreSQL is given) makes SQLite build, sort and probe a list of them
-        first (the pool read 0.246 against 0.272 ms at 20k events, alternating). The join is
-        a CROSS JOIN, which SQLite never reorders: given an agent or session filter, its
-        planner would otherwise walk that agent's or session's events by index as the outer
-        loop and look each up in the list, a scan of the whole agent per search. (Ported from
-        the sqlsearch branch's pass at issue 36, which found the planner trap.)
+        With ``json_lists`` (SQLite) each candidate's range is read as one range of the
+        primary key (``BETWEEN``), a seek and a few steps; listing every seq of every range
+        for an ``IN`` (the form a dialect with neither option gets) makes SQLite build, sort
+        and probe a list of them first (the pool read 0.246 against 0.272 ms at 20k events,
+        alternating). The join is a CROSS JOIN, which SQLite never reorders: given an agent
+        or session filter, its planner would otherwise walk that agent's or session's events
+        by index as the outer loop and look each up in the list, a scan of the whole agent
+        per search. (Ported from the sqlsearch branch's pass at issue 36, which found the
+        planner trap.)
 
         With ``arrays`` (PostgreSQL) the same ranges, from the array of the candidates: 30
         index range scans instead of 150 probes of a listed ``= ANY`` (the pool read 0.43
@@ -343,24 +344,21 @@ class SearchDialect:
         0``, which the planner neither flattens nor reorders: the candidates are the outer
         loop under every filter and at any table size, as the CROSS JOIN makes them on
         SQLite (a plain join was 0.07 ms faster but left the order to the statistics: on a
-        small table it scanned a session's events; ``tests/test_pg_search_pool.py`` reads
-        the plans)."""
+        small table it scanned a session's events; ``tests/test_search_pool.py`` reads the
+        plans on both)."""
+        reach = max(0, int(reach))
         if self.arrays:
-            reach = max(0, int(reach))
-            return (
+            ranges = (
                 f"unnest({self.mark}::bigint[]) AS j(seq) CROSS JOIN LATERAL (SELECT * FROM "
-                f"events e WHERE e.seq BETWEEN j.seq - {reach} AND j.seq + {reach} OFFSET 0) e",
-                "",
-                [_array_ints(sorted(seqs))],
+                f"events e WHERE e.seq BETWEEN j.seq - {reach} AND j.seq + {reach} OFFSET 0) e"
             )
+            return ranges, "", [_array_ints(sorted(seqs))]
         if self.json_lists:
-            reach = max(0, int(reach))
-            return (
+            ranges = (
                 f"json_each({self.mark}) j CROSS JOIN events e "
-                f"ON e.seq BETWEEN j.value - {reach} AND j.value + {reach}",
-                "",
-                [_json_ints(sorted(seqs))],
+                f"ON e.seq BETWEEN j.value - {reach} AND j.value + {reach}"
             )
+            return ranges, "", [_json_ints(sorted(seqs))]
         pool = set(seqs)
         for seq in seqs:
             pool.update(range(seq - reach, seq + reach + 1))

@@ -29,6 +29,7 @@ DIALECTS = {
     "postgres": (PG_DIALECT, replace(PG_DIALECT, arrays=False, lean_pool=True)),
 }
 PG_LISTED = DIALECTS["postgres"][1]
+PG_LEAN = replace(PG_DIALECT, lean_pool=True)
 
 
 @pytest.fixture
@@ -166,8 +167,9 @@ def test_the_pool_is_read_by_range_under_every_filter_on_postgres(seeded_pg, mon
 
 
 def test_the_hits_are_those_of_the_listed_lean_read(seeded_pg):
-    # Rows read whole by ranges, and read lean by listing with the winners' columns read
-    # after the ranking: the same hits, each carrying its own agent, kind, role and time.
+    # Rows read whole by ranges, and read lean (listed, or by ranges with the winners'
+    # columns read after the ranking by ``seq_in``'s array): the same hits, each carrying
+    # its own agent, kind, role and time.
     found = {}
     for options in FILTERS:
         for query in queries():
@@ -180,6 +182,8 @@ def test_the_hits_are_those_of_the_listed_lean_read(seeded_pg):
         tuning, stats = seeded_pg.search_tuning, seeded_pg.term_stats
         listed = search.run_search(db, query, 10, filters, tuning, PG_LISTED, stats)
         assert hits == listed, (query, options)
+        lean = search.run_search(db, query, 10, filters, tuning, PG_LEAN, stats)
+        assert hits == lean, (query, options)
         neighbours += _carry_their_own(seeded_pg, hits)
     assert neighbours > 20  # turns read only beside a candidate made the top
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import math
 import os
@@ -21,6 +22,8 @@ import platform
 import shlex
 import statistics
 import sys
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,29 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time of process ``pid`` (all its threads) so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_in_turn(
+    sides: Sequence[Callable[[str], Any]], queries: list[str], warm: int = 20
+) -> list[list[float]]:
+    """Each query on every side back to back, so load from elsewhere on the machine falls
+    on all alike; one list of milliseconds per side. The sides' order turns through every
+    permutation, query by query: a side's time depends on which side ran just before it (a
+    search right after another on the same file or server finds its pages warmer), and a
+    fixed order favours whichever side always follows (at 20,000 events ``eventlog.py``'s
+    SQLite ratio was 1.46-1.52 with ours first every time, 1.41-1.47 in turn, three runs
+    each). The first ``warm`` queries run once on every side first, untimed."""
+    for q in queries[:warm]:
+        for run in sides:
+            run(q)
+    orders = list(itertools.permutations(range(len(sides))))
+    times: list[list[float]] = [[] for _ in sides]
+    for number, q in enumerate(queries):
+        for side in orders[number % len(orders)]:
+            start = time.perf_counter()
+            sides[side](q)
+            times[side].append((time.perf_counter() - start) * 1000)
+    return times
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from _common import median, percentile
+from _common import median, percentile, time_in_turn
 from _pg import postgres_database
 
 from scroll_core.store import SearchFilters, SearchTuning
@@ -98,26 +98,9 @@ def run(
         def agent_search(q: str) -> Any:
             return log.search(q, k=10, agent_id="main")
 
-        for q in queries[:20]:
-            log.search(q, k=10)
-            raw_search(q)
-            native_search(q)
-            agent_search(q)
-        ours_ms: list[float] = []
-        raw_ms: list[float] = []
-        native_ms: list[float] = []
-        agent_ms: list[float] = []
-        sides = (
-            (raw_search, raw_ms),
-            (lambda q: log.search(q, k=10), ours_ms),
-            (native_search, native_ms),
-            (agent_search, agent_ms),
+        raw_ms, ours_ms, native_ms, agent_ms = time_in_turn(
+            (raw_search, lambda q: log.search(q, k=10), native_search, agent_search), queries
         )
-        for q in queries:
-            for fn, out in sides:
-                start = time.perf_counter()
-                fn(q)
-                out.append((time.perf_counter() - start) * 1000)
     ours_rate, raw_rate = n / ours_s, n / raw_s
     return {
         "events": n,

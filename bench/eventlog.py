@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from _common import emit, median, percentile
+from _common import emit, median, percentile, time_in_turn
 
 from scroll_core import EventLog
 from scroll_core.store import SearchTuning
@@ -192,27 +192,6 @@ def ingest_both(
     return ours_s, single_s, raw_s, table_s, json_s
 
 
-def time_queries_both(
-    ours: Callable[[str], Any],
-    raw: Callable[[str], Any],
-    queries: list[str],
-    *more: Callable[[str], Any],
-) -> list[list[float]]:
-    """Time each query on every side back to back, so machine load falls on all alike; one
-    list of milliseconds per side (ours, raw, then ``more``)."""
-    sides = (ours, raw, *more)
-    for q in queries[:20]:  # warm the page cache for every side alike
-        for run in sides:
-            run(q)
-    times: list[list[float]] = [[] for _ in sides]
-    for q in queries:
-        for run, out in zip(sides, times, strict=True):
-            start = time.perf_counter()
-            run(q)
-            out.append((time.perf_counter() - start) * 1000)
-    return times
-
-
 def run_sqlite(rows: list[dict[str, Any]], queries: list[str]) -> dict[str, Any]:
     n = len(rows)
     with tempfile.TemporaryDirectory(prefix="scroll-bench-") as tmp:
@@ -237,11 +216,13 @@ def run_sqlite(rows: list[dict[str, Any]], queries: list[str]) -> dict[str, Any]
         began = time.perf_counter()
         log.search("warm", k=10, agent_id="main")  # the agent's totals, counted once
         totals_ms = (time.perf_counter() - began) * 1000
-        ours_ms, raw_ms, agent_ms = time_queries_both(
-            lambda q: log.search(q, k=10),
-            lambda q: raw_db.execute(raw_sql, (match_expression(query_terms(q)),)).fetchall(),
+        ours_ms, raw_ms, agent_ms = time_in_turn(
+            (
+                lambda q: log.search(q, k=10),
+                lambda q: raw_db.execute(raw_sql, (match_expression(query_terms(q)),)).fetchall(),
+                lambda q: log.search(q, k=10, agent_id="main"),
+            ),
             queries,
-            lambda q: log.search(q, k=10, agent_id="main"),
         )
         log.close()
         raw_db.close()

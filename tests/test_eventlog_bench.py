@@ -111,3 +111,29 @@ def test_the_ab_run_compares_two_checkouts_in_one_process(tmp_path):
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert missing.returncode != 0 and "no scroll_core package" in missing.stderr
+
+
+def test_every_side_times_every_query_and_follows_each_other_side_as_often():
+    import itertools
+
+    from _common import time_in_turn
+
+    calls: list[tuple[str, str]] = []
+
+    def side(name: str):
+        return lambda q: calls.append((name, q))
+
+    queries = [f"q{i}" for i in range(12)]
+    times = time_in_turn((side("ours"), side("raw"), side("agent")), queries, warm=2)
+    assert [len(t) for t in times] == [12, 12, 12]
+    timed = calls[2 * 3 :]  # after the two warming queries, untimed, on every side
+    assert sorted(timed) == sorted((s, q) for q in queries for s in ("ours", "raw", "agent"))
+    # Within each query, which side ran right after which: each ordered pair equally often,
+    # so no side always runs on what another just warmed.
+    follows: dict[tuple[str, str], int] = {}
+    for at in range(0, len(timed), 3):
+        names = [name for name, _ in timed[at : at + 3]]
+        assert {q for _, q in timed[at : at + 3]} == {queries[at // 3]}
+        for before, after in itertools.pairwise(names):
+            follows[(before, after)] = follows.get((before, after), 0) + 1
+    assert len(follows) == 6 and set(follows.values()) == {4}

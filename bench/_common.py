@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -40,27 +40,37 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class Timings(NamedTuple):
+    """Milliseconds per side, in the order the sides were given: wall clock, and the
+    calling thread's CPU time."""
+
+    wall: list[list[float]]
+    cpu: list[list[float]]
+
+
 def time_in_turn(
     sides: Sequence[Callable[[str], Any]], queries: list[str], warm: int = 20
-) -> list[list[float]]:
+) -> Timings:
     """Each query on every side back to back, so load from elsewhere on the machine falls
-    on all alike; one list of milliseconds per side. The sides' order turns through every
-    permutation, query by query: a side's time depends on which side ran just before it (a
-    search right after another on the same file or server finds its pages warmer), and a
-    fixed order favours whichever side always follows (at 20,000 events ``eventlog.py``'s
-    SQLite ratio was 1.46-1.52 with ours first every time, 1.41-1.47 in turn, three runs
-    each). The first ``warm`` queries run once on every side first, untimed."""
+    on all alike. The sides' order turns through every permutation, query by query: a
+    side's time depends on which side ran just before it (a search right after another on
+    the same file or server finds its pages warmer), and a fixed order favours whichever
+    side always follows (at 20,000 events ``eventlog.py``'s SQLite ratio was 1.46-1.52 with
+    ours first every time, 1.41-1.47 in turn, three runs each). The first ``warm`` queries
+    run once on every side first, untimed."""
     for q in queries[:warm]:
         for run in sides:
             run(q)
     orders = list(itertools.permutations(range(len(sides))))
-    times: list[list[float]] = [[] for _ in sides]
+    wall: list[list[float]] = [[] for _ in sides]
+    cpu: list[list[float]] = [[] for _ in sides]
     for number, q in enumerate(queries):
         for side in orders[number % len(orders)]:
-            start = time.perf_counter()
+            began_wall, began = time.perf_counter(), time.thread_time()
             sides[side](q)
-            times[side].append((time.perf_counter() - start) * 1000)
-    return times
+            wall[side].append((time.perf_counter() - began_wall) * 1000)
+            cpu[side].append((time.thread_time() - began) * 1000)
+    return Timings(wall, cpu)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -100,7 +100,7 @@ def run(
 
         raw_ms, ours_ms, native_ms, agent_ms = time_in_turn(
             (raw_search, lambda q: log.search(q, k=10), native_search, agent_search), queries
-        )
+        ).wall
     ours_rate, raw_rate = n / ours_s, n / raw_s
     return {
         "events": n,

@@ -223,7 +223,7 @@ def run_sqlite(rows: list[dict[str, Any]], queries: list[str]) -> dict[str, Any]
                 lambda q: log.search(q, k=10, agent_id="main"),
             ),
             queries,
-        )
+        ).wall
         log.close()
         raw_db.close()
     ours_rate = n / ours_s

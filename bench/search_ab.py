@@ -23,7 +23,6 @@ so the A/B figures above carry no wrapper.
 from __future__ import annotations
 
 import argparse
-import itertools
 import random
 import statistics
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from _common import emit
+from _common import emit, time_in_turn
 from eventlog import (
     BATCH,
     SEED,
@@ -81,17 +80,12 @@ def run(base: ModuleType, n: int) -> dict[str, Any]:
                 (h.seq, repr(h.score), h.snippet) for h in want
             ]:
                 raise SystemExit(f"the checkouts rank {q!r} differently")
-        wall: dict[str, list[float]] = {side: [] for side in sides}
-        cpu: dict[str, list[float]] = {side: [] for side in sides}
         # Every order of the three sides in turn, so each follows each other side (and runs
         # first) equally often: a search right after another on the same file runs warmer.
-        orders = list(itertools.permutations(sides))
-        for number, q in enumerate(queries):
-            for side in orders[number % len(orders)]:
-                began_wall, began = time.perf_counter(), time.thread_time()
-                sides[side](q)
-                wall[side].append((time.perf_counter() - began_wall) * 1000)
-                cpu[side].append((time.thread_time() - began) * 1000)
+        names = list(sides)
+        timings = time_in_turn([sides[name] for name in names], queries, warm=0)
+        wall = dict(zip(names, timings.wall, strict=True))
+        cpu = dict(zip(names, timings.cpu, strict=True))
         phases = _phases(sides["this"], sides["raw"], queries)
         this.close()
         other.close()

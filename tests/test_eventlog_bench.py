@@ -125,7 +125,7 @@ def test_every_side_times_every_query_and_follows_each_other_side_as_often():
 
     queries = [f"q{i}" for i in range(12)]
     times = time_in_turn((side("ours"), side("raw"), side("agent")), queries, warm=2)
-    assert [len(t) for t in times] == [12, 12, 12]
+    assert [len(t) for t in times.wall] == [len(t) for t in times.cpu] == [12, 12, 12]
     timed = calls[2 * 3 :]  # after the two warming queries, untimed, on every side
     assert sorted(timed) == sorted((s, q) for q in queries for s in ("ours", "raw", "agent"))
     # Within each query, which side ran right after which: each ordered pair equally often,

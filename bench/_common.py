@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import json
 import math
 import os
@@ -42,35 +41,65 @@ def cpu_seconds(pid: int) -> float:
 
 class Timings(NamedTuple):
     """Milliseconds per side, in the order the sides were given: wall clock, and the
-    calling thread's CPU time."""
+    calling thread's CPU time; with ``keep``, what each side returned, per query."""
 
     wall: list[list[float]]
     cpu: list[list[float]]
+    results: list[list[Any]] | None = None
+
+
+def balanced_orders(sides: int) -> list[tuple[int, ...]]:
+    """Orders of ``sides`` sides in which each side runs right after each other side equally
+    often, and in each place equally often (Williams' design for crossover trials): ``sides``
+    orders when even, twice that when odd. Every permutation would do too, but there are
+    120 of them for 5 sides and 5,040 for 7, more than a run has queries, and taken in turn
+    they keep one side first for hundreds of queries."""
+    if sides < 1:
+        raise ValueError("no sides to time")
+    first = [0]
+    low, high = 1, sides - 1
+    while len(first) < sides:
+        first.append(low)
+        low += 1
+        if len(first) < sides:
+            first.append(high)
+            high -= 1
+    orders = [tuple((side + shift) % sides for side in first) for shift in range(sides)]
+    if sides % 2:
+        orders += [order[::-1] for order in orders]
+    return orders
 
 
 def time_in_turn(
-    sides: Sequence[Callable[[str], Any]], queries: list[str], warm: int = 20
+    sides: Sequence[Callable[[str], Any]],
+    queries: list[str],
+    warm: int = 20,
+    *,
+    keep: bool = False,
 ) -> Timings:
     """Each query on every side back to back, so load from elsewhere on the machine falls
-    on all alike. The sides' order turns through every permutation, query by query: a
-    side's time depends on which side ran just before it (a search right after another on
-    the same file or server finds its pages warmer), and a fixed order favours whichever
-    side always follows (at 20,000 events ``eventlog.py``'s SQLite ratio was 1.46-1.52 with
-    ours first every time, 1.41-1.47 in turn, three runs each). The first ``warm`` queries
-    run once on every side first, untimed."""
+    on all alike. The sides' order changes query by query (``balanced_orders``): a side's
+    time depends on which side ran just before it (a search right after another on the same
+    file or server finds its pages warmer), and a fixed order favours whichever side always
+    follows (at 20,000 events ``eventlog.py``'s SQLite ratio was 1.46-1.52 with ours first
+    every time, 1.41-1.47 in turn, three runs each). The first ``warm`` queries run once on
+    every side first, untimed. ``keep`` keeps what each side returned for each query."""
     for q in queries[:warm]:
         for run in sides:
             run(q)
-    orders = list(itertools.permutations(range(len(sides))))
+    orders = balanced_orders(len(sides))
     wall: list[list[float]] = [[] for _ in sides]
     cpu: list[list[float]] = [[] for _ in sides]
+    results: list[list[Any]] = [[None] * len(queries) for _ in sides]
     for number, q in enumerate(queries):
         for side in orders[number % len(orders)]:
             began_wall, began = time.perf_counter(), time.thread_time()
-            sides[side](q)
+            got = sides[side](q)
             wall[side].append((time.perf_counter() - began_wall) * 1000)
             cpu[side].append((time.thread_time() - began) * 1000)
-    return Timings(wall, cpu)
+            if keep:
+                results[side][number] = got
+    return Timings(wall, cpu, results if keep else None)
 
 
 def percentile(values: list[float], q: float) -> float:

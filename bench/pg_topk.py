@@ -5,8 +5,10 @@
 The rows and queries of ``bench/eventlog.py`` (same seed) in one PostgreSQL Event Log
 database, filled by ``COPY`` through the Event Log's own triggers, and the same rows in an
 SQLite database with the Event Log's FTS5 table (``eventlog.raw_schema``). Each query is
-timed on every side back to back (so load from elsewhere falls on all alike), top 10 with
-the same column weights:
+timed on every side back to back (so load from elsewhere falls on all alike), in an order
+that changes query by query so each side follows each other equally often
+(``_common.time_in_turn``; until 2026-12-05 one fixed order), top 10 with the same column
+weights:
 
 - ``every_match``: the BM25 statement that scores every match (``pg_search._bm25_sql``,
   what PostgreSQL search ran before ``pg_topk``);
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from _common import emit, median, percentile
+from _common import emit, median, percentile, time_in_turn
 from _eventlog_postgres import _COLUMNS
 from _pg import postgres_database
 from eventlog import SEED, make_queries, make_rows, make_vocabulary, open_raw, raw_tuples
@@ -174,23 +176,19 @@ def run(n: int, database: str | None, server: str | None, rum: bool = False) -> 
         }
         if rum:
             sides.update(rum=by_rum(10), rum_300=by_rum(300))
-        for q in queries[:20]:  # warm every side alike
-            for side in sides.values():
-                side(q)
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        same = 0
+        names = list(sides)
+        timed = time_in_turn([sides[name] for name in names], queries, keep=True)
+        times = dict(zip(names, timed.wall, strict=True))
+        assert timed.results is not None
+        got = dict(zip(names, timed.results, strict=True))
+        same = sum(top == every for top, every in zip(got["topk"], got["every_match"], strict=True))
         recall: dict[int, list[float]] = {30: [], 300: []}
-        for q in queries:
-            got = {}
-            for name, side in sides.items():
-                start = time.perf_counter()
-                got[name] = side(q)
-                times[name].append((time.perf_counter() - start) * 1000)
-            same += got["topk"] == got["every_match"]
-            if rum and got["every_match"]:
-                truth = set(got["every_match"])
-                for cut in recall:
-                    recall[cut].append(len(truth & set(got["rum_300"][:cut])) / len(truth))
+        if rum:
+            for every, ranked in zip(got["every_match"], got["rum_300"], strict=True):
+                if every:
+                    truth = set(every)
+                    for cut in recall:
+                        recall[cut].append(len(truth & set(ranked[:cut])) / len(truth))
         slowest = _slowest(db, queries, times["search"])
         lite.close()
         if rum:

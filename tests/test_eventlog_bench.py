@@ -137,3 +137,36 @@ def test_every_side_times_every_query_and_follows_each_other_side_as_often():
         for before, after in itertools.pairwise(names):
             follows[(before, after)] = follows.get((before, after), 0) + 1
     assert len(follows) == 6 and set(follows.values()) == {4}
+
+
+@pytest.mark.parametrize("sides", range(1, 9))
+def test_the_orders_put_each_side_after_each_other_and_in_each_place_equally_often(sides):
+    import itertools
+
+    from _common import balanced_orders
+
+    orders = balanced_orders(sides)
+    assert len(orders) == (sides if sides % 2 == 0 else 2 * sides)
+    assert all(sorted(order) == list(range(sides)) for order in orders)
+    follows: dict[tuple[int, int], int] = {}
+    for order in orders:
+        for pair in itertools.pairwise(order):
+            follows[pair] = follows.get(pair, 0) + 1
+    assert len(follows) == sides * (sides - 1)
+    assert len(set(follows.values())) <= 1
+    for place in range(sides):
+        assert sorted(order[place] for order in orders) == sorted(
+            list(range(sides)) * (len(orders) // sides)
+        )
+
+
+def test_kept_results_line_up_with_their_queries_and_sides():
+    from _common import time_in_turn
+
+    sides = [lambda q, n=n: f"{n}:{q}" for n in range(5)]
+    queries = [f"q{i}" for i in range(13)]
+    times = time_in_turn(sides, queries, warm=0, keep=True)
+    assert times.results == [[f"{n}:{q}" for q in queries] for n in range(5)]
+    assert time_in_turn(sides, queries, warm=0).results is None
+    with pytest.raises(ValueError, match="no sides"):
+        time_in_turn([], queries)

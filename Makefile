@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+BENCH_EXTRAS := -e '.[dev,bench]'
 PHOENIX_VERSION ?= 20.26.1
 PHOENIX_VENV := .phoenix-venv
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
@@ -14,17 +15,29 @@ AIDER_STAMP := $(AIDER_VENV)/.installed-$(AIDER_VERSION)
 LITELLM_VERSION ?= 1.110.2
 LITELLM_VENV := .litellm-venv
 LITELLM_STAMP := $(LITELLM_VENV)/.installed-$(LITELLM_VERSION)
+# (See `make litellm` below for why these and not the [proxy] extra.)
+LITELLM_REQUIREMENTS := litellm==$(LITELLM_VERSION) \
+	'uvicorn>=0.33,<1' 'uvloop>=0.22.1,<1' 'fastapi>=0.136.3,<1' 'starlette>=1.0.1,<2' \
+	'backoff>=2.2.1,<3' 'gunicorn>=23,<24' 'rq>=2.7,<3' websockets orjson apscheduler \
+	PyJWT cryptography semver python-multipart expression fastapi-sso mcp soundfile
 # uv (PyPI's, Astral's Rust installer) installs every virtualenv below, in a small virtualenv
 # of its own that pip makes: on this 2-core machine, from a cold cache, the project with its
 # dev extra took 16 s and 18 CPU-s against pip's 122 s and 87 CPU-s; Phoenix 8 s against
 # 110 s, Aider 3 s against 84 s (2026-12-05), and the four installs CI runs at once are bound
 # by CPU. uv reads no pip.conf: an index of your own is UV_INDEX_URL / UV_DEFAULT_INDEX.
+# Where uv cannot be installed, or fails to install something, pip does it (slower, and it
+# says so): pip.conf's index then still works.
 UV_VERSION ?= 0.13.8
 UV_VENV := .uv-venv
 UV := $(UV_VENV)/bin/uv
 UV_STAMP := $(UV_VENV)/.installed-$(UV_VERSION)
-# The system's certificate store, not uv's built-in roots, as pip does: a proxy's own CA works.
-UV_INSTALL = $(UV) pip install --quiet --system-certs
+# $(call install_into,PYTHON,WHAT[,UV_ONLY]): install WHAT (pip's arguments) into the
+# virtualenv of PYTHON, with uv and UV_ONLY's options when there is uv, else with pip.
+# Bytecode is compiled at install, as pip does. The system's certificate store, not uv's
+# built-in roots, as pip does: a proxy's own CA works.
+install_into = if [ -x $(UV) ] && $(UV) pip install --quiet --system-certs --compile-bytecode \
+	--python $(1) $(3) $(2); then :; else \
+	echo "!! installing with pip instead of uv: $(2)" >&2; $(1) -m pip install --quiet $(2); fi
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -43,8 +56,8 @@ uv: $(UV_STAMP)
 
 $(UV_STAMP):
 	@test -x $(UV_VENV)/bin/python || $(PYTHON) -m venv $(UV_VENV)
-	$(UV_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION)
-	@touch $@
+	@if $(UV_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION); then touch $@; \
+	else echo "!! could not install uv $(UV_VERSION): pip installs the virtualenvs" >&2; fi
 
 # The modules setup.py compiles with mypyc (scroll_core/native.py's COMPILED), as paths: the
 # tuple's names with dots made slashes (scroll_core.store.term_match -> .../term_match.py).
@@ -59,7 +72,7 @@ NATIVE_SOURCES := $(shell sed -n '/^COMPILED = ($$/,/^)$$/s|^    "\(scroll_core\
 # could not write what it compiles.
 $(STAMP): pyproject.toml setup.py scroll_core/native.py $(NATIVE_SOURCES) | $(UV_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(UV_INSTALL) --python $(BIN)/python --compile-bytecode --reinstall-package scroll -e '.[dev]'
+	$(call install_into,$(BIN)/python,-e '.[dev]',--reinstall-package scroll)
 	@touch $(STAMP)
 
 run: install
@@ -125,7 +138,7 @@ phoenix: $(PHOENIX_STAMP)
 
 $(PHOENIX_STAMP): | $(UV_STAMP)
 	@test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
-	$(UV_INSTALL) --python $(PHOENIX_VENV)/bin/python --compile-bytecode arize-phoenix==$(PHOENIX_VERSION)
+	$(call install_into,$(PHOENIX_VENV)/bin/python,arize-phoenix==$(PHOENIX_VERSION))
 	@touch $@
 
 # Aider (PyPI's aider-chat) for tests/test_gateway_aider.py, which runs the real CLI through the
@@ -135,7 +148,7 @@ aider: $(AIDER_STAMP)
 
 $(AIDER_STAMP): | $(UV_STAMP)
 	@test -x $(AIDER_VENV)/bin/python || $(PYTHON) -m venv $(AIDER_VENV)
-	$(UV_INSTALL) --python $(AIDER_VENV)/bin/python --compile-bytecode aider-chat==$(AIDER_VERSION)
+	$(call install_into,$(AIDER_VENV)/bin/python,aider-chat==$(AIDER_VERSION))
 	@touch $@
 
 # LiteLLM's proxy for `bench/gateway.py --peers litellm` (Scroll's throughput beside it), in a
@@ -147,10 +160,7 @@ litellm: $(LITELLM_STAMP)
 
 $(LITELLM_STAMP): | $(UV_STAMP)
 	@test -x $(LITELLM_VENV)/bin/python || $(PYTHON) -m venv $(LITELLM_VENV)
-	$(UV_INSTALL) --python $(LITELLM_VENV)/bin/python --compile-bytecode litellm==$(LITELLM_VERSION) \
-		'uvicorn>=0.33,<1' 'uvloop>=0.22.1,<1' 'fastapi>=0.136.3,<1' 'starlette>=1.0.1,<2' \
-		'backoff>=2.2.1,<3' 'gunicorn>=23,<24' 'rq>=2.7,<3' websockets orjson apscheduler \
-		PyJWT cryptography semver python-multipart expression fastapi-sso mcp soundfile
+	$(call install_into,$(LITELLM_VENV)/bin/python,$(LITELLM_REQUIREMENTS))
 	LITELLM_LOCAL_MODEL_COST_MAP=True $(LITELLM_VENV)/bin/python -c 'import litellm.proxy.proxy_server, \
 		litellm.proxy.proxy_cli, litellm.proxy.mcp_server.outbound_credentials.resolver'
 	@touch $@
@@ -174,7 +184,7 @@ BENCHES ?= $(filter-out bench/readme_tables.py,$(wildcard bench/[!_]*.py))
 
 # The benches also need the optional [bench] extra (a Jupyter kernel for bench/kernel.py).
 $(BENCH_STAMP): $(STAMP)
-	$(UV_INSTALL) --python $(BIN)/python --compile-bytecode -e '.[dev,bench]'
+	$(call install_into,$(BIN)/python,$(BENCH_EXTRAS))
 	@touch $(BENCH_STAMP)
 
 bench: install $(BENCH_STAMP)

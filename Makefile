@@ -33,7 +33,9 @@ UV := $(UV_VENV)/bin/uv
 UV_STAMP := $(UV_VENV)/.installed-$(UV_VERSION)
 # $(call install_into,PYTHON,WHAT[,UV_ONLY]): install WHAT (pip's arguments) into the
 # virtualenv of PYTHON, with uv and UV_ONLY's options when there is uv, else with pip.
-# Bytecode is compiled at install, as pip does. The system's certificate store, not uv's
+# Bytecode is compiled at install, as pip does: otherwise the first process to import a
+# module compiles it, inside the test pass, which is bound by CPU too (Phoenix took 24 CPU-s
+# to start without its .pyc files, 12 with them). The system's certificate store, not uv's
 # built-in roots, as pip does: a proxy's own CA works.
 install_into = if [ -x $(UV) ] && $(UV) pip install --quiet --system-certs --compile-bytecode \
 	--python $(1) $(3) $(2); then :; else \
@@ -67,9 +69,7 @@ NATIVE_SOURCES := $(shell sed -n '/^COMPILED = ($$/,/^)$$/s|^    "\(scroll_core\
 # Reinstall only when pyproject.toml or setup.py changed since the last install, or a compiled
 # module's source (whose extension is built again then; until it is, the package runs the
 # sources: scroll_core/native.py). uv would reuse its cached build of the project while
-# pyproject.toml and setup.py are unchanged, so the project is always built again. Bytecode is
-# compiled at install, as pip does: a sandboxed kernel reads the virtualenv read-only and
-# could not write what it compiles.
+# pyproject.toml and setup.py are unchanged, so the project is always built again.
 $(STAMP): pyproject.toml setup.py scroll_core/native.py $(NATIVE_SOURCES) | $(UV_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(call install_into,$(BIN)/python,-e '.[dev]',--reinstall-package scroll)

@@ -90,16 +90,16 @@ def time_in_turn(
     orders = balanced_orders(len(sides))
     wall: list[list[float]] = [[] for _ in sides]
     cpu: list[list[float]] = [[] for _ in sides]
-    results: list[list[Any]] = [[None] * len(queries) for _ in sides]
+    results: list[list[Any]] | None = [[None] * len(queries) for _ in sides] if keep else None
     for number, q in enumerate(queries):
         for side in orders[number % len(orders)]:
             began_wall, began = time.perf_counter(), time.thread_time()
             got = sides[side](q)
             wall[side].append((time.perf_counter() - began_wall) * 1000)
             cpu[side].append((time.thread_time() - began) * 1000)
-            if keep:
+            if results is not None:
                 results[side][number] = got
-    return Timings(wall, cpu, results if keep else None)
+    return Timings(wall, cpu, results)
 
 
 def percentile(values: list[float], q: float) -> float:

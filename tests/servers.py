@@ -59,12 +59,15 @@ RAM_DIR = Path("/dev/shm")
 
 
 def cluster_parent(in_memory: bool) -> str | None:
-    """The folder a test server's files go in: ``SCROLL_TEST_SERVER_DIR`` when set, else
-    /dev/shm when ``in_memory`` and it is a writable folder, else the temporary folder."""
+    """The folder a test server's files go in (None: the temporary folder, as a bench's
+    are, ``in_memory`` False): ``SCROLL_TEST_SERVER_DIR`` when set, else /dev/shm when it
+    is a writable folder."""
+    if not in_memory:
+        return None
     chosen = os.environ.get("SCROLL_TEST_SERVER_DIR")
     if chosen:
         return chosen
-    if in_memory and RAM_DIR.is_dir() and os.access(RAM_DIR, os.W_OK | os.X_OK):
+    if RAM_DIR.is_dir() and os.access(RAM_DIR, os.W_OK | os.X_OK):
         return str(RAM_DIR)
     return None
 

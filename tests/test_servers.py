@@ -41,6 +41,7 @@ def test_a_test_cluster_lives_in_ram_and_a_benchs_on_disk(monkeypatch, tmp_path)
     assert servers.cluster_parent(in_memory=False) is None  # the temporary folder
     monkeypatch.setenv("SCROLL_TEST_SERVER_DIR", str(tmp_path))
     assert servers.cluster_parent(in_memory=True) == str(tmp_path)
+    assert servers.cluster_parent(in_memory=False) is None  # a bench's stays on disk
     monkeypatch.delenv("SCROLL_TEST_SERVER_DIR")
     if expected is None:
         pytest.skip("no /dev/shm on this machine")

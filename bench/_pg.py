@@ -27,7 +27,7 @@ def postgres_database(server_url: str | None = None) -> Iterator[str]:
         if not url:
             from tests import servers
 
-            url = stack.enter_context(servers.postgres(BENCH_SETTINGS, in_memory=False)).url
+            url = stack.enter_context(servers.postgres(BENCH_SETTINGS)).url
         name = f"scroll_bench_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(url, autocommit=True) as db:
             db.execute(f"CREATE DATABASE {name}")

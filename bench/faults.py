@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     unavailable: dict[str, str] = {}
     samples: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
     with ExitStack() as stack:
-        pg = stack.enter_context(servers.postgres(own=True, in_memory=False))
+        pg = stack.enter_context(servers.postgres(own=True))
         redis = stack.enter_context(servers.redis(own=True))
         upstream = Upstream()
         stack.callback(upstream.close)

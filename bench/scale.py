@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     arms: dict[str, Any] = {}
     with ExitStack() as stack:
         try:
-            pg = stack.enter_context(servers.postgres(in_memory=False))
+            pg = stack.enter_context(servers.postgres())
             rd = stack.enter_context(servers.redis())
         except servers.ServerUnavailable as exc:
             print(f"PostgreSQL and Redis are needed: {exc}", file=sys.stderr)

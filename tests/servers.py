@@ -50,26 +50,6 @@ START_TIMEOUT_S = 30.0
 # Phoenix migrates a fresh database and imports a large stack first: 36 s on 2 busy cores.
 PHOENIX_START_TIMEOUT_S = 240.0
 PHOENIX = Path(__file__).resolve().parents[1] / ".phoenix-venv" / "bin" / "phoenix"
-# Where a test PostgreSQL keeps its cluster: a RAM filesystem when the machine has one. A
-# CREATE DATABASE opens, writes and later unlinks some 340 files; on this machine's ext4
-# (mounted with ``discard``) a copy of the Event Log's template and its drop took about
-# 250 ms, nearly all system time, and 25 ms on /dev/shm (2026-12-05, 20 in a row). The
-# suite makes one per test on PostgreSQL. ``SCROLL_TEST_SERVER_DIR`` names another folder.
-RAM_DIR = Path("/dev/shm")
-
-
-def cluster_parent(in_memory: bool) -> str | None:
-    """The folder a test server's files go in (None: the temporary folder, as a bench's
-    are, ``in_memory`` False): ``SCROLL_TEST_SERVER_DIR`` when set, else /dev/shm when it
-    is a writable folder."""
-    if not in_memory:
-        return None
-    chosen = os.environ.get("SCROLL_TEST_SERVER_DIR")
-    if chosen:
-        return chosen
-    if RAM_DIR.is_dir() and os.access(RAM_DIR, os.W_OK | os.X_OK):
-        return str(RAM_DIR)
-    return None
 
 
 class ServerUnavailable(RuntimeError):
@@ -180,22 +160,18 @@ def _tail(path: Path) -> str:
 
 
 @contextmanager
-def postgres(
-    settings: Mapping[str, str] | None = None, *, own: bool = False, in_memory: bool = True
-) -> Iterator[Server]:
+def postgres(settings: Mapping[str, str] | None = None, *, own: bool = False) -> Iterator[Server]:
     """A fresh PostgreSQL cluster with a database ``scroll`` owned by superuser ``scroll``;
     ``settings`` are server parameters on top of the test ones (a bench sizes its buffers).
     ``own``: always start one here (a fault test stops it), even when
-    ``SCROLL_TEST_POSTGRES_URL`` names a shared one. ``in_memory``: the cluster's files on
-    a RAM filesystem when there is one (``cluster_parent``); a bench, timing the database
-    beside SQLite on disk, keeps them on disk."""
+    ``SCROLL_TEST_POSTGRES_URL`` names a shared one."""
     external = os.environ.get("SCROLL_TEST_POSTGRES_URL")
     if external and not own:
         yield Server(external, "", 0)
         return
     bindir = _postgres_bindir()
     user = _as_user()
-    root = Path(tempfile.mkdtemp(prefix="scroll-pg-", dir=cluster_parent(in_memory)))
+    root = Path(tempfile.mkdtemp(prefix="scroll-pg-"))
     root.chmod(0o755)
     data, sockets, log = root / "data", root / "sockets", root / "postgres.log"
     for folder in (data, sockets):

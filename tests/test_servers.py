@@ -31,29 +31,6 @@ def test_postgres_server_answers_a_query(postgres_server):
     assert out.stdout.strip() == "scroll|42"
 
 
-def test_a_test_cluster_lives_in_ram_and_a_benchs_on_disk(monkeypatch, tmp_path):
-    from tests import servers
-
-    monkeypatch.delenv("SCROLL_TEST_SERVER_DIR", raising=False)
-    monkeypatch.delenv("SCROLL_TEST_POSTGRES_URL", raising=False)
-    expected = str(servers.RAM_DIR) if servers.RAM_DIR.is_dir() else None
-    assert servers.cluster_parent(in_memory=True) == expected
-    assert servers.cluster_parent(in_memory=False) is None  # the temporary folder
-    monkeypatch.setenv("SCROLL_TEST_SERVER_DIR", str(tmp_path))
-    assert servers.cluster_parent(in_memory=True) == str(tmp_path)
-    assert servers.cluster_parent(in_memory=False) is None  # a bench's stays on disk
-    monkeypatch.delenv("SCROLL_TEST_SERVER_DIR")
-    if expected is None:
-        pytest.skip("no /dev/shm on this machine")
-    with servers.postgres() as server:
-        data = subprocess.run(
-            ["psql", server.url, "-tAc", "SHOW data_directory"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        assert Path(data).is_relative_to(servers.RAM_DIR)
-    assert not Path(data).exists()  # removed with the server
-
-
 def test_redis_server_answers_ping_and_keeps_a_key(redis_server):
     parts = urlsplit(redis_server.url)
     assert parts.hostname in {"127.0.0.1", "localhost", "::1"}

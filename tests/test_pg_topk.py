@@ -198,6 +198,29 @@ def test_few_matches_are_scored_in_one_statement(filled):
     assert len(db.queries) > 1  # the early stop, for the same top
 
 
+def _seqscan(db: psycopg.Connection[Any]) -> str:
+    return str(db.execute("SHOW enable_seqscan").fetchone()[0])
+
+
+def test_many_matches_are_found_through_the_index_for_that_search_alone(filled):
+    db = filled._reader()
+    plan = "EXPLAIN SELECT seq FROM events_fts WHERE tsv @@ %s::tsquery"
+    with db.transaction():  # a caller's transaction (a time-limited search's)
+        scope, params = _params(COMMON)  # in every event: more matches than ``few``
+        top = top_k(db, 10, scope, params)
+        assert _seqscan(db) == "off"
+        steps = " ".join(row[0] for row in db.execute(plan, (f"'{MIDDLING}'",)).fetchall())
+        assert "Bitmap Index Scan on events_fts_tsv" in steps and "Seq Scan" not in steps
+    assert _seqscan(db) == "on"  # over with the transaction
+    assert _ordered(top) == _ordered(top_k(db, 10, scope, params, early=False))
+    top_k(db, 10, scope, params)  # in a snapshot of its own
+    assert _seqscan(db) == "on"
+    with db.transaction():
+        scope, params = _params(RARE)  # about 120 matches: the planner takes the index itself
+        top_k(db, 10, scope, params)
+        assert _seqscan(db) == "on"
+
+
 def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):
     db = filled._reader()
     filtered = {

@@ -205,20 +205,28 @@ def _seqscan(db: psycopg.Connection[Any]) -> str:
 def test_many_matches_are_found_through_the_index_for_that_search_alone(filled):
     db = filled._reader()
     plan = "EXPLAIN SELECT seq FROM events_fts WHERE tsv @@ %s::tsquery"
+    everywhere = _params(COMMON)  # in all 1,200 events: more than ``few`` matches
     with db.transaction():  # a caller's transaction (a time-limited search's)
-        scope, params = _params(COMMON)  # in every event: more matches than ``few``
-        top = top_k(db, 10, scope, params)
+        top = top_k(db, 10, *everywhere)
         assert _seqscan(db) == "off"
         steps = " ".join(row[0] for row in db.execute(plan, (f"'{MIDDLING}'",)).fetchall())
         assert "Bitmap Index Scan on events_fts_tsv" in steps and "Seq Scan" not in steps
     assert _seqscan(db) == "on"  # over with the transaction
-    assert _ordered(top) == _ordered(top_k(db, 10, scope, params, early=False))
-    top_k(db, 10, scope, params)  # in a snapshot of its own
+    top_k(db, 10, *everywhere)  # in a snapshot of its own
     assert _seqscan(db) == "on"
-    with db.transaction():
-        scope, params = _params(RARE)  # about 120 matches: the planner takes the index itself
-        top_k(db, 10, scope, params)
-        assert _seqscan(db) == "on"
+    # The same top whoever plans, early stop or not.
+    planned = top_k(db, 10, *everywhere, by_index=False)
+    assert _ordered(top) == _ordered(planned)
+    assert _ordered(top) == _ordered(top_k(db, 10, *everywhere, early=False))
+    rare = _params(RARE)  # about 120 matches
+    for asked, forced in (
+        ({}, False),  # fewer than ``few``: the planner takes the index itself
+        ({"few": 0}, True),
+        ({"few": 0, "by_index": False}, False),
+    ):
+        with db.transaction():
+            top_k(db, 10, *rare, **asked)
+            assert (_seqscan(db) == "off") is forced, asked
 
 
 def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):

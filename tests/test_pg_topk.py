@@ -198,37 +198,6 @@ def test_few_matches_are_scored_in_one_statement(filled):
     assert len(db.queries) > 1  # the early stop, for the same top
 
 
-def _seqscan(db: psycopg.Connection[Any]) -> str:
-    return str(db.execute("SHOW enable_seqscan").fetchone()[0])
-
-
-def test_many_matches_are_found_through_the_index_for_that_search_alone(filled):
-    db = filled._reader()
-    plan = "EXPLAIN SELECT seq FROM events_fts WHERE tsv @@ %s::tsquery"
-    everywhere = _params(COMMON)  # in all 1,200 events: more than ``few`` matches
-    with db.transaction():  # a caller's transaction (a time-limited search's)
-        top = top_k(db, 10, *everywhere)
-        assert _seqscan(db) == "off"
-        steps = " ".join(row[0] for row in db.execute(plan, (f"'{MIDDLING}'",)).fetchall())
-        assert "Bitmap Index Scan on events_fts_tsv" in steps and "Seq Scan" not in steps
-    assert _seqscan(db) == "on"  # over with the transaction
-    top_k(db, 10, *everywhere)  # in a snapshot of its own
-    assert _seqscan(db) == "on"
-    # The same top whoever plans, early stop or not.
-    planned = top_k(db, 10, *everywhere, by_index=False)
-    assert _ordered(top) == _ordered(planned)
-    assert _ordered(top) == _ordered(top_k(db, 10, *everywhere, early=False))
-    rare = _params(RARE)  # about 120 matches
-    for asked, forced in (
-        ({}, False),  # fewer than ``few``: the planner takes the index itself
-        ({"few": 0}, True),
-        ({"few": 0, "by_index": False}, False),
-    ):
-        with db.transaction():
-            top_k(db, 10, *rare, **asked)
-            assert (_seqscan(db) == "off") is forced, asked
-
-
 def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):
     db = filled._reader()
     filtered = {

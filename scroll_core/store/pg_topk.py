@@ -306,7 +306,6 @@ def top_k(
     early: bool = True,
     few: int | None = None,
     scoped: bool = False,
-    by_index: bool = True,
 ) -> dict[int, float]:
     """The best ``limit`` documents by BM25 for the lexemes of ``params["text"]``
     ({seq: score}).
@@ -320,8 +319,7 @@ def top_k(
     only the events of the agents ``scope`` names, so the bounds kept per agent
     (``max_tf``...) hold for every match; they hold anyway when ``scope`` is every agent
     (``params`` has no ``agents``). Otherwise each lexeme is bounded by the most BM25 can
-    give, ``idf * (k1 + 1)``. ``by_index`` False leaves to the planner how the matches of
-    more than ``few`` are found (``_matched_by_index``; the same top either way).
+    give, ``idf * (k1 + 1)``.
     """
     few = FEW if few is None else few
     tight = scoped or "agents" not in params
@@ -356,8 +354,6 @@ def top_k(
         order = sorted((docs, lex) for lex, docs, *_ in rows if docs > 0)
         if not order:
             return {}
-        if by_index and sum(docs for docs, _ in order) > few:
-            _matched_by_index(db)
         avgdl = base["avgdl"]
         shares = {row[0]: _share(float(row[2]), int(row[4]), bool(row[6]), weights) for row in rows}
         bound = {
@@ -484,25 +480,6 @@ def _enough(lexemes: list[str], bound: dict[str, float], threshold: float) -> st
             if sum(bound[lex] for lex in chosen) >= threshold:
                 sets.append(chosen)
     return " | ".join("(" + " & ".join(_quoted(lex) for lex in s) + ")" for s in sets)
-
-
-def _matched_by_index(db: Any) -> None:
-    """Have the rest of this transaction (the search's snapshot, or the caller's) find a
-    tsquery's matches through the GIN index, never by reading every row.
-
-    The planner charges ``tsv @@ query`` as one cheap operator per row, so for a lexeme in a
-    few percent of the events or more it reads the whole table and tests every tsvector,
-    which costs far more than it reckons: at 20,000 events (``bench/eventlog.py``'s rows), a
-    lexeme in 1,365 of them took 7.4 ms to list by a sequential scan and 1.8 ms by the
-    index's bitmap, and scoring its matches 8.2 against 3.0 ms; the same for lexemes in 1,223,
-    1,407 and 4,860 events. A bitmap reads each page holding a match once and tests no row
-    that does not match. Where a lexeme is in most events both read the whole table; at
-    200,000 events, with one query word in 76% of them, ``bench/pg_topk_index.py`` found no
-    cost to always taking the index. ``SET LOCAL`` ends with the transaction: nothing else
-    the connection runs later is planned under it. Sent only where the matches are many
-    (more than ``few`` in all): the planner already takes the index for a rare lexeme, and
-    the setting costs a round trip."""
-    db.execute("SET LOCAL enable_seqscan = off")
 
 
 def _scored(db: Any, sql: str, params: dict[str, Any]) -> dict[int, float]:

@@ -15,7 +15,7 @@ import pytest
 from scroll_core.store import SearchFilters, SearchTuning
 from scroll_core.store.pg_log import PgEventLog
 from scroll_core.store.pg_search import PG_DIALECT, _bm25_sql, _scope, _tsquery
-from scroll_core.store.pg_topk import top_k
+from scroll_core.store.pg_topk import score_sql, top_k
 from scroll_core.tokens import CharRatioCounter
 from tests.fault_fixtures import stoppable_pg  # noqa: F401  (a fixture)
 
@@ -68,7 +68,7 @@ class Recording:
     """A real connection that keeps the tsquery of each scoring statement it runs."""
 
     def __init__(self, db: psycopg.Connection[Any]) -> None:
-        self.db, self.queries, self.levels = db, [], []
+        self.db, self.queries, self.levels, self.statements = db, [], [], []
 
     @property
     def info(self) -> Any:
@@ -88,6 +88,7 @@ class Recording:
     def execute(self, sql: str, params: Any = None, **options: Any) -> Any:
         if isinstance(params, dict) and "query" in params:
             self.queries.append(params["query"])
+            self.statements.append(sql)
             self.levels.append(self.db.execute("SHOW transaction_isolation").fetchone()[0])
         return self.db.execute(sql, params, **options)
 
@@ -218,6 +219,52 @@ def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):
                 early = top_k(db, 10, scope, params, where, few=0)
                 full = top_k(db, 10, scope, params, where, early=False)
                 assert _ordered(early) == _ordered(full), (weights, filters, text)
+
+
+def test_a_search_naming_only_its_agents_looks_each_match_up_and_finds_the_same(filled):
+    """Every ``ms.search`` names its agent and nothing else: its matches are kept by their
+    own event's agent, looked up by seq, not by a join the planner answered by reading every
+    event. The same top as the joined filter, for each agent of this two-agent log."""
+    from scroll_core.store.pg_search import _OWN_AGENT, _pg_candidates
+
+    db = filled._reader()
+    tuning = SearchTuning()
+    for agents in ("main", "helper", ["main", "helper"], ["nobody"]):
+        joined = SearchFilters(agent_id=agents)
+        where = PG_DIALECT.sql(joined.sql)
+        named = {}
+        for i, value in enumerate(joined.params):
+            named[f"f{i}"] = value
+            where = where.replace("%s", f"%(f{i})s", 1)
+        for text in QUERIES:
+            recorded = Recording(db)
+            found = _pg_candidates(recorded, text.split(), 30, joined, tuning)
+            assert all(_OWN_AGENT in sql and " JOIN " not in sql for sql in recorded.statements)
+            scope, params = _params(text, agents)
+            reference = top_k(db, 30, scope, {**params, **named}, where, early=False)
+            assert _ordered(found) == _ordered(reference), (agents, text)
+            if agents == ["nobody"]:
+                assert found == {}
+    # The statement reads events only by primary key, one match at a time.
+    scope, params = _params(COMMON, "helper")
+    plan = db.execute(
+        "EXPLAIN " + score_sql(_OWN_AGENT, 1),
+        {
+            **params,
+            "query": f"'{COMMON}'",
+            "lexemes": [COMMON],
+            "idfs": [1.0],
+            "avgdl": 20.0,
+            "limit": 10,
+            "labelled": f"'{COMMON}':AC",
+        },
+    ).fetchall()
+    steps = " ".join(row[0] for row in plan)
+    assert "Index Scan using events_pkey on events a" in steps, steps
+    assert "Seq Scan on events" not in steps and "Hash Join" not in steps, steps
+    # A filter on anything else keeps the join (the planner may drive from that filter).
+    assert " JOIN events e " in score_sql(PG_DIALECT.sql(SearchFilters(session_id="s").sql))
+    assert " JOIN events e " not in score_sql(_OWN_AGENT)
 
 
 def test_search_through_the_log_is_unchanged_by_the_early_stop(filled, monkeypatch):

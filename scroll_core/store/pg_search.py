@@ -24,6 +24,7 @@ reference the bench and the tests measure against.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .fts_query import SNIPPET_CHARS
@@ -134,6 +135,9 @@ def _pg_candidates(
     }
     scope, scope_params = _scope(filters.agent_id)
     params.update(scope_params)
+    if filters.agent_id is not None and not replace(filters, agent_id=None).sql:
+        # Only the agents: each match's own agent, looked up by its seq.
+        return top_k(db, limit, scope, params, _OWN_AGENT, scoped=True)
     # Filter values are positional in SearchFilters; name them for these statements.
     where = PG_DIALECT.sql(filters.sql)
     for i, value in enumerate(filters.params):
@@ -141,6 +145,15 @@ def _pg_candidates(
         where = where.replace("%s", f"%(f{i})s", 1)
     # With agents named, the filter keeps only their events (``SearchFilters.sql``).
     return top_k(db, limit, scope, params, where, scoped=filters.agent_id is not None)
+
+
+# A search that names its agents and nothing else (every ``ms.search``) keeps a match when
+# the event of its seq is one of theirs: a lookup by primary key per match, after the cheaper
+# conditions. As a join (``SearchFilters.sql``'s ``e.agent_id``) the planner read every
+# event for a hash join, whatever the matches: at 20,000 events 4-6 ms for a word in 300
+# events (``bench/eventlog.py``'s ``search_agent_*``: mean 5.13 -> 4.21 ms, p99 17.1 -> 10.5;
+# at 200,000 mean 17.1 -> 14.5, p99 112 -> 60; the same hits; docs/figures-performance.md).
+_OWN_AGENT = " AND (SELECT a.agent_id FROM events a WHERE a.seq = f.seq) = ANY(%(agents)s::text[])"
 
 
 def _pg_list_range(db: Any, k: int, filters: SearchFilters) -> list[Hit]:

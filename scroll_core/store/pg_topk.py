@@ -40,6 +40,7 @@ figures in docs/figures-performance.md).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import combinations
@@ -96,9 +97,14 @@ STATS_SQL = f"""
 """
 
 
+# A filter naming the columns of ``events e`` (``SearchFilters.sql``), which needs the join.
+_NAMES_EVENTS = re.compile(r"\be\.")
+
+
 def score_sql(where: str, lexemes: int = 2, cut: str = "", counted: bool = False) -> str:
     """The best ``limit`` documents matching the tsquery ``%(query)s`` (and the filter SQL
-    ``where``, `` AND ...`` on ``events e`` with named parameters, or empty),
+    ``where``, `` AND ...`` with named parameters, or empty; joined to ``events e`` when it
+    names that table's columns, ``e.``),
     each as (seq, BM25 over every query lexeme), with the statistics given as parameters:
     ``lexemes`` and their ``idfs`` (in lexeme order), ``avgdl``, the column weights, and
     ``labelled``, the tsquery of the lexemes in a headline or a name (``_labelled``).
@@ -132,7 +138,7 @@ def score_sql(where: str, lexemes: int = 2, cut: str = "", counted: bool = False
     more to plan (a column per lexeme), so ``top_k`` sends it only where a statement may
     score more than ``few`` matches.
     """
-    join = " JOIN events e ON e.seq = f.seq" if where else ""
+    join = " JOIN events e ON e.seq = f.seq" if _NAMES_EVENTS.search(where) else ""
     tf = (
         "(CASE WHEN u.weights[1] = 'B' THEN %(wd)s::float8 * cardinality(u.weights)"
         " ELSE %(wa)s::float8 * cardinality(array_positions(u.weights, 'A'))"

@@ -147,6 +147,13 @@ class PgEventLog(_EventLogBase):
         self._closed = False
         self._writer = self._connect()
         migrate(self._writer)
+        # PostgreSQL refuses COPY FROM into a table whose row-level security applies to the
+        # login ("COPY FROM not supported with row-level security"): the application's own
+        # login, a member of ``scroll_writer`` (``scroll_eventlog roles``), is under the
+        # writer policies of ``m002_ms_reader``; only the owner is not. Such a login sends a
+        # batch as INSERTs.
+        active = self._writer.execute("SELECT row_security_active('events')").fetchone()
+        self._copy_ok = not (active and active[0])
 
     # ------------------------------------------------------------------ connections
     def _connect(self, *, readonly: bool = False) -> psycopg.Connection[Any]:
@@ -255,7 +262,7 @@ class PgEventLog(_EventLogBase):
         if payloads:
             _put_payloads(db, payloads)
         values = ((top + 1 + n, *rows[i].values, count_of(i)) for n, i in enumerate(fresh))
-        if len(fresh) >= _COPY_FROM:
+        if len(fresh) >= _COPY_FROM and self._copy_ok:
             with db.cursor().copy(f"COPY events ({_INSERT_COLUMNS}) FROM STDIN") as copy:
                 for value in values:
                     copy.write_row(value)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -349,8 +349,18 @@ class PgEventLog(_EventLogBase):
         return self.fts_check()
 
     def fts_optimize(self) -> None:
-        """Refresh the planner's statistics of the index tables (after bulk loads)."""
+        """After bulk loads: merge the full-text index's pending list of new entries and
+        refresh the planner's statistics of the index tables.
+
+        Every search reads the pending list whole until it is merged, and the planner
+        counts its pages into the index's cost (``pg_schema.m006_fts_pending_limit``);
+        after a load it can hold up to the limit. Merging needs the index's owner: a login
+        that does not own it (``scroll_writer``'s) only refreshes the statistics, as ANALYZE
+        itself skips, with a warning, a table its login does not own."""
         with span("scroll.fts", operation="optimize"), self._write_lock:
+            # Not the owner: autovacuum merges it, as it always would.
+            with suppress(pgerrors.InsufficientPrivilege):
+                self._writer.execute("SELECT gin_clean_pending_list('events_fts_tsv')")
             self._writer.execute("ANALYZE events_fts, fts_agent_terms, events")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from scroll_core.store import SearchFilters, SearchTuning
 from scroll_core.store.pg_log import PgEventLog
-from scroll_core.store.pg_search import PG_DIALECT, _bm25_sql, _scope, _tsquery
+from scroll_core.store.pg_search import PG_DIALECT, _bm25_sql, _scope, _tsquery, named_filters
 from scroll_core.store.pg_topk import score_sql, top_k
 from scroll_core.tokens import CharRatioCounter
 from tests.fault_fixtures import stoppable_pg  # noqa: F401  (a fixture)
@@ -208,11 +208,7 @@ def test_filters_and_weights_give_the_same_top_as_scoring_every_match(filled):
     }
     for weights in [(1.0, 5.0, 2.0), (1.0, 0.0, 0.0), (2.0, 1.0, 9.0)]:
         for filters in filtered.values():
-            where = PG_DIALECT.sql(filters.sql)
-            named = {}
-            for i, value in enumerate(filters.params):
-                named[f"f{i}"] = value
-                where = where.replace("%s", f"%(f{i})s", 1)
+            where, named = named_filters(filters)
             for text in QUERIES[:4]:
                 scope, params = _params(text, filters.agent_id, weights)
                 params.update(named)
@@ -231,11 +227,7 @@ def test_a_search_naming_only_its_agents_looks_each_match_up_and_finds_the_same(
     tuning = SearchTuning()
     for agents in ("main", "helper", ["main", "helper"], ["nobody"]):
         joined = SearchFilters(agent_id=agents)
-        where = PG_DIALECT.sql(joined.sql)
-        named = {}
-        for i, value in enumerate(joined.params):
-            named[f"f{i}"] = value
-            where = where.replace("%s", f"%(f{i})s", 1)
+        where, named = named_filters(joined)
         for text in QUERIES:
             recorded = Recording(db)
             found = _pg_candidates(recorded, text.split(), 30, joined, tuning)

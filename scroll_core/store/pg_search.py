@@ -138,13 +138,21 @@ def _pg_candidates(
     if filters.agent_id is not None and not replace(filters, agent_id=None).sql:
         # Only the agents: each match's own agent, looked up by its seq.
         return top_k(db, limit, scope, params, _OWN_AGENT, scoped=True)
-    # Filter values are positional in SearchFilters; name them for these statements.
-    where = PG_DIALECT.sql(filters.sql)
-    for i, value in enumerate(filters.params):
-        params[f"f{i}"] = value
-        where = where.replace("%s", f"%(f{i})s", 1)
+    where, named = named_filters(filters)
+    params.update(named)
     # With agents named, the filter keeps only their events (``SearchFilters.sql``).
     return top_k(db, limit, scope, params, where, scoped=filters.agent_id is not None)
+
+
+def named_filters(filters: SearchFilters) -> tuple[str, dict[str, Any]]:
+    """``filters``' SQL for ``pg_topk``'s statements, its positional values named ``f0``,
+    ``f1``... (those statements take named parameters), and those values by name."""
+    where = PG_DIALECT.sql(filters.sql)
+    named: dict[str, Any] = {}
+    for i, value in enumerate(filters.params):
+        named[f"f{i}"] = value
+        where = where.replace("%s", f"%(f{i})s", 1)
+    return where, named
 
 
 # A search that names its agents and nothing else (every ``ms.search``) keeps a match when
@@ -153,6 +161,8 @@ def _pg_candidates(
 # event for a hash join, whatever the matches: at 20,000 events 4-6 ms for a word in 300
 # events (``bench/eventlog.py``'s ``search_agent_*``: mean 5.13 -> 4.21 ms, p99 17.1 -> 10.5;
 # at 200,000 mean 17.1 -> 14.5, p99 112 -> 60; the same hits; docs/figures-performance.md).
+# Its alias is ``a``, not ``e``: ``pg_topk.score_sql`` joins ``events e`` for a filter that
+# names ``e.`` columns.
 _OWN_AGENT = " AND (SELECT a.agent_id FROM events a WHERE a.seq = f.seq) = ANY(%(agents)s::text[])"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -17,11 +18,12 @@ from scroll_core.profile import Profile
 from scroll_core.store import EventLog
 from scroll_core.tokens import CharRatioCounter
 from scroll_core.view import FOLD_MARK, ContextState, Prefix, build_view
-from tests.conftest import open_store
 
 S = "sess-1"
 COUNTER = CharRatioCounter()
 PREFIX = Prefix.build("You are a test agent. Use the tools.", [], counter=COUNTER)
+# Numbers the sessions of a property test's examples, which share one log.
+_EXAMPLES = itertools.count()
 
 
 @pytest.fixture
@@ -100,8 +102,8 @@ def profile_with_trigger(trigger: int, **extra) -> Profile:
     return p
 
 
-def state_for(log: EventLog) -> ContextState:
-    state = ContextState.new(S)
+def state_for(log: EventLog, session_id: str = S) -> ContextState:
+    state = ContextState.new(session_id)
     state.sync(log)
     return state
 
@@ -297,31 +299,33 @@ def test_a_turn_without_a_headline_shows_no_milestone(clog):
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-def test_eviction_never_leaves_an_orphan_tool_message(
-    request, backend, tmp_path_factory, groups, context
-):
-    folder = tmp_path_factory.mktemp("orphans")
-    with open_store(request, backend, folder, token_counter=COUNTER) as log:
-        chat = Session(log)
-        for k, (calls, size, text_first) in enumerate(groups):
-            chat.user(f"q{k}")
-            if text_first:
-                chat.reply(f"thinking {k}")
-            ids = [chat.call(f"c{k}_{i}") for i in range(calls)]
-            for cid in ids:
-                chat.result(cid, "w" * size)
-            chat.reply(f"done {k}")
-        chat.user("live")
-        state = state_for(log)
-        try:
-            record = compress(state, Profile(context_size=context), log=log, prefix=PREFIX)
-        except ContextWindowUnfit:
-            return
-        assert record.view is not None
-        assert_no_orphans(record.view.messages())
-        state.index.check()
-        live = state.events(log)
-        assert live[0].kind != "tool_result"
+def test_eviction_never_leaves_an_orphan_tool_message(clog, groups, context):
+    # Every example writes a session of its own into the one log (a fresh database per
+    # example cost most of this test's time on PostgreSQL); eviction reads its session
+    # alone, so the sessions written before it must change nothing, and a replayed
+    # example (Hypothesis' shrinking) is the same session on a fresh id.
+    session = f"orphans-{next(_EXAMPLES)}"
+    chat = Session(clog, session)
+    for k, (calls, size, text_first) in enumerate(groups):
+        chat.user(f"q{k}")
+        if text_first:
+            chat.reply(f"thinking {k}")
+        ids = [chat.call(f"c{k}_{i}") for i in range(calls)]
+        for cid in ids:
+            chat.result(cid, "w" * size)
+        chat.reply(f"done {k}")
+    chat.user("live")
+    state = state_for(clog, session)
+    try:
+        record = compress(state, Profile(context_size=context), log=clog, prefix=PREFIX)
+    except ContextWindowUnfit:
+        return
+    assert record.view is not None
+    assert_no_orphans(record.view.messages())
+    state.index.check()
+    live = state.events(clog)
+    assert live[0].kind != "tool_result"
+    assert {event.session_id for event in live} == {session}
 
 
 def test_live_results_fold_one_at_a_time_with_the_active_turn_last(clog):

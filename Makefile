@@ -129,7 +129,7 @@ test: install lint
 # filesystem when the machine has one to spare (tests/ram_tmp.py: the embedded pass 444
 # against 500 s on disk, 2026-12-05); TEST_TMPDIR= (empty) keeps the default folder.
 TEST_TMPDIR ?= $(shell $(PYTHON) tests/ram_tmp.py)
-WITH_TMPDIR = $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )
+WITH_TMPDIR = $(foreach dir,$(TEST_TMPDIR),TMPDIR=$(dir) )
 
 test-embedded: install
 	$(WITH_TMPDIR)$(BIN)/pytest $(PYTEST_ARGS)

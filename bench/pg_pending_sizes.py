@@ -36,7 +36,6 @@ from scroll_core.store.pg_log import PgEventLog
 from scroll_core.store.pg_schema import FTS_PENDING_KB
 
 BATCH = 20
-PAGE_KB = 8
 QUARTERS = ("q1", "q2", "q3", "q4")
 
 
@@ -45,7 +44,6 @@ def run(events: int, appends: int, per_batch: int) -> dict[str, Any]:
     vocab = make_vocabulary(rng)
     queries = make_queries(rng, vocab)
     rows = make_rows(events + appends, rng, vocab)
-    limit_pages = FTS_PENDING_KB // PAGE_KB
     times: dict[str, list[float]] = {q: [] for q in QUARTERS}
     most = merges = last = asked = 0
     with ExitStack() as stack:
@@ -54,6 +52,8 @@ def run(events: int, appends: int, per_batch: int) -> dict[str, Any]:
         fill_postgres(log, rows[:events])
         admin = stack.enter_context(psycopg.connect(url, autocommit=True))
         admin.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        page = admin.execute("SELECT current_setting('block_size')::int").fetchone()
+        limit_pages = FTS_PENDING_KB * 1024 // int(page[0] if page else 8192)
         sql = "SELECT pending_pages FROM pgstatginindex('events_fts_tsv')"
         for query in queries[:30]:
             log.search(query, k=10)  # warm, untimed

@@ -19,7 +19,6 @@ and in memory. ``SCROLL_TEST_TMPDIR`` chooses the folder instead (empty: the def
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 __all__ = ["MIN_FREE", "RAM_ROOTS", "ram_tmp"]
@@ -94,4 +93,3 @@ def ram_tmp() -> str | None:
 
 if __name__ == "__main__":
     print(ram_tmp() or "")
-    sys.exit(0)
